@@ -1,0 +1,309 @@
+"""The embedded dev stack: Temporal dev server, SeaweedFS, vLLM, gateway and workers.
+
+Each part is a background process with a pid file and a log under
+`{data_dir}/run/`. Starting is idempotent (a healthy running part is left
+alone), stopping kills the process group. Production runs the same gateway and
+worker code against a Temporal cluster, AWS S3 and a vLLM/SGLang fleet; only
+this module is dev-only.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlparse
+
+import httpx
+
+from polar.settings import Settings
+
+SEARCH_ATTRIBUTES = {
+    "PolarTaskId": "Keyword",
+    "PolarHarness": "Keyword",
+    "PolarStage": "Keyword",
+    "PolarStatus": "Keyword",
+    "PolarReward": "Double",
+}
+
+
+class StackError(RuntimeError):
+    """A part of the dev stack could not be started."""
+
+
+def _port_of(address: str) -> tuple[str, int]:
+    if "://" in address:
+        parsed = urlparse(address)
+        return parsed.hostname or "127.0.0.1", parsed.port or 80
+    host, _, port = address.rpartition(":")
+    return host or "127.0.0.1", int(port)
+
+
+def port_open(host: str, port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((host, port)) == 0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _venv_bin(name: str) -> str:
+    """A console script of the running interpreter's environment (e.g. `temporal`, `weed`)."""
+    candidate = Path(sys.executable).parent / name
+    if candidate.exists():
+        return str(candidate)
+    found = shutil.which(name)
+    if not found:
+        raise StackError(f"{name!r} not found: is the project installed (pip install -e .)?")
+    return found
+
+
+@dataclass
+class Service:
+    """One background process of the stack."""
+
+    name: str
+    argv: list[str]
+    ready: Callable[[], bool]
+    env: dict[str, str] = field(default_factory=dict)
+    start_timeout_s: float = 60.0
+    cwd: str | None = None
+
+
+class DevStack:
+    """Start, stop and inspect the embedded stack described by `settings`."""
+
+    def __init__(self, settings: Settings, *, with_model: bool = True, workers: int = 1) -> None:
+        self.settings = settings
+        self.with_model = with_model
+        self.workers = workers
+        self.run_dir = settings.data_dir.resolve() / "run"
+
+    # ------------------------------------------------------------------ parts
+    def temporal(self) -> Service:
+        s = self.settings
+        host, port = _port_of(s.temporal_address)
+        db = self.settings.data_dir.resolve() / "temporal.db"
+        argv = [
+            _venv_bin("temporal"), "server", "start-dev",
+            "--ip", host, "--port", str(port),
+            "--ui-port", str(s.temporal_ui_port), "--ui-ip", host,
+            "--http-port", str(port + 10), "--metrics-port", str(port + 20),
+            "--db-filename", str(db), "--log-level", "warn",
+            "--ui-disable-news-fetch",
+        ]  # fmt: skip
+        for key, kind in SEARCH_ATTRIBUTES.items():
+            argv += ["--search-attribute", f"{key}={kind}"]
+        return Service("temporal", argv, lambda: port_open(host, port), start_timeout_s=60)
+
+    def seaweedfs(self) -> Service:
+        s = self.settings
+        host, port = _port_of(s.s3_endpoint or "http://127.0.0.1:8333")
+        data = self.settings.data_dir.resolve() / "seaweedfs"
+        data.mkdir(parents=True, exist_ok=True)
+        argv = [
+            _venv_bin("weed"), "server", f"-dir={data}", f"-ip={host}", f"-ip.bind={host}",
+            f"-master.port={port + 1}", f"-volume.port={port + 2}", f"-filer.port={port + 3}",
+            "-s3", f"-s3.port={port}", "-s3.port.iceberg=0", "-s3.port.lance=0",
+            "-volume.max=0", "-master.volumeSizeLimitMB=256", "-master.telemetry=false",
+        ]  # fmt: skip
+
+        def ready() -> bool:
+            try:
+                return httpx.get(f"http://{host}:{port}/", timeout=1).status_code < 500
+            except httpx.HTTPError:
+                return False
+
+        return Service("seaweedfs", argv, ready, start_timeout_s=60)
+
+    def vllm(self) -> Service:
+        s = self.settings
+        if s.model_dir is None:
+            raise StackError("no model directory: set POLAR_MODEL_DIR or run `polar dev model`")
+        port = s.vllm_port
+        argv = [
+            str(s.vllm_python), "-m", "vllm.entrypoints.openai.api_server",
+            "--model", str(s.model_dir), "--served-model-name", s.upstream_model or "policy",
+            "--host", "127.0.0.1", "--port", str(port),
+            "--max-model-len", "4096", "--dtype", "float32",
+            "--gpu-memory-utilization", "0.2",
+            "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
+            "--logprobs-mode", "processed_logprobs",
+        ]  # fmt: skip
+        env = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1"}
+
+        def ready() -> bool:
+            try:
+                return httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        return Service("vllm", argv, ready, env=env, start_timeout_s=300)
+
+    def gateway(self) -> Service:
+        s = self.settings
+        argv = [sys.executable, "-m", "polar.cli", "gateway"]
+
+        def ready() -> bool:
+            try:
+                return httpx.get(f"{s.gateway_base_url}/health", timeout=1).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        return Service("gateway", argv, ready, env=self.env(), start_timeout_s=60)
+
+    def worker(self, index: int = 0) -> Service:
+        argv = [sys.executable, "-m", "polar.cli", "worker"]
+        name = "worker" if index == 0 else f"worker-{index}"
+        pidfile = self.run_dir / f"{name}.ready"
+
+        def ready() -> bool:
+            return pidfile.exists()
+
+        env = self.env() | {"POLAR_WORKER_READY_FILE": str(pidfile)}
+        return Service(name, argv, ready, env=env, start_timeout_s=60)
+
+    def services(self) -> list[Service]:
+        parts = [self.temporal(), self.seaweedfs()]
+        if self.with_model:
+            parts.append(self.vllm())
+        parts.append(self.gateway())
+        parts += [self.worker(i) for i in range(self.workers)]
+        return parts
+
+    def env(self) -> dict[str, str]:
+        """The POLAR_* environment that makes child processes use these settings."""
+        out: dict[str, str] = {}
+        for name, value in self.settings.model_dump().items():
+            if value is None:
+                continue
+            if isinstance(value, Path):
+                value = value.resolve()
+            out[f"POLAR_{name.upper()}"] = str(value)
+        return out
+
+    # ------------------------------------------------------------------ process control
+    def _pidfile(self, name: str) -> Path:
+        return self.run_dir / f"{name}.pid"
+
+    def log_path(self, name: str) -> Path:
+        return self.run_dir / f"{name}.log"
+
+    def pid(self, name: str) -> int | None:
+        path = self._pidfile(name)
+        if not path.exists():
+            return None
+        pid = int(path.read_text().strip() or 0)
+        try:
+            os.kill(pid, 0)
+        except (ProcessLookupError, PermissionError):
+            return None
+        return pid
+
+    def start(self, service: Service, log: Callable[[str], None] = print) -> None:
+        """Start one part unless it already runs healthy; wait until it is ready."""
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if self.pid(service.name) and service.ready():
+            log(f"{service.name}: already running (pid {self.pid(service.name)})")
+            return
+        self.stop(service.name, quiet=True)
+        logfile = open(self.log_path(service.name), "ab")  # noqa: SIM115 - handed to the child
+        proc = subprocess.Popen(
+            service.argv,
+            stdout=logfile,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=os.environ | service.env,
+            cwd=service.cwd,
+            start_new_session=True,
+        )
+        self._pidfile(service.name).write_text(str(proc.pid))
+        deadline = time.monotonic() + service.start_timeout_s
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                tail = self.log_path(service.name).read_text(errors="replace")[-2000:]
+                raise StackError(f"{service.name} exited with {proc.returncode}:\n{tail}")
+            if service.ready():
+                log(f"{service.name}: started (pid {proc.pid}), log {self.log_path(service.name)}")
+                return
+            time.sleep(0.5)
+        raise StackError(f"{service.name} not ready after {service.start_timeout_s:.0f}s; "
+                         f"see {self.log_path(service.name)}")
+
+    def stop(self, name: str, quiet: bool = False, log: Callable[[str], None] = print) -> None:
+        """Stop one part (SIGTERM to its process group, SIGKILL after 15 s)."""
+        pid = self.pid(name)
+        ready_file = self.run_dir / f"{name}.ready"
+        ready_file.unlink(missing_ok=True)
+        if pid is None:
+            self._pidfile(name).unlink(missing_ok=True)
+            if not quiet:
+                log(f"{name}: not running")
+            return
+        try:
+            os.killpg(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and self.pid(name):
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+            time.sleep(0.2)
+        if self.pid(name):
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self._pidfile(name).unlink(missing_ok=True)
+        if not quiet:
+            log(f"{name}: stopped")
+
+    def up(self, log: Callable[[str], None] = print) -> None:
+        for service in self.services():
+            self.start(service, log)
+            if service.name == "seaweedfs":
+                from polar.storage import Storage
+
+                Storage(self.settings).ensure_bucket()
+
+    def down(self, log: Callable[[str], None] = print) -> None:
+        for service in reversed(self.services_names()):
+            self.stop(service, log=log)
+
+    def services_names(self) -> list[str]:
+        names = ["temporal", "seaweedfs", "vllm", "gateway"]
+        names += ["worker" if i == 0 else f"worker-{i}" for i in range(max(self.workers, 1))]
+        return names
+
+    def status(self) -> dict[str, str]:
+        out = {}
+        by_name = {s.name: s for s in self._status_services()}
+        for name in self.services_names():
+            pid = self.pid(name)
+            if pid is None:
+                out[name] = "stopped"
+            else:
+                service = by_name.get(name)
+                healthy = service.ready() if service else True
+                out[name] = f"running (pid {pid})" + ("" if healthy else ", not ready")
+        return out
+
+    def _status_services(self) -> list[Service]:
+        parts = [self.temporal(), self.seaweedfs(), self.gateway()]
+        if self.settings.model_dir is not None:
+            parts.append(self.vllm())
+        parts += [self.worker(i) for i in range(self.workers)]
+        return parts

@@ -1,0 +1,312 @@
+"""Pydantic models of every payload Polar passes around.
+
+Workflow inputs and results, activity inputs and results, the gateway's
+CompletionRecord and the trainer-facing Trace all live here, so that the
+workflows, the activities, the gateway and the trainer SDK share one
+definition. Everything is JSON-serialisable and goes through Temporal's
+pydantic data converter.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+
+
+class StrictModel(BaseModel):
+    """Base for user-facing specs: unknown fields are an error, not silently ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+# --------------------------------------------------------------------------- task spec
+
+
+class DirSource(StrictModel):
+    """Copy a directory into the session's workspace."""
+
+    type: Literal["dir"] = "dir"
+    path: str
+
+
+class GitSource(StrictModel):
+    """Clone a git repository (URL or local path) and check out `ref`."""
+
+    type: Literal["git"] = "git"
+    url: str
+    ref: str | None = None
+
+
+Source = Annotated[DirSource | GitSource, Field(discriminator="type")]
+
+
+class RuntimeSpec(StrictModel):
+    """Where a session runs. `local`: an isolated work dir on the worker host."""
+
+    kind: Literal["local"] = "local"
+
+
+class HarnessSpec(StrictModel):
+    """The agent program. `command`: a shell command run in the workspace."""
+
+    kind: Literal["command"] = "command"
+    command: str = Field(min_length=1)
+    model: str = Field(default="policy", description="model name the harness is told to use")
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+class BuilderSpec(StrictModel):
+    """Which trajectory builder turns completions into traces, with its config."""
+
+    name: str = "per_request"
+    config: dict[str, Any] = Field(default_factory=dict)
+
+
+class EvaluatorSpec(StrictModel):
+    """How a session is scored. `command`: exit code 0 means reward 1, else 0."""
+
+    kind: Literal["command", "none"] = "none"
+    command: str | None = None
+
+    @model_validator(mode="after")
+    def _command_needed(self) -> EvaluatorSpec:
+        if self.kind == "command" and not self.command:
+            raise ValueError("evaluator kind 'command' needs a non-empty 'command'")
+        return self
+
+
+class Timeouts(StrictModel):
+    """Per-stage limits in seconds. `harness_s` is the harness's own time budget."""
+
+    prepare_s: float = Field(default=300, gt=0)
+    harness_s: float = Field(default=1800, gt=0)
+    build_s: float = Field(default=300, gt=0)
+    evaluate_s: float = Field(default=600, gt=0)
+    teardown_s: float = Field(default=120, gt=0)
+    heartbeat_s: float = Field(default=30, gt=0)
+    max_attempts: int = Field(default=3, ge=1, le=20)
+
+
+class TaskSpec(StrictModel):
+    """One rollout task: N sessions (one GRPO group) of a harness on one problem."""
+
+    task_id: str = Field(pattern=ID_PATTERN)
+    instruction: str = ""
+    num_sessions: int = Field(default=1, ge=1, le=1024)
+    source: Source | None = None
+    runtime: RuntimeSpec = Field(default_factory=RuntimeSpec)
+    harness: HarnessSpec
+    builder: BuilderSpec = Field(default_factory=BuilderSpec)
+    evaluator: EvaluatorSpec = Field(default_factory=EvaluatorSpec)
+    timeouts: Timeouts = Field(default_factory=Timeouts)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("builder")
+    @classmethod
+    def _known_builder(cls, v: BuilderSpec) -> BuilderSpec:
+        if "." not in v.name and v.name not in {"per_request"}:
+            raise ValueError(
+                f"unknown builder {v.name!r}: use 'per_request' or an import path 'module:function'"
+            )
+        return v
+
+
+class SessionSpec(BaseModel):
+    """Input of one Session child workflow."""
+
+    session_id: str
+    index: int
+    task: TaskSpec
+
+
+# --------------------------------------------------------------------------- stages
+
+
+class SessionStatus(StrEnum):
+    """Terminal status of a session."""
+
+    COMPLETED = "completed"  # harness exited 0
+    HARNESS_FAILED = "harness_failed"  # harness exited non-zero
+    TIMEOUT = "timeout"  # harness ran past its time budget
+    ERROR = "error"  # a stage failed after its retries
+    CANCELLED = "cancelled"
+
+
+class Stage(StrEnum):
+    PENDING = "pending"
+    PREPARE = "prepare"
+    RUN = "run"
+    BUILD = "build"
+    EVALUATE = "evaluate"
+    TEARDOWN = "teardown"
+    DONE = "done"
+
+
+class RuntimeHandle(BaseModel):
+    """What prepare_runtime hands to later stages."""
+
+    kind: str
+    session_id: str
+    workdir: str
+    host: str
+
+
+class HarnessRequest(BaseModel):
+    session_id: str
+    task_id: str
+    runtime: RuntimeHandle
+    harness: HarnessSpec
+    instruction: str
+    budget_s: float
+
+
+class HarnessResult(BaseModel):
+    status: Literal["completed", "failed", "timeout"]
+    exit_code: int | None
+    duration_s: float
+    stdout_key: str
+    stderr_key: str
+    attempt: int
+
+
+class BuildRequest(BaseModel):
+    session_id: str
+    task_id: str
+    harness: str
+    builder: BuilderSpec
+
+
+class BuildResult(BaseModel):
+    traces_key: str
+    num_completions: int
+    num_traces: int
+    num_response_tokens: int
+    trace_bytes: int
+    unusable_completions: int = 0
+
+
+class EvaluateRequest(BaseModel):
+    session_id: str
+    task_id: str
+    runtime: RuntimeHandle
+    evaluator: EvaluatorSpec
+    budget_s: float
+
+
+class EvaluateResult(BaseModel):
+    reward: float
+    detail: str
+    log_key: str | None = None
+
+
+class RewardRequest(BaseModel):
+    traces_key: str
+    reward: float | None
+    status: SessionStatus
+
+
+class SessionResult(BaseModel):
+    """Small summary of one session; traces themselves live in S3 under `traces_key`."""
+
+    session_id: str
+    task_id: str
+    index: int
+    status: SessionStatus
+    reward: float | None = None
+    harness: str
+    num_completions: int = 0
+    num_traces: int = 0
+    num_response_tokens: int = 0
+    trace_bytes: int = 0
+    traces_key: str | None = None
+    harness_exit_code: int | None = None
+    evaluation: str | None = None
+    error: str | None = None
+    stage_seconds: dict[str, float] = Field(default_factory=dict)
+
+
+class TaskResult(BaseModel):
+    task_id: str
+    sessions: list[SessionResult]
+
+    @property
+    def mean_reward(self) -> float | None:
+        rewards = [s.reward for s in self.sessions if s.reward is not None]
+        return sum(rewards) / len(rewards) if rewards else None
+
+
+class SessionProgress(BaseModel):
+    """Answer of the Session workflow's `progress` query."""
+
+    session_id: str
+    stage: Stage
+    status: SessionStatus | None = None
+    detail: str = ""
+
+
+# --------------------------------------------------------------------------- records
+
+
+class CompletionRecord(BaseModel):
+    """One model call as the gateway saw it, stored before the caller gets its answer."""
+
+    session_id: str
+    task_id: str
+    seq: int = Field(description="gateway start time in ns; orders calls across gateways")
+    record_id: str
+    attempt: int = 1
+    provider: str = "openai_chat"
+    request: dict[str, Any]
+    normalized_request: dict[str, Any]
+    response: dict[str, Any] | None = None
+    status_code: int = 200
+    error: str | None = None
+    model: str | None = None
+    prompt_token_ids: list[int] | None = None
+    response_token_ids: list[int] | None = None
+    response_logprobs: list[float] | None = None
+    finish_reason: str | None = None
+    has_token_ids: bool = False
+    started_at: float
+    finished_at: float
+    gateway_id: str = ""
+
+
+class TraceProvenance(BaseModel):
+    session_id: str
+    task_id: str
+    harness: str
+    builder: str
+    model: str | None
+    completion_seqs: list[int]
+    record_ids: list[str]
+
+
+class Trace(BaseModel):
+    """One trainer-facing sequence: prompt, response with loss mask and logprobs, reward."""
+
+    trace_id: str
+    prompt_ids: list[int]
+    response_ids: list[int]
+    loss_mask: list[int]
+    response_logprobs: list[float]
+    prompt_messages: list[dict[str, Any]] = Field(default_factory=list)
+    response_message: dict[str, Any] | None = None
+    tools: list[dict[str, Any]] | None = None
+    reward: float | None = None
+    status: SessionStatus | None = None
+    provenance: TraceProvenance
+
+    @model_validator(mode="after")
+    def _aligned(self) -> Trace:
+        n = len(self.response_ids)
+        if len(self.loss_mask) != n or len(self.response_logprobs) != n:
+            raise ValueError(
+                f"trace {self.trace_id}: response_ids ({n}), loss_mask ({len(self.loss_mask)}) "
+                f"and response_logprobs ({len(self.response_logprobs)}) must align"
+            )
+        return self

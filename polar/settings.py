@@ -1,0 +1,81 @@
+"""Polar's configuration, read from `POLAR_*` environment variables (and flags of the CLI).
+
+The embedded dev stack and production use the same settings: production points
+`temporal_address`, `s3_endpoint` and `upstream_urls` at a Temporal cluster,
+AWS S3 and a vLLM/SGLang fleet.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Every knob of Polar; each field is `POLAR_<NAME>` in the environment."""
+
+    model_config = SettingsConfigDict(env_prefix="POLAR_", extra="ignore")
+
+    data_dir: Path = Field(default=Path(".polar"), description="embedded stack state and logs")
+
+    # Temporal
+    temporal_address: str = "127.0.0.1:7233"
+    temporal_namespace: str = "default"
+    temporal_ui_port: int = 8233
+    workflow_queue: str = "polar-workflows"
+    init_queue: str = "polar-init"
+    run_queue: str = "polar-run"
+    postrun_queue: str = "polar-postrun"
+
+    # worker pool caps
+    max_init: int = 8
+    max_run: int = 8
+    max_postrun: int = 4
+
+    # S3
+    s3_endpoint: str | None = "http://127.0.0.1:8333"
+    s3_bucket: str = "polar"
+    s3_region: str = "us-east-1"
+    s3_access_key: str = "polar"
+    s3_secret_key: str = "polar-secret"
+
+    # gateway
+    gateway_host: str = "127.0.0.1"
+    gateway_port: int = 8400
+    gateway_url: str | None = Field(
+        default=None, description="URL harnesses reach the gateway at; default from host/port"
+    )
+    session_secret: str = Field(
+        default="polar-dev-secret-change-me",
+        description="HMAC secret shared by workers (which mint session keys) and gateways",
+    )
+    upstream_urls: str = Field(
+        default="http://127.0.0.1:8000/v1", description="comma-separated OpenAI-compatible bases"
+    )
+    upstream_kind: str = Field(default="vllm", description="vllm or sglang: which training fields")
+    upstream_model: str | None = Field(
+        default="policy", description="model name sent upstream; None keeps the caller's"
+    )
+    upstream_timeout_s: float = 600.0
+
+    # embedded model backend (vLLM on CPU)
+    vllm_port: int = 8000
+    vllm_python: Path = Field(default=Path(".venv-vllm/bin/python"))
+    model_dir: Path | None = Field(default=None, description="HF model directory to serve")
+
+    @property
+    def gateway_base_url(self) -> str:
+        return self.gateway_url or f"http://{self.gateway_host}:{self.gateway_port}"
+
+    @property
+    def upstream_url_list(self) -> list[str]:
+        return [u.strip().rstrip("/") for u in self.upstream_urls.split(",") if u.strip()]
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process-wide settings, read once from the environment."""
+    return Settings()

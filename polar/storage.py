@@ -1,0 +1,137 @@
+"""The S3 layout of Polar and a small client for it.
+
+    sessions/{session_id}/completions/{seq:020d}-{gateway}-{n}.json   CompletionRecord
+    sessions/{session_id}/traces/{builder}.jsonl                      Trace per line
+    sessions/{session_id}/artifacts/{name}                            harness logs, eval logs
+    tasks/{task_id}/result.json                                       TaskResult
+
+Works against AWS S3 or any S3-compatible store (SeaweedFS in the dev stack).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+from polar.models import CompletionRecord, Trace
+from polar.settings import Settings, get_settings
+
+
+def session_prefix(session_id: str) -> str:
+    return f"sessions/{session_id}/"
+
+
+def completions_prefix(session_id: str) -> str:
+    return f"{session_prefix(session_id)}completions/"
+
+
+def completion_key(session_id: str, record_id: str) -> str:
+    return f"{completions_prefix(session_id)}{record_id}.json"
+
+
+def traces_key(session_id: str, builder: str) -> str:
+    safe = builder.replace(":", "_").replace("/", "_")
+    return f"{session_prefix(session_id)}traces/{safe}.jsonl"
+
+
+def artifact_key(session_id: str, name: str) -> str:
+    return f"{session_prefix(session_id)}artifacts/{name}"
+
+
+def task_result_key(task_id: str) -> str:
+    return f"tasks/{task_id}/result.json"
+
+
+class Storage:
+    """Thin typed wrapper over a boto3 S3 client, bound to one bucket."""
+
+    def __init__(self, settings: Settings | None = None) -> None:
+        s = settings or get_settings()
+        self.bucket = s.s3_bucket
+        self.endpoint = s.s3_endpoint
+        self.client = boto3.client(
+            "s3",
+            endpoint_url=s.s3_endpoint,
+            region_name=s.s3_region,
+            aws_access_key_id=s.s3_access_key,
+            aws_secret_access_key=s.s3_secret_key,
+            config=Config(
+                retries={"max_attempts": 5, "mode": "standard"},
+                connect_timeout=5,
+                read_timeout=60,
+                s3={"addressing_style": "path"},
+            ),
+        )
+
+    def ensure_bucket(self) -> None:
+        try:
+            self.client.head_bucket(Bucket=self.bucket)
+        except ClientError:
+            self.client.create_bucket(Bucket=self.bucket)
+
+    def url(self, key: str) -> str:
+        return f"s3://{self.bucket}/{key}"
+
+    # bytes ----------------------------------------------------------------
+    def put_bytes(self, key: str, data: bytes, content_type: str = "application/octet-stream") -> int:
+        self.client.put_object(Bucket=self.bucket, Key=key, Body=data, ContentType=content_type)
+        return len(data)
+
+    def get_bytes(self, key: str) -> bytes:
+        return self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+
+    def exists(self, key: str) -> bool:
+        try:
+            self.client.head_object(Bucket=self.bucket, Key=key)
+            return True
+        except ClientError:
+            return False
+
+    def list_keys(self, prefix: str) -> list[str]:
+        keys: list[str] = []
+        for page in self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=prefix
+        ):
+            keys.extend(obj["Key"] for obj in page.get("Contents", []))
+        return sorted(keys)
+
+    # json -----------------------------------------------------------------
+    def put_json(self, key: str, value: Any) -> int:
+        return self.put_bytes(key, json.dumps(value).encode(), "application/json")
+
+    def get_json(self, key: str) -> Any:
+        return json.loads(self.get_bytes(key))
+
+    # typed ----------------------------------------------------------------
+    def put_completion(self, record: CompletionRecord) -> str:
+        key = completion_key(record.session_id, record.record_id)
+        self.put_bytes(key, record.model_dump_json().encode(), "application/json")
+        return key
+
+    def list_completions(self, session_id: str) -> list[CompletionRecord]:
+        """All completion records of a session, in call order."""
+        records = [
+            CompletionRecord.model_validate_json(self.get_bytes(k))
+            for k in self.list_keys(completions_prefix(session_id))
+        ]
+        return sorted(records, key=lambda r: (r.seq, r.record_id))
+
+    def count_completions(self, session_id: str) -> int:
+        return len(self.list_keys(completions_prefix(session_id)))
+
+    def put_traces(self, key: str, traces: list[Trace]) -> int:
+        body = "".join(t.model_dump_json() + "\n" for t in traces).encode()
+        return self.put_bytes(key, body, "application/x-ndjson")
+
+    def iter_traces(self, key: str) -> Iterator[Trace]:
+        for line in self.get_bytes(key).decode().splitlines():
+            if line.strip():
+                yield Trace.model_validate_json(line)
+
+    def load_traces(self, key: str) -> list[Trace]:
+        return list(self.iter_traces(key))
