@@ -9,6 +9,7 @@ this module is dev-only.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -23,15 +24,8 @@ from urllib.parse import urlparse
 
 import httpx
 
+from polar import search_attributes
 from polar.settings import Settings
-
-SEARCH_ATTRIBUTES = {
-    "PolarTaskId": "Keyword",
-    "PolarHarness": "Keyword",
-    "PolarStage": "Keyword",
-    "PolarStatus": "Keyword",
-    "PolarReward": "Double",
-}
 
 
 class StackError(RuntimeError):
@@ -103,8 +97,7 @@ class DevStack:
             "--db-filename", str(db), "--log-level", "warn",
             "--ui-disable-news-fetch",
         ]  # fmt: skip
-        for key, kind in SEARCH_ATTRIBUTES.items():
-            argv += ["--search-attribute", f"{key}={kind}"]
+        argv += search_attributes.dev_server_flags()
         return Service("temporal", argv, lambda: port_open(host, port), start_timeout_s=60)
 
     def seaweedfs(self) -> Service:
@@ -238,8 +231,10 @@ class DevStack:
                 log(f"{service.name}: started (pid {proc.pid}), log {self.log_path(service.name)}")
                 return
             time.sleep(0.5)
-        raise StackError(f"{service.name} not ready after {service.start_timeout_s:.0f}s; "
-                         f"see {self.log_path(service.name)}")
+        raise StackError(
+            f"{service.name} not ready after {service.start_timeout_s:.0f}s; "
+            f"see {self.log_path(service.name)}"
+        )
 
     def stop(self, name: str, quiet: bool = False, log: Callable[[str], None] = print) -> None:
         """Stop one part (SIGTERM to its process group, SIGKILL after 15 s)."""
@@ -251,22 +246,16 @@ class DevStack:
             if not quiet:
                 log(f"{name}: not running")
             return
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline and self.pid(name):
-            try:
+            with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                pass
             time.sleep(0.2)
         if self.pid(name):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         self._pidfile(name).unlink(missing_ok=True)
         if not quiet:
             log(f"{name}: stopped")

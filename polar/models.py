@@ -108,9 +108,12 @@ class TaskSpec(StrictModel):
     @field_validator("builder")
     @classmethod
     def _known_builder(cls, v: BuilderSpec) -> BuilderSpec:
-        if "." not in v.name and v.name not in {"per_request"}:
+        from polar.builders import BUILDERS  # the registry imports these models
+
+        if ":" not in v.name and v.name not in BUILDERS:
             raise ValueError(
-                f"unknown builder {v.name!r}: use 'per_request' or an import path 'module:function'"
+                f"unknown builder {v.name!r}: use one of {sorted(BUILDERS)} "
+                "or an import path 'module:function'"
             )
         return v
 
@@ -153,6 +156,13 @@ class RuntimeHandle(BaseModel):
     session_id: str
     workdir: str
     host: str
+
+
+class PrepareRequest(BaseModel):
+    session_id: str
+    task_id: str
+    runtime: RuntimeSpec
+    source: Source | None = None
 
 
 class HarnessRequest(BaseModel):

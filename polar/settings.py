@@ -25,10 +25,9 @@ class Settings(BaseSettings):
     temporal_address: str = "127.0.0.1:7233"
     temporal_namespace: str = "default"
     temporal_ui_port: int = 8233
-    workflow_queue: str = "polar-workflows"
-    init_queue: str = "polar-init"
-    run_queue: str = "polar-run"
-    postrun_queue: str = "polar-postrun"
+    task_queue: str = Field(
+        default="polar", description="workflow queue; stages use {queue}-init/-run/-postrun"
+    )
 
     # worker pool caps
     max_init: int = 8

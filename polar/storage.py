@@ -78,7 +78,9 @@ class Storage:
         return f"s3://{self.bucket}/{key}"
 
     # bytes ----------------------------------------------------------------
-    def put_bytes(self, key: str, data: bytes, content_type: str = "application/octet-stream") -> int:
+    def put_bytes(
+        self, key: str, data: bytes, content_type: str = "application/octet-stream"
+    ) -> int:
         self.client.put_object(Bucket=self.bucket, Key=key, Body=data, ContentType=content_type)
         return len(data)
 

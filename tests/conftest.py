@@ -7,13 +7,15 @@ session fixtures, started only by the tests that need them.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
 from polar.devstack import DevStack, free_port
+from polar.sdk import PolarClient
 from polar.settings import Settings
 from polar.storage import Storage
 
@@ -49,3 +51,21 @@ def devstack(base_settings: Settings) -> Iterator[DevStack]:
 @pytest.fixture(scope="session")
 def storage(devstack: DevStack) -> Storage:
     return Storage(devstack.settings)
+
+
+@pytest.fixture(scope="session")
+async def worker(devstack: DevStack) -> AsyncIterator[None]:
+    """An in-process worker serving every queue of the suite's task queue."""
+    from activities.worker import build_workers
+    from polar.temporal_client import connect
+
+    client = await connect(devstack.settings)
+    async with contextlib.AsyncExitStack() as stack:
+        for w in build_workers(client, devstack.settings):
+            await stack.enter_async_context(w)
+        yield
+
+
+@pytest.fixture(scope="session")
+async def polar(devstack: DevStack, worker: None) -> PolarClient:
+    return await PolarClient.connect(devstack.settings)

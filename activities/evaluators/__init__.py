@@ -1,0 +1,1 @@
+"""Evaluators: score a finished session (`command` now; SWE-bench-style later)."""

@@ -1,0 +1,1 @@
+"""Harness adapters: how each agent program is configured and launched."""

@@ -1,0 +1,40 @@
+"""The `command` harness: any shell command that calls an LLM API.
+
+It runs in the session's workspace with the session's gateway URL and key in
+the environment under every name common clients read.
+"""
+
+from __future__ import annotations
+
+from polar.models import HarnessSpec
+
+
+def gateway_env(
+    *, gateway_url: str, api_key: str, model: str, session_id: str, task_id: str
+) -> dict[str, str]:
+    """Environment that points OpenAI-, Anthropic- and Polar-aware clients at the gateway."""
+    base = gateway_url.rstrip("/")
+    return {
+        "OPENAI_BASE_URL": f"{base}/v1",
+        "OPENAI_API_KEY": api_key,
+        "OPENAI_MODEL": model,
+        "ANTHROPIC_BASE_URL": base,
+        "ANTHROPIC_API_KEY": api_key,
+        "ANTHROPIC_MODEL": model,
+        "POLAR_GATEWAY_URL": base,
+        "POLAR_BASE_URL": f"{base}/v1",
+        "POLAR_API_KEY": api_key,
+        "POLAR_MODEL": model,
+        "POLAR_SESSION_ID": session_id,
+        "POLAR_TASK_ID": task_id,
+    }
+
+
+def command_harness(
+    spec: HarnessSpec, *, instruction: str, base_env: dict[str, str]
+) -> tuple[str, dict[str, str]]:
+    """The shell command and environment for a `command` harness."""
+    env = dict(base_env)
+    env["POLAR_INSTRUCTION"] = instruction
+    env.update(spec.env)
+    return spec.command, env

@@ -1,0 +1,85 @@
+"""Run a shell command as a child process: time budget, ticks for heartbeats, clean kill.
+
+The child gets its own process group (so a kill reaches everything it
+started) and is tied to the worker with PR_SET_PDEATHSIG, so a worker that
+dies does not leave a harness running and calling the gateway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import os
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+@dataclass
+class ProcessOutcome:
+    exit_code: int | None
+    timed_out: bool
+    duration_s: float
+
+
+async def run_shell(
+    command: str,
+    *,
+    cwd: Path,
+    env: dict[str, str],
+    stdout: Path,
+    stderr: Path,
+    timeout_s: float,
+    on_tick: Callable[[float], Awaitable[None] | None] | None = None,
+    tick_s: float = 2.0,
+) -> ProcessOutcome:
+    """Run `command` with bash; kill its process group at `timeout_s` or on cancellation."""
+    stdout.parent.mkdir(parents=True, exist_ok=True)
+    stderr.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    with open(stdout, "ab") as out, open(stderr, "ab") as err:
+        proc = await asyncio.create_subprocess_exec(
+            "bash", "-c", command,
+            cwd=cwd, env=env, stdout=out, stderr=err, stdin=asyncio.subprocess.DEVNULL,
+            start_new_session=True, preexec_fn=_die_with_parent,
+        )  # fmt: skip
+        try:
+            while True:
+                elapsed = time.monotonic() - started
+                remaining = timeout_s - elapsed
+                if remaining <= 0:
+                    await _kill_group(proc)
+                    return ProcessOutcome(None, True, time.monotonic() - started)
+                try:
+                    code = await asyncio.wait_for(proc.wait(), timeout=min(tick_s, remaining))
+                    return ProcessOutcome(code, False, time.monotonic() - started)
+                except TimeoutError:
+                    if on_tick is not None:
+                        maybe = on_tick(time.monotonic() - started)
+                        if maybe is not None:
+                            await maybe
+        except BaseException:
+            await _kill_group(proc)
+            raise
+
+
+async def _kill_group(proc: asyncio.subprocess.Process) -> None:
+    """SIGTERM the group, then SIGKILL after a grace period."""
+    for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        try:
+            await asyncio.wait_for(proc.wait(), timeout=grace)
+            return
+        except TimeoutError:
+            continue

@@ -1,0 +1,43 @@
+"""The runtime interface: where a session's harness and evaluator run."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Protocol
+
+from activities.process import ProcessOutcome
+from polar.models import PrepareRequest, RuntimeHandle
+
+
+class InvalidSource(ValueError):
+    """The task's source cannot be materialised (missing dir, bad git URL or ref)."""
+
+
+class Runtime(Protocol):
+    """Prepare an isolated workspace, run commands in it, tear it down."""
+
+    kind: str
+
+    async def prepare(self, request: PrepareRequest) -> RuntimeHandle: ...
+
+    async def run(
+        self,
+        handle: RuntimeHandle,
+        command: str,
+        *,
+        env: dict[str, str],
+        log_name: str,
+        timeout_s: float,
+        on_tick: Callable[[float], Awaitable[None] | None] | None = None,
+    ) -> ProcessOutcome: ...
+
+    def log_paths(self, handle: RuntimeHandle, log_name: str) -> tuple[Path, Path]:
+        """Where `run` wrote the stdout and stderr of `log_name`."""
+        ...
+
+    def home(self, handle: RuntimeHandle) -> Path:
+        """A fresh per-session HOME for the harness (its config lives there)."""
+        ...
+
+    async def teardown(self, handle: RuntimeHandle) -> None: ...

@@ -1,0 +1,196 @@
+"""The activities of a Session: every side effect of a rollout lives here.
+
+Each activity heartbeats with details while it works, so a worker that dies is
+noticed within the heartbeat timeout and the stage is retried elsewhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.evaluators.command import evaluate_command
+from activities.harnesses.command import command_harness, gateway_env
+from activities.runtimes import InvalidSource, Runtime, get_runtime
+from polar.builders import BuildContext, UnknownBuilder, get_builder
+from polar.models import (
+    BuildRequest,
+    BuildResult,
+    EvaluateRequest,
+    EvaluateResult,
+    HarnessRequest,
+    HarnessResult,
+    PrepareRequest,
+    RewardRequest,
+    RuntimeHandle,
+)
+from polar.session_keys import SessionIdentity, mint_session_key
+from polar.settings import Settings
+from polar.storage import Storage, artifact_key, traces_key
+
+
+def _heartbeat(**details: object) -> None:
+    activity.heartbeat(details)
+
+
+class SessionActivities:
+    """Activities bound to one worker's settings and S3 client."""
+
+    def __init__(self, settings: Settings, storage: Storage) -> None:
+        self.settings = settings
+        self.storage = storage
+
+    def _runtime(self, kind: str) -> Runtime:
+        return get_runtime(kind, Path(self.settings.data_dir))
+
+    # ------------------------------------------------------------------ init queue
+    @activity.defn(name="prepare_runtime")
+    async def prepare_runtime(self, request: PrepareRequest) -> RuntimeHandle:
+        _heartbeat(step="preparing", runtime=request.runtime.kind)
+        try:
+            return await self._runtime(request.runtime.kind).prepare(request)
+        except InvalidSource as exc:
+            raise ApplicationError(str(exc), type="InvalidSource", non_retryable=True) from exc
+
+    @activity.defn(name="teardown")
+    async def teardown(self, handle: RuntimeHandle) -> None:
+        _heartbeat(step="teardown")
+        await self._runtime(handle.kind).teardown(handle)
+
+    # ------------------------------------------------------------------ run queue
+    @activity.defn(name="run_harness")
+    async def run_harness(self, request: HarnessRequest) -> HarnessResult:
+        info = activity.info()
+        runtime = self._runtime(request.runtime.kind)
+        key = mint_session_key(
+            SessionIdentity(request.session_id, request.task_id, info.attempt),
+            self.settings.session_secret,
+        )
+        base_env = gateway_env(
+            gateway_url=self.settings.gateway_base_url,
+            api_key=key,
+            model=request.harness.model,
+            session_id=request.session_id,
+            task_id=request.task_id,
+        )
+        command, env = command_harness(
+            request.harness, instruction=request.instruction, base_env=base_env
+        )
+        log_name = f"harness-attempt{info.attempt}"
+
+        async def tick(elapsed: float) -> None:
+            calls = await asyncio.to_thread(self.storage.count_completions, request.session_id)
+            _heartbeat(step="harness running", elapsed_s=round(elapsed, 1), model_calls=calls)
+
+        _heartbeat(step="harness starting", attempt=info.attempt)
+        outcome = await runtime.run(
+            request.runtime,
+            command,
+            env=env,
+            log_name=log_name,
+            timeout_s=request.budget_s,
+            on_tick=tick,
+        )
+        stdout_key, stderr_key = await self._upload_logs(runtime, request.runtime, log_name)
+        if outcome.timed_out:
+            status = "timeout"
+        else:
+            status = "completed" if outcome.exit_code == 0 else "failed"
+        return HarnessResult(
+            status=status,
+            exit_code=outcome.exit_code,
+            duration_s=round(outcome.duration_s, 3),
+            stdout_key=stdout_key,
+            stderr_key=stderr_key,
+            attempt=info.attempt,
+        )
+
+    async def _upload_logs(
+        self, runtime: Runtime, handle: RuntimeHandle, log_name: str
+    ) -> tuple[str, str]:
+        keys = []
+        for path in runtime.log_paths(handle, log_name):
+            key = artifact_key(handle.session_id, path.name)
+            data = path.read_bytes() if path.exists() else b""
+            await asyncio.to_thread(self.storage.put_bytes, key, data, "text/plain")
+            keys.append(key)
+        return keys[0], keys[1]
+
+    # ------------------------------------------------------------------ postrun queue
+    @activity.defn(name="build_trajectory")
+    async def build_trajectory(self, request: BuildRequest) -> BuildResult:
+        _heartbeat(step="loading completions")
+        records = await asyncio.to_thread(self.storage.list_completions, request.session_id)
+        try:
+            builder = get_builder(request.builder.name)
+        except UnknownBuilder as exc:
+            raise ApplicationError(str(exc), type="InvalidBuilder", non_retryable=True) from exc
+        _heartbeat(step="building", completions=len(records))
+        ctx = BuildContext(
+            session_id=request.session_id,
+            task_id=request.task_id,
+            harness=request.harness,
+            builder=request.builder.name,
+            config=request.builder.config,
+        )
+        output = await asyncio.to_thread(builder, records, ctx)
+        key = traces_key(request.session_id, request.builder.name)
+        size = await asyncio.to_thread(self.storage.put_traces, key, output.traces)
+        return BuildResult(
+            traces_key=key,
+            num_completions=len(records),
+            num_traces=len(output.traces),
+            num_response_tokens=sum(int(sum(t.loss_mask)) for t in output.traces),
+            trace_bytes=size,
+            unusable_completions=len(output.unusable),
+        )
+
+    @activity.defn(name="evaluate")
+    async def evaluate(self, request: EvaluateRequest) -> EvaluateResult:
+        runtime = self._runtime(request.runtime.kind)
+
+        def tick(elapsed: float) -> None:
+            _heartbeat(step="evaluating", elapsed_s=round(elapsed, 1))
+
+        if request.evaluator.kind != "command":
+            raise ApplicationError(
+                f"unknown evaluator {request.evaluator.kind!r}", non_retryable=True
+            )
+        reward, detail = await evaluate_command(
+            runtime, request.runtime, request.evaluator, timeout_s=request.budget_s, on_tick=tick
+        )
+        keys = await self._upload_logs(runtime, request.runtime, "evaluate")
+        return EvaluateResult(reward=reward, detail=detail, log_key=keys[0])
+
+    @activity.defn(name="score_traces")
+    async def score_traces(self, request: RewardRequest) -> BuildResult:
+        """Write the session's reward and terminal status into every one of its traces.
+
+        Policy: the outcome reward is broadcast to each trace; a session whose
+        harness failed or timed out keeps the reward its evaluator gave (the
+        evaluator still ran on what the harness left), and its status is on
+        each trace so a trainer can drop or mask it.
+        """
+        traces = await asyncio.to_thread(self.storage.load_traces, request.traces_key)
+        for trace in traces:
+            trace.reward = request.reward
+            trace.status = request.status
+        size = await asyncio.to_thread(self.storage.put_traces, request.traces_key, traces)
+        return BuildResult(
+            traces_key=request.traces_key,
+            num_completions=0,
+            num_traces=len(traces),
+            num_response_tokens=sum(int(sum(t.loss_mask)) for t in traces),
+            trace_bytes=size,
+        )
+
+    def all(self) -> dict[str, list[object]]:
+        """Activities grouped by the stage queue that serves them."""
+        return {
+            "init": [self.prepare_runtime, self.teardown],
+            "run": [self.run_harness],
+            "postrun": [self.build_trajectory, self.evaluate, self.score_traces],
+        }

@@ -1,0 +1,293 @@
+"""The `polar` command line: the dev stack, submitting and following tasks, processes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from polar.models import TaskResult, TaskSpec
+from polar.settings import Settings, get_settings
+
+app = typer.Typer(help="Polar: rollouts of real agent harnesses on Temporal.", no_args_is_help=True)
+dev = typer.Typer(help="The embedded dev stack (Temporal, SeaweedFS, vLLM, gateway, worker).")
+app.add_typer(dev, name="dev")
+console = Console()
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+TINY_MODEL_SCRIPT = REPO_ROOT / "infra" / "tiny_model" / "build_tiny_model.py"
+
+
+@app.callback()
+def main(
+    data_dir: Annotated[Path | None, typer.Option(help="state and logs [POLAR_DATA_DIR]")] = None,
+    temporal_address: Annotated[str | None, typer.Option(help="[POLAR_TEMPORAL_ADDRESS]")] = None,
+    s3_endpoint: Annotated[str | None, typer.Option(help="[POLAR_S3_ENDPOINT]")] = None,
+    upstream_urls: Annotated[
+        str | None, typer.Option(help="model backends, comma-separated [POLAR_UPSTREAM_URLS]")
+    ] = None,
+    gateway_port: Annotated[int | None, typer.Option(help="[POLAR_GATEWAY_PORT]")] = None,
+    model_dir: Annotated[Path | None, typer.Option(help="HF model dir [POLAR_MODEL_DIR]")] = None,
+) -> None:
+    """Flags override the POLAR_* environment, for this process and the ones it starts."""
+    overrides = {
+        "POLAR_DATA_DIR": data_dir,
+        "POLAR_TEMPORAL_ADDRESS": temporal_address,
+        "POLAR_S3_ENDPOINT": s3_endpoint,
+        "POLAR_UPSTREAM_URLS": upstream_urls,
+        "POLAR_GATEWAY_PORT": gateway_port,
+        "POLAR_MODEL_DIR": model_dir,
+    }
+    for name, value in overrides.items():
+        if value is not None:
+            os.environ[name] = str(value)
+    get_settings.cache_clear()
+
+
+# ---------------------------------------------------------------------------- dev stack
+
+
+def default_model_dir(settings: Settings) -> Path:
+    return (settings.data_dir / "models" / "tiny-qwen3").resolve()
+
+
+def ensure_tiny_model(settings: Settings) -> Path:
+    """Build the project's tiny model (tokenizer, template, random weights) unless present."""
+    target = default_model_dir(settings)
+    if not (target / ".complete").exists():
+        console.print(f"building the tiny test model in {target} …")
+        subprocess.run([str(settings.vllm_python), str(TINY_MODEL_SCRIPT), str(target)], check=True)
+    return target
+
+
+def _stack(with_model: bool = True, workers: int = 1) -> Any:
+    from polar.devstack import DevStack
+
+    settings = get_settings()
+    if with_model and settings.model_dir is None and settings.upstream_model:
+        if not Path(settings.vllm_python).exists():
+            console.print(
+                f"[red]no vLLM environment at {settings.vllm_python}: run infra/setup.sh[/red]"
+            )
+            raise typer.Exit(1)
+        os.environ["POLAR_MODEL_DIR"] = str(ensure_tiny_model(settings))
+        get_settings.cache_clear()
+        settings = get_settings()
+    return DevStack(settings, with_model=with_model, workers=workers)
+
+
+@dev.command("up")
+def dev_up(
+    model: Annotated[bool, typer.Option(help="also serve the model with vLLM")] = True,
+    workers: Annotated[int, typer.Option(help="worker processes")] = 1,
+) -> None:
+    """Start every part of the embedded stack (idempotent)."""
+    from polar.devstack import StackError
+
+    stack = _stack(model, workers)
+    try:
+        stack.up(log=console.print)
+    except StackError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(1) from exc
+    s = stack.settings
+    console.print(f"Temporal Web UI: http://127.0.0.1:{s.temporal_ui_port}")
+    console.print(f"gateway: {s.gateway_base_url}  S3: {s.s3_endpoint}/{s.s3_bucket}")
+
+
+@dev.command("down")
+def dev_down() -> None:
+    """Stop every part of the embedded stack."""
+    _stack(False).down(log=console.print)
+
+
+@dev.command("status")
+def dev_status() -> None:
+    """Show which parts of the stack run."""
+    for name, state in _stack(False).status().items():
+        console.print(f"{name:10} {state}")
+
+
+@dev.command("model")
+def dev_model() -> None:
+    """Build the tiny local model the dev stack serves (no download)."""
+    console.print(str(ensure_tiny_model(get_settings())))
+
+
+# ---------------------------------------------------------------------------- processes
+
+
+@app.command()
+def gateway() -> None:
+    """Run the gateway proxy in the foreground."""
+    from proxy.server import serve
+
+    serve(get_settings())
+
+
+@app.command()
+def worker(
+    queues: Annotated[str, typer.Option(help="workflow,init,run,postrun or a subset")] = (
+        "workflow,init,run,postrun"
+    ),
+    max_init: Annotated[int | None, typer.Option()] = None,
+    max_run: Annotated[int | None, typer.Option()] = None,
+    max_postrun: Annotated[int | None, typer.Option()] = None,
+) -> None:
+    """Run a worker serving the chosen queues in the foreground."""
+    import logging
+
+    from activities.worker import run_worker
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    caps = {"max_init": max_init, "max_run": max_run, "max_postrun": max_postrun}
+    settings = get_settings().model_copy(update={k: v for k, v in caps.items() if v is not None})
+    asyncio.run(run_worker(settings, tuple(q.strip() for q in queues.split(",") if q.strip())))
+
+
+# ---------------------------------------------------------------------------- tasks
+
+
+def load_task_file(path: Path) -> TaskSpec:
+    try:
+        return TaskSpec.model_validate_json(path.read_text())
+    except ValidationError as exc:
+        console.print(f"[red]invalid TaskSpec in {path}:[/red]\n{exc}")
+        raise typer.Exit(2) from exc
+
+
+async def _follow_and_print(run: Any) -> TaskResult:
+    from polar.sdk import PolarClient
+
+    polar = await PolarClient.connect()
+    console.print(f"submitted [bold]{run.workflow_id}[/bold]  Web UI: {polar.web_ui_url(run)}")
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console) as bar:
+        job = bar.add_task("sessions", total=None)
+        async for status in polar.follow(run, every_s=1.0):
+            stages = ", ".join(f"{s.stage}" for s in status.sessions) or "starting"
+            bar.update(job, total=status.total or None, completed=status.done,
+                       description=f"sessions [{stages}]")  # fmt: skip
+    result = await polar.wait(run)
+    print_result(result, polar)
+    return result
+
+
+def print_result(result: TaskResult, polar: Any) -> None:
+    table = Table(title=f"task {result.task_id}")
+    for col in ("session", "status", "reward", "calls", "traces", "tokens", "trace bytes"):
+        table.add_column(col)
+    for s in result.sessions:
+        table.add_row(
+            s.session_id, s.status.value, "-" if s.reward is None else f"{s.reward:g}",
+            str(s.num_completions), str(s.num_traces), str(s.num_response_tokens),
+            str(s.trace_bytes),
+        )  # fmt: skip
+    console.print(table)
+    for s in result.sessions:
+        if s.error:
+            console.print(f"[yellow]{s.session_id}: {s.error}[/yellow]")
+        if s.traces_key:
+            console.print(f"traces: {polar.traces_url(s)}")
+    mean = result.mean_reward
+    console.print(f"mean reward: {'-' if mean is None else f'{mean:.3f}'}")
+
+
+@app.command()
+def submit(
+    task_file: Path,
+    wait: Annotated[bool, typer.Option(help="follow the task and print its result")] = True,
+) -> None:
+    """Submit a TaskSpec JSON file (the same file `temporal workflow start` takes)."""
+    from polar.sdk import PolarClient
+
+    spec = load_task_file(task_file)
+
+    async def go() -> None:
+        polar = await PolarClient.connect()
+        run = await polar.submit(spec)
+        if wait:
+            await _follow_and_print(run)
+        else:
+            console.print(run.workflow_id)
+
+    asyncio.run(go())
+
+
+@app.command()
+def status(workflow_id: str) -> None:
+    """Show a task's status and its sessions' stages."""
+    from polar.sdk import PolarClient
+
+    async def go() -> None:
+        st = await (await PolarClient.connect()).status(workflow_id)
+        console.print(f"{st.workflow_id}: {st.status} ({st.done}/{st.total} sessions done)")
+        for s in st.sessions:
+            console.print(f"  {s.session_id}: {s.stage} {s.status or ''}")
+
+    asyncio.run(go())
+
+
+@app.command()
+def result(workflow_id: str, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """Wait for a task and print its result."""
+    from polar.sdk import PolarClient
+
+    async def go() -> None:
+        polar = await PolarClient.connect()
+        res = await polar.wait(workflow_id)
+        if as_json:
+            print(json.dumps(res.model_dump(mode="json"), indent=2))
+        else:
+            print_result(res, polar)
+
+    asyncio.run(go())
+
+
+@app.command()
+def demo(
+    sessions: Annotated[int, typer.Option(help="sessions in the demo group")] = 4,
+) -> None:
+    """The main job: bring the stack up, roll out the demo task, print the result."""
+    import time
+
+    dev_up(model=True, workers=1)
+    spec = demo_task(sessions)
+    from polar.sdk import PolarClient
+
+    async def go() -> None:
+        polar = await PolarClient.connect()
+        started = time.monotonic()
+        run = await polar.submit(spec)
+        await _follow_and_print(run)
+        console.print(f"submit → result: {time.monotonic() - started:.1f}s")
+
+    asyncio.run(go())
+
+
+def demo_task(sessions: int) -> TaskSpec:
+    """The bundled demo: a multi-turn OpenAI-SDK agent on a tiny repo, graded by a command."""
+    examples = REPO_ROOT / "examples" / "demo"
+    spec = json.loads((examples / "task.json").read_text())
+    spec["num_sessions"] = sessions
+    spec["source"]["path"] = str(examples / "repo")
+    return TaskSpec.model_validate(spec)
+
+
+if __name__ == "__main__":
+    app()

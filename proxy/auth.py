@@ -1,0 +1,59 @@
+"""Resolve the calling session from the API key the harness sends.
+
+Keys are Polar session keys (`polar.session_keys`): HMAC-signed, so the
+gateway verifies them without a registry and one session cannot write into
+another. Accepted carriers, first valid one wins: `X-Polar-Session-Key`,
+`Authorization: Bearer <key>`, `x-api-key`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from fastapi import Request
+
+from polar.session_keys import InvalidSessionKey, SessionIdentity, verify_session_key
+from proxy.errors import OpenAIError
+
+KEY_HEADERS = ("x-polar-session-key", "authorization", "x-api-key")
+
+
+def candidate_keys(headers: Mapping[str, str]) -> list[str]:
+    """The keys a request carries, in order of preference (header names are case-insensitive)."""
+    lowered = {k.lower(): v for k, v in headers.items()}
+    keys: list[str] = []
+    for name in KEY_HEADERS:
+        value = (lowered.get(name) or "").strip()
+        if name == "authorization":
+            scheme, _, rest = value.partition(" ")
+            value = rest.strip() if scheme.lower() == "bearer" else ""
+        if value:
+            keys.append(value)
+    return keys
+
+
+def resolve_session(headers: Mapping[str, str], secret: str) -> SessionIdentity:
+    """The session named by the request's key; 401 `invalid_api_key` if none verifies."""
+    keys = candidate_keys(headers)
+    if not keys:
+        raise OpenAIError(
+            401,
+            "You didn't provide an API key: send a Polar session key as "
+            "'Authorization: Bearer <key>', 'x-api-key' or 'X-Polar-Session-Key'.",
+            code="invalid_api_key",
+        )
+    for key in keys:
+        try:
+            return verify_session_key(key, secret)
+        except InvalidSessionKey:
+            continue
+    shown = keys[0][:8] + "..." if len(keys[0]) > 8 else "***"
+    raise OpenAIError(
+        401, f"Incorrect API key provided: {shown} is not a valid Polar session key.",
+        code="invalid_api_key",
+    )
+
+
+def authenticate(request: Request) -> SessionIdentity:
+    """FastAPI dependency: the session of this request, verified with the app's secret."""
+    return resolve_session(request.headers, request.app.state.settings.session_secret)

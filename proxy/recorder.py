@@ -1,0 +1,126 @@
+"""Write one CompletionRecord per model call to S3, before the caller gets its answer.
+
+`seq` is the wall-clock ns at request start, so calls of one session order
+across gateways; `record_id` (`{seq:020d}-{gateway_id}-{n}`) stays unique
+even when two calls start in the same ns. A failed write becomes a 503 for
+the caller (its SDK retries later): no answer ever leaves unrecorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from polar.models import CompletionRecord
+from polar.session_keys import SessionIdentity
+from polar.storage import Storage
+from proxy.errors import OpenAIError
+from proxy.upstream import Extracted
+
+log = logging.getLogger("polar.gateway")
+
+
+@dataclass(frozen=True)
+class PendingCall:
+    """What is known of a call when it arrives: who, what, and when."""
+
+    identity: SessionIdentity
+    provider: str
+    request: dict[str, Any]
+    seq: int
+    record_id: str
+    started_at: float
+
+
+class Recorder:
+    """Builds and stores completion records for one gateway process."""
+
+    def __init__(self, storage: Storage, gateway_id: str | None = None) -> None:
+        self.storage = storage
+        self.gateway_id = gateway_id or secrets.token_hex(4)
+        self._counter = itertools.count(1)
+
+    def start(
+        self, identity: SessionIdentity, request: dict[str, Any], provider: str = "openai_chat"
+    ) -> PendingCall:
+        """Stamp a call at its arrival (request as the caller sent it)."""
+        seq = time.time_ns()
+        return PendingCall(
+            identity=identity,
+            provider=provider,
+            request=request,
+            seq=seq,
+            record_id=f"{seq:020d}-{self.gateway_id}-{next(self._counter)}",
+            started_at=seq / 1e9,
+        )
+
+    def build(
+        self,
+        call: PendingCall,
+        normalized: dict[str, Any],
+        *,
+        response: dict[str, Any] | None,
+        extracted: Extracted | None = None,
+        status_code: int = 200,
+        error: str | None = None,
+    ) -> CompletionRecord:
+        ex = extracted or Extracted()
+        return CompletionRecord(
+            session_id=call.identity.session_id,
+            task_id=call.identity.task_id,
+            seq=call.seq,
+            record_id=call.record_id,
+            attempt=call.identity.attempt,
+            provider=call.provider,
+            request=call.request,
+            normalized_request=normalized,
+            response=response,
+            status_code=status_code,
+            error=error,
+            model=ex.model or normalized.get("model"),
+            prompt_token_ids=ex.prompt_token_ids,
+            response_token_ids=ex.response_token_ids,
+            response_logprobs=ex.response_logprobs,
+            finish_reason=ex.finish_reason,
+            has_token_ids=ex.has_token_ids,
+            started_at=call.started_at,
+            finished_at=time.time(),
+            gateway_id=self.gateway_id,
+        )
+
+    async def write(self, record: CompletionRecord) -> str:
+        """Store `record`; its S3 key. Raises a 503 OpenAIError if the store fails."""
+        try:
+            return await asyncio.to_thread(self.storage.put_completion, record)
+        except Exception as exc:
+            log.error("could not record %s of session %s: %s",
+                      record.record_id, record.session_id, exc)
+            raise OpenAIError(
+                503,
+                "the gateway could not record this completion; retry later",
+                type="server_error",
+                code="recording_failed",
+            ) from exc
+
+    async def record(
+        self,
+        call: PendingCall,
+        normalized: dict[str, Any],
+        *,
+        response: dict[str, Any] | None,
+        extracted: Extracted | None = None,
+        status_code: int = 200,
+        error: str | None = None,
+    ) -> CompletionRecord:
+        """Build and store the record of a finished (or failed) call."""
+        record = self.build(
+            call, normalized, response=response, extracted=extracted,
+            status_code=status_code, error=error,
+        )
+        await self.write(record)
+        return record

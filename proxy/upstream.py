@@ -1,0 +1,314 @@
+"""The client of the inference backends (vLLM or SGLang) behind the gateway.
+
+`normalize` turns a caller's Chat Completions request into the one sent
+upstream: training fields added by backend kind, never streaming, model name
+pinned. `UpstreamClient.complete` sends it over a pooled httpx client to the
+next base URL (round-robin; an unreachable base is skipped) and turns
+transport failures and error statuses into OpenAI-shaped `UpstreamError`s.
+`extract` reads the token ids, logprobs and finish reason out of the answer.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from polar.settings import Settings
+from proxy.errors import OpenAIError
+
+log = logging.getLogger("polar.gateway")
+
+KINDS = ("vllm", "sglang")
+
+
+class UpstreamError(OpenAIError):
+    """An upstream call that gave no usable answer, in the caller's error shape."""
+
+    def __init__(
+        self,
+        status_code: int,
+        message: str,
+        *,
+        code: str | None = None,
+        type: str | None = None,
+        url: str | None = None,
+        upstream_status: int | None = None,
+        upstream_body: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(status_code, message, code=code, type=type)
+        self.url = url
+        self.upstream_status = upstream_status
+        self.upstream_body = upstream_body
+
+
+@dataclass
+class UpstreamAnswer:
+    """A successful upstream answer: parsed JSON body, status and the base URL that served it."""
+
+    body: dict[str, Any]
+    status_code: int
+    url: str
+
+
+@dataclass
+class Extracted:
+    """The training data read out of an upstream answer (first choice)."""
+
+    prompt_token_ids: list[int] | None = None
+    response_token_ids: list[int] | None = None
+    response_logprobs: list[float] | None = None
+    finish_reason: str | None = None
+    model: str | None = None
+
+    @property
+    def has_token_ids(self) -> bool:
+        return self.prompt_token_ids is not None and self.response_token_ids is not None
+
+
+# --------------------------------------------------------------------------- request
+
+
+def normalize(request: dict[str, Any], kind: str, model: str | None) -> dict[str, Any]:
+    """The request sent upstream: a copy of the caller's, non-streaming, with training fields."""
+    out = copy.deepcopy(request)
+    out.pop("stream", None)
+    out.pop("stream_options", None)
+    if model:
+        out["model"] = model
+    out["logprobs"] = True
+    if kind == "vllm":
+        asked = out.get("top_logprobs")
+        out["top_logprobs"] = asked if isinstance(asked, int) and asked > 0 else 0
+        out["return_token_ids"] = True
+    elif kind == "sglang":
+        out["return_prompt_token_ids"] = True
+        out["return_token_ids"] = True
+        out["return_meta_info"] = True
+    else:
+        raise ValueError(f"unknown upstream kind {kind!r}: use one of {KINDS}")
+    return out
+
+
+# --------------------------------------------------------------------------- answer
+
+
+def _int_list(value: Any) -> list[int] | None:
+    if isinstance(value, list) and all(type(v) is int for v in value):
+        return list(value)
+    return None
+
+
+def _float_list(values: list[Any]) -> list[float] | None:
+    out: list[float] = []
+    for v in values:
+        if not isinstance(v, int | float) or isinstance(v, bool) or not math.isfinite(v):
+            return None
+        out.append(float(v))
+    return out
+
+
+def _vllm_logprobs(choice: dict[str, Any]) -> list[float] | None:
+    content = (choice.get("logprobs") or {}).get("content")
+    if not isinstance(content, list):
+        return None
+    return _float_list([i.get("logprob") if isinstance(i, dict) else None for i in content])
+
+
+def _sglang_meta_logprobs(choice: dict[str, Any]) -> list[list[Any]] | None:
+    entries = (choice.get("meta_info") or {}).get("output_token_logprobs")
+    if isinstance(entries, list) and all(isinstance(e, list) and len(e) >= 2 for e in entries):
+        return entries
+    return None
+
+
+def extract(body: dict[str, Any], kind: str) -> Extracted:
+    """Prompt ids, sampled ids, their logprobs and the finish reason of the first choice.
+
+    vLLM: top-level `prompt_token_ids`, `choices[0].token_ids`,
+    `choices[0].logprobs.content[].logprob`. SGLang: `choices[0].prompt_token_ids`,
+    `choices[0].token_ids`, `choices[0].meta_info.output_token_logprobs` as
+    `[logprob, id, text]`. Each falls back on the other's location; missing parts are None.
+    """
+    choices = body.get("choices")
+    choice: dict[str, Any] = choices[0] if isinstance(choices, list) and choices else {}
+    if not isinstance(choice, dict):
+        choice = {}
+    model = body.get("model") if isinstance(body.get("model"), str) else None
+    top_prompt = _int_list(body.get("prompt_token_ids"))
+    choice_prompt = _int_list(choice.get("prompt_token_ids"))
+    response_ids = _int_list(choice.get("token_ids"))
+    meta = _sglang_meta_logprobs(choice)
+    meta_logprobs = _float_list([e[0] for e in meta]) if meta is not None else None
+    if kind == "sglang":
+        prompt_ids = choice_prompt if choice_prompt is not None else top_prompt
+        if response_ids is None and meta is not None:
+            response_ids = _int_list([e[1] for e in meta])
+        logprobs = meta_logprobs if meta_logprobs is not None else _vllm_logprobs(choice)
+    else:
+        prompt_ids = top_prompt if top_prompt is not None else choice_prompt
+        logprobs = _vllm_logprobs(choice)
+        if logprobs is None:
+            logprobs = meta_logprobs
+    finish = choice.get("finish_reason")
+    return Extracted(
+        prompt_token_ids=prompt_ids,
+        response_token_ids=response_ids,
+        response_logprobs=logprobs,
+        finish_reason=finish if isinstance(finish, str) else None,
+        model=model,
+    )
+
+
+def strip_training_fields(body: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
+    """The caller's view of an upstream answer: training-only fields it did not ask for removed."""
+    out = copy.deepcopy(body)
+    wants_ids = bool(request.get("return_token_ids"))
+    wants_prompt_ids = wants_ids or bool(request.get("return_prompt_token_ids"))
+    if not wants_prompt_ids:
+        out.pop("prompt_token_ids", None)
+    for choice in out.get("choices") or []:
+        if not isinstance(choice, dict):
+            continue
+        if not wants_ids:
+            choice.pop("token_ids", None)
+        if not wants_prompt_ids:
+            choice.pop("prompt_token_ids", None)
+        if not request.get("return_meta_info"):
+            choice.pop("meta_info", None)
+        if not request.get("logprobs") and "logprobs" in choice:
+            choice["logprobs"] = None
+    return out
+
+
+# --------------------------------------------------------------------------- client
+
+
+def _error_message(response: httpx.Response) -> tuple[str, dict[str, Any] | None]:
+    """The message of an upstream error body (OpenAI, old-vLLM or FastAPI shape) and the body."""
+    try:
+        data = response.json()
+    except ValueError:
+        return (response.text.strip()[:2000] or response.reason_phrase or "upstream error"), None
+    if not isinstance(data, dict):
+        return json.dumps(data)[:2000], None
+    err = data.get("error")
+    if isinstance(err, dict) and err.get("message"):
+        return str(err["message"]), data
+    for value in (err, data.get("message"), data.get("detail")):
+        if value:
+            return (value if isinstance(value, str) else json.dumps(value))[:2000], data
+    return json.dumps(data)[:2000], data
+
+
+class UpstreamClient:
+    """Round-robin, pooled async client of the OpenAI-compatible upstream bases."""
+
+    def __init__(self, settings: Settings, transport: httpx.AsyncBaseTransport | None = None):
+        self.kind = settings.upstream_kind.strip().lower()
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown upstream kind {self.kind!r}: use one of {KINDS}")
+        self.urls = settings.upstream_url_list
+        if not self.urls:
+            raise ValueError("no upstream URLs: set POLAR_UPSTREAM_URLS")
+        self.model = settings.upstream_model
+        self.timeout_s = settings.upstream_timeout_s
+        self._transport = transport
+        self._turn = itertools.count()
+        self._client: httpx.AsyncClient | None = None
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        """The pooled client, made on first use (inside the serving event loop)."""
+        if self._client is None:
+            self._client = httpx.AsyncClient(
+                timeout=httpx.Timeout(self.timeout_s, connect=min(self.timeout_s, 10.0)),
+                limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
+                transport=self._transport,
+            )
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    def normalize(self, request: dict[str, Any]) -> dict[str, Any]:
+        return normalize(request, self.kind, self.model)
+
+    def extract(self, body: dict[str, Any]) -> Extracted:
+        return extract(body, self.kind)
+
+    def _bases(self) -> list[str]:
+        """All bases, starting with the next one in round-robin order."""
+        start = next(self._turn) % len(self.urls)
+        return self.urls[start:] + self.urls[:start]
+
+    async def complete(self, normalized: dict[str, Any]) -> UpstreamAnswer:
+        """POST the normalized request; the parsed answer, or raise UpstreamError (502/504/4xx)."""
+        failures: list[str] = []
+        for base in self._bases():
+            url = f"{base}/chat/completions"
+            try:
+                response = await self.client.post(url, json=normalized)
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                # never delivered: safe to try the next base
+                failures.append(f"{base}: {type(exc).__name__}: {exc}")
+                log.warning("upstream %s unreachable: %s", base, exc)
+                continue
+            except httpx.TimeoutException as exc:
+                raise UpstreamError(
+                    504,
+                    f"upstream {base} timed out after {self.timeout_s:g}s ({type(exc).__name__})",
+                    code="upstream_timeout", url=base,
+                ) from exc
+            except httpx.HTTPError as exc:
+                raise UpstreamError(
+                    502, f"upstream {base} failed: {type(exc).__name__}: {exc}",
+                    code="upstream_error", url=base,
+                ) from exc
+            return self._answer(base, response)
+        raise UpstreamError(
+            502, "no upstream reachable: " + "; ".join(failures), code="upstream_unreachable"
+        )
+
+    def _answer(self, base: str, response: httpx.Response) -> UpstreamAnswer:
+        status = response.status_code
+        if status >= 400:
+            message, data = _error_message(response)
+            if status >= 500 or status in (401, 403):
+                # the backend's fault or the gateway's configuration, not the caller's request
+                raise UpstreamError(
+                    502, f"upstream {base} answered {status}: {message}", code="upstream_error",
+                    url=base, upstream_status=status, upstream_body=data,
+                )
+            raise UpstreamError(
+                status, message, url=base, upstream_status=status, upstream_body=data,
+                code=_upstream_code(data),
+            )
+        try:
+            body = response.json()
+        except ValueError as exc:
+            raise UpstreamError(
+                502, f"upstream {base} answered {status} with a body that is not JSON",
+                code="upstream_error", url=base, upstream_status=status,
+            ) from exc
+        if not isinstance(body, dict) or not isinstance(body.get("choices"), list):
+            raise UpstreamError(
+                502, f"upstream {base} answered {status} without 'choices'",
+                code="upstream_error", url=base, upstream_status=status,
+                upstream_body=body if isinstance(body, dict) else None,
+            )
+        return UpstreamAnswer(body=body, status_code=status, url=base)
+
+
+def _upstream_code(data: dict[str, Any] | None) -> str | None:
+    err = (data or {}).get("error")
+    code = err.get("code") if isinstance(err, dict) else None
+    return code if isinstance(code, str) else None

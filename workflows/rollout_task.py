@@ -1,0 +1,98 @@
+"""The RolloutTask workflow: one TaskSpec, N Session children (one GRPO group)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import TypedSearchAttributes
+from temporalio.exceptions import ApplicationError, ChildWorkflowError
+
+with workflow.unsafe.imports_passed_through():
+    from pydantic import ValidationError
+
+    from polar import search_attributes as sa
+    from polar.models import SessionResult, SessionSpec, SessionStatus, TaskResult, TaskSpec
+    from workflows.session import Session
+
+
+def parse_task_spec(raw: Any) -> TaskSpec:
+    """Validate the workflow input, failing the workflow (not retrying) when it is invalid."""
+    try:
+        if isinstance(raw, TaskSpec):
+            return raw
+        return TaskSpec.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise ApplicationError(
+            f"invalid TaskSpec: {problems}", type="InvalidTaskSpec", non_retryable=True
+        ) from None
+
+
+def session_ids(task: TaskSpec, run_id: str) -> list[str]:
+    """Session ids are unique per submission, so a task can be rolled out again and again."""
+    return [f"{task.task_id}-{run_id[:8]}-s{i}" for i in range(task.num_sessions)]
+
+
+@workflow.defn(name="RolloutTask")
+class RolloutTask:
+    """Roll out one task: start its sessions, wait for all, return their summaries."""
+
+    def __init__(self) -> None:
+        self._results: dict[str, SessionResult] = {}
+        self._total = 0
+
+    @workflow.query(name="progress")
+    def progress(self) -> dict[str, Any]:
+        return {
+            "total": self._total,
+            "done": len(self._results),
+            "sessions": [r.model_dump(mode="json") for r in self._results.values()],
+        }
+
+    @workflow.run
+    async def run(self, spec: dict[str, Any]) -> TaskResult:
+        task = parse_task_spec(spec)
+        self._total = task.num_sessions
+        workflow.upsert_search_attributes(
+            [sa.TASK_ID.value_set(task.task_id), sa.HARNESS.value_set(task.harness.kind)]
+        )
+        workflow.set_current_details(f"0/{task.num_sessions} sessions done")
+        ids = session_ids(task, workflow.info().run_id)
+        runs = [self._run_session(task, i, sid) for i, sid in enumerate(ids)]
+        results = await asyncio.gather(*runs)
+        return TaskResult(task_id=task.task_id, sessions=list(results))
+
+    async def _run_session(self, task: TaskSpec, index: int, session_id: str) -> SessionResult:
+        try:
+            result = await workflow.execute_child_workflow(
+                Session.run,
+                SessionSpec(session_id=session_id, index=index, task=task),
+                id=session_id,
+                task_queue=workflow.info().task_queue,
+                search_attributes=TypedSearchAttributes(
+                    [
+                        sa.TASK_ID.value_set(task.task_id),
+                        sa.HARNESS.value_set(task.harness.kind),
+                    ]
+                ),
+                static_summary=f"{task.task_id} · session {index} · {task.harness.kind}",
+            )
+        except ChildWorkflowError as exc:
+            result = SessionResult(
+                session_id=session_id,
+                task_id=task.task_id,
+                index=index,
+                status=SessionStatus.ERROR,
+                harness=task.harness.kind,
+                error=str(exc.cause or exc),
+            )
+        self._results[session_id] = result
+        rewards = [r.reward for r in self._results.values() if r.reward is not None]
+        mean = f", mean reward {sum(rewards) / len(rewards):.3f}" if rewards else ""
+        workflow.set_current_details(f"{len(self._results)}/{self._total} sessions done{mean}")
+        return result

@@ -1,0 +1,245 @@
+"""The Session workflow: one harness run, from runtime to scored traces.
+
+prepare_runtime (init queue) → run_harness (run queue) → build_trajectory →
+evaluate → score_traces (postrun queue) → teardown (init queue, always).
+Activities are referenced by name only; all I/O lives in `activities/`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, TimeoutError, TimeoutType
+
+with workflow.unsafe.imports_passed_through():
+    from polar import search_attributes as sa
+    from polar.models import (
+        BuildRequest,
+        BuildResult,
+        EvaluateRequest,
+        EvaluateResult,
+        HarnessRequest,
+        HarnessResult,
+        PrepareRequest,
+        RewardRequest,
+        RuntimeHandle,
+        SessionProgress,
+        SessionResult,
+        SessionSpec,
+        SessionStatus,
+        Stage,
+    )
+    from workflows.queues import Queues
+
+HARNESS_STATUS = {
+    "completed": SessionStatus.COMPLETED,
+    "failed": SessionStatus.HARNESS_FAILED,
+    "timeout": SessionStatus.TIMEOUT,
+}
+
+
+def _error_text(exc: BaseException) -> str:
+    """The innermost cause's message: what actually went wrong in the activity."""
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
+    return f"{type(exc).__name__}: {exc}"
+
+
+@workflow.defn(name="Session")
+class Session:
+    """One session of a rollout task: a harness in a runtime, recorded and scored."""
+
+    def __init__(self) -> None:
+        self._stage = Stage.PENDING
+        self._status: SessionStatus | None = None
+        self._detail = ""
+
+    @workflow.query(name="progress")
+    def progress(self) -> SessionProgress:
+        return SessionProgress(
+            session_id=workflow.info().workflow_id,
+            stage=self._stage,
+            status=self._status,
+            detail=self._detail,
+        )
+
+    def _enter(self, stage: Stage, detail: str) -> None:
+        self._stage = stage
+        self._detail = detail
+        workflow.upsert_search_attributes([sa.STAGE.value_set(stage.value)])
+        workflow.set_current_details(f"**{stage.value}**: {detail}")
+
+    def _finish(self, result: SessionResult) -> None:
+        self._status = result.status
+        updates = [sa.STATUS.value_set(result.status.value)]
+        if result.reward is not None:
+            updates.append(sa.REWARD.value_set(result.reward))
+        workflow.upsert_search_attributes(updates)
+
+    @workflow.run
+    async def run(self, spec: SessionSpec) -> SessionResult:
+        task = spec.task
+        t = task.timeouts
+        queues = Queues.for_workflow_queue(workflow.info().task_queue)
+        retry = RetryPolicy(
+            initial_interval=timedelta(seconds=1),
+            maximum_interval=timedelta(seconds=30),
+            maximum_attempts=t.max_attempts,
+            non_retryable_error_types=["InvalidSource", "InvalidBuilder"],
+        )
+        heartbeat = timedelta(seconds=t.heartbeat_s)
+        result = SessionResult(
+            session_id=spec.session_id,
+            task_id=task.task_id,
+            index=spec.index,
+            status=SessionStatus.ERROR,
+            harness=task.harness.kind,
+        )
+        started = workflow.time()
+        runtime: RuntimeHandle | None = None
+
+        def lap(stage: Stage) -> None:
+            nonlocal started
+            now = workflow.time()
+            result.stage_seconds[stage.value] = round(now - started, 3)
+            started = now
+
+        try:
+            self._enter(Stage.PREPARE, f"preparing {task.runtime.kind} runtime")
+            runtime = await workflow.execute_activity(
+                "prepare_runtime",
+                PrepareRequest(
+                    session_id=spec.session_id,
+                    task_id=task.task_id,
+                    runtime=task.runtime,
+                    source=task.source,
+                ),
+                result_type=RuntimeHandle,
+                task_queue=queues.init,
+                start_to_close_timeout=timedelta(seconds=t.prepare_s),
+                heartbeat_timeout=heartbeat,
+                retry_policy=retry,
+            )
+            lap(Stage.PREPARE)
+
+            self._enter(Stage.RUN, f"running {task.harness.kind} harness on {runtime.host}")
+            try:
+                harness = await workflow.execute_activity(
+                    "run_harness",
+                    HarnessRequest(
+                        session_id=spec.session_id,
+                        task_id=task.task_id,
+                        runtime=runtime,
+                        harness=task.harness,
+                        instruction=task.instruction,
+                        budget_s=t.harness_s,
+                    ),
+                    result_type=HarnessResult,
+                    task_queue=queues.run,
+                    # the harness budget is enforced inside the activity; this is the backstop
+                    start_to_close_timeout=timedelta(seconds=t.harness_s + 120),
+                    heartbeat_timeout=heartbeat,
+                    retry_policy=retry,
+                )
+                result.status = HARNESS_STATUS[harness.status]
+                result.harness_exit_code = harness.exit_code
+            except ActivityError as exc:
+                timed_out = (
+                    isinstance(exc.cause, TimeoutError)
+                    and exc.cause.type == TimeoutType.START_TO_CLOSE
+                )
+                result.status = SessionStatus.TIMEOUT if timed_out else SessionStatus.ERROR
+                result.error = f"run_harness: {_error_text(exc)}"
+            lap(Stage.RUN)
+
+            # whatever the harness did, its recorded calls become traces and get scored
+            self._enter(Stage.BUILD, f"building traces with {task.builder.name}")
+            build = await workflow.execute_activity(
+                "build_trajectory",
+                BuildRequest(
+                    session_id=spec.session_id,
+                    task_id=task.task_id,
+                    harness=task.harness.kind,
+                    builder=task.builder,
+                ),
+                result_type=BuildResult,
+                task_queue=queues.postrun,
+                start_to_close_timeout=timedelta(seconds=t.build_s),
+                heartbeat_timeout=heartbeat,
+                retry_policy=retry,
+            )
+            result.traces_key = build.traces_key
+            result.num_completions = build.num_completions
+            result.num_traces = build.num_traces
+            result.num_response_tokens = build.num_response_tokens
+            result.trace_bytes = build.trace_bytes
+            lap(Stage.BUILD)
+
+            if task.evaluator.kind != "none":
+                self._enter(Stage.EVALUATE, f"evaluating with {task.evaluator.kind}")
+                evaluation = await workflow.execute_activity(
+                    "evaluate",
+                    EvaluateRequest(
+                        session_id=spec.session_id,
+                        task_id=task.task_id,
+                        runtime=runtime,
+                        evaluator=task.evaluator,
+                        budget_s=t.evaluate_s,
+                    ),
+                    result_type=EvaluateResult,
+                    task_queue=queues.postrun,
+                    start_to_close_timeout=timedelta(seconds=t.evaluate_s + 60),
+                    heartbeat_timeout=heartbeat,
+                    retry_policy=retry,
+                )
+                result.reward = evaluation.reward
+                result.evaluation = evaluation.detail
+                lap(Stage.EVALUATE)
+
+            build = await workflow.execute_activity(
+                "score_traces",
+                RewardRequest(
+                    traces_key=build.traces_key, reward=result.reward, status=result.status
+                ),
+                result_type=BuildResult,
+                task_queue=queues.postrun,
+                start_to_close_timeout=timedelta(seconds=t.build_s),
+                heartbeat_timeout=heartbeat,
+                retry_policy=retry,
+            )
+            result.trace_bytes = build.trace_bytes
+        except ActivityError as exc:
+            result.status = SessionStatus.ERROR
+            result.error = f"{self._stage.value}: {_error_text(exc)}"
+        except asyncio.CancelledError:
+            result.status = SessionStatus.CANCELLED
+            self._finish(result)
+            await self._teardown(spec, runtime, queues.init, t.teardown_s)
+            raise
+        self._finish(result)
+        await self._teardown(spec, runtime, queues.init, t.teardown_s)
+        lap(Stage.TEARDOWN)
+        self._enter(Stage.DONE, f"{result.status.value}, reward {result.reward}")
+        return result
+
+    async def _teardown(
+        self, spec: SessionSpec, runtime: RuntimeHandle | None, queue: str, timeout_s: float
+    ) -> None:
+        """Release the runtime; runs on success, failure and cancellation alike."""
+        self._enter(Stage.TEARDOWN, "releasing the runtime")
+        handle = runtime or RuntimeHandle(
+            kind=spec.task.runtime.kind, session_id=spec.session_id, workdir="", host=""
+        )
+        try:
+            await workflow.execute_activity(
+                "teardown",
+                handle,
+                task_queue=queue,
+                start_to_close_timeout=timedelta(seconds=timeout_s),
+                retry_policy=RetryPolicy(maximum_attempts=5),
+            )
+        except ActivityError as exc:
+            workflow.logger.warning("teardown of %s failed: %s", spec.session_id, exc)
