@@ -46,10 +46,14 @@ def port_open(host: str, port: int) -> bool:
         return sock.connect_ex((host, port)) == 0
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def free_port(span: int = 1) -> int:
+    """A loopback port such that `span` consecutive ports from it look free."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            base = sock.getsockname()[1]
+        if base + span < 65000 and not any(port_open("127.0.0.1", base + i) for i in range(span)):
+            return base
 
 
 def _venv_bin(name: str) -> str:
@@ -108,6 +112,8 @@ class DevStack:
         argv = [
             _venv_bin("weed"), "server", f"-dir={data}", f"-ip={host}", f"-ip.bind={host}",
             f"-master.port={port + 1}", f"-volume.port={port + 2}", f"-filer.port={port + 3}",
+            f"-master.port.grpc={port + 4}", f"-volume.port.grpc={port + 5}",
+            f"-filer.port.grpc={port + 6}", f"-s3.port.grpc={port + 7}",
             "-s3", f"-s3.port={port}", "-s3.port.iceberg=0", "-s3.port.lance=0",
             "-volume.max=0", "-master.volumeSizeLimitMB=256", "-master.telemetry=false",
         ]  # fmt: skip

@@ -23,8 +23,8 @@ from polar.storage import Storage
 @pytest.fixture(scope="session")
 def base_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     data_dir = Path(os.environ.get("POLAR_TEST_DATA_DIR") or tmp_path_factory.mktemp("polar"))
-    temporal_port = free_port()
-    s3_port = free_port()
+    temporal_port = free_port(span=21)
+    s3_port = free_port(span=8)
     return Settings(
         data_dir=data_dir,
         temporal_address=f"127.0.0.1:{temporal_port}",

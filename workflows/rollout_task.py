@@ -12,6 +12,7 @@ from temporalio.exceptions import ApplicationError, ChildWorkflowError
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
+    import polar.builders  # noqa: F401  (TaskSpec validation looks builders up)
     from polar import search_attributes as sa
     from polar.models import SessionResult, SessionSpec, SessionStatus, TaskResult, TaskSpec
     from workflows.session import Session

@@ -1,0 +1,67 @@
+"""The Session workflow's stages on the real Temporal dev server, without a model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from polar.models import SessionStatus, TaskSpec
+from polar.sdk import PolarClient
+
+
+def _spec(task_id: str, command: str, tmp_path: Path, **extra: object) -> TaskSpec:
+    repo = tmp_path / "repo"
+    repo.mkdir(exist_ok=True)
+    (repo / "hello.txt").write_text("hello\n")
+    return TaskSpec.model_validate(
+        {
+            "task_id": task_id,
+            "num_sessions": 2,
+            "source": {"type": "dir", "path": str(repo)},
+            "harness": {"kind": "command", "command": command},
+            "evaluator": {"kind": "command", "command": "grep -q done hello.txt"},
+            **extra,
+        }
+    )
+
+
+async def test_harness_and_evaluator_run_in_an_isolated_workspace(
+    polar: PolarClient, tmp_path: Path
+) -> None:
+    spec = _spec("stages-ok", 'echo done >> hello.txt && test -n "$OPENAI_API_KEY"', tmp_path)
+    result = await polar.wait(await polar.submit(spec), timeout_s=120)
+    assert [s.status for s in result.sessions] == [SessionStatus.COMPLETED] * 2
+    assert [s.reward for s in result.sessions] == [1.0, 1.0]
+    assert len({s.session_id for s in result.sessions}) == 2
+    # the source dir itself was never touched: each session worked on its own copy
+    assert (tmp_path / "repo" / "hello.txt").read_text() == "hello\n"
+    # teardown removed the workspaces
+    runtimes = Path(polar.settings.data_dir) / "runtimes"
+    assert not any((runtimes / s.session_id).exists() for s in result.sessions)
+
+
+async def test_failing_harness_still_builds_and_evaluates(
+    polar: PolarClient, tmp_path: Path
+) -> None:
+    result = await polar.wait(await polar.submit(_spec("stages-fail", "exit 3", tmp_path)), 120)
+    for session in result.sessions:
+        assert session.status == SessionStatus.HARNESS_FAILED
+        assert session.harness_exit_code == 3
+        assert session.reward == 0.0
+        assert session.traces_key is not None  # trajectory building ran
+        assert {"run", "build", "evaluate"} <= set(session.stage_seconds)
+
+
+async def test_harness_timeout_is_terminal_status_not_failure(
+    polar: PolarClient, tmp_path: Path
+) -> None:
+    spec = _spec(
+        "stages-timeout",
+        "echo done >> hello.txt; sleep 60",
+        tmp_path,
+        timeouts={"harness_s": 2, "heartbeat_s": 10},
+    )
+    result = await polar.wait(await polar.submit(spec), timeout_s=120)
+    for session in result.sessions:
+        assert session.status == SessionStatus.TIMEOUT
+        assert session.reward == 1.0  # the evaluator graded what the harness left
+        assert session.stage_seconds["run"] < 30
