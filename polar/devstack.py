@@ -140,7 +140,7 @@ class DevStack:
             "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
             "--logprobs-mode", "processed_logprobs",
         ]  # fmt: skip
-        env = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1"}
+        env = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_HOST_IP": "127.0.0.1"}
 
         def ready() -> bool:
             try:

@@ -13,6 +13,7 @@ never through Temporal history.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -64,7 +65,9 @@ class PolarClient:
         return None
 
     # ------------------------------------------------------------------ submit
-    async def submit(self, spec: TaskSpec | dict[str, Any], workflow_id: str | None = None) -> TaskRun:
+    async def submit(
+        self, spec: TaskSpec | dict[str, Any], workflow_id: str | None = None
+    ) -> TaskRun:
         """Validate `spec` here (raising pydantic's ValidationError) and start its workflow."""
         task = spec if isinstance(spec, TaskSpec) else TaskSpec.model_validate(spec)
         workflow_id = workflow_id or f"task-{task.task_id}-{uuid.uuid4().hex[:8]}"
@@ -88,18 +91,14 @@ class PolarClient:
         desc = await handle.describe()
         progress: dict[str, Any] = {"total": 0, "done": 0}
         sessions: list[SessionProgress] = []
-        try:
+        with contextlib.suppress(RPCError):  # closed workflows without a worker can't answer
             progress = await handle.query("progress")
-        except RPCError:
-            pass  # closed workflows without a worker can't answer queries
         async for execution in self.client.list_workflows(
             f"ParentWorkflowId = '{handle.id}'", limit=10_000
         ):
             stage = (execution.search_attributes or {}).get("PolarStage", ["pending"])[0]
             state = (execution.search_attributes or {}).get("PolarStatus", [None])[0]
-            sessions.append(
-                SessionProgress(session_id=execution.id, stage=stage, status=state)
-            )
+            sessions.append(SessionProgress(session_id=execution.id, stage=stage, status=state))
         status = desc.status.name.lower() if desc.status else "unknown"
         return TaskStatus(
             workflow_id=handle.id,
@@ -114,9 +113,7 @@ class PolarClient:
         result = self.handle(run).result()
         return await (asyncio.wait_for(result, timeout_s) if timeout_s else result)
 
-    async def follow(
-        self, run: TaskRun | str, every_s: float = 1.0
-    ) -> AsyncIterator[TaskStatus]:
+    async def follow(self, run: TaskRun | str, every_s: float = 1.0) -> AsyncIterator[TaskStatus]:
         """Yield the task's status every `every_s` seconds until it closes."""
         while True:
             status = await self.status(run)
@@ -145,4 +142,3 @@ class PolarClient:
             f"http://{host}:{self.settings.temporal_ui_port}/namespaces/"
             f"{self.settings.temporal_namespace}/workflows/{workflow_id}"
         )
-

@@ -98,8 +98,14 @@ def create_app(settings: Settings, storage: Storage | None = None) -> FastAPI:
         reply = strip_training_fields(answer.body, body)
         if body.get("stream"):
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            events = render_chat_stream(reply, include_usage)
+
+            async def stream() -> AsyncIterator[str]:
+                for event in events:
+                    yield event
+
             return StreamingResponse(
-                render_chat_stream(reply, include_usage),
+                stream(),
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
             )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -18,6 +19,10 @@ from polar.devstack import DevStack, free_port
 from polar.sdk import PolarClient
 from polar.settings import Settings
 from polar.storage import Storage
+from tests.support.scripted_backend import serve_app
+from tests.support.tap import Tap, tap_app
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="session")
@@ -69,3 +74,45 @@ async def worker(devstack: DevStack) -> AsyncIterator[None]:
 @pytest.fixture(scope="session")
 async def polar(devstack: DevStack, worker: None) -> PolarClient:
     return await PolarClient.connect(devstack.settings)
+
+
+@pytest.fixture(scope="session")
+def model_dir(base_settings: Settings) -> Path:
+    """The project's tiny local model (built by infra/setup.sh; built here if missing)."""
+    target = REPO / ".polar" / "models" / "tiny-qwen3"
+    if not (target / ".complete").exists():
+        script = REPO / "infra" / "tiny_model" / "build_tiny_model.py"
+        subprocess.run([str(REPO / ".venv-vllm" / "bin" / "python"), str(script), str(target)],
+                       check=True)  # fmt: skip
+    return target
+
+
+@pytest.fixture(scope="session")
+def vllm(devstack: DevStack, model_dir: Path) -> Iterator[str]:
+    """The real vLLM OpenAI server (CPU build) serving the tiny model; yields its /v1 base."""
+    settings = devstack.settings.model_copy(
+        update={"model_dir": model_dir, "vllm_python": REPO / ".venv-vllm" / "bin" / "python"}
+    )
+    stack = DevStack(settings, workers=0)
+    stack.start(stack.vllm())
+    yield f"http://127.0.0.1:{settings.vllm_port}/v1"
+    stack.stop("vllm", quiet=True)
+
+
+@pytest.fixture(scope="session")
+def tap(vllm: str) -> Iterator[Tap]:
+    """A recording tap in front of vLLM: what the backend really sampled."""
+    handle = Tap(upstream=vllm)
+    with serve_app(tap_app(handle)) as url:
+        handle.url = f"{url}/v1"
+        yield handle
+
+
+@pytest.fixture(scope="session")
+def gateway(devstack: DevStack, tap: Tap) -> Iterator[str]:
+    """The gateway as its own process (`polar gateway`), forwarding to vLLM through the tap."""
+    settings = devstack.settings.model_copy(update={"upstream_urls": tap.url})
+    stack = DevStack(settings, with_model=False, workers=0)
+    stack.start(stack.gateway())
+    yield settings.gateway_base_url
+    stack.stop("gateway", quiet=True)

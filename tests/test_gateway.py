@@ -20,16 +20,6 @@ import httpx
 import openai
 import pytest
 from openai import OpenAI
-from support import (
-    END_OF_TURN,
-    ScriptedBackend,
-    error,
-    logprob_of,
-    scripted_backend,
-    serve_app,
-    text,
-    tool_call,
-)
 
 from polar.devstack import free_port
 from polar.models import CompletionRecord
@@ -39,6 +29,16 @@ from polar.storage import Storage, completion_key
 from proxy.app import create_app
 from proxy.streaming import render_chat_stream, split_text
 from proxy.upstream import extract, normalize, strip_training_fields
+from tests.support import (
+    END_OF_TURN,
+    ScriptedBackend,
+    error,
+    logprob_of,
+    scripted_backend,
+    serve_app,
+    text,
+    tool_call,
+)
 
 TOOLS: list[dict[str, Any]] = [
     {
@@ -79,9 +79,13 @@ class Gateway:
 
 @contextmanager
 def running_gateway(
-    base_settings: Settings, upstream_urls: list[str], storage: Storage | None = None, **overrides: Any
+    base_settings: Settings,
+    upstream_urls: list[str],
+    storage: Storage | None = None,
+    **overrides: Any,
 ) -> Iterator[Gateway]:
-    settings = base_settings.model_copy(update={"upstream_urls": ",".join(upstream_urls)} | overrides)
+    update = {"upstream_urls": ",".join(upstream_urls)} | overrides
+    settings = base_settings.model_copy(update=update)
     with serve_app(create_app(settings, storage)) as url:
         yield Gateway(url, settings)
 
@@ -149,7 +153,8 @@ def test_non_streaming_answer_is_recorded_before_the_client_gets_it(
         logprob_of(i, t) for i, t in enumerate(record.response_token_ids)
     ]
     # identity, layout and request copies
-    assert (record.session_id, record.task_id, record.attempt) == (identity.session_id, "task-gw", 2)
+    assert (record.session_id, record.task_id) == (identity.session_id, "task-gw")
+    assert record.attempt == 2
     assert re.fullmatch(rf"\d{{20}}-{record.gateway_id}-\d+", record.record_id)
     assert record.record_id.startswith(f"{record.seq:020d}-")
     key_in_s3 = completion_key(identity.session_id, record.record_id)
@@ -182,13 +187,15 @@ def test_streaming_text_with_usage(base_settings: Settings, storage: Storage) ->
         records = storage.list_completions(identity.session_id)
 
     assert chunks[0].choices[0].delta.role == "assistant"
-    pieces = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
+    pieces = [c.choices[0].delta.content for c in chunks if c.choices]
+    pieces = [p for p in pieces if p]
     assert len(pieces) > 1 and "".join(pieces) == content
     finishes = [c.choices[0].finish_reason for c in chunks if c.choices]
     assert finishes[-1] == "stop" and set(finishes[:-1]) == {None}
     assert chunks[-1].choices == []
     assert chunks[-1].usage is not None
-    assert chunks[-1].usage.completion_tokens == len(backend.responses[0]["choices"][0]["token_ids"])
+    sampled = backend.responses[0]["choices"][0]["token_ids"]
+    assert chunks[-1].usage.completion_tokens == len(sampled)
     assert all(c.usage is None for c in chunks[:-1])
     assert len({c.id for c in chunks}) == 1
 
@@ -395,8 +402,12 @@ def test_missing_and_forged_keys_get_401(base_settings: Settings, storage: Stora
         missing = httpx.post(
             f"{gateway.url}/v1/chat/completions", json={"model": "p", "messages": MESSAGES}
         )
-        with pytest.raises(openai.AuthenticationError):
-            gateway.client("").chat.completions.create(model="p", messages=MESSAGES)
+        with pytest.raises(openai.AuthenticationError) as caught:
+            gateway.client("unused").chat.completions.create(
+                model="p", messages=MESSAGES, extra_headers={"Authorization": openai.Omit()}
+            )
+        assert "Authorization" not in caught.value.request.headers
+        assert_openai_error(caught.value.response.json(), "invalid_api_key")
     assert missing.status_code == 401
     assert_openai_error(missing.json(), "invalid_api_key")
     assert backend.requests == []
@@ -424,7 +435,8 @@ def test_upstream_down_gives_502_and_a_failed_record(
 
 
 def test_upstream_errors_keep_their_meaning(base_settings: Settings, storage: Storage) -> None:
-    replies = [error(400, "This model's maximum context length is 4096 tokens."), error(500, "boom")]
+    too_long = "This model's maximum context length is 4096 tokens."
+    replies = [error(400, too_long), error(500, "boom")]
     with stack(base_settings, replies) as (_, gateway):
         identity, key = gateway.session()
         client = gateway.client(key)
@@ -435,7 +447,7 @@ def test_upstream_errors_keep_their_meaning(base_settings: Settings, storage: St
         records = storage.list_completions(identity.session_id)
     assert bad.value.status_code == 400
     err = assert_openai_error(bad.value.response.json())
-    assert err["message"] == "This model's maximum context length is 4096 tokens."
+    assert err["message"] == too_long
     assert broken.value.status_code == 502
     assert "boom" in assert_openai_error(broken.value.response.json(), "upstream_error")["message"]
     assert [r.status_code for r in records] == [400, 502]
@@ -476,11 +488,10 @@ async def test_bad_requests_get_400_in_openai_shape(base_settings: Settings) -> 
     headers = {"Authorization": f"Bearer {key}"}
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
-        bad_json = await client.post(
-            "/v1/chat/completions", content=b"{not json", headers=headers | {
-                "content-type": "application/json"}
-        )
-        no_messages = await client.post("/v1/chat/completions", json={"model": "p"}, headers=headers)
+        url = "/v1/chat/completions"
+        json_type = {"content-type": "application/json"}
+        bad_json = await client.post(url, content=b"{not json", headers=headers | json_type)
+        no_messages = await client.post(url, json={"model": "p"}, headers=headers)
         not_object = await client.post("/chat/completions", json=[1, 2], headers=headers)
         unknown = await client.get("/v1/nope")
         wrong_method = await client.get("/v1/chat/completions")
@@ -493,6 +504,30 @@ async def test_bad_requests_get_400_in_openai_shape(base_settings: Settings) -> 
     assert_openai_error(unknown.json(), "not_found")
     assert wrong_method.status_code == 405
     assert_openai_error(wrong_method.json())
+
+
+async def test_unexpected_errors_are_openai_shaped_500s(
+    base_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = base_settings.model_copy(update={"upstream_urls": "http://127.0.0.1:9/v1"})
+    app = create_app(settings, Storage(settings))
+
+    def explode(_: dict[str, Any]) -> dict[str, Any]:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(app.state.upstream, "normalize", explode)
+    key = mint_session_key(SessionIdentity("s-bug", "t"), settings.session_secret)
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
+        answer = await client.post(
+            "/v1/chat/completions",
+            json={"messages": MESSAGES},
+            headers={"Authorization": f"Bearer {key}"},
+        )
+    assert answer.status_code == 500
+    assert answer.headers["content-type"] == "application/json"
+    err = assert_openai_error(answer.json(), "internal_error")
+    assert "Traceback" not in err["message"] and "a bug" not in err["message"]
 
 
 # --------------------------------------------------------------------------- pure parts

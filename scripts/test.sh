@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# The whole test suite, on the real embedded stack (the suite starts its own services).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash infra/setup.sh
+.venv/bin/ruff check .
+exec .venv/bin/pytest "$@"
