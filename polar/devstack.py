@@ -140,7 +140,11 @@ class DevStack:
             "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
             "--logprobs-mode", "processed_logprobs",
         ]  # fmt: skip
-        env = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_HOST_IP": "127.0.0.1"}
+        env = {
+            "VLLM_TARGET_DEVICE": "cpu",
+            "VLLM_CPU_KVCACHE_SPACE": "1",
+            "VLLM_HOST_IP": "127.0.0.1",
+        }
 
         def ready() -> bool:
             try:
@@ -204,11 +208,14 @@ class DevStack:
         if not path.exists():
             return None
         pid = int(path.read_text().strip() or 0)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)  # reap it if it is our own dead child
         try:
             os.kill(pid, 0)
-        except (ProcessLookupError, PermissionError):
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (ProcessLookupError, PermissionError, FileNotFoundError):
             return None
-        return pid
+        return None if state == "Z" else pid
 
     def start(self, service: Service, log: Callable[[str], None] = print) -> None:
         """Start one part unless it already runs healthy; wait until it is ready."""
