@@ -259,6 +259,36 @@ def result(workflow_id: str, as_json: Annotated[bool, typer.Option("--json")] = 
 
 
 @app.command()
+def replay(
+    target: Annotated[str, typer.Argument(help="a workflow id or a saved history .json")],
+    save: Annotated[Path | None, typer.Option(help="also save the fetched history here")] = None,
+) -> None:
+    """Replay a workflow history against today's code and explain any non-determinism."""
+    from workflows import replay as rp
+
+    async def go() -> bool:
+        path = Path(target)
+        if path.suffix == ".json" and path.exists():
+            history = rp.load_history(path)
+        else:
+            from polar.temporal_client import connect
+
+            history = await rp.fetch_history(await connect(get_settings()), target)
+        if save:
+            rp.save_history(history, save)
+        report = await rp.replay(history)
+        colour = "green" if report.ok else "red"
+        console.print(
+            f"[{colour}]{report.workflow_type} {report.workflow_id} "
+            f"({report.events} events): {report.explanation}[/{colour}]"
+        )
+        return report.ok
+
+    if not asyncio.run(go()):
+        raise typer.Exit(1)
+
+
+@app.command()
 def demo(
     sessions: Annotated[int, typer.Option(help="sessions in the demo group")] = 4,
 ) -> None:
