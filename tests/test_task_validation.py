@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+import subprocess
+import sys
 import uuid
+from pathlib import Path
 
 import pytest
 from temporalio.client import WorkflowFailureError
@@ -44,3 +49,44 @@ def test_unknown_builder_and_missing_evaluator_command_are_rejected() -> None:
 async def test_submit_validates_before_starting(polar: PolarClient) -> None:
     with pytest.raises(ValueError, match="unknown_field"):
         await polar.submit({"task_id": "t", "harness": {"command": "true"}, "unknown_field": 1})
+
+
+async def test_temporal_cli_start_with_input_file_works_like_submit(
+    polar: PolarClient, tmp_path: Path
+) -> None:
+    """`temporal workflow start --type RolloutTask --input-file task.json` works as submit."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    task_file = tmp_path / "task.json"
+    task_file.write_text(
+        json.dumps(
+            {
+                "task_id": "cli-start",
+                "num_sessions": 2,
+                "source": {"type": "dir", "path": str(repo)},
+                "harness": {"kind": "command", "command": "echo hi > out.txt"},
+                "evaluator": {"kind": "command", "command": "test -f out.txt"},
+            }
+        )
+    )
+    temporal = Path(sys.executable).parent / "temporal"
+    workflow_id = f"cli-{uuid.uuid4().hex[:6]}"
+    proc = subprocess.run(
+        [str(temporal), "workflow", "start", "--type", "RolloutTask",
+         "--task-queue", polar.settings.task_queue, "--input-file", str(task_file),
+         "--workflow-id", workflow_id, "--address", polar.settings.temporal_address],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    result = await polar.wait(workflow_id, timeout_s=120)
+    assert result.task_id == "cli-start"
+    assert [s.reward for s in result.sessions] == [1.0, 1.0]
+    # the sessions are filterable by the search attributes the Web UI shows
+    query = "PolarTaskId = 'cli-start' AND PolarStatus = 'completed' AND PolarReward = 1.0"
+    expected = sorted(s.session_id for s in result.sessions)
+    for _ in range(50):  # visibility is eventually consistent
+        found = sorted([w.id async for w in polar.client.list_workflows(query)])
+        if found == expected:
+            break
+        await asyncio.sleep(0.2)
+    assert found == expected
