@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from typing import TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -35,6 +36,8 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.queues import Queues
 
+T = TypeVar("T")
+
 HARNESS_STATUS = {
     "completed": SessionStatus.COMPLETED,
     "failed": SessionStatus.HARNESS_FAILED,
@@ -54,7 +57,9 @@ class Session:
     """One session of a rollout task: a harness in a runtime, recorded and scored."""
 
     def __init__(self) -> None:
-        self._stage = Stage.PENDING
+        self._retry = RetryPolicy()
+        self._heartbeat = timedelta(seconds=30)
+        self._current = Stage.PENDING
         self._status: SessionStatus | None = None
         self._detail = ""
 
@@ -62,13 +67,13 @@ class Session:
     def progress(self) -> SessionProgress:
         return SessionProgress(
             session_id=workflow.info().workflow_id,
-            stage=self._stage,
+            stage=self._current,
             status=self._status,
             detail=self._detail,
         )
 
     def _enter(self, stage: Stage, detail: str) -> None:
-        self._stage = stage
+        self._current = stage
         self._detail = detail
         workflow.upsert_search_attributes([sa.STAGE.value_set(stage.value)])
         workflow.set_current_details(f"**{stage.value}**: {detail}")
@@ -85,13 +90,13 @@ class Session:
         task = spec.task
         t = task.timeouts
         queues = Queues.for_workflow_queue(workflow.info().task_queue)
-        retry = RetryPolicy(
+        self._retry = RetryPolicy(
             initial_interval=timedelta(seconds=1),
             maximum_interval=timedelta(seconds=30),
             maximum_attempts=t.max_attempts,
             non_retryable_error_types=["InvalidSource", "InvalidBuilder"],
         )
-        heartbeat = timedelta(seconds=t.heartbeat_s)
+        self._heartbeat = timedelta(seconds=t.heartbeat_s)
         result = SessionResult(
             session_id=spec.session_id,
             task_id=task.task_id,
@@ -110,7 +115,7 @@ class Session:
 
         try:
             self._enter(Stage.PREPARE, f"preparing {task.runtime.kind} runtime")
-            runtime = await workflow.execute_activity(
+            runtime = await self._stage(
                 "prepare_runtime",
                 PrepareRequest(
                     session_id=spec.session_id,
@@ -118,17 +123,15 @@ class Session:
                     runtime=task.runtime,
                     source=task.source,
                 ),
-                result_type=RuntimeHandle,
-                task_queue=queues.init,
-                start_to_close_timeout=timedelta(seconds=t.prepare_s),
-                heartbeat_timeout=heartbeat,
-                retry_policy=retry,
+                RuntimeHandle,
+                queues.init,
+                t.prepare_s,
             )
             lap(Stage.PREPARE)
 
             self._enter(Stage.RUN, f"running {task.harness.kind} harness on {runtime.host}")
             try:
-                harness = await workflow.execute_activity(
+                harness = await self._stage(
                     "run_harness",
                     HarnessRequest(
                         session_id=spec.session_id,
@@ -138,12 +141,9 @@ class Session:
                         instruction=task.instruction,
                         budget_s=t.harness_s,
                     ),
-                    result_type=HarnessResult,
-                    task_queue=queues.run,
-                    # the harness budget is enforced inside the activity; this is the backstop
-                    start_to_close_timeout=timedelta(seconds=t.harness_s + 120),
-                    heartbeat_timeout=heartbeat,
-                    retry_policy=retry,
+                    HarnessResult,
+                    queues.run,
+                    t.harness_s + 120,  # backstop: the budget is enforced inside
                 )
                 result.status = HARNESS_STATUS[harness.status]
                 result.harness_exit_code = harness.exit_code
@@ -158,7 +158,7 @@ class Session:
 
             # whatever the harness did, its recorded calls become traces and get scored
             self._enter(Stage.BUILD, f"building traces with {task.builder.name}")
-            build = await workflow.execute_activity(
+            build = await self._stage(
                 "build_trajectory",
                 BuildRequest(
                     session_id=spec.session_id,
@@ -166,11 +166,9 @@ class Session:
                     harness=task.harness.kind,
                     builder=task.builder,
                 ),
-                result_type=BuildResult,
-                task_queue=queues.postrun,
-                start_to_close_timeout=timedelta(seconds=t.build_s),
-                heartbeat_timeout=heartbeat,
-                retry_policy=retry,
+                BuildResult,
+                queues.postrun,
+                t.build_s,
             )
             result.traces_key = build.traces_key
             result.num_completions = build.num_completions
@@ -181,7 +179,7 @@ class Session:
 
             if task.evaluator.kind != "none":
                 self._enter(Stage.EVALUATE, f"evaluating with {task.evaluator.kind}")
-                evaluation = await workflow.execute_activity(
+                evaluation = await self._stage(
                     "evaluate",
                     EvaluateRequest(
                         session_id=spec.session_id,
@@ -190,31 +188,27 @@ class Session:
                         evaluator=task.evaluator,
                         budget_s=t.evaluate_s,
                     ),
-                    result_type=EvaluateResult,
-                    task_queue=queues.postrun,
-                    start_to_close_timeout=timedelta(seconds=t.evaluate_s + 60),
-                    heartbeat_timeout=heartbeat,
-                    retry_policy=retry,
+                    EvaluateResult,
+                    queues.postrun,
+                    t.evaluate_s + 60,
                 )
                 result.reward = evaluation.reward
                 result.evaluation = evaluation.detail
                 lap(Stage.EVALUATE)
 
-            build = await workflow.execute_activity(
+            build = await self._stage(
                 "score_traces",
                 RewardRequest(
                     traces_key=build.traces_key, reward=result.reward, status=result.status
                 ),
-                result_type=BuildResult,
-                task_queue=queues.postrun,
-                start_to_close_timeout=timedelta(seconds=t.build_s),
-                heartbeat_timeout=heartbeat,
-                retry_policy=retry,
+                BuildResult,
+                queues.postrun,
+                t.build_s,
             )
             result.trace_bytes = build.trace_bytes
         except ActivityError as exc:
             result.status = SessionStatus.ERROR
-            result.error = f"{self._stage.value}: {_error_text(exc)}"
+            result.error = f"{self._current.value}: {_error_text(exc)}"
         except asyncio.CancelledError:
             result.status = SessionStatus.CANCELLED
             self._finish(result)
@@ -225,6 +219,20 @@ class Session:
         lap(Stage.TEARDOWN)
         self._enter(Stage.DONE, f"{result.status.value}, reward {result.reward}")
         return result
+
+    async def _stage(
+        self, name: str, arg: object, result_type: type[T], queue: str, timeout_s: float
+    ) -> T:
+        """Run one stage activity with the session's heartbeat timeout and retry policy."""
+        return await workflow.execute_activity(
+            name,
+            arg,
+            result_type=result_type,
+            task_queue=queue,
+            start_to_close_timeout=timedelta(seconds=timeout_s),
+            heartbeat_timeout=self._heartbeat,
+            retry_policy=self._retry,
+        )
 
     async def _teardown(
         self, spec: SessionSpec, runtime: RuntimeHandle | None, queue: str, timeout_s: float
