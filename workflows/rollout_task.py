@@ -34,9 +34,9 @@ def parse_task_spec(raw: Any) -> TaskSpec:
         ) from None
 
 
-def session_ids(task: TaskSpec, run_id: str) -> list[str]:
+def session_ids(task: TaskSpec, nonce: str) -> list[str]:
     """Session ids are unique per submission, so a task can be rolled out again and again."""
-    return [f"{task.task_id}-{run_id[:8]}-s{i}" for i in range(task.num_sessions)]
+    return [f"{task.task_id}-{nonce}-s{i}" for i in range(task.num_sessions)]
 
 
 @workflow.defn(name="RolloutTask")
@@ -63,7 +63,9 @@ class RolloutTask:
             [sa.TASK_ID.value_set(task.task_id), sa.HARNESS.value_set(task.harness.kind)]
         )
         workflow.set_current_details(f"0/{task.num_sessions} sessions done")
-        ids = session_ids(task, workflow.info().run_id)
+        # run ids are time-ordered (their prefix repeats within a minute): use replay-safe
+        # randomness instead, so two submissions of one task never share a session id
+        ids = session_ids(task, workflow.uuid4().hex[:12])
         runs = [self._run_session(task, i, sid) for i, sid in enumerate(ids)]
         results = await asyncio.gather(*runs)
         return TaskResult(task_id=task.task_id, sessions=list(results))
