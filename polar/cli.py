@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -21,7 +22,8 @@ from polar.settings import Settings, get_settings
 app = typer.Typer(help="Polar: rollouts of real agent harnesses on Temporal.", no_args_is_help=True)
 dev = typer.Typer(help="The embedded dev stack (Temporal, SeaweedFS, vLLM, gateway, worker).")
 app.add_typer(dev, name="dev")
-console = Console()
+# a pipe or CI log gets wide lines instead of 80 columns of wrapped ids
+console = Console(width=None if sys.stdout.isatty() else 160)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TINY_MODEL_SCRIPT = REPO_ROOT / "infra" / "tiny_model" / "build_tiny_model.py"

@@ -10,6 +10,7 @@ from datetime import timedelta
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    import polar.builders  # noqa: F401  (TaskSpec validation looks builders up)
     from polar.models import SessionResult, SessionSpec
 
 

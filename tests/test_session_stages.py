@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 from pathlib import Path
+
+import pytest
+from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 
 from polar.models import SessionStatus, TaskSpec
 from polar.sdk import PolarClient
@@ -34,6 +39,21 @@ async def test_harness_and_evaluator_run_in_an_isolated_workspace(
     assert len({s.session_id for s in result.sessions}) == 2
     # the source dir itself was never touched: each session worked on its own copy
     assert (tmp_path / "repo" / "hello.txt").read_text() == "hello\n"
+    # each stage ran on its own task queue
+    history = await polar.client.get_workflow_handle(result.sessions[0].session_id).fetch_history()
+    queues = {
+        e.activity_task_scheduled_event_attributes.activity_type.name: (
+            e.activity_task_scheduled_event_attributes.task_queue.name
+        )
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    }
+    q = polar.settings.task_queue
+    assert queues == {
+        "prepare_runtime": f"{q}-init", "run_harness": f"{q}-run",
+        "build_trajectory": f"{q}-postrun", "evaluate": f"{q}-postrun",
+        "score_traces": f"{q}-postrun", "teardown": f"{q}-init",
+    }  # fmt: skip
     # teardown removed the workspaces
     runtimes = Path(polar.settings.data_dir) / "runtimes"
     assert not any((runtimes / s.session_id).exists() for s in result.sessions)
@@ -65,3 +85,36 @@ async def test_harness_timeout_is_terminal_status_not_failure(
         assert session.status == SessionStatus.TIMEOUT
         assert session.reward == 1.0  # the evaluator graded what the harness left
         assert session.stage_seconds["run"] < 30
+
+
+async def test_cancel_tears_down_every_session_and_stops_its_harness(
+    polar: PolarClient, tmp_path: Path
+) -> None:
+    spec = _spec(
+        "stages-cancel",
+        "echo $$ > harness.pid; exec sleep 120",
+        tmp_path,
+        timeouts={"heartbeat_s": 5},
+    )
+    run = await polar.submit(spec)
+    runtimes = Path(polar.settings.data_dir) / "runtimes"
+    pids: dict[str, int] = {}
+    for _ in range(200):  # until both harnesses run
+        status = await polar.status(run)
+        for s in status.sessions:
+            pidfile = runtimes / s.session_id / "workspace" / "harness.pid"
+            if pidfile.exists() and pidfile.read_text().strip():
+                pids[s.session_id] = int(pidfile.read_text())
+        if len(pids) == 2:
+            break
+        await asyncio.sleep(0.1)
+    assert len(pids) == 2
+    await polar.cancel(run)
+    with pytest.raises(WorkflowFailureError):
+        await polar.wait(run, timeout_s=60)
+    for session_id, pid in pids.items():
+        desc = await polar.client.get_workflow_handle(session_id).describe()
+        assert desc.status == WorkflowExecutionStatus.CANCELED
+        assert not (runtimes / session_id).exists(), "teardown did not run on cancel"
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)

@@ -13,7 +13,13 @@ from typing import TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, TimeoutError, TimeoutType
+from temporalio.exceptions import (
+    ActivityError,
+    TimeoutError,
+    TimeoutType,
+    is_cancelled_exception,
+)
+from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     import polar.builders  # noqa: F401  (TaskSpec validation looks builders up)
@@ -148,6 +154,8 @@ class Session:
                 result.status = HARNESS_STATUS[harness.status]
                 result.harness_exit_code = harness.exit_code
             except ActivityError as exc:
+                if is_cancelled_exception(exc):
+                    raise
                 timed_out = (
                     isinstance(exc.cause, TimeoutError)
                     and exc.cause.type == TimeoutType.START_TO_CLOSE
@@ -207,18 +215,31 @@ class Session:
             )
             result.trace_bytes = build.trace_bytes
         except ActivityError as exc:
+            if is_cancelled_exception(exc):
+                return await self._cancelled(spec, result, runtime, queues.init, t.teardown_s)
             result.status = SessionStatus.ERROR
             result.error = f"{self._current.value}: {_error_text(exc)}"
         except asyncio.CancelledError:
-            result.status = SessionStatus.CANCELLED
-            self._finish(result)
-            await self._teardown(spec, runtime, queues.init, t.teardown_s)
-            raise
+            return await self._cancelled(spec, result, runtime, queues.init, t.teardown_s)
         self._finish(result)
         await self._teardown(spec, runtime, queues.init, t.teardown_s)
         lap(Stage.TEARDOWN)
         self._enter(Stage.DONE, f"{result.status.value}, reward {result.reward}")
         return result
+
+    async def _cancelled(
+        self,
+        spec: SessionSpec,
+        result: SessionResult,
+        runtime: RuntimeHandle | None,
+        queue: str,
+        timeout_s: float,
+    ) -> SessionResult:
+        """Mark the session cancelled, tear its runtime down, end the workflow as cancelled."""
+        result.status = SessionStatus.CANCELLED
+        self._finish(result)
+        await self._teardown(spec, runtime, queue, timeout_s)
+        raise asyncio.CancelledError("session cancelled")
 
     async def _stage(
         self, name: str, arg: object, result_type: type[T], queue: str, timeout_s: float
@@ -232,6 +253,8 @@ class Session:
             start_to_close_timeout=timedelta(seconds=timeout_s),
             heartbeat_timeout=self._heartbeat,
             retry_policy=self._retry,
+            # on cancel, wait until the activity has stopped its processes, then tear down
+            cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
         )
 
     async def _teardown(
