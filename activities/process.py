@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import os
 import signal
 import time
@@ -17,12 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+from polar.processes import die_with_parent
 
 
 @dataclass
@@ -51,7 +45,7 @@ async def run_shell(
         proc = await asyncio.create_subprocess_exec(
             "bash", "-c", command,
             cwd=cwd, env=env, stdout=out, stderr=err, stdin=asyncio.subprocess.DEVNULL,
-            start_new_session=True, preexec_fn=_die_with_parent,
+            start_new_session=True, preexec_fn=die_with_parent,
         )  # fmt: skip
         try:
             while True:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import signal
 import socket
@@ -25,6 +26,7 @@ from urllib.parse import urlparse
 import httpx
 
 from polar import search_attributes
+from polar.processes import die_with_parent
 from polar.settings import Settings
 
 
@@ -47,13 +49,26 @@ def port_open(host: str, port: int) -> bool:
 
 
 def free_port(span: int = 1) -> int:
-    """A loopback port such that `span` consecutive ports from it look free."""
-    while True:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            base = sock.getsockname()[1]
-        if base + span < 65000 and not any(port_open("127.0.0.1", base + i) for i in range(span)):
+    """A loopback port such that `span` consecutive ports from it can be bound.
+
+    Picked below Linux's ephemeral range (32768+), so outgoing connections of
+    other programs cannot take it between the pick and the server's start.
+    """
+    rng = random.Random()
+    for _ in range(1000):
+        base = rng.randrange(20000, 32700 - span)
+        if all(_bindable(base + i) for i in range(span)):
             return base
+    raise StackError(f"no {span} free consecutive ports in 20000-32700")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 def _venv_bin(name: str) -> str:
@@ -82,10 +97,19 @@ class Service:
 class DevStack:
     """Start, stop and inspect the embedded stack described by `settings`."""
 
-    def __init__(self, settings: Settings, *, with_model: bool = True, workers: int = 1) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        with_model: bool = True,
+        workers: int = 1,
+        die_with_parent: bool = False,
+    ) -> None:
+        """`die_with_parent`: parts die with this process (tests), instead of outliving it."""
         self.settings = settings
         self.with_model = with_model
         self.workers = workers
+        self.die_with_parent = die_with_parent
         self.run_dir = settings.data_dir.resolve() / "run"
 
     # ------------------------------------------------------------------ parts
@@ -233,6 +257,7 @@ class DevStack:
             env=os.environ | service.env,
             cwd=service.cwd,
             start_new_session=True,
+            preexec_fn=die_with_parent if self.die_with_parent else None,
         )
         self._pidfile(service.name).write_text(str(proc.pid))
         deadline = time.monotonic() + service.start_timeout_s

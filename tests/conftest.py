@@ -28,23 +28,24 @@ REPO = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="session")
 def base_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     data_dir = Path(os.environ.get("POLAR_TEST_DATA_DIR") or tmp_path_factory.mktemp("polar"))
-    temporal_port = free_port(span=21)
-    s3_port = free_port(span=8)
+    # one block of ports for the whole suite: Temporal uses +0/+10/+20, SeaweedFS +30..+37
+    base = free_port(span=48)
+    temporal_port, s3_port = base, base + 30
     return Settings(
         data_dir=data_dir,
         temporal_address=f"127.0.0.1:{temporal_port}",
-        temporal_ui_port=free_port(),
+        temporal_ui_port=base + 1,
         s3_endpoint=f"http://127.0.0.1:{s3_port}",
         s3_bucket="polar-test",
-        gateway_port=free_port(),
-        vllm_port=free_port(),
+        gateway_port=base + 40,
+        vllm_port=base + 41,
         session_secret="test-secret",
     )
 
 
 @pytest.fixture(scope="session")
 def devstack(base_settings: Settings) -> Iterator[DevStack]:
-    stack = DevStack(base_settings, with_model=False, workers=0)
+    stack = DevStack(base_settings, with_model=False, workers=0, die_with_parent=True)
     stack.start(stack.temporal())
     stack.start(stack.seaweedfs())
     Storage(base_settings).ensure_bucket()
@@ -93,7 +94,7 @@ def vllm(devstack: DevStack, model_dir: Path) -> Iterator[str]:
     settings = devstack.settings.model_copy(
         update={"model_dir": model_dir, "vllm_python": REPO / ".venv-vllm" / "bin" / "python"}
     )
-    stack = DevStack(settings, workers=0)
+    stack = DevStack(settings, workers=0, die_with_parent=True)
     stack.start(stack.vllm())
     yield f"http://127.0.0.1:{settings.vllm_port}/v1"
     stack.stop("vllm", quiet=True)
@@ -112,7 +113,7 @@ def tap(vllm: str) -> Iterator[Tap]:
 def gateway(devstack: DevStack, tap: Tap) -> Iterator[str]:
     """The gateway as its own process (`polar gateway`), forwarding to vLLM through the tap."""
     settings = devstack.settings.model_copy(update={"upstream_urls": tap.url})
-    stack = DevStack(settings, with_model=False, workers=0)
+    stack = DevStack(settings, with_model=False, workers=0, die_with_parent=True)
     stack.start(stack.gateway())
     yield settings.gateway_base_url
     stack.stop("gateway", quiet=True)

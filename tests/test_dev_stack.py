@@ -23,12 +23,13 @@ def polar(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 
 
 def test_dev_up_is_idempotent_and_down_stops_everything(tmp_path: Path) -> None:
+    base = free_port(span=48)  # Temporal +0/+10/+20, UI +1, SeaweedFS +30..+37, gateway +40
     env = {
         "POLAR_DATA_DIR": str(tmp_path / "data"),
-        "POLAR_TEMPORAL_ADDRESS": f"127.0.0.1:{free_port(span=21)}",
-        "POLAR_TEMPORAL_UI_PORT": str(free_port()),
-        "POLAR_S3_ENDPOINT": f"http://127.0.0.1:{free_port(span=8)}",
-        "POLAR_GATEWAY_PORT": str(free_port()),
+        "POLAR_TEMPORAL_ADDRESS": f"127.0.0.1:{base}",
+        "POLAR_TEMPORAL_UI_PORT": str(base + 1),
+        "POLAR_S3_ENDPOINT": f"http://127.0.0.1:{base + 30}",
+        "POLAR_GATEWAY_PORT": str(base + 40),
     }
     try:
         first = polar("dev", "up", "--no-model", env=env)

@@ -23,7 +23,7 @@ async def test_worker_killed_mid_harness_session_completes_without_loss(
 ) -> None:
     # a queue of its own, served only by the worker process this test kills
     settings = devstack.settings.model_copy(update={"task_queue": "polar-crash"})
-    stack = DevStack(settings, with_model=False, workers=1)
+    stack = DevStack(settings, with_model=False, workers=1, die_with_parent=True)
     first = stack.worker()
     stack.start(first)
     polar = PolarClient(await connect(settings), settings)
