@@ -7,8 +7,11 @@ ROOT=$PWD
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null || PY=python3
 
-if ! command -v git >/dev/null; then
-  apt-get update -qq && apt-get install -y -qq git
+# Debian packages: git (task sources), strace (tests audit the harnesses' network connections)
+missing=()
+for tool in git strace; do command -v "$tool" >/dev/null || missing+=("$tool"); done
+if (( ${#missing[@]} )); then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
 fi
 
 # pip's own noise about this machine's find-links folders is dropped; its exit code is kept
@@ -37,3 +40,5 @@ fi
 
 # the tiny model the dev stack and the tests serve (built locally, nothing downloaded)
 .venv-vllm/bin/python infra/tiny_model/build_tiny_model.py "$ROOT/.polar/models/tiny-qwen3"
+
+infra/harnesses/install.sh  # the four real harness CLIs from npm, pinned (cached on the lock's hash)
