@@ -15,7 +15,8 @@ from temporalio.exceptions import ApplicationError
 from activities.evaluators.command import evaluate_command
 from activities.harnesses.command import command_harness, gateway_env
 from activities.runtimes import InvalidSource, Runtime, get_runtime
-from polar.builders import BuildContext, UnknownBuilder, get_builder
+from polar.builders import BuildContext, UnknownBuilder, get_builder, reward_policy
+from polar.builders.rewards import assign_rewards
 from polar.models import (
     BuildRequest,
     BuildResult,
@@ -126,7 +127,8 @@ class SessionActivities:
         records = await asyncio.to_thread(self.storage.list_completions, request.session_id)
         try:
             builder = get_builder(request.builder.name)
-        except UnknownBuilder as exc:
+            policy = reward_policy(request.builder.config)
+        except (UnknownBuilder, ValueError) as exc:
             raise ApplicationError(str(exc), type="InvalidBuilder", non_retryable=True) from exc
         _heartbeat(step="building", completions=len(records))
         ctx = BuildContext(
@@ -137,6 +139,8 @@ class SessionActivities:
             config=request.builder.config,
         )
         output = await asyncio.to_thread(builder, records, ctx)
+        for trace in output.traces:  # score_traces applies it; custom builders need not
+            trace.provenance.reward_policy = policy
         key = traces_key(request.session_id, request.builder.name)
         size = await asyncio.to_thread(self.storage.put_traces, key, output.traces)
         return BuildResult(
@@ -146,6 +150,7 @@ class SessionActivities:
             num_response_tokens=sum(int(sum(t.loss_mask)) for t in output.traces),
             trace_bytes=size,
             unusable_completions=len(output.unusable),
+            breaks=dict(output.breaks),
         )
 
     @activity.defn(name="evaluate")
@@ -169,15 +174,15 @@ class SessionActivities:
     async def score_traces(self, request: RewardRequest) -> BuildResult:
         """Write the session's reward and terminal status into every one of its traces.
 
-        Policy: the outcome reward is broadcast to each trace; a session whose
-        harness failed or timed out keeps the reward its evaluator gave (the
-        evaluator still ran on what the harness left), and its status is on
-        each trace so a trainer can drop or mask it.
+        Policy (polar/builders/rewards.py): the outcome reward is broadcast to
+        each trace, or divided across them (`reward: session_normalized` in
+        the builder config); a session whose harness failed or timed out keeps
+        the reward its evaluator gave (the evaluator still ran on what the
+        harness left) and its masks, and its status is on each trace so a
+        trainer can drop or mask it; no evaluation means reward None.
         """
         traces = await asyncio.to_thread(self.storage.load_traces, request.traces_key)
-        for trace in traces:
-            trace.reward = request.reward
-            trace.status = request.status
+        assign_rewards(traces, request.reward, request.status)
         size = await asyncio.to_thread(self.storage.put_traces, request.traces_key, traces)
         return BuildResult(
             traces_key=request.traces_key,

@@ -261,6 +261,63 @@ def result(workflow_id: str, as_json: Annotated[bool, typer.Option("--json")] = 
 
 
 @app.command()
+def export(
+    out: Annotated[Path, typer.Option(help="output directory")],
+    workflow_id: Annotated[str | None, typer.Argument(help="the task's workflow id")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="jsonl | hf | sft | all")] = "all",
+    min_reward: Annotated[float, typer.Option(help="SFT view: least session reward")] = 1.0,
+    traces: Annotated[
+        list[str] | None,
+        typer.Option(help="offline: a traces JSONL file or S3 key, instead of a workflow id"),
+    ] = None,
+    timeout: Annotated[float | None, typer.Option(help="seconds to wait for the task")] = None,
+) -> None:
+    """Write a task's traces for trainers: JSONL, a Hugging Face dataset, an SFT view."""
+    from polar import export as ex
+
+    try:
+        formats = ex.expand_formats([fmt])
+    except ValueError as exc:
+        console.print(f"[red]--format must be one of {[f.value for f in ex.ExportFormat]}[/red]")
+        raise typer.Exit(2) from exc
+    if (workflow_id is None) == (not traces):
+        console.print("[red]give either a workflow id or --traces[/red]")
+        raise typer.Exit(2)
+    sft = ex.ExportFormat.SFT in formats
+
+    async def from_workflow(wid: str) -> ex.Collected:
+        from polar.sdk import PolarClient
+
+        polar = await PolarClient.connect()
+        return await ex.collect_workflow(polar, wid, timeout_s=timeout, with_records=sft)
+
+    if workflow_id is not None:
+        got = asyncio.run(from_workflow(workflow_id))
+    else:
+        from polar.storage import Storage
+
+        sources = traces or []
+        storage = None if all(Path(s).exists() for s in sources) else Storage(get_settings())
+        got = ex.collect_files(sources, storage, with_records=sft)
+    summary = ex.export_traces(
+        got.traces, out, formats, min_reward=min_reward, rewards=got.rewards,
+        records=got.records, source=got.source,
+    )  # fmt: skip
+    console.print(
+        f"{summary.traces} traces from {summary.sessions} sessions → {out}: "
+        f"{summary.rl_rows} RL rows, {summary.sft_rows} SFT conversations "
+        f"({summary.resolved_sessions} resolved sessions, reward ≥ {min_reward:g})"
+    )
+    if summary.sft_skipped:
+        console.print(
+            f"[yellow]{summary.sft_skipped} merged traces left out of the SFT view: "
+            "their CompletionRecords were not available[/yellow]"
+        )
+    for kind, path in summary.files.items():
+        console.print(f"  {kind}: {path}")
+
+
+@app.command()
 def replay(
     target: Annotated[str, typer.Argument(help="a workflow id or a saved history .json")],
     save: Annotated[Path | None, typer.Option(help="also save the fetched history here")] = None,

@@ -115,6 +115,9 @@ class TaskSpec(StrictModel):
                 f"unknown builder {v.name!r}: use one of {sorted(BUILDERS)} "
                 "or an import path 'module:function'"
             )
+        from polar.builders import validate_builder_config
+
+        validate_builder_config(v.name, v.config)
         return v
 
 
@@ -197,6 +200,9 @@ class BuildResult(BaseModel):
     num_response_tokens: int
     trace_bytes: int
     unusable_completions: int = 0
+    breaks: dict[str, int] = Field(
+        default_factory=dict, description="chain breaks by BreakKind (prefix_merging)"
+    )
 
 
 class EvaluateRequest(BaseModel):
@@ -286,6 +292,60 @@ class CompletionRecord(BaseModel):
     gateway_id: str = ""
 
 
+class BreakKind(StrEnum):
+    """Why a completion could not continue an existing chain (see polar/builders/README.md)."""
+
+    NEW_CONTEXT = "new_context"  # differs inside the chain's first prompt: compaction, sub-agent
+    HISTORY_CHANGED = "history_changed"  # differs in later non-sampled history (tool output, glue)
+    BRANCH = "branch"  # same context again or another turn after it: parallel call, retry
+    THINK_DROPPED = "think_dropped"  # a sampled turn came back without its <think> block
+    TOOL_CALL_RERENDERED = "tool_call_rerendered"  # a sampled tool call came back re-serialised
+    TRUNCATED_TURN = "truncated_turn"  # a turn cut by length came back re-rendered
+    RESPONSE_RETOKENIZED = "response_retokenized"  # a sampled turn came back as other tokens
+
+
+class ChainBreak(BaseModel):
+    """One place where a completion's prompt diverged from a chain's tokens."""
+
+    kind: BreakKind
+    record_id: str = Field(description="the completion whose prompt diverged")
+    seq: int
+    chain: str | None = Field(default=None, description="trace id of the chain compared against")
+    position: int = Field(description="index in the completion's prompt ids of the first change")
+    repaired: bool = False
+    detail: str = ""
+
+
+class ReconstructionStats(BaseModel):
+    """How a builder made one trace, and the session-wide picture it belongs to."""
+
+    chains: int = Field(description="traces the builder made for the session")
+    members: int = Field(description="completions merged into this trace")
+    started_by: ChainBreak | None = Field(
+        default=None,
+        description="why this chain could not continue an earlier one; None: first context",
+    )
+    repairs: list[ChainBreak] = Field(
+        default_factory=list, description="drift repaired inside this chain (opt-in)"
+    )
+    session_breaks: dict[str, int] = Field(
+        default_factory=dict, description="chains split off, by break kind, over the session"
+    )
+    session_repairs: dict[str, int] = Field(
+        default_factory=dict, description="breaks repaired in place, by kind, over the session"
+    )
+    sampled_tokens: int = Field(default=0, description="mask-1 tokens")
+    interstitial_tokens: int = Field(default=0, description="mask-0 tokens after the prompt")
+    sampled_eos: int = Field(default=0, description="turns ended by a sampled end token (mask 1)")
+    template_eos: int = Field(
+        default=0, description="end tokens only the chat template wrote (mask 0): cut by length"
+    )
+    prompt_ids_rebuilt: list[str] = Field(
+        default_factory=list, description="record ids whose prompt ids the tokenizer rebuilt"
+    )
+    unusable: int = Field(default=0, description="the session's completions no builder could use")
+
+
 class TraceProvenance(BaseModel):
     session_id: str
     task_id: str
@@ -294,6 +354,8 @@ class TraceProvenance(BaseModel):
     model: str | None
     completion_seqs: list[int]
     record_ids: list[str]
+    reward_policy: Literal["broadcast", "session_normalized"] = "broadcast"
+    reconstruction: ReconstructionStats | None = None
 
 
 class Trace(BaseModel):

@@ -1,134 +1,232 @@
-"""The gateway's FastAPI app: OpenAI Chat Completions in front of vLLM / SGLang.
+"""The gateway's FastAPI app: every provider API a harness speaks, in front of vLLM / SGLang.
 
-One call: resolve the session from its key, normalise the request (training
-fields, non-streaming), call upstream, write the CompletionRecord to S3, and
-only then answer: JSON, or a synthetic SSE stream if the caller asked to
-stream. Failed upstream calls are recorded too. Every path also answers
-without its `/v1` prefix, for harnesses whose base URL lacks it.
+One model call: resolve the session from its key, normalise the request to
+Chat Completions with its provider API (`polar.providers`), add the training
+fields, call upstream without streaming, write the CompletionRecord to S3,
+and only then answer in the caller's own shape: JSON, or the synthetic
+stream its SDK expects. Failed upstream calls are recorded too; every error
+goes back in the caller's error shape (`proxy.errors`).
+
+Routes (each also without its `/v1` prefix, for harnesses whose base URL lacks it):
+    POST /v1/chat/completions                   OpenAI Chat Completions
+    POST /v1/responses, /v1/responses/input_tokens       OpenAI Responses
+    POST /v1/messages, /v1/messages/count_tokens         Anthropic Messages
+    POST /v1beta/models/{model}:generateContent | :streamGenerateContent | :countTokens
+    GET  /v1/models[/{id}], /v1beta/models[/{id}]        in the caller's shape
+    HEAD|GET /, /v1                                       probes
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from polar.providers import APIError, CallContext, ProviderAPI, get_provider
+from polar.providers.google_generate import split_action
 from polar.session_keys import SessionIdentity
 from polar.settings import Settings
 from polar.storage import Storage
 from proxy.auth import authenticate
-from proxy.errors import OpenAIError, install_error_handlers
+from proxy.errors import install_error_handlers, provider_for
 from proxy.recorder import Recorder
-from proxy.streaming import render_chat_stream
+from proxy.tokens import TokenCounter, chat_template_counter, count_tokens
 from proxy.upstream import UpstreamClient, UpstreamError, strip_training_fields
 
 DEFAULT_MODEL = "policy"
+STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+Identity = Annotated[SessionIdentity, Depends(authenticate)]
 
 
-async def read_chat_request(request: Request) -> dict[str, Any]:
-    """The JSON body of a Chat Completions call; 400 in OpenAI's shape if unusable."""
+async def read_json(request: Request) -> dict[str, Any]:
+    """The JSON object body of a call; 400 (in the caller's shape) if unusable."""
     raw = await request.body()
     try:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise OpenAIError(
+        raise APIError(
             400, f"We could not parse the JSON body of your request: {exc}", code="invalid_json"
         ) from exc
     if not isinstance(body, dict):
-        raise OpenAIError(400, "the request body must be a JSON object", code="invalid_json")
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        missing = "messages" not in body
-        raise OpenAIError(
-            400,
-            "Missing required parameter: 'messages'." if missing
-            else "'messages' must be a non-empty array.",
-            param="messages",
-            code="missing_required_parameter" if missing else "invalid_type",
-        )
+        raise APIError(400, "the request body must be a JSON object", code="invalid_json")
     return body
 
 
-def _model_card(name: str) -> dict[str, Any]:
-    return {"id": name, "object": "model", "created": 0, "owned_by": "polar"}
+def call_context(
+    request: Request, model: str | None = None, action: str | None = None
+) -> CallContext:
+    return CallContext(
+        path=request.url.path,
+        headers=request.headers,
+        query=request.query_params,
+        model=model,
+        action=action,
+    )
 
 
-def create_app(settings: Settings, storage: Storage | None = None) -> FastAPI:
-    """The gateway app for `settings`; records go to `storage` (default: S3 from settings)."""
-    upstream = UpstreamClient(settings)
-    recorder = Recorder(storage or Storage(settings))
-    model_name = settings.upstream_model or DEFAULT_MODEL
+def _stream(events: list[str], media_type: str) -> StreamingResponse:
+    async def body() -> AsyncIterator[str]:
+        for event in events:
+            yield event
+
+    return StreamingResponse(body(), media_type=media_type, headers=STREAM_HEADERS)
+
+
+class Gateway:
+    """The per-app services a model call goes through: upstream, recorder, token counter."""
+
+    def __init__(
+        self, settings: Settings, storage: Storage | None, counter: TokenCounter | None
+    ) -> None:
+        self.upstream = UpstreamClient(settings)
+        self.recorder = Recorder(storage or Storage(settings))
+        self.counter = counter
+        self.model_name = settings.upstream_model or DEFAULT_MODEL
+
+    async def serve(
+        self, provider: ProviderAPI, request: Request, identity: SessionIdentity, call: CallContext
+    ) -> Response:
+        """One recorded model call, answered in `provider`'s shape."""
+        body = await read_json(request)
+        pending = self.recorder.start(identity, body, provider=provider.name)
+        chat = provider.to_chat(body, call)
+        normalized = self.upstream.normalize(chat)
+        try:
+            answer = await self.upstream.complete(normalized)
+        except UpstreamError as exc:
+            await self.recorder.record(
+                pending,
+                normalized,
+                response=exc.upstream_body,
+                status_code=exc.status_code,
+                error=exc.message,
+            )
+            raise
+        await self.recorder.record(
+            pending,
+            normalized,
+            response=answer.body,
+            extracted=self.upstream.extract(answer.body),
+            status_code=answer.status_code,
+        )
+        reply = strip_training_fields(answer.body, chat)
+        if provider.wants_stream(body, call):
+            events: Iterator[str] = provider.stream_events(reply, body, call)
+            return _stream(list(events), provider.stream_media_type(call))
+        return JSONResponse(provider.from_chat(reply, body, call))
+
+    async def count(
+        self, provider: ProviderAPI, request: Request, call: CallContext
+    ) -> dict[str, Any]:
+        """A token-counting side call: the prompt of the normalised request, counted."""
+        chat = provider.to_chat(await read_json(request), call)
+        n, approximate = await asyncio.to_thread(count_tokens, chat, self.counter)
+        return provider.token_count(n, approximate)
+
+
+def _api_routes(gw: Gateway) -> APIRouter:
+    """OpenAI and Anthropic routes, served under `/v1` and at the root."""
+    router = APIRouter()
+    chat, responses = get_provider("openai_chat"), get_provider("openai_responses")
+    messages = get_provider("anthropic_messages")
+
+    @router.post("/chat/completions", response_model=None)
+    async def chat_completions(request: Request, identity: Identity) -> Response:
+        return await gw.serve(chat, request, identity, call_context(request))
+
+    @router.post("/responses", response_model=None)
+    async def create_response(request: Request, identity: Identity) -> Response:
+        return await gw.serve(responses, request, identity, call_context(request))
+
+    @router.post("/responses/input_tokens")
+    async def response_tokens(request: Request, _: Identity) -> dict[str, Any]:
+        return await gw.count(responses, request, call_context(request))
+
+    @router.post("/messages", response_model=None)
+    async def create_message(request: Request, identity: Identity) -> Response:
+        return await gw.serve(messages, request, identity, call_context(request))
+
+    @router.post("/messages/count_tokens")
+    async def message_tokens(request: Request, _: Identity) -> dict[str, Any]:
+        return await gw.count(messages, request, call_context(request))
+
+    return router
+
+
+def _model_routes(gw: Gateway) -> APIRouter:
+    """Google's generate routes and the model listings, under `/v1beta`, `/v1` and the root."""
+    router = APIRouter()
+    google = get_provider("google_generate")
+
+    @router.post("/models/{target:path}", response_model=None)
+    async def generate(target: str, request: Request, identity: Identity) -> Response:
+        model, action = split_action(target)
+        call = call_context(request, model, action)
+        if action is None:
+            raise APIError(404, f"unknown method on models/{target}", code="not_found")
+        if action == "countTokens":
+            return JSONResponse(await gw.count(google, request, call))
+        return await gw.serve(google, request, identity, call)
+
+    @router.get("/models")
+    async def list_models(request: Request) -> dict[str, Any]:
+        return provider_for(request).model_list([gw.model_name])
+
+    @router.get("/models/{model:path}")
+    async def get_model(model: str, request: Request) -> dict[str, Any]:
+        return provider_for(request).model_card(model)
+
+    return router
+
+
+def create_app(
+    settings: Settings, storage: Storage | None = None, *, token_counter: TokenCounter | None = None
+) -> FastAPI:
+    """The gateway app for `settings`; records go to `storage` (default: S3 from settings).
+
+    `token_counter` counts prompt tokens for the token-counting side calls; by
+    default the chat template of `settings.model_dir` if set, else approximate.
+    """
+    if token_counter is None and settings.model_dir is not None:
+        token_counter = chat_template_counter(settings.model_dir)
+    gw = Gateway(settings, storage, token_counter)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         yield
-        await upstream.aclose()
+        await gw.upstream.aclose()
 
     app = FastAPI(title="Polar gateway", lifespan=lifespan)
     app.state.settings = settings
-    app.state.upstream = upstream
-    app.state.recorder = recorder
+    app.state.upstream = gw.upstream
+    app.state.recorder = gw.recorder
+    app.state.gateway = gw
     install_error_handlers(app)
-    router = APIRouter()
+    api, models = _api_routes(gw), _model_routes(gw)
+    for prefix in ("/v1", ""):
+        app.include_router(api, prefix=prefix)
+    for prefix in ("/v1beta", "/v1", ""):
+        app.include_router(models, prefix=prefix)
 
-    @router.post("/chat/completions", response_model=None)
-    async def chat_completions(
-        request: Request, identity: Annotated[SessionIdentity, Depends(authenticate)]
-    ) -> Response:
-        body = await read_chat_request(request)
-        call = recorder.start(identity, body, provider="openai_chat")
-        normalized = upstream.normalize(body)
-        try:
-            answer = await upstream.complete(normalized)
-        except UpstreamError as exc:
-            await recorder.record(
-                call, normalized, response=exc.upstream_body,
-                status_code=exc.status_code, error=exc.message,
-            )
-            raise
-        await recorder.record(
-            call, normalized, response=answer.body,
-            extracted=upstream.extract(answer.body), status_code=answer.status_code,
-        )
-        reply = strip_training_fields(answer.body, body)
-        if body.get("stream"):
-            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            events = render_chat_stream(reply, include_usage)
-
-            async def stream() -> AsyncIterator[str]:
-                for event in events:
-                    yield event
-
-            return StreamingResponse(
-                stream(),
-                media_type="text/event-stream",
-                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-            )
-        return JSONResponse(reply)
-
-    @router.get("/models")
-    async def list_models() -> dict[str, Any]:
-        return {"object": "list", "data": [_model_card(model_name)]}
-
-    @router.get("/models/{model:path}")
-    async def get_model(model: str) -> dict[str, Any]:
-        return _model_card(model)
-
-    app.include_router(router, prefix="/v1")
-    app.include_router(router)
+    @app.api_route("/", methods=["GET", "HEAD"])
+    @app.api_route("/v1", methods=["GET", "HEAD"])
+    @app.api_route("/v1beta", methods=["GET", "HEAD"])
+    async def probe() -> dict[str, str]:
+        return {"status": "ok", "service": "polar-gateway"}
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
         return {
             "status": "ok",
-            "gateway_id": recorder.gateway_id,
-            "upstream_kind": upstream.kind,
-            "upstreams": upstream.urls,
+            "gateway_id": gw.recorder.gateway_id,
+            "upstream_kind": gw.upstream.kind,
+            "upstreams": gw.upstream.urls,
             "time": time.time(),
         }
 

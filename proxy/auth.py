@@ -3,7 +3,8 @@
 Keys are Polar session keys (`polar.session_keys`): HMAC-signed, so the
 gateway verifies them without a registry and one session cannot write into
 another. Accepted carriers, first valid one wins: `X-Polar-Session-Key`,
-`Authorization: Bearer <key>`, `x-api-key`.
+`Authorization: Bearer <key>`, `x-api-key` (Anthropic), `x-goog-api-key`
+(Google) and the `?key=` query parameter (Google).
 """
 
 from __future__ import annotations
@@ -12,13 +13,14 @@ from collections.abc import Mapping
 
 from fastapi import Request
 
+from polar.providers import APIError
 from polar.session_keys import InvalidSessionKey, SessionIdentity, verify_session_key
-from proxy.errors import OpenAIError
 
-KEY_HEADERS = ("x-polar-session-key", "authorization", "x-api-key")
+KEY_HEADERS = ("x-polar-session-key", "authorization", "x-api-key", "x-goog-api-key")
+KEY_QUERY = "key"
 
 
-def candidate_keys(headers: Mapping[str, str]) -> list[str]:
+def candidate_keys(headers: Mapping[str, str], query: Mapping[str, str] | None = None) -> list[str]:
     """The keys a request carries, in order of preference (header names are case-insensitive)."""
     lowered = {k.lower(): v for k, v in headers.items()}
     keys: list[str] = []
@@ -29,17 +31,23 @@ def candidate_keys(headers: Mapping[str, str]) -> list[str]:
             value = rest.strip() if scheme.lower() == "bearer" else ""
         if value:
             keys.append(value)
+    from_query = ((query or {}).get(KEY_QUERY) or "").strip()
+    if from_query:
+        keys.append(from_query)
     return keys
 
 
-def resolve_session(headers: Mapping[str, str], secret: str) -> SessionIdentity:
+def resolve_session(
+    headers: Mapping[str, str], secret: str, query: Mapping[str, str] | None = None
+) -> SessionIdentity:
     """The session named by the request's key; 401 `invalid_api_key` if none verifies."""
-    keys = candidate_keys(headers)
+    keys = candidate_keys(headers, query)
     if not keys:
-        raise OpenAIError(
+        raise APIError(
             401,
             "You didn't provide an API key: send a Polar session key as "
-            "'Authorization: Bearer <key>', 'x-api-key' or 'X-Polar-Session-Key'.",
+            "'Authorization: Bearer <key>', 'x-api-key', 'x-goog-api-key', '?key=' "
+            "or 'X-Polar-Session-Key'.",
             code="invalid_api_key",
         )
     for key in keys:
@@ -48,12 +56,15 @@ def resolve_session(headers: Mapping[str, str], secret: str) -> SessionIdentity:
         except InvalidSessionKey:
             continue
     shown = keys[0][:8] + "..." if len(keys[0]) > 8 else "***"
-    raise OpenAIError(
-        401, f"Incorrect API key provided: {shown} is not a valid Polar session key.",
+    raise APIError(
+        401,
+        f"Incorrect API key provided: {shown} is not a valid Polar session key.",
         code="invalid_api_key",
     )
 
 
 def authenticate(request: Request) -> SessionIdentity:
     """FastAPI dependency: the session of this request, verified with the app's secret."""
-    return resolve_session(request.headers, request.app.state.settings.session_secret)
+    return resolve_session(
+        request.headers, request.app.state.settings.session_secret, request.query_params
+    )

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from polar.models import CompletionRecord
+from polar.providers import APIError
 from polar.session_keys import SessionIdentity
 from polar.storage import Storage
-from proxy.errors import OpenAIError
 from proxy.upstream import Extracted
 
 log = logging.getLogger("polar.gateway")
@@ -94,13 +94,13 @@ class Recorder:
         )
 
     async def write(self, record: CompletionRecord) -> str:
-        """Store `record`; its S3 key. Raises a 503 OpenAIError if the store fails."""
+        """Store `record`; its S3 key. Raises a 503 APIError if the store fails."""
         try:
             return await asyncio.to_thread(self.storage.put_completion, record)
         except Exception as exc:
             log.error("could not record %s of session %s: %s",
                       record.record_id, record.session_id, exc)
-            raise OpenAIError(
+            raise APIError(
                 503,
                 "the gateway could not record this completion; retry later",
                 type="server_error",

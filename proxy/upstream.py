@@ -4,7 +4,8 @@
 upstream: training fields added by backend kind, never streaming, model name
 pinned. `UpstreamClient.complete` sends it over a pooled httpx client to the
 next base URL (round-robin; an unreachable base is skipped) and turns
-transport failures and error statuses into OpenAI-shaped `UpstreamError`s.
+transport failures and error statuses into `UpstreamError`s (rendered in the
+caller's own error shape at the edge).
 `extract` reads the token ids, logprobs and finish reason out of the answer.
 """
 
@@ -20,15 +21,15 @@ from typing import Any
 
 import httpx
 
+from polar.providers import APIError
 from polar.settings import Settings
-from proxy.errors import OpenAIError
 
 log = logging.getLogger("polar.gateway")
 
 KINDS = ("vllm", "sglang")
 
 
-class UpstreamError(OpenAIError):
+class UpstreamError(APIError):
     """An upstream call that gave no usable answer, in the caller's error shape."""
 
     def __init__(

@@ -23,11 +23,12 @@ from openai import OpenAI
 
 from polar.devstack import free_port
 from polar.models import CompletionRecord
+from polar.providers.base import split_text
+from polar.providers.openai_chat import render_chat_stream
 from polar.session_keys import SessionIdentity, mint_session_key
 from polar.settings import Settings
 from polar.storage import Storage, completion_key
 from proxy.app import create_app
-from proxy.streaming import render_chat_stream, split_text
 from proxy.upstream import extract, normalize, strip_training_fields
 from tests.support import (
     END_OF_TURN,

@@ -1,24 +1,46 @@
 """Trajectory builders: pure functions from a session's CompletionRecords to Traces.
 
 A builder is `Callable[[list[CompletionRecord], BuildContext], BuildOutput]`.
-Built-ins are registered by name; a custom builder is named by import path
-(`package.module:function`) in the TaskSpec, with its own `config`.
+Built-ins are registered by name with the pydantic model of their config; a
+custom builder is named by import path (`package.module:function`) in the
+TaskSpec, with its own free-form `config` (the `reward` key is read for every
+builder). See polar/builders/README.md.
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from typing import Any
 
-from polar.builders.base import BuildContext, BuildOutput
+from polar.builders.base import BuildContext, BuilderConfig, BuildOutput, RewardPolicy
 from polar.builders.per_request import build_per_request
+from polar.builders.prefix_merging import PrefixMergingConfig, build_prefix_merging
 from polar.models import CompletionRecord
 
 Builder = Callable[[list[CompletionRecord], BuildContext], BuildOutput]
 
-BUILDERS: dict[str, Builder] = {"per_request": build_per_request}
+BUILDERS: dict[str, Builder] = {
+    "per_request": build_per_request,
+    "prefix_merging": build_prefix_merging,
+}
+BUILDER_CONFIGS: dict[str, type[BuilderConfig]] = {
+    "per_request": BuilderConfig,
+    "prefix_merging": PrefixMergingConfig,
+}
 
-__all__ = ["BUILDERS", "BuildContext", "BuildOutput", "Builder", "UnknownBuilder", "get_builder"]
+__all__ = [
+    "BUILDERS",
+    "BUILDER_CONFIGS",
+    "BuildContext",
+    "BuildOutput",
+    "Builder",
+    "BuilderConfig",
+    "UnknownBuilder",
+    "get_builder",
+    "reward_policy",
+    "validate_builder_config",
+]
 
 
 class UnknownBuilder(ValueError):
@@ -39,3 +61,22 @@ def get_builder(name: str) -> Builder:
     if not callable(builder):
         raise UnknownBuilder(f"builder {name!r} is not callable")
     return builder
+
+
+def validate_builder_config(name: str, config: dict[str, Any]) -> None:
+    """Raise ValueError if a built-in builder's config is invalid (custom ones: `reward` only)."""
+    model = BUILDER_CONFIGS.get(name)
+    if model is not None:
+        model.model_validate(config)
+    else:
+        reward_policy(config)
+
+
+def reward_policy(config: dict[str, Any]) -> RewardPolicy:
+    """The `reward` policy a builder config names (default `broadcast`)."""
+    policy = config.get("reward", "broadcast")
+    if policy not in ("broadcast", "session_normalized"):
+        raise ValueError(
+            f"builder config 'reward' must be 'broadcast' or 'session_normalized', not {policy!r}"
+        )
+    return policy

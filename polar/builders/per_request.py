@@ -2,40 +2,49 @@
 
 from __future__ import annotations
 
-from polar.builders.base import BuildContext, BuildOutput, response_message, usable
-from polar.models import CompletionRecord, Trace, TraceProvenance
+from polar.builders.base import (
+    BuildContext,
+    BuilderConfig,
+    BuildOutput,
+    end_of_turn_ids,
+    prepare_records,
+    provenance,
+    response_message,
+)
+from polar.models import CompletionRecord, ReconstructionStats, Trace
 
 
 def build_per_request(records: list[CompletionRecord], ctx: BuildContext) -> BuildOutput:
-    """One Trace per usable record: prompt ids, sampled ids (mask 1) and their logprobs."""
-    out = BuildOutput(traces=[])
-    for record in records:
-        problem = usable(record)
-        if problem is not None:
-            out.unusable.append(problem)
-            continue
-        assert record.prompt_token_ids is not None
-        assert record.response_token_ids is not None and record.response_logprobs is not None
+    """One Trace per usable record: prompt ids, sampled ids (mask 1) and their logprobs.
+
+    Config: `BuilderConfig` (tokenizer for missing prompt ids, reward policy).
+    """
+    config = BuilderConfig.model_validate(ctx.config)
+    prepared, unusable = prepare_records(records, config)
+    eos = end_of_turn_ids(config)
+    out = BuildOutput(traces=[], unusable=unusable)
+    for item in prepared:
+        record = item.record
         request = record.normalized_request
+        stats = ReconstructionStats(
+            chains=len(prepared),
+            members=1,
+            sampled_tokens=len(item.response_ids),
+            sampled_eos=int(bool(item.response_ids) and item.response_ids[-1] in eos),
+            prompt_ids_rebuilt=[record.record_id] if item.prompt_rebuilt else [],
+            unusable=len(unusable),
+        )
         out.traces.append(
             Trace(
                 trace_id=f"{ctx.session_id}/{record.record_id}",
-                prompt_ids=list(record.prompt_token_ids),
-                response_ids=list(record.response_token_ids),
-                loss_mask=[1] * len(record.response_token_ids),
-                response_logprobs=list(record.response_logprobs),
-                prompt_messages=list(request.get("messages") or []),
+                prompt_ids=item.prompt_ids,
+                response_ids=item.response_ids,
+                loss_mask=[1] * len(item.response_ids),
+                response_logprobs=item.logprobs,
+                prompt_messages=item.messages,
                 response_message=response_message(record),
                 tools=request.get("tools"),
-                provenance=TraceProvenance(
-                    session_id=ctx.session_id,
-                    task_id=ctx.task_id,
-                    harness=ctx.harness,
-                    builder=ctx.builder,
-                    model=record.model,
-                    completion_seqs=[record.seq],
-                    record_ids=[record.record_id],
-                ),
+                provenance=provenance(ctx, [item], stats, config.reward),
             )
         )
     return out

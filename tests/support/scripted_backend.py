@@ -43,6 +43,7 @@ class ScriptedReply:
     tool_calls: list[tuple[str, dict[str, Any] | str]] = field(default_factory=list)
     reasoning: str | None = None
     finish_reason: str | None = None
+    stop_reason: str | int | None = None  # vLLM's matched stop string / token id
     status_code: int = 200
     error: str | None = None
     delay_s: float = 0.0
@@ -140,7 +141,7 @@ def render_answer(body: dict[str, Any], reply: ScriptedReply) -> dict[str, Any]:
         },
         "logprobs": None,
         "finish_reason": finish,
-        "stop_reason": None,
+        "stop_reason": reply.stop_reason,
     }
     if body.get("logprobs"):
         choice["logprobs"] = {

@@ -1,0 +1,343 @@
+"""Trajectory-builder benchmark: rebuild time of a 200-call session, trace counts on harness runs.
+
+    .venv/bin/python bench/bench_builders.py            # both parts; sessions from bench/data
+    .venv/bin/python bench/bench_builders.py --record   # re-record the four CLIs first
+    .venv/bin/python bench/bench_builders.py --runs 9 --calls 200
+
+(a) A 200-call session rendered by the tiny Qwen3-style tokenizer's chat
+template (tests/builders_support.TinyBackend): multi-turn tool use with
+reasoning and growing prompts, two sub-agents, a follow-up user turn (the
+template drops earlier `<think>` blocks), two compactions. Each builder
+rebuilds it `--runs` times after one warm-up; the median and the minimum are
+reported, with the token counts.
+
+(b) Real harness sessions: Codex, Claude Code, Qwen Code and Pi driven through
+the gateway by the agent backend of tests/test_harness_clis.py (list, read,
+edit, check, answer), their CompletionRecords as the gateway stored them in S3,
+kept xz-compressed in bench/data/{harness}.jsonl.xz (`--record` re-records
+them; it needs infra/harnesses/install.sh). Reports traces per builder per harness and the
+pooled per_request / prefix_merging ratio.
+
+Prints a markdown table; writes bench/results/builders.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import lzma
+import os
+import platform
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from polar.builders import BuildContext, BuildOutput, get_builder  # noqa: E402
+from polar.models import CompletionRecord  # noqa: E402
+from tests.builders_support import (  # noqa: E402
+    SYSTEM,
+    TINY_MODEL,
+    TOOLS,
+    TinyBackend,
+    assistant_text,
+    tool_result,
+)
+
+DATA = REPO / "bench" / "data"
+RESULTS = REPO / "bench" / "results" / "builders.json"
+BUILDERS = ("per_request", "prefix_merging")
+HARNESS_ORDER = ("codex", "claude", "qwen", "pi")
+
+
+# --------------------------------------------------------------------------- (a) long session
+
+
+def _file(rng: random.Random, name: str) -> str:
+    """A plausible source file of 10-40 lines."""
+    lines = [f"# {name}"]
+    for i in range(rng.randint(10, 40)):
+        lines.append(f"def {name.replace('.', '_')}_{i}(x):\n    return x * {rng.randint(1, 99)}")
+    return "\n".join(lines) + "\n"
+
+
+def long_session(tokenizer_dir: Path, calls: int = 200, seed: int = 0) -> list[CompletionRecord]:
+    """`calls` model calls of one agent session, rendered by the tiny tokenizer's template.
+
+    Main agent: tool calls with reasoning, tool results of 10-40 lines. At 30
+    and 100 calls it runs a 5-call sub-agent (its own context); at 120 the user
+    adds a request (earlier reasoning dropped from the prompt); at 70 and 150
+    the context is compacted into a summary. The last call answers.
+    """
+    from polar.tokenization import load_tokenizer
+
+    rng = random.Random(seed)
+    backend = TinyBackend(load_tokenizer(str(tokenizer_dir)))
+    task = {"role": "user", "content": "The test suite fails; find and fix the bug."}
+    main: list[dict[str, Any]] = [SYSTEM, task]
+    events = {30: "sub", 100: "sub", 120: "user", 70: "compact", 150: "compact"}
+    step = 0
+    while len(backend.records) < calls:
+        event = events.pop(len(backend.records), None)
+        if event == "compact":
+            summary = f"Summary of the work so far ({len(backend.records)} calls): bug narrowed."
+            main = [SYSTEM, {"role": "user", "content": summary}]
+        elif event == "user":
+            main.append({"role": "user", "content": "Also add a regression test."})
+        elif event == "sub":
+            ask = f"Find the callers of parse() in package p{len(backend.records)}."
+            sub = [{"role": "system", "content": "You are a sub-agent."},
+                   {"role": "user", "content": ask}]  # fmt: skip
+            for k in range(min(5, calls - len(backend.records))):
+                last = k == 4 or len(backend.records) == calls - 1
+                calls_ = [] if last else [("bash", {"command": f"grep -rn parse src/m{k}.py"})]
+                text = assistant_text("Found 3 callers." if last else "", f"Sub {k}.", calls_)
+                answer = backend.call(sub, text, tools=TOOLS)
+                sub.append(answer)
+                if not last:
+                    sub.append(tool_result(answer, _file(rng, f"m{k}.py")))
+            continue
+        last = len(backend.records) == calls - 1
+        name = f"src/f{step}.py"
+        tool_calls = [] if last else [("bash", {"command": f"cat {name}"})]
+        words = " ".join(rng.choice(("check", "read", "test", "the", "bug")) for _ in range(8))
+        reasoning = f"Step {step}: {words}."
+        text = assistant_text("The bug is fixed." if last else "", reasoning, tool_calls)
+        answer = backend.call(main, text, tools=TOOLS)
+        main.append(answer)
+        if not last:
+            main.append(tool_result(answer, _file(rng, name)))
+        step += 1
+    return backend.records
+
+
+def run_builder(builder: str, records: list[CompletionRecord], tokenizer_dir: Path) -> BuildOutput:
+    ctx = BuildContext(
+        session_id=records[0].session_id if records else "s",
+        task_id=records[0].task_id if records else "t",
+        harness="bench",
+        builder=builder,
+        config={"tokenizer": str(tokenizer_dir)},
+    )
+    return get_builder(builder)(records, ctx)
+
+
+def token_counts(out: BuildOutput) -> dict[str, int]:
+    return {
+        "traces": len(out.traces),
+        "trace_tokens": sum(len(t.prompt_ids) + len(t.response_ids) for t in out.traces),
+        "sampled_tokens": sum(sum(t.loss_mask) for t in out.traces),
+    }
+
+
+def bench_rebuild(tokenizer_dir: Path, calls: int, runs: int) -> dict[str, Any]:
+    records = long_session(tokenizer_dir, calls)
+    prompts = [len(r.prompt_token_ids or []) for r in records]
+    result: dict[str, Any] = {
+        "calls": len(records),
+        "runs": runs,
+        "prompt_tokens_total": sum(prompts),
+        "prompt_tokens_max": max(prompts),
+        "sampled_tokens": sum(len(r.response_token_ids or []) for r in records),
+        "builders": {},
+    }
+    for builder in BUILDERS:
+        out = run_builder(builder, records, tokenizer_dir)  # warm-up (tokenizer load, imports)
+        times = []
+        for _ in range(runs):
+            started = time.perf_counter()
+            out = run_builder(builder, records, tokenizer_dir)
+            times.append(time.perf_counter() - started)
+        result["builders"][builder] = {
+            "median_s": statistics.median(times),
+            "min_s": min(times),
+            **token_counts(out),
+            "breaks": out.breaks,
+        }
+    return result
+
+
+# --------------------------------------------------------------------------- (b) harness sessions
+
+
+def slim(record: CompletionRecord) -> dict[str, Any]:
+    """A record with what builders read: token data, messages, the answer (not tools, raw body)."""
+    data = record.model_dump(mode="json")
+    data["request"] = {}
+    data["normalized_request"] = {"messages": record.normalized_request.get("messages") or []}
+    choices = (record.response or {}).get("choices") or [{}]
+    data["response"] = {
+        "choices": [{"message": choices[0].get("message"), "finish_reason": record.finish_reason}],
+        "usage": (record.response or {}).get("usage"),
+    }
+    return data
+
+
+def record_harnesses(out_dir: Path) -> dict[str, str]:
+    """Run each CLI once through an in-thread gateway (as tests/test_harness_clis.py does)."""
+    from _pytest.outcomes import OutcomeException
+
+    from polar.devstack import DevStack, free_port
+    from polar.settings import Settings
+    from polar.storage import Storage
+    from tests.support.harness_configs import HARNESSES, installed_version
+    from tests.test_harness_clis import run_harness
+
+    work = Path(tempfile.mkdtemp(prefix="polar-bench-"))
+    base = free_port(span=48)
+    settings = Settings(
+        data_dir=work / "data",
+        temporal_address=f"127.0.0.1:{base}",
+        s3_endpoint=f"http://127.0.0.1:{base + 30}",
+        s3_bucket="polar-bench",
+        gateway_port=base + 40,
+        vllm_port=base + 41,
+        session_secret="bench-secret",
+    )
+    stack = DevStack(settings, with_model=False, workers=0, die_with_parent=True)
+    stack.start(stack.seaweedfs())
+    outcome: dict[str, str] = {}
+    try:
+        storage = Storage(settings)
+        storage.ensure_bucket()
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for harness in HARNESS_ORDER:
+            try:
+                run = run_harness(harness, work / harness, settings, storage, TINY_MODEL)
+            except OutcomeException as exc:  # pytest.skip / pytest.fail inside the helper
+                outcome[harness] = f"not recorded: {exc.msg}"
+                continue
+            if run.returncode != 0 or not run.records:
+                outcome[harness] = f"not recorded: rc={run.returncode}, {len(run.records)} records"
+                continue
+            lines = "".join(json.dumps(slim(r)) + "\n" for r in run.records)
+            (out_dir / f"{harness}.jsonl.xz").write_bytes(lzma.compress(lines.encode()))
+            outcome[harness] = f"{HARNESSES[harness].package}@{installed_version(harness)}: " + (
+                run.describe()
+            )
+    finally:
+        stack.stop("seaweedfs", quiet=True)
+    manifest = {"date": time.strftime("%Y-%m-%d"), "sessions": outcome}
+    (out_dir / "recorded.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    return outcome
+
+
+def load_sessions(data_dir: Path) -> dict[str, list[list[CompletionRecord]]]:
+    """Recorded sessions by harness: `{harness}.jsonl[.xz]`, one or more sessions each."""
+    sessions: dict[str, list[list[CompletionRecord]]] = {}
+    for path in sorted([*data_dir.glob("*.jsonl"), *data_dir.glob("*.jsonl.xz")]):
+        data = path.read_bytes()
+        text = (lzma.decompress(data) if path.suffix == ".xz" else data).decode()
+        by_session: dict[str, list[CompletionRecord]] = defaultdict(list)
+        for line in text.splitlines():
+            if line.strip():
+                record = CompletionRecord.model_validate_json(line)
+                by_session[record.session_id].append(record)
+        sessions[path.name.split(".")[0]] = list(by_session.values())
+    return sessions
+
+
+def bench_ratio(data_dir: Path, tokenizer_dir: Path) -> dict[str, Any]:
+    harnesses: dict[str, Any] = {}
+    totals = dict.fromkeys(BUILDERS, 0)
+    for harness, sessions in load_sessions(data_dir).items():
+        row: dict[str, Any] = {"sessions": len(sessions), "calls": sum(map(len, sessions))}
+        breaks: dict[str, int] = defaultdict(int)
+        for builder in BUILDERS:
+            n = 0
+            for records in sessions:
+                out = run_builder(builder, records, tokenizer_dir)
+                n += len(out.traces)
+                for kind, count in out.breaks.items():
+                    breaks[kind] += count
+            row[builder] = n
+            totals[builder] += n
+        row["ratio"] = row["per_request"] / row["prefix_merging"] if row["prefix_merging"] else None
+        row["breaks"] = dict(breaks)
+        harnesses[harness] = row
+    merged = totals["prefix_merging"]
+    return {
+        "harnesses": harnesses,
+        "pooled": {**totals, "ratio": totals["per_request"] / merged if merged else None},
+    }
+
+
+# --------------------------------------------------------------------------- report
+
+
+def markdown(result: dict[str, Any]) -> str:
+    a = result["rebuild"]
+    lines = [
+        f"### Rebuild of a {a['calls']}-call session (median of {a['runs']} runs)",
+        "",
+        f"{a['prompt_tokens_total']:,} prompt tokens over all calls (largest prompt "
+        f"{a['prompt_tokens_max']:,}), {a['sampled_tokens']:,} sampled tokens.",
+        "",
+        "| builder | median | min | traces | tokens in traces | sampled (mask 1) | breaks |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, b in a["builders"].items():
+        breaks = ", ".join(f"{k} {v}" for k, v in sorted(b["breaks"].items())) or "-"
+        lines.append(
+            f"| {name} | {b['median_s'] * 1000:.1f} ms | {b['min_s'] * 1000:.1f} ms | "
+            f"{b['traces']} | {b['trace_tokens']:,} | {b['sampled_tokens']:,} | {breaks} |"
+        )
+    r = result["ratio"]
+    lines += [
+        "",
+        "### Traces per builder on recorded harness sessions",
+        "",
+        "| harness | sessions | calls | per_request | prefix_merging | ratio | breaks |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, h in r["harnesses"].items():
+        breaks = ", ".join(f"{k} {v}" for k, v in sorted(h["breaks"].items())) or "-"
+        ratio = "-" if h["ratio"] is None else f"{h['ratio']:.2f}"
+        lines.append(
+            f"| {name} | {h['sessions']} | {h['calls']} | {h['per_request']} | "
+            f"{h['prefix_merging']} | {ratio} | {breaks} |"
+        )
+    p = r["pooled"]
+    ratio = "-" if p["ratio"] is None else f"{p['ratio']:.2f}"
+    lines.append(f"| **pooled** | | | {p['per_request']} | {p['prefix_merging']} | {ratio} | |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", type=int, default=200, help="calls in the long session")
+    parser.add_argument("--runs", type=int, default=5, help="timed rebuilds per builder")
+    parser.add_argument("--record", action="store_true", help="re-record the harness sessions")
+    parser.add_argument("--data", type=Path, default=DATA, help="recorded sessions (*.jsonl)")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="results JSON")
+    args = parser.parse_args()
+    if not (TINY_MODEL / ".complete").exists():
+        sys.exit(f"no tiny model at {TINY_MODEL}: run `polar dev model` (or infra/setup.sh)")
+    recorded = record_harnesses(args.data) if args.record else None
+    result: dict[str, Any] = {
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+        },
+        "date": time.strftime("%Y-%m-%d"),
+        "rebuild": bench_rebuild(TINY_MODEL, args.calls, args.runs),
+        "ratio": bench_ratio(args.data, TINY_MODEL),
+    }
+    if recorded is not None:
+        result["recorded"] = recorded
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(markdown(result))
+    print(f"\nresults: {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,20 @@
+"""Provider API transformers: every API the gateway speaks, over Chat Completions.
+
+Pure functions behind one interface (`ProviderAPI`): detect a call's API,
+normalise its request to Chat Completions (with the noise that defeats
+prefix merging removed), render the upstream's answer back in the caller's
+shape, whole or as the synthetic stream its SDK expects, and render errors.
+"""
+
+from polar.providers.base import APIError, CallContext, ProviderAPI, approximate_tokens
+from polar.providers.registry import PROVIDERS, detect, get_provider
+
+__all__ = [
+    "PROVIDERS",
+    "APIError",
+    "CallContext",
+    "ProviderAPI",
+    "approximate_tokens",
+    "detect",
+    "get_provider",
+]

@@ -1,0 +1,457 @@
+"""Google generateContent (`/v1beta/models/{model}:generateContent`, `:streamGenerateContent`).
+
+Request: `systemInstruction` -> a system message; `contents` (`user` /
+`model` turns of `parts`) -> the conversation: `text` (`thought: true` ->
+`reasoning_content`), `inlineData` / `fileData` images, `functionCall` ->
+`tool_calls`, `functionResponse` -> `tool` messages. Calls without an `id`
+get one from their position (`call_{turn}_{part}`), and a response without
+one is matched to the earliest open call of that name, so the same history
+always renders the same prompt. `tools[].functionDeclarations` -> functions
+(Gemini's upper-case schema types lower-cased; `parametersJsonSchema` as is);
+other tools (`googleSearch`, `codeExecution`, ...) are dropped.
+`toolConfig.functionCallingConfig` -> `tool_choice`; `generationConfig`
+`maxOutputTokens`, `temperature`, `topP`, `topK`, `stopSequences`, `seed`,
+penalties and JSON output are mapped. Field names are accepted in camelCase
+or snake_case, as Google's own JSON parser does.
+
+Answer: a `GenerateContentResponse`; `:streamGenerateContent?alt=sse` gets
+`data:` chunks (thought text, text, function calls; the last chunk carries
+`finishReason` and `usageMetadata`), without `alt=sse` a JSON array of the
+same chunks. Errors are `{"error": {"code", "message", "status"}}`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from polar.providers.base import (
+    CallContext,
+    ProviderAPI,
+    answer_message,
+    arr,
+    bad_request,
+    first_choice,
+    malformed_is_400,
+    new_id,
+    parse_arguments,
+    reasoning_of,
+    require_object,
+    split_text,
+    sse,
+    usage_of,
+)
+from polar.providers.canonical import canonical_json, canonical_messages
+
+log = logging.getLogger("polar.providers")
+
+STATUSES = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    405: "UNIMPLEMENTED",
+    409: "ABORTED",
+    429: "RESOURCE_EXHAUSTED",
+    500: "INTERNAL",
+    501: "UNIMPLEMENTED",
+    502: "UNAVAILABLE",
+    503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
+}
+FINISH = {"stop": "STOP", "tool_calls": "STOP", "length": "MAX_TOKENS", "content_filter": "SAFETY"}
+ACTIONS = ("generateContent", "streamGenerateContent", "countTokens")
+_ACTION = re.compile(r"/models/[^:]+:(" + "|".join(ACTIONS) + r")$")
+
+
+def get(obj: Any, camel: str) -> Any:
+    """`obj[camel]`, or its snake_case spelling."""
+    if not isinstance(obj, dict):
+        return None
+    if camel in obj:
+        return obj[camel]
+    return obj.get(re.sub(r"(?<!^)([A-Z])", r"_\1", camel).lower())
+
+
+def json_schema(schema: Any) -> Any:
+    """A Gemini Schema as JSON Schema: types lower-cased, `nullable` folded into `type`."""
+    if isinstance(schema, list):
+        return [json_schema(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key in ("propertyOrdering", "property_ordering", "nullable"):
+            continue
+        if key == "type" and isinstance(value, str):
+            out[key] = value.lower()
+        elif key == "properties" and isinstance(value, dict):
+            out[key] = {k: json_schema(v) for k, v in value.items()}
+        elif key in ("items", "anyOf", "any_of"):
+            out["anyOf" if key == "any_of" else key] = json_schema(value)
+        else:
+            out[key] = value
+    if schema.get("nullable") and isinstance(out.get("type"), str):
+        out["type"] = [out["type"], "null"]
+    return out
+
+
+# --------------------------------------------------------------------------- request
+
+
+def _media_part(part: dict[str, Any], where: str) -> dict[str, Any]:
+    inline, file = get(part, "inlineData"), get(part, "fileData")
+    if isinstance(inline, dict):
+        mime = get(inline, "mimeType") or ""
+        url = f"data:{mime};base64,{inline.get('data') or ''}"
+    else:
+        mime, url = get(file, "mimeType") or "", get(file, "fileUri")
+    if not str(mime).startswith("image/") or not isinstance(url, str):
+        raise bad_request(f"{where}: only image media is supported by this gateway", param=where)
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+class _Calls:
+    """Ids of function calls, so that responses find their call."""
+
+    def __init__(self) -> None:
+        self.open: list[tuple[str, str]] = []  # (name, id), oldest first
+
+    def call(self, fc: dict[str, Any], turn: int, index: int) -> str:
+        call_id = fc.get("id") or f"call_{turn}_{index}"
+        self.open.append((str(fc.get("name")), call_id))
+        return call_id
+
+    def response(self, fr: dict[str, Any]) -> str:
+        name = str(fr.get("name"))
+        wanted = fr.get("id")
+        for i, (open_name, call_id) in enumerate(self.open):
+            if (wanted and call_id == wanted) or (not wanted and open_name == name):
+                del self.open[i]
+                return call_id
+        return wanted or f"call_{name}"
+
+
+def _model_turn(parts: list[Any], turn: int, calls: _Calls, where: str) -> dict[str, Any]:
+    texts: list[str] = []
+    thoughts: list[str] = []
+    tool_calls: list[dict[str, Any]] = []
+    for k, part in enumerate(parts):
+        fc = get(part, "functionCall")
+        if isinstance(fc, dict):
+            tool_calls.append(
+                {
+                    "id": calls.call(fc, turn, k),
+                    "type": "function",
+                    "function": {
+                        "name": fc.get("name"),
+                        "arguments": canonical_json(fc.get("args") or {}),
+                    },
+                }
+            )
+        elif isinstance(get(part, "text"), str):
+            (thoughts if part.get("thought") else texts).append(part["text"])
+        elif not (
+            isinstance(part, dict)
+            and set(part) <= {"thoughtSignature", "thought_signature", "thought"}
+        ):
+            raise bad_request(
+                f"{where}.parts[{k}]: part not supported by this gateway", param=where
+            )
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(texts)}
+    if thoughts:
+        message["reasoning_content"] = "".join(thoughts)
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    return message
+
+
+def _user_turn(parts: list[Any], calls: _Calls, where: str) -> list[dict[str, Any]]:
+    results: list[dict[str, Any]] = []
+    content: list[dict[str, Any]] = []
+    for k, part in enumerate(parts):
+        fr = get(part, "functionResponse")
+        if isinstance(fr, dict):
+            response = fr.get("response")
+            text = canonical_json(response if response is not None else {})
+            results.append({"role": "tool", "tool_call_id": calls.response(fr), "content": text})
+        elif isinstance(get(part, "text"), str):
+            content.append({"type": "text", "text": part["text"]})
+        elif isinstance(part, dict) and (get(part, "inlineData") or get(part, "fileData")):
+            content.append(_media_part(part, f"{where}.parts[{k}]"))
+        else:
+            raise bad_request(
+                f"{where}.parts[{k}]: part not supported by this gateway", param=where
+            )
+    return results + ([{"role": "user", "content": content}] if content else [])
+
+
+def chat_messages(request: dict[str, Any]) -> list[dict[str, Any]]:
+    """Chat messages for `systemInstruction` and `contents`."""
+    out: list[dict[str, Any]] = []
+    system = get(request, "systemInstruction")
+    if isinstance(system, str):
+        system = {"parts": [{"text": system}]}
+    if isinstance(system, dict):
+        parts = arr(system.get("parts"), "systemInstruction.parts")
+        texts = [p["text"] for p in parts if isinstance(get(p, "text"), str)]
+        if texts:
+            out.append({"role": "system", "content": "\n".join(texts)})
+    contents = request.get("contents")
+    if isinstance(contents, dict):
+        contents = [contents]
+    if not isinstance(contents, list) or not contents:
+        raise bad_request("contents is not specified", param="contents")
+    calls = _Calls()
+    for i, content in enumerate(contents):
+        where = f"contents[{i}]"
+        parts = content.get("parts") if isinstance(content, dict) else None
+        if not isinstance(parts, list):
+            raise bad_request(f"{where}.parts must be an array", param=where)
+        if content.get("role") == "model":
+            out.append(_model_turn(parts, i, calls, where))
+        else:
+            out.extend(_user_turn(parts, calls, where))
+    return out
+
+
+def map_tools(tools: Any) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    dropped: list[str] = []
+    for tool in arr(tools, "tools"):
+        declarations = get(tool, "functionDeclarations")
+        if not isinstance(declarations, list):
+            dropped.extend(list(tool) if isinstance(tool, dict) else [str(tool)])  # kinds
+            continue
+        for decl in declarations:
+            if not isinstance(get(decl, "name"), str):
+                raise bad_request("each function declaration needs a 'name'", param="tools")
+            function: dict[str, Any] = {"name": get(decl, "name")}
+            if isinstance(get(decl, "description"), str):
+                function["description"] = get(decl, "description")
+            raw = get(decl, "parametersJsonSchema")
+            params = raw if isinstance(raw, dict) else json_schema(get(decl, "parameters"))
+            function["parameters"] = params if isinstance(params, dict) else {"type": "object"}
+            out.append({"type": "function", "function": function})
+    if dropped:
+        log.info("generateContent: dropped tools the upstream cannot serve: %s", dropped)
+    return out
+
+
+def map_tool_choice(config: Any) -> Any:
+    fcc = get(config, "functionCallingConfig")
+    mode = str(get(fcc, "mode") or "").upper()
+    names = get(fcc, "allowedFunctionNames") or []
+    if mode in ("ANY", "VALIDATED") and len(names) == 1:
+        return {"type": "function", "function": {"name": names[0]}}
+    return {"ANY": "required", "NONE": "none", "AUTO": "auto", "VALIDATED": "auto"}.get(mode)
+
+
+def generation_settings(config: Any) -> dict[str, Any]:
+    """Chat sampling fields for a `generationConfig`."""
+    if not isinstance(config, dict):
+        return {}
+    out: dict[str, Any] = {}
+    names = {
+        "maxOutputTokens": "max_tokens",
+        "temperature": "temperature",
+        "topP": "top_p",
+        "topK": "top_k",
+        "seed": "seed",
+        "presencePenalty": "presence_penalty",
+        "frequencyPenalty": "frequency_penalty",
+    }
+    for camel, chat_name in names.items():
+        value = get(config, camel)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            out[chat_name] = value
+    stops = [s for s in arr(get(config, "stopSequences"), "stopSequences") if isinstance(s, str)]
+    if stops:
+        out["stop"] = stops
+    count = get(config, "candidateCount")
+    if isinstance(count, int) and count > 1:
+        raise bad_request(
+            "candidateCount > 1 is not supported by this gateway",
+            param="generationConfig.candidateCount",
+        )
+    if get(config, "responseMimeType") == "application/json":
+        schema = get(config, "responseJsonSchema") or json_schema(get(config, "responseSchema"))
+        out["response_format"] = (
+            {"type": "json_schema", "json_schema": {"name": "response", "schema": schema}}
+            if isinstance(schema, dict)
+            else {"type": "json_object"}
+        )
+    return out
+
+
+# --------------------------------------------------------------------------- answer
+
+
+def answer_parts(answer: dict[str, Any]) -> list[dict[str, Any]]:
+    message = answer_message(answer)
+    parts: list[dict[str, Any]] = []
+    reasoning = reasoning_of(message)
+    if reasoning:
+        parts.append({"text": reasoning, "thought": True})
+    if isinstance(message.get("content"), str) and message["content"]:
+        parts.append({"text": message["content"]})
+    for call in message.get("tool_calls") or []:
+        function = call.get("function") or {}
+        parts.append(
+            {
+                "functionCall": {
+                    "id": call.get("id"),
+                    "name": function.get("name"),
+                    "args": parse_arguments(function.get("arguments")),
+                }
+            }
+        )
+    return parts or [{"text": ""}]
+
+
+def _usage(answer: dict[str, Any]) -> dict[str, int]:
+    prompt, completion = usage_of(answer)
+    return {
+        "promptTokenCount": prompt,
+        "candidatesTokenCount": completion,
+        "totalTokenCount": prompt + completion,
+    }
+
+
+def _chunk(
+    parts: list[dict[str, Any]], call: CallContext, response_id: str, **extra: Any
+) -> dict[str, Any]:
+    candidate: dict[str, Any] = {"content": {"role": "model", "parts": parts}, "index": 0}
+    chunk = {"candidates": [candidate], "modelVersion": call.model or "", "responseId": response_id}
+    if "finishReason" in extra:
+        candidate["finishReason"] = extra.pop("finishReason")
+    return chunk | extra
+
+
+def stream_chunks(answer: dict[str, Any], call: CallContext) -> list[dict[str, Any]]:
+    """The chunks of a streamed answer; the last carries finishReason and usage."""
+    pieces: list[list[dict[str, Any]]] = []
+    calls: list[dict[str, Any]] = []
+    for part in answer_parts(answer):
+        if "functionCall" in part:
+            calls.append(part)
+        else:
+            extra = {"thought": True} if part.get("thought") else {}
+            pieces.extend([{"text": p} | extra] for p in split_text(part["text"]) or [""])
+    if calls:
+        pieces.append(calls)
+    response_id = new_id("")
+    finish = FINISH.get(str(first_choice(answer).get("finish_reason")), "STOP")
+    chunks = [_chunk(p, call, response_id) for p in pieces[:-1]]
+    chunks.append(
+        _chunk(pieces[-1], call, response_id, finishReason=finish, usageMetadata=_usage(answer))
+    )
+    return chunks
+
+
+class GoogleGenerate(ProviderAPI):
+    """Google generateContent over Chat Completions (see the module)."""
+
+    name = "google_generate"
+
+    def detect(self, path: str, headers: Mapping[str, str]) -> bool:
+        if _ACTION.search(path) or path.startswith("/v1beta/") or path == "/v1beta":
+            return True
+        listing = path.rstrip("/").endswith("/models") or "/models/" in path
+        return listing and "x-goog-api-key" in {k.lower() for k in headers}
+
+    @malformed_is_400
+    def to_chat(self, request: dict[str, Any], call: CallContext) -> dict[str, Any]:
+        request = require_object(request)
+        inner = get(request, "generateContentRequest")
+        if isinstance(inner, dict):  # countTokens may wrap a whole request
+            request = inner
+        if get(request, "cachedContent"):
+            raise bad_request(
+                "cachedContent needs server-side state, which this gateway does not keep",
+                param="cachedContent",
+            )
+        chat: dict[str, Any] = {"messages": canonical_messages(chat_messages(request))}
+        if call.model:
+            chat["model"] = call.model.removeprefix("models/")
+        tools = map_tools(request.get("tools"))
+        if tools:
+            chat["tools"] = tools
+            choice = map_tool_choice(get(request, "toolConfig"))
+            if choice is not None:
+                chat["tool_choice"] = choice
+        return chat | generation_settings(get(request, "generationConfig"))
+
+    def wants_stream(self, request: dict[str, Any], call: CallContext) -> bool:
+        return call.action == "streamGenerateContent"
+
+    def stream_media_type(self, call: CallContext) -> str:
+        return "text/event-stream" if call.query.get("alt") == "sse" else "application/json"
+
+    def from_chat(
+        self, answer: dict[str, Any], request: dict[str, Any], call: CallContext
+    ) -> dict[str, Any]:
+        finish = FINISH.get(str(first_choice(answer).get("finish_reason")), "STOP")
+        return _chunk(
+            answer_parts(answer),
+            call,
+            new_id(""),
+            finishReason=finish,
+            usageMetadata=_usage(answer),
+        )
+
+    def stream_events(
+        self, answer: dict[str, Any], request: dict[str, Any], call: CallContext
+    ) -> Iterator[str]:
+        chunks = stream_chunks(answer, call)
+        if call.query.get("alt") == "sse":
+            for chunk in chunks:
+                yield sse(chunk)
+            return
+        yield "[" + ",\n".join(json.dumps(c, separators=(",", ":")) for c in chunks) + "]"
+
+    def error_body(
+        self,
+        status: int,
+        message: str,
+        *,
+        code: str | None = None,
+        param: str | None = None,
+        type: str | None = None,
+    ) -> dict[str, Any]:
+        grpc = STATUSES.get(status) or ("INVALID_ARGUMENT" if status < 500 else "INTERNAL")
+        return {"error": {"code": status, "message": message, "status": grpc}}
+
+    def model_list(self, names: list[str]) -> dict[str, Any]:
+        return {"models": [self.model_card(n) for n in names]}
+
+    def model_card(self, name: str) -> dict[str, Any]:
+        bare = name.removeprefix("models/")
+        return {
+            "name": f"models/{bare}",
+            "version": "001",
+            "displayName": bare,
+            "description": "served by the Polar gateway",
+            "supportedGenerationMethods": [
+                "generateContent",
+                "streamGenerateContent",
+                "countTokens",
+            ],
+        }
+
+    def token_count(self, count: int, approximate: bool) -> dict[str, Any]:
+        out: dict[str, Any] = {"totalTokens": count}
+        if approximate:
+            out["approximate"] = True
+        return out
+
+
+def split_action(target: str) -> tuple[str, str | None]:
+    """`'policy:generateContent'` -> `('policy', 'generateContent')`; no action -> None."""
+    model, sep, action = target.rpartition(":")
+    if sep and action in ACTIONS:
+        return model, action
+    return target, None

@@ -1,0 +1,130 @@
+"""Reward policies, builder config validation, and the build/score activities around builders."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from temporalio.testing import ActivityEnvironment
+
+from activities.session_activities import SessionActivities
+from polar.builders import get_builder
+from polar.builders.rewards import assign_rewards, trace_reward
+from polar.models import (
+    BuilderSpec,
+    BuildRequest,
+    CompletionRecord,
+    RewardRequest,
+    SessionStatus,
+    TaskSpec,
+    Trace,
+)
+from polar.settings import Settings
+from tests.builders_support import context, record
+
+HARNESS = {"command": "true"}
+
+
+def three_calls() -> list[CompletionRecord]:
+    """A chain of two calls (stopped on end token 2) and an unrelated third."""
+    return [
+        record(0, [5, 6], [7, 2]),
+        record(1, [5, 6, 7, 2, 1, 8], [9, 2]),
+        record(2, [4], [3, 3], finish="length"),
+    ]
+
+
+def test_broadcast_and_session_normalised_rewards() -> None:
+    assert trace_reward(1.0, 4, "broadcast") == 1.0
+    assert trace_reward(1.0, 4, "session_normalized") == 0.25
+    assert trace_reward(None, 4, "session_normalized") is None
+    assert trace_reward(0.5, 0, "session_normalized") == 0.5
+    for name, n in (("per_request", 3), ("prefix_merging", 2)):
+        out = get_builder(name)(three_calls(), context(name, reward="session_normalized"))
+        assert len(out.traces) == n
+        assign_rewards(out.traces, 1.0, SessionStatus.TIMEOUT)
+        assert [t.reward for t in out.traces] == [pytest.approx(1.0 / n)] * n
+        assert sum(t.reward or 0 for t in out.traces) == pytest.approx(1.0)
+        assert {t.status for t in out.traces} == {SessionStatus.TIMEOUT}
+        # masks are left as built, whatever the status
+        assert all(sum(t.loss_mask) for t in out.traces)
+
+
+def test_no_evaluation_means_no_reward() -> None:
+    out = get_builder("per_request")(three_calls(), context("per_request"))
+    assign_rewards(out.traces, None, SessionStatus.ERROR)
+    assert {t.reward for t in out.traces} == {None}
+    assert {t.status for t in out.traces} == {SessionStatus.ERROR}
+
+
+@pytest.mark.parametrize(
+    ("builder", "problem"),
+    [
+        ({"name": "prefix_merging", "config": {"repair": "everything"}}, "repair"),
+        ({"name": "prefix_merging", "config": {"reward": "share"}}, "reward"),
+        ({"name": "per_request", "config": {"repair": "response_span"}}, "repair"),
+        ({"name": "per_request", "config": {"tokenizer": 3}}, "tokenizer"),
+        ({"name": "tests.test_builders_rewards:custom", "config": {"reward": "x"}}, "reward"),
+    ],
+)
+def test_builder_configs_are_validated(builder: dict[str, Any], problem: str) -> None:
+    with pytest.raises(ValueError, match=problem):
+        TaskSpec.model_validate({"task_id": "t", "harness": HARNESS, "builder": builder})
+
+
+def test_valid_builder_configs() -> None:
+    for builder in (
+        {"name": "prefix_merging", "config": {"repair": "response_span", "eos_token_ids": [2]}},
+        {"name": "per_request", "config": {"reward": "session_normalized", "tokenizer": "/m"}},
+        {"name": "tests.test_builders_rewards:custom", "config": {"anything": 1}},
+    ):
+        TaskSpec.model_validate({"task_id": "t", "harness": HARNESS, "builder": builder})
+
+
+def custom(records: list[CompletionRecord], ctx: Any) -> Any:
+    """A custom builder (by import path): per_request under another name."""
+    return get_builder("per_request")(records, ctx)
+
+
+class MemoryStorage:
+    """The part of Storage the build and score activities use."""
+
+    def __init__(self, records: list[CompletionRecord]) -> None:
+        self.records = records
+        self.traces: dict[str, list[Trace]] = {}
+
+    def list_completions(self, session_id: str) -> list[CompletionRecord]:
+        return list(self.records)
+
+    def put_traces(self, key: str, traces: list[Trace]) -> int:
+        self.traces[key] = [t.model_copy(deep=True) for t in traces]
+        return sum(len(t.model_dump_json()) for t in traces)
+
+    def load_traces(self, key: str) -> list[Trace]:
+        return [t.model_copy(deep=True) for t in self.traces[key]]
+
+
+@pytest.mark.parametrize("name", ["prefix_merging", "tests.test_builders_rewards:custom"])
+async def test_build_and_score_activities(name: str) -> None:
+    storage = MemoryStorage(three_calls())
+    acts = SessionActivities(Settings(), storage)  # type: ignore[arg-type]
+    env = ActivityEnvironment()
+    config: dict[str, Any] = {"reward": "session_normalized"}
+    if name == "prefix_merging":
+        config["eos_token_ids"] = [2]
+    spec = BuilderSpec(name=name, config=config)
+    built = await env.run(
+        acts.build_trajectory,
+        BuildRequest(session_id="s1", task_id="t1", harness="command", builder=spec),
+    )
+    n = 2 if name == "prefix_merging" else 3
+    assert (built.num_completions, built.num_traces, built.num_response_tokens) == (3, n, 6)
+    assert built.breaks == ({"new_context": 1} if name == "prefix_merging" else {})
+    scored = await env.run(
+        acts.score_traces,
+        RewardRequest(traces_key=built.traces_key, reward=1.0, status=SessionStatus.COMPLETED),
+    )
+    assert scored.num_traces == n
+    traces = storage.traces[built.traces_key]
+    assert [t.reward for t in traces] == [pytest.approx(1 / n)] * n
+    assert {t.provenance.reward_policy for t in traces} == {"session_normalized"}

@@ -1,0 +1,310 @@
+"""`polar export`: traces from the real builders to JSONL, an HF dataset and an SFT view."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import datasets
+import pytest
+from typer.testing import CliRunner
+
+from polar import export as ex
+from polar.builders import BuildContext, get_builder
+from polar.builders.base import response_message
+from polar.builders.rewards import assign_rewards
+from polar.cli import app
+from polar.models import CompletionRecord, SessionStatus, TaskSpec, Trace
+from polar.sdk import PolarClient
+from polar.settings import Settings, get_settings
+from polar.storage import Storage, traces_key
+from tests.builders_support import (
+    SYSTEM,
+    TOOLS,
+    TinyBackend,
+    assistant_text,
+    tokenizer_dir_fixture,  # noqa: F401  (the tokenizer_dir fixture)
+    tool_result,
+)
+
+# (session, reward, status): resolved, failed evaluation, harness failed, not evaluated
+SESSIONS = [
+    ("s1", 1.0, SessionStatus.COMPLETED),
+    ("s2", 0.0, SessionStatus.COMPLETED),
+    ("s3", 1.0, SessionStatus.HARNESS_FAILED),
+    ("s4", None, SessionStatus.ERROR),
+]
+
+
+def agent_steps(backend: TinyBackend, messages: list[dict[str, Any]], steps: int, tag: str) -> None:
+    """`steps` calls of one agent with reasoning and tool calls, then an answer."""
+    for i in range(steps):
+        last = i == steps - 1
+        calls = [] if last else [("bash", {"command": f"cat {tag}{i}.py"})]
+        text = assistant_text(
+            f"{tag}: done." if last else "", reasoning=f"{tag} step {i}.", calls=calls
+        )
+        answer = backend.call(messages, text, tools=TOOLS)
+        messages.append(answer)
+        if not last:
+            messages.append(tool_result(answer, f"def {tag}{i}():\n    return {i}\n"))
+
+
+@pytest.fixture(scope="module")
+def records(tokenizer_dir: Path) -> list[CompletionRecord]:
+    """One realistic session: tool use, a sub-agent, a follow-up user turn, a compaction.
+
+    Conversations, by the record that ends each: 5 (sub-agent), 7 (main, whose
+    record 3 the follow-up continues), 9 (after compaction).
+    """
+    from polar.tokenization import load_tokenizer
+
+    backend = TinyBackend(load_tokenizer(str(tokenizer_dir)))
+    main = [SYSTEM, {"role": "user", "content": "Fix the failing test."}]
+    agent_steps(backend, main, 2, "main")  # 0, 1
+    sub = [{"role": "system", "content": "You are a sub-agent."}, {"role": "user", "content": "Go"}]
+    agent_steps(backend, main, 2, "more")  # 2, 3
+    agent_steps(backend, sub, 2, "sub")  # 4, 5
+    main.append({"role": "user", "content": "Also add a test."})  # drops earlier <think>
+    agent_steps(backend, main, 2, "test")  # 6, 7
+    compacted = [SYSTEM, {"role": "user", "content": "Summary: fixed f0 and added a test."}]
+    agent_steps(backend, compacted, 2, "final")  # 8, 9
+    return backend.records
+
+
+def session_records(records: list[CompletionRecord], session_id: str) -> list[CompletionRecord]:
+    return [r.model_copy(update={"session_id": session_id}) for r in records]
+
+
+def build(
+    records: list[CompletionRecord],
+    builder: str,
+    tokenizer_dir: Path,
+    sessions: list[tuple[str, float | None, SessionStatus]] = SESSIONS,
+    **config: Any,
+) -> list[Trace]:
+    """Every session's traces, built by `builder` and scored."""
+    traces: list[Trace] = []
+    for sid, reward, status in sessions:
+        ctx = BuildContext(
+            session_id=sid,
+            task_id="t1",
+            harness="command",
+            builder=builder,
+            config={"tokenizer": str(tokenizer_dir), **config},
+        )
+        out = get_builder(builder)(session_records(records, sid), ctx)
+        assign_rewards(out.traces, reward, status)
+        traces += out.traces
+    return traces
+
+
+def all_records(records: list[CompletionRecord]) -> ex.RecordIndex:
+    return ex.index_records(r for sid, *_ in SESSIONS for r in session_records(records, sid))
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def conversation(record: CompletionRecord) -> list[dict[str, Any]]:
+    answer = response_message(record)
+    assert answer is not None
+    return [*record.normalized_request["messages"], ex.clean_message(answer)]
+
+
+# --------------------------------------------------------------------------- RL rows
+
+
+@pytest.mark.parametrize("builder", ["per_request", "prefix_merging"])
+def test_rl_rows_round_trip_exactly_through_jsonl_and_datasets(
+    builder: str, records: list[CompletionRecord], tokenizer_dir: Path, tmp_path: Path
+) -> None:
+    traces = build(records, builder, tokenizer_dir)
+    summary = ex.export_traces(traces, tmp_path, ["jsonl", "hf"])
+    assert (summary.traces, summary.rl_rows, summary.sessions) == (len(traces), len(traces), 4)
+    rows = read_jsonl(tmp_path / ex.RL_JSONL)
+    dataset = datasets.load_from_disk(str(tmp_path / ex.HF_DIR))
+    assert dataset.features == ex.rl_features()
+    assert [dict(r) for r in dataset] == rows
+    by_id = {(r.session_id, r.record_id): r for sid, *_ in SESSIONS
+             for r in session_records(records, sid)}  # fmt: skip
+    for trace, row in zip(traces, rows, strict=True):
+        p = len(trace.prompt_ids)
+        prov = trace.provenance
+        assert row["trace_id"] == trace.trace_id
+        assert row["input_ids"] == trace.prompt_ids + trace.response_ids
+        assert row["loss_mask"] == [0] * p + trace.loss_mask
+        assert row["response_logprobs"] == trace.response_logprobs  # exact floats
+        assert (row["prompt_length"], row["response_length"]) == (p, len(trace.response_ids))
+        assert row["reward"] == trace.reward
+        assert row["status"] == (trace.status.value if trace.status else None)
+        assert (row["session_id"], row["task_id"], row["harness"], row["builder"]) == (
+            prov.session_id, "t1", "command", builder,
+        )  # fmt: skip
+        assert row["model"] == "policy" and row["reward_policy"] == "broadcast"
+        assert row["record_ids"] == prov.record_ids
+        assert row["completion_seqs"] == prov.completion_seqs
+        # every mask-1 token is a token the backend sampled, in order, with its logprob
+        trained = [
+            (row["input_ids"][i], row["response_logprobs"][i - p])
+            for i, m in enumerate(row["loss_mask"])
+            if m == 1
+        ]
+        members = [by_id[(prov.session_id, rid)] for rid in prov.record_ids]
+        sampled = [
+            (t, lp)
+            for r in members
+            for t, lp in zip(r.response_token_ids or [], r.response_logprobs or [], strict=True)
+        ]
+        assert trained == sampled
+    if builder == "prefix_merging":
+        assert len(traces) < len(records) * len(SESSIONS)  # chains were merged
+    else:
+        assert len(traces) == len(records) * len(SESSIONS)
+    assert [r["reward"] for r in rows if r["session_id"] == "s4"] == [None] * (len(rows) // 4)
+
+
+def test_an_empty_export_still_has_the_schema(tmp_path: Path) -> None:
+    summary = ex.export_traces([], tmp_path, ["all"], rewards={"s0": 1.0})
+    assert (summary.traces, summary.rl_rows, summary.sft_rows, summary.sessions) == (0, 0, 0, 1)
+    assert (tmp_path / ex.RL_JSONL).read_text() == ""
+    assert (tmp_path / ex.SFT_JSONL).read_text() == ""
+    dataset = datasets.load_from_disk(str(tmp_path / ex.HF_DIR))
+    assert len(dataset) == 0 and dataset.features == ex.rl_features()
+
+
+# --------------------------------------------------------------------------- SFT view
+
+
+def test_sft_view_holds_each_conversation_of_resolved_sessions_once(
+    records: list[CompletionRecord], tokenizer_dir: Path, tmp_path: Path
+) -> None:
+    expected = [conversation(records[i]) for i in (5, 7, 9)]
+    merged = build(records, "prefix_merging", tokenizer_dir)
+    summary = ex.export_traces(merged, tmp_path, ["sft"], records=all_records(records))
+    rows = read_jsonl(tmp_path / ex.SFT_JSONL)
+    assert {r["session_id"] for r in rows} == {"s1"}  # s2 failed, s3 harness failed, s4 unscored
+    assert (summary.resolved_sessions, summary.sft_skipped) == (1, 0)
+    assert sorted(map(json.dumps, (r["messages"] for r in rows))) == sorted(
+        map(json.dumps, expected)
+    )
+    assert all(r["tools"] == TOOLS and r["reward"] == 1.0 for r in rows)
+    final = next(r["messages"][-1] for r in rows if r["messages"] == expected[-1])
+    assert final == {"role": "assistant", "content": "final: done.",
+                     "reasoning_content": "final step 1."}  # fmt: skip
+    # per_request traces give the same view without records: every prefix folded into its leaf
+    per_request = build(records, "per_request", tokenizer_dir)
+    view = ex.sft_rows(per_request)
+    assert [r["messages"] for r in view.rows] == [r["messages"] for r in rows]
+    # without records a merged trace's last conversation is unknown: skipped, and said so
+    blind = ex.sft_rows(merged)
+    assert len(blind.skipped) == sum(
+        1 for t in merged if t.provenance.session_id == "s1" and len(t.provenance.record_ids) > 1
+    )
+    assert len(blind.skipped) > 0
+    # the threshold is configurable; the status rule stays
+    lenient = ex.sft_rows(merged, min_reward=0.0, records=all_records(records))
+    assert sorted({r["session_id"] for r in lenient.rows}) == ["s1", "s2"]
+
+
+def test_session_normalized_rewards_still_resolve_the_session(
+    records: list[CompletionRecord], tokenizer_dir: Path
+) -> None:
+    sessions = [("s1", 1.0, SessionStatus.COMPLETED)]
+    traces = build(records, "per_request", tokenizer_dir, sessions, reward="session_normalized")
+    assert all(t.reward == pytest.approx(1 / len(records)) for t in traces)
+    assert ex.session_rewards(traces) == {"s1": pytest.approx(1.0)}
+    assert len(ex.sft_rows(traces).rows) == 3
+    assert {r["reward"] for r in map(ex.rl_row, traces)} == {1 / len(records)}
+
+
+# --------------------------------------------------------------------------- the CLI
+
+
+def polar_env(settings: Settings) -> dict[str, str]:
+    """The POLAR_* environment that makes the CLI's settings equal `settings`."""
+    return {
+        f"POLAR_{name.upper()}": str(value)
+        for name, value in settings.model_dump().items()
+        if value is not None and not isinstance(value, dict | list)
+    }
+
+
+def invoke(args: list[str], env: dict[str, str] | None = None) -> Any:
+    try:
+        return CliRunner().invoke(app, args, env=env, catch_exceptions=False)
+    finally:
+        get_settings.cache_clear()
+
+
+def test_cli_exports_a_local_traces_file(
+    records: list[CompletionRecord], tokenizer_dir: Path, tmp_path: Path
+) -> None:
+    traces = build(records, "prefix_merging", tokenizer_dir, SESSIONS[:1])
+    source = tmp_path / "prefix_merging.jsonl"
+    source.write_text("".join(t.model_dump_json() + "\n" for t in traces))
+    out = tmp_path / "out"
+    result = invoke(["export", "--traces", str(source), "--out", str(out), "--format", "all"])
+    assert result.exit_code == 0, result.output
+    assert f"{len(traces)} traces from 1 sessions" in result.output
+    assert "left out of the SFT view" in result.output  # merged traces, no records offline
+    assert len(read_jsonl(out / ex.RL_JSONL)) == len(traces)
+    assert len(datasets.load_from_disk(str(out / ex.HF_DIR))) == len(traces)
+    manifest = json.loads((out / ex.MANIFEST).read_text())
+    assert manifest["source"] == {"traces": [str(source)]} and manifest["rl_rows"] == len(traces)
+    bad = invoke(["export", "--traces", str(source), "--out", str(out), "--format", "csv"])
+    assert bad.exit_code == 2
+    assert invoke(["export", "--out", str(out)]).exit_code == 2
+
+
+def test_cli_reads_traces_and_records_from_s3(
+    records: list[CompletionRecord],
+    tokenizer_dir: Path,
+    tmp_path: Path,
+    storage: Storage,
+    base_settings: Settings,
+) -> None:
+    sid = f"export-{uuid.uuid4().hex[:8]}"
+    traces = build(records, "prefix_merging", tokenizer_dir, [(sid, 1.0, SessionStatus.COMPLETED)])
+    for record in session_records(records, sid):
+        storage.put_completion(record)
+    key = traces_key(sid, "prefix_merging")
+    storage.put_traces(key, traces)
+    out = tmp_path / "out"
+    env = polar_env(base_settings)
+    result = invoke(["export", "--traces", f"s3://{storage.bucket}/{key}", "--out", str(out)], env)
+    assert result.exit_code == 0, result.output
+    rows = read_jsonl(out / ex.SFT_JSONL)
+    assert [r["messages"] for r in rows] == [conversation(records[i]) for i in (5, 7, 9)]
+    assert "left out" not in result.output
+
+
+async def test_cli_exports_a_finished_workflow_end_to_end(
+    polar: PolarClient, tmp_path: Path
+) -> None:
+    """A command harness that calls no model: the task exports zero traces cleanly."""
+    spec = TaskSpec.model_validate(
+        {
+            "task_id": "export-empty",
+            "num_sessions": 2,
+            "harness": {"kind": "command", "command": "echo hi > out.txt"},
+            "evaluator": {"kind": "command", "command": "test -f out.txt"},
+        }
+    )
+    run = await polar.submit(spec)
+    result = await polar.wait(run, timeout_s=120)
+    assert [s.reward for s in result.sessions] == [1.0, 1.0]
+    out = tmp_path / "out"
+    args = ["export", run.workflow_id, "--out", str(out), "--timeout", "60"]
+    cli = await asyncio.to_thread(invoke, args, polar_env(polar.settings))
+    assert cli.exit_code == 0, cli.output
+    assert "0 traces from 2 sessions" in cli.output
+    assert (out / ex.RL_JSONL).read_text() == "" and (out / ex.SFT_JSONL).read_text() == ""
+    assert len(datasets.load_from_disk(str(out / ex.HF_DIR))) == 0
+    manifest = json.loads((out / ex.MANIFEST).read_text())
+    assert manifest["source"] == {"workflow_id": run.workflow_id, "task_id": "export-empty"}
+    assert (manifest["sessions"], manifest["traces"]) == (2, 0)
