@@ -12,7 +12,7 @@ from pathlib import Path
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.evaluators.command import evaluate_command
+from activities.evaluators.command import InvalidRewardFile, evaluate_command
 from activities.harnesses.command import command_harness, gateway_env
 from activities.runtimes import InvalidSource, Runtime, get_runtime
 from polar.builders import BuildContext, UnknownBuilder, get_builder, reward_policy
@@ -164,11 +164,29 @@ class SessionActivities:
             raise ApplicationError(
                 f"unknown evaluator {request.evaluator.kind!r}", non_retryable=True
             )
-        reward, detail = await evaluate_command(
-            runtime, request.runtime, request.evaluator, timeout_s=request.budget_s, on_tick=tick
-        )
+        traces_file = None
+        if request.traces_key:
+            traces_file = runtime.scratch(request.runtime) / "traces.jsonl"
+            data = await asyncio.to_thread(self.storage.get_bytes, request.traces_key)
+            traces_file.write_bytes(data)
+        try:
+            evaluation = await evaluate_command(
+                runtime,
+                request.runtime,
+                request.evaluator,
+                timeout_s=request.budget_s,
+                traces_file=traces_file,
+                on_tick=tick,
+            )
+        except InvalidRewardFile as exc:
+            raise ApplicationError(str(exc), type="InvalidRewardFile", non_retryable=True) from exc
         keys = await self._upload_logs(runtime, request.runtime, "evaluate")
-        return EvaluateResult(reward=reward, detail=detail, log_key=keys[0])
+        return EvaluateResult(
+            reward=evaluation.reward,
+            detail=evaluation.detail,
+            log_key=keys[0],
+            trace_rewards=evaluation.trace_rewards,
+        )
 
     @activity.defn(name="score_traces")
     async def score_traces(self, request: RewardRequest) -> BuildResult:
@@ -182,7 +200,7 @@ class SessionActivities:
         trainer can drop or mask it; no evaluation means reward None.
         """
         traces = await asyncio.to_thread(self.storage.load_traces, request.traces_key)
-        assign_rewards(traces, request.reward, request.status)
+        assign_rewards(traces, request.reward, request.status, request.trace_rewards)
         size = await asyncio.to_thread(self.storage.put_traces, request.traces_key, traces)
         return BuildResult(
             traces_key=request.traces_key,

@@ -211,18 +211,22 @@ class EvaluateRequest(BaseModel):
     runtime: RuntimeHandle
     evaluator: EvaluatorSpec
     budget_s: float
+    traces_key: str | None = None
 
 
 class EvaluateResult(BaseModel):
     reward: float
     detail: str
     log_key: str | None = None
+    trace_rewards: dict[str, float] = Field(default_factory=dict)
+    """Per-trace rewards the evaluator gave (trace id → reward); others get `reward`."""
 
 
 class RewardRequest(BaseModel):
     traces_key: str
     reward: float | None
     status: SessionStatus
+    trace_rewards: dict[str, float] = Field(default_factory=dict)
 
 
 class SessionResult(BaseModel):
@@ -239,6 +243,8 @@ class SessionResult(BaseModel):
     num_response_tokens: int = 0
     trace_bytes: int = 0
     traces_key: str | None = None
+    trace_breaks: dict[str, int] = Field(default_factory=dict)
+    """Why the builder started new traces, by break kind (prefix_merging)."""
     harness_exit_code: int | None = None
     evaluation: str | None = None
     error: str | None = None

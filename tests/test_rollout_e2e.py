@@ -66,3 +66,29 @@ async def test_multi_turn_prompts_extend_the_previous_turn(
                 earlier.prompt_token_ids
             )
         assert records[1].request.get("stream") is True  # the streamed turn went through too
+
+
+PER_TRACE_EVALUATOR = """python - <<'PY'
+import json, os
+traces = [json.loads(line) for line in open(os.environ["POLAR_TRACES_FILE"])]
+first = min(traces, key=lambda t: t["provenance"]["completion_seqs"][0])
+json.dump({"reward": 0.5, "trace_rewards": {first["trace_id"]: 0.25}, "detail": "graded"},
+          open(os.environ["POLAR_REWARD_FILE"], "w"))
+PY"""
+
+
+async def test_evaluator_can_reward_traces_one_by_one(polar: PolarClient, gateway: str) -> None:
+    spec = demo_task(sessions=1).model_copy(deep=True)
+    spec.builder.name = "prefix_merging"
+    spec.evaluator.command = PER_TRACE_EVALUATOR
+    result = await polar.wait(await polar.submit(spec), timeout_s=300)
+    session = result.sessions[0]
+    assert session.status == SessionStatus.COMPLETED, session.error
+    assert session.reward == 0.5 and session.evaluation.endswith("graded")
+    traces = sorted(polar.load_traces(session), key=lambda t: t.provenance.completion_seqs[0])
+    assert traces[0].reward == 0.25
+    assert all(t.reward == 0.5 for t in traces[1:])
+    # every call is in exactly one trace; a random model's text rarely re-tokenises to the
+    # ids it sampled, so splits happen here, and each one is classified
+    assert sum(len(t.provenance.record_ids) for t in traces) == session.num_completions == 3
+    assert sum(session.trace_breaks.values()) == session.num_traces - 1, session.trace_breaks

@@ -183,8 +183,10 @@ class Session:
             result.num_traces = build.num_traces
             result.num_response_tokens = build.num_response_tokens
             result.trace_bytes = build.trace_bytes
+            result.trace_breaks = build.breaks
             lap(Stage.BUILD)
 
+            trace_rewards: dict[str, float] = {}
             if task.evaluator.kind != "none":
                 self._enter(Stage.EVALUATE, f"evaluating with {task.evaluator.kind}")
                 evaluation = await self._stage(
@@ -195,6 +197,7 @@ class Session:
                         runtime=runtime,
                         evaluator=task.evaluator,
                         budget_s=t.evaluate_s,
+                        traces_key=build.traces_key,
                     ),
                     EvaluateResult,
                     queues.postrun,
@@ -202,12 +205,16 @@ class Session:
                 )
                 result.reward = evaluation.reward
                 result.evaluation = evaluation.detail
+                trace_rewards = evaluation.trace_rewards
                 lap(Stage.EVALUATE)
 
             build = await self._stage(
                 "score_traces",
                 RewardRequest(
-                    traces_key=build.traces_key, reward=result.reward, status=result.status
+                    traces_key=build.traces_key,
+                    reward=result.reward,
+                    status=result.status,
+                    trace_rewards=trace_rewards,
                 ),
                 BuildResult,
                 queues.postrun,

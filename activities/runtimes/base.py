@@ -36,6 +36,10 @@ class Runtime(Protocol):
         """Where `run` wrote the stdout and stderr of `log_name`."""
         ...
 
+    def scratch(self, handle: RuntimeHandle) -> Path:
+        """A directory outside the workspace, at the same path for commands and the worker."""
+        ...
+
     def home(self, handle: RuntimeHandle) -> Path:
         """A fresh per-session HOME for the harness (its config lives there)."""
         ...

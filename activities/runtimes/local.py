@@ -37,6 +37,11 @@ class LocalRuntime:
     def home(self, handle: RuntimeHandle) -> Path:
         return self._session_dir(handle.session_id) / "home"
 
+    def scratch(self, handle: RuntimeHandle) -> Path:
+        path = self._session_dir(handle.session_id) / "scratch"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
     def log_paths(self, handle: RuntimeHandle, log_name: str) -> tuple[Path, Path]:
         logs = self._session_dir(handle.session_id) / "logs"
         return logs / f"{log_name}.stdout", logs / f"{log_name}.stderr"

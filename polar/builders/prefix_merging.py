@@ -163,9 +163,7 @@ def _text(content: Any) -> str:
     if content is None:
         return ""
     if isinstance(content, list):
-        return "\n".join(
-            p.get("text", "") if isinstance(p, dict) else str(p) for p in content
-        )
+        return "\n".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in content)
     return str(content)
 
 
@@ -254,8 +252,12 @@ def _align(chain: _Chain, item: Prepared, eos: frozenset[int]) -> _Match:
 
     def brk(kind: BreakKind, at: int, detail: str) -> ChainBreak:
         return ChainBreak(
-            kind=kind, record_id=record.record_id, seq=record.seq,
-            chain=chain.trace_id, position=at, detail=detail,
+            kind=kind,
+            record_id=record.record_id,
+            seq=record.seq,
+            chain=chain.trace_id,
+            position=at,
+            detail=detail,
         )
 
     j = 0

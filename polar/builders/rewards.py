@@ -8,6 +8,10 @@ Policies (builder config `reward`, stamped on each trace's provenance):
   to many per-request traces multiplies a session's weight by its call count,
   which rewards making more calls; normalising removes that incentive.
 
+Per-trace rewards: an evaluator may reward traces one by one (the `command`
+evaluator reads them from the reward file it writes); those traces keep the
+reward it gave, the rest follow the policy.
+
 Failed and timed-out sessions (`harness_failed`, `timeout`): the evaluator
 still ran on what the harness left, so its reward is applied under the same
 policy; masks are left as built (every sampled token is real policy output),
@@ -17,6 +21,8 @@ no evaluator) get reward None: a trainer must not treat them as 0.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from polar.builders.base import RewardPolicy
 from polar.models import SessionStatus, Trace
@@ -31,8 +37,22 @@ def trace_reward(reward: float | None, num_traces: int, policy: RewardPolicy) ->
     return reward
 
 
-def assign_rewards(traces: list[Trace], reward: float | None, status: SessionStatus) -> None:
-    """Write the session's reward (by each trace's `reward_policy`) and status into `traces`."""
+def assign_rewards(
+    traces: list[Trace],
+    reward: float | None,
+    status: SessionStatus,
+    trace_rewards: Mapping[str, float] | None = None,
+) -> None:
+    """Write rewards and the session status into `traces`.
+
+    A trace the evaluator rewarded itself (`trace_rewards`, by trace id) gets
+    that reward as given; the others get the session's reward under their
+    `reward_policy`.
+    """
+    own = trace_rewards or {}
     for trace in traces:
-        trace.reward = trace_reward(reward, len(traces), trace.provenance.reward_policy)
+        if trace.trace_id in own:
+            trace.reward = own[trace.trace_id]
+        else:
+            trace.reward = trace_reward(reward, len(traces), trace.provenance.reward_policy)
         trace.status = status

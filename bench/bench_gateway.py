@@ -1,0 +1,624 @@
+"""Gateway benchmark: added latency of a recorded call, next to calling the upstream directly.
+
+    .venv/bin/python bench/bench_gateway.py                      # about 1 min on 2 cores
+    .venv/bin/python bench/bench_gateway.py --install-litellm    # make bench/.venv-litellm first
+    .venv/bin/python bench/bench_gateway.py --no-litellm --calls-1 1000 --calls-32 50
+
+Every part is its own process on 127.0.0.1, started here and stopped at the end:
+
+* a fast fake upstream: vLLM's Chat Completions answer shape with fixed small
+  token ids (16 prompt ids, 8 sampled ids, logprobs when asked), no model and
+  ~0 latency: a raw ASGI app under uvicorn (`--serve-upstream PORT`);
+* SeaweedFS (`DevStack.seaweedfs()`, data in a temp dir), so every gateway
+  call really writes its CompletionRecord to S3 before it is answered;
+* the Polar gateway (`DevStack.gateway()`, i.e. `python -m polar.cli gateway`)
+  in front of the fake upstream;
+* LiteLLM's proxy from its own venv (bench/.venv-litellm, never the project's)
+  with a `hosted_vllm/` model pointing at the same fake upstream, if installed.
+
+The client (this process, httpx.AsyncClient) runs 1 and 32 concurrent
+sessions, each with its own minted session key, each doing sequential
+non-streamed Chat Completions calls: first directly to the fake upstream,
+then through the gateway, then through LiteLLM. Per-call latency p50/p99,
+calls per second, and the latency each proxy adds over the direct call.
+Afterwards the S3 bucket is listed: one record per gateway call must be there.
+Client, gateway, SeaweedFS, the fake upstream and LiteLLM share the machine's cores.
+
+Prints a markdown table; writes bench/results/gateway.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import itertools
+import json
+import math
+import os
+import platform
+import secrets
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from polar.devstack import DevStack, Service, StackError, free_port  # noqa: E402
+from polar.session_keys import SessionIdentity, mint_session_key  # noqa: E402
+from polar.settings import Settings  # noqa: E402
+from polar.storage import Storage  # noqa: E402
+
+RESULTS = REPO / "bench" / "results" / "gateway.json"
+LITELLM_VENV = REPO / "bench" / ".venv-litellm"
+# The newest litellm whose [proxy] extra installs from the index here: 1.109+ asks for a
+# `litellm-proxy` package of the same version that the index does not have.
+LITELLM_PIN = "litellm[proxy]==1.108.7"
+MODEL = "policy"
+PROMPT_IDS = list(range(1000, 1016))
+RESPONSE_IDS = [2000, 2001, 2002, 2003, 2004, 2005, 2006, 151645]
+REPLY_TEXT = "ok, done."
+REQUEST = {
+    "model": MODEL,
+    "messages": [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": "List the files, then say done."},
+    ],
+    "max_tokens": 8,
+    "temperature": 1.0,
+}
+TARGETS = ("direct", "polar", "litellm")
+LABELS = {
+    "direct": "direct to the fake upstream",
+    "polar": "Polar gateway (record in S3)",
+    "litellm": "LiteLLM proxy",
+}
+
+
+# --------------------------------------------------------------------------- fake upstream
+
+
+def upstream_answer(body: dict[str, Any], n: int) -> dict[str, Any]:
+    """A vLLM-shaped chat.completion with fixed ids; token ids and logprobs only when asked."""
+    choice: dict[str, Any] = {
+        "index": 0,
+        "message": {
+            "role": "assistant", "content": REPLY_TEXT, "refusal": None, "annotations": None,
+            "audio": None, "function_call": None, "tool_calls": [], "reasoning_content": None,
+        },
+        "logprobs": None,
+        "finish_reason": "stop",
+        "stop_reason": None,
+    }  # fmt: skip
+    if body.get("logprobs"):
+        choice["logprobs"] = {
+            "content": [
+                {"token": f"token_id:{t}", "logprob": -0.01 * (i + 1), "bytes": [],
+                 "top_logprobs": []}
+                for i, t in enumerate(RESPONSE_IDS)
+            ]
+        }  # fmt: skip
+    answer: dict[str, Any] = {
+        "id": f"chatcmpl-{n:016x}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": body.get("model") or MODEL,
+        "choices": [choice],
+        "service_tier": None,
+        "system_fingerprint": None,
+        "usage": {
+            "prompt_tokens": len(PROMPT_IDS),
+            "total_tokens": len(PROMPT_IDS) + len(RESPONSE_IDS),
+            "completion_tokens": len(RESPONSE_IDS),
+            "prompt_tokens_details": None,
+        },
+        "prompt_logprobs": None,
+        "kv_transfer_params": None,
+    }
+    if body.get("return_token_ids"):
+        answer["prompt_token_ids"] = PROMPT_IDS
+        choice["token_ids"] = RESPONSE_IDS
+    return answer
+
+
+def upstream_app() -> Callable[..., Any]:
+    """A raw ASGI app (no framework, so the upstream costs the shared cores little)."""
+    counter = itertools.count()
+    models = {"object": "list", "data": [{"id": MODEL, "object": "model", "owned_by": "vllm"}]}
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        path = scope["path"]
+        status, payload = 404, {"error": {"message": f"no route {path}", "code": 404}}
+        if scope["method"] == "POST" and path.endswith("/chat/completions"):
+            status, payload = 200, upstream_answer(json.loads(body or b"{}"), next(counter))
+        elif path in ("/health", "/v1/models", "/models"):
+            status, payload = 200, models
+        data = json.dumps(payload).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(data))]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": data})
+
+    return app
+
+
+def serve_upstream(port: int) -> None:
+    import uvicorn
+
+    uvicorn.run(upstream_app(), host="127.0.0.1", port=port, log_level="warning",
+                access_log=False, lifespan="on")  # fmt: skip
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def _http_ok(url: str) -> Callable[[], bool]:
+    def ready() -> bool:
+        try:
+            return httpx.get(url, timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    return ready
+
+
+def _ports() -> tuple[int, int, int, int]:
+    """S3 (8 consecutive ports), gateway, upstream, LiteLLM: all distinct."""
+    s3 = free_port(8)
+    taken = set(range(s3, s3 + 8))
+    others: list[int] = []
+    while len(others) < 3:
+        port = free_port()
+        if port not in taken:
+            taken.add(port)
+            others.append(port)
+    return s3, others[0], others[1], others[2]
+
+
+def _server_impl(python: str) -> str:
+    """What uvicorn picks in that interpreter ('auto'): event loop and HTTP parser."""
+    code = (
+        "import importlib.util as u;"
+        "print(('uvloop' if u.find_spec('uvloop') else 'asyncio') + ' + ' +"
+        " ('httptools' if u.find_spec('httptools') else 'h11'))"
+    )
+    try:
+        out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def litellm_version(venv: Path) -> str | None:
+    python = venv / "bin" / "python"
+    if not python.exists():
+        return None
+    out = subprocess.run(
+        [str(python), "-c", "import importlib.metadata as m; print(m.version('litellm'))"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    return out.stdout.strip() or None
+
+
+def install_litellm(venv: Path) -> None:
+    """A throwaway venv with LiteLLM's proxy (never the project's venv)."""
+    if not (venv / "bin" / "python").exists():
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+    subprocess.run(
+        [str(venv / "bin" / "pip"), "install", "--quiet", LITELLM_PIN], check=True, timeout=900
+    )
+
+
+class Bench:
+    """The processes of one run, on free loopback ports, with their state in a temp dir."""
+
+    def __init__(self, tmp: Path, litellm_venv: Path | None) -> None:
+        s3_port, gw_port, up_port, ll_port = _ports()
+        self.tmp = tmp
+        self.upstream_port = up_port
+        self.upstream_url = f"http://127.0.0.1:{up_port}/v1"
+        self.litellm_url = f"http://127.0.0.1:{ll_port}/v1"
+        self.settings = Settings(
+            data_dir=tmp,
+            s3_endpoint=f"http://127.0.0.1:{s3_port}",
+            s3_bucket="polar-bench",
+            gateway_host="127.0.0.1",
+            gateway_port=gw_port,
+            gateway_url=None,
+            upstream_urls=self.upstream_url,
+            upstream_kind="vllm",
+            upstream_model=MODEL,
+            session_secret=secrets.token_hex(16),
+            model_dir=None,
+        )
+        self.gateway_url = f"{self.settings.gateway_base_url}/v1"
+        self.stack = DevStack(self.settings, with_model=False, die_with_parent=True)
+        self.litellm_venv = litellm_venv
+        self.litellm_port = ll_port
+        # without a database LiteLLM has no virtual keys: every session sends the master key
+        self.litellm_key = f"sk-bench-{secrets.token_hex(16)}"
+        self.started: list[str] = []
+
+    def log(self, line: str) -> None:
+        print(f"  {line}", file=sys.stderr)
+
+    def _start(self, service: Service) -> None:
+        self.started.append(service.name)
+        self.stack.start(service, log=self.log)
+
+    def start_core(self) -> None:
+        up_port = self.upstream_port
+        self._start(Service(
+            "fake-upstream",
+            [sys.executable, str(Path(__file__).resolve()), "--serve-upstream", str(up_port)],
+            _http_ok(f"http://127.0.0.1:{up_port}/health"),
+            start_timeout_s=30,
+        ))  # fmt: skip
+        self._start(self.stack.seaweedfs())
+        Storage(self.settings).ensure_bucket()
+        self._start(self.stack.gateway())
+
+    def start_litellm(self) -> None:
+        """LiteLLM's proxy on the same fake upstream; raises StackError if it does not come up."""
+        assert self.litellm_venv is not None
+        config = self.tmp / "litellm.yaml"  # JSON is YAML
+        config.write_text(json.dumps({
+            "model_list": [{
+                "model_name": MODEL,
+                "litellm_params": {
+                    "model": f"hosted_vllm/{MODEL}", "api_base": self.upstream_url,
+                    "api_key": "none",
+                },
+            }],
+            "litellm_settings": {"telemetry": False},
+            "general_settings": {"master_key": self.litellm_key},
+        }, indent=2))  # fmt: skip
+        env = {
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # no fetch of the price list at start
+            "LITELLM_TELEMETRY": "False",
+            "LITELLM_LOG": "ERROR",
+            "HOME": str(self.tmp),
+        }
+        argv = [
+            str(self.litellm_venv / "bin" / "litellm"), "--config", str(config),
+            "--host", "127.0.0.1", "--port", str(self.litellm_port),
+        ]  # fmt: skip
+        ready = _http_ok(f"http://127.0.0.1:{self.litellm_port}/health/liveliness")
+        service = Service("litellm", argv, ready, env=env, start_timeout_s=180, cwd=str(self.tmp))
+        self._start(service)
+
+    def stop(self) -> None:
+        for name in reversed(self.started):
+            self.stack.stop(name, quiet=True)
+        self.started.clear()
+
+    def base_url(self, target: str) -> str:
+        return {"direct": self.upstream_url, "polar": self.gateway_url,
+                "litellm": self.litellm_url}[target]  # fmt: skip
+
+    def log_tail(self, name: str, chars: int = 1500) -> str:
+        path = self.stack.log_path(name)
+        return path.read_text(errors="replace")[-chars:] if path.exists() else ""
+
+
+# --------------------------------------------------------------------------- client
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear-interpolation percentile (q in 0-100) of a non-empty list."""
+    ordered = sorted(values)
+    if len(ordered) == 1:
+        return ordered[0]
+    pos = (len(ordered) - 1) * q / 100
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def _valid(response: httpx.Response) -> bool:
+    if response.status_code != 200:
+        return False
+    try:
+        return response.json()["choices"][0]["message"]["content"] == REPLY_TEXT
+    except (ValueError, KeyError, IndexError, TypeError):
+        return False
+
+
+async def run_phase(
+    base_url: str, keys: list[str], calls: int, warmup: int, time_limit_s: float
+) -> dict[str, Any]:
+    """`len(keys)` concurrent sessions; each makes `warmup` untimed, then `calls` timed calls."""
+    sessions = len(keys)
+    body = json.dumps(REQUEST).encode()
+    limits = httpx.Limits(max_connections=sessions, max_keepalive_connections=sessions)
+    latencies: list[float] = []
+    errors: list[str] = []
+    ok_calls = 0
+    async with httpx.AsyncClient(base_url=base_url, timeout=60, limits=limits) as client:
+
+        async def one(headers: dict[str, str], timed: bool) -> None:
+            nonlocal ok_calls
+            t0 = time.perf_counter()
+            try:
+                response = await client.post("/chat/completions", content=body, headers=headers)
+            except httpx.HTTPError as exc:
+                errors.append(f"{type(exc).__name__}: {exc}")
+                return
+            elapsed = time.perf_counter() - t0
+            if not _valid(response):
+                errors.append(f"{response.status_code}: {response.text[:300]}")
+                return
+            ok_calls += 1
+            if timed:
+                latencies.append(elapsed)
+
+        async def session(key: str, n: int, timed: bool, deadline: float) -> None:
+            headers = {"content-type": "application/json", "authorization": f"Bearer {key}"}
+            for _ in range(n):
+                if time.monotonic() > deadline:
+                    break
+                await one(headers, timed)
+
+        deadline = time.monotonic() + time_limit_s
+        await asyncio.gather(*(session(k, warmup, False, deadline) for k in keys))
+        deadline = time.monotonic() + time_limit_s
+        t0 = time.perf_counter()
+        await asyncio.gather(*(session(k, calls, True, deadline) for k in keys))
+        wall = time.perf_counter() - t0
+    out: dict[str, Any] = {
+        "sessions": sessions,
+        "calls": len(latencies),
+        "planned_calls": sessions * calls,
+        "ok_calls_incl_warmup": ok_calls,
+        "errors": len(errors),
+        "first_errors": errors[:3],
+        "wall_s": round(wall, 3),
+        "calls_per_s": round(len(latencies) / wall, 1) if wall > 0 else None,
+    }
+    if latencies:
+        ms = [x * 1000 for x in latencies]
+        out |= {
+            "p50_ms": round(percentile(ms, 50), 3),
+            "p99_ms": round(percentile(ms, 99), 3),
+            "mean_ms": round(statistics.fmean(ms), 3),
+            "max_ms": round(max(ms), 3),
+        }
+    return out
+
+
+def check_records(bench: Bench, expected: int) -> dict[str, Any]:
+    """Every gateway call of the run must have left one CompletionRecord in S3."""
+    storage = Storage(bench.settings)
+    keys = [k for k in storage.list_keys("sessions/") if "/completions/" in k]
+    out: dict[str, Any] = {"expected": expected, "found": len(keys)}
+    if keys:
+        record = storage.get_json(keys[-1])
+        out["sample_has_token_ids"] = (
+            record.get("prompt_token_ids") == PROMPT_IDS
+            and record.get("response_token_ids") == RESPONSE_IDS
+            and record.get("has_token_ids") is True
+        )
+    out["ok"] = out["found"] == expected and out.get("sample_has_token_ids", False)
+    return out
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _fmt(value: Any, digits: int = 2) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def markdown(result: dict[str, Any]) -> str:
+    lines = [
+        "| path | sessions | calls | p50 ms | p99 ms | calls/s | added p50 ms | added p99 ms |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in result["rows"]:
+        label = LABELS[row["target"]]
+        if row["target"] == "litellm" and result["litellm"].get("version"):
+            label = f"LiteLLM proxy {result['litellm']['version']}"
+        added = row["target"] != "direct"
+        lines.append(
+            f"| {label} | {row['sessions']} | {row['calls']} | {_fmt(row.get('p50_ms'))} "
+            f"| {_fmt(row.get('p99_ms'))} | {_fmt(row.get('calls_per_s'), 0)} "
+            f"| {_fmt(row.get('added_p50_ms')) if added else ''} "
+            f"| {_fmt(row.get('added_p99_ms')) if added else ''} |"
+        )
+    notes = []
+    for c, ratio in result.get("ratios", {}).items():
+        notes.append(
+            f"{c} session(s): Polar adds {ratio['polar_added_p50_ms']:.2f} ms at p50, LiteLLM "
+            f"{ratio['litellm_added_p50_ms']:.2f} ms (Polar / LiteLLM = "
+            f"{_fmt(ratio['added_p50_ratio'])}); throughput Polar / LiteLLM = "
+            f"{_fmt(ratio['calls_per_s_ratio'])}"
+        )
+    ll = result["litellm"]
+    if ll["status"] != "measured":
+        notes.append(f"LiteLLM not measured: {ll['reason']}")
+    rec = result["records"]
+    notes.append(
+        f"records in S3: {rec['found']} of {rec['expected']} gateway calls"
+        f"{', token ids as sent by the upstream' if rec.get('sample_has_token_ids') else ''}"
+    )
+    return "\n".join(lines) + "\n\n" + "\n".join(f"* {n}" for n in notes)
+
+
+def _added(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Fill in added latency per proxy row; the Polar / LiteLLM ratios per concurrency."""
+    ratios: dict[str, Any] = {}
+    by = {(r["target"], r["sessions"]): r for r in rows}
+    for row in rows:
+        direct = by.get(("direct", row["sessions"]))
+        if row["target"] == "direct" or not direct or "p50_ms" not in row:
+            continue
+        row["added_p50_ms"] = round(row["p50_ms"] - direct["p50_ms"], 3)
+        row["added_p99_ms"] = round(row["p99_ms"] - direct["p99_ms"], 3)
+    for (target, sessions), row in by.items():
+        other = by.get(("litellm", sessions))
+        if target != "polar" or not other or "added_p50_ms" not in other:
+            continue
+        ratios[str(sessions)] = {
+            "polar_added_p50_ms": row["added_p50_ms"],
+            "litellm_added_p50_ms": other["added_p50_ms"],
+            "added_p50_ratio": round(row["added_p50_ms"] / other["added_p50_ms"], 2)
+            if other["added_p50_ms"] > 0 else None,
+            "calls_per_s_ratio": round(row["calls_per_s"] / other["calls_per_s"], 2),
+        }  # fmt: skip
+    return ratios
+
+
+async def measure(bench: Bench, args: argparse.Namespace, targets: list[str]) -> dict[str, Any]:
+    rows: list[dict[str, Any]] = []
+    gateway_calls = 0
+    run = secrets.token_hex(3)
+    for sessions in args.concurrency:
+        calls = args.calls_1 if sessions == 1 else max(1, args.calls_32 * 32 // sessions)
+        for target in targets:
+            keys = [
+                mint_session_key(
+                    SessionIdentity(f"bench-{run}-{target}-c{sessions}-{i}", f"bench-{run}"),
+                    bench.settings.session_secret,
+                )
+                if target != "litellm"
+                else bench.litellm_key
+                for i in range(sessions)
+            ]
+            print(f"  {target}: {sessions} session(s) x {calls} calls", file=sys.stderr)
+            row = {"target": target} | await run_phase(
+                bench.base_url(target), keys, calls, args.warmup, args.phase_limit_s
+            )
+            if target == "polar":
+                gateway_calls += row["ok_calls_incl_warmup"]
+            rows.append(row)
+    return {"rows": rows, "gateway_calls": gateway_calls}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls-1", type=int, default=400, help="timed calls of the 1 session")
+    parser.add_argument(
+        "--calls-32", type=int, default=25, help="timed calls per session at 32 sessions"
+    )
+    parser.add_argument(
+        "--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=[1, 32],
+        help="comma-separated session counts (default 1,32)",
+    )  # fmt: skip
+    parser.add_argument("--warmup", type=int, default=5, help="untimed calls per session first")
+    parser.add_argument(
+        "--phase-limit-s", type=float, default=60.0, help="time bound of each timed phase"
+    )
+    parser.add_argument("--no-litellm", action="store_true", help="skip LiteLLM's proxy")
+    parser.add_argument("--litellm-venv", type=Path, default=LITELLM_VENV)
+    parser.add_argument(
+        "--install-litellm", action="store_true", help=f"pip install {LITELLM_PIN} there first"
+    )
+    parser.add_argument("--out", type=Path, default=RESULTS, help="results JSON")
+    parser.add_argument("--serve-upstream", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve_upstream:
+        serve_upstream(args.serve_upstream)
+        return
+
+    litellm: dict[str, Any] = {"status": "skipped", "reason": "--no-litellm"}
+    venv: Path | None = None
+    if not args.no_litellm:
+        if args.install_litellm:
+            print(f"installing {LITELLM_PIN} into {args.litellm_venv} …", file=sys.stderr)
+            install_litellm(args.litellm_venv)
+        version = litellm_version(args.litellm_venv)
+        if version is None:
+            litellm = {
+                "status": "not installed",
+                "reason": f"no LiteLLM in {args.litellm_venv}; rerun with --install-litellm "
+                f"(pip install '{LITELLM_PIN}' into that venv)",
+            }
+        else:
+            venv = args.litellm_venv
+            litellm = {"status": "measured", "version": version, "pin": LITELLM_PIN,
+                       "server": _server_impl(str(venv / "bin" / "python"))}  # fmt: skip
+
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="polar-bench-gw-") as tmp:
+        bench = Bench(Path(tmp), venv)
+        try:
+            print("starting fake upstream, SeaweedFS, gateway …", file=sys.stderr)
+            bench.start_core()
+            targets = ["direct", "polar"]
+            if venv is not None:
+                print("starting LiteLLM's proxy …", file=sys.stderr)
+                try:
+                    bench.start_litellm()
+                    targets.append("litellm")
+                except StackError as exc:
+                    litellm |= {"status": "failed", "reason": f"did not start: {exc}"}
+            measured = asyncio.run(measure(bench, args, targets))
+            records = check_records(bench, measured["gateway_calls"])
+            ll_rows = [r for r in measured["rows"] if r["target"] == "litellm"]
+            if ll_rows and any(r["calls"] == 0 for r in ll_rows):
+                first = next(e for r in ll_rows for e in r["first_errors"])
+                litellm |= {"status": "failed", "reason": f"calls failed: {first}",
+                            "log_tail": bench.log_tail("litellm")}  # fmt: skip
+        finally:
+            bench.stop()
+
+    rows = measured["rows"]
+    result: dict[str, Any] = {
+        "meta": {
+            "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "polar_server": _server_impl(sys.executable),
+            "shared_cores": "client, gateway, SeaweedFS, fake upstream and LiteLLM on one machine",
+            "total_s": round(time.monotonic() - started, 1),
+        },
+        "params": {
+            "concurrency": args.concurrency,
+            "calls_1": args.calls_1,
+            "calls_32": args.calls_32,
+            "warmup": args.warmup,
+            "phase_limit_s": args.phase_limit_s,
+            "request": REQUEST,
+            "upstream": "raw ASGI app under uvicorn, vLLM answer shape, "
+            f"{len(PROMPT_IDS)} prompt ids, {len(RESPONSE_IDS)} sampled ids",
+        },  # fmt: skip
+        "rows": rows,
+        "litellm": litellm,
+        "records": records,
+    }
+    result["ratios"] = _added(rows)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(markdown(result))
+    print(f"\nresults: {args.out}")
+    if not records["ok"]:
+        sys.exit(f"records check failed: {records}")
+
+
+if __name__ == "__main__":
+    main()
