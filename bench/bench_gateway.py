@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime as dt
 import itertools
 import json
@@ -419,6 +420,16 @@ def check_records(bench: Bench, expected: int) -> dict[str, Any]:
             and record.get("has_token_ids") is True
         )
     out["ok"] = out["found"] == expected and out.get("sample_has_token_ids", False)
+    if keys:
+        # what one record write costs on its own: the same bytes PUT again, sequentially
+        data = storage.get_bytes(keys[-1])
+        times = []
+        for i in range(100):
+            t0 = time.perf_counter()
+            storage.put_bytes(f"bench/put-{i}.json", data, "application/json")
+            times.append((time.perf_counter() - t0) * 1000)
+        out["record_bytes"] = len(data)
+        out["s3_put_p50_ms"] = round(percentile(times, 50), 3)
     return out
 
 
@@ -464,6 +475,12 @@ def markdown(result: dict[str, Any]) -> str:
     notes.append(
         f"records in S3: {rec['found']} of {rec['expected']} gateway calls"
         f"{', token ids as sent by the upstream' if rec.get('sample_has_token_ids') else ''}"
+        + (
+            f"; one {rec['record_bytes']} B record PUT alone (boto3 → SeaweedFS): "
+            f"p50 {rec['s3_put_p50_ms']:.2f} ms"
+            if "s3_put_p50_ms" in rec
+            else ""
+        )
     )
     return "\n".join(lines) + "\n\n" + "\n".join(f"* {n}" for n in notes)
 
@@ -538,6 +555,7 @@ def main() -> None:
         "--install-litellm", action="store_true", help=f"pip install {LITELLM_PIN} there first"
     )
     parser.add_argument("--out", type=Path, default=RESULTS, help="results JSON")
+    parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs, S3 data)")
     parser.add_argument("--serve-upstream", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_upstream:
@@ -563,7 +581,16 @@ def main() -> None:
                        "server": _server_impl(str(venv / "bin" / "python"))}  # fmt: skip
 
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="polar-bench-gw-") as tmp:
+    load = os.getloadavg()[0]
+    if load > 0.5:
+        print(f"warning: load average {load:.2f} before the run: figures will be noisy",
+              file=sys.stderr)  # fmt: skip
+    tmp_dir = (
+        contextlib.nullcontext(tempfile.mkdtemp(prefix="polar-bench-gw-"))
+        if args.keep
+        else tempfile.TemporaryDirectory(prefix="polar-bench-gw-")
+    )
+    with tmp_dir as tmp:
         bench = Bench(Path(tmp), venv)
         try:
             print("starting fake upstream, SeaweedFS, gateway …", file=sys.stderr)
@@ -595,6 +622,7 @@ def main() -> None:
             "cpus": os.cpu_count(),
             "polar_server": _server_impl(sys.executable),
             "shared_cores": "client, gateway, SeaweedFS, fake upstream and LiteLLM on one machine",
+            "load_avg_1m_before": round(load, 2),
             "total_s": round(time.monotonic() - started, 1),
         },
         "params": {

@@ -26,7 +26,7 @@ from polar.providers.canonical import canonical_content, canonical_message
 from polar.providers.google_generate import json_schema, split_action
 from polar.providers.openai_responses import input_messages
 
-CAPTURES = Path(__file__).resolve().parents[2] / "shared" / "harnesses" / "captures"
+CAPTURES = Path(__file__).resolve().parent / "data" / "harness_captures"  # from shared/harnesses
 HARNESSES = {
     "codex": "openai_responses",
     "claude": "anthropic_messages",
