@@ -7,14 +7,28 @@ noticed within the heartbeat timeout and the stage is retried elsewhere.
 from __future__ import annotations
 
 import asyncio
+import json
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.evaluators.command import InvalidRewardFile, evaluate_command
-from activities.harnesses.command import command_harness, gateway_env
-from activities.runtimes import InvalidSource, Runtime, get_runtime
+from activities.evaluators.swebench import (
+    eval_prepare_request,
+    evaluate_swebench,
+    fresh_runtime,
+)
+from activities.harnesses import HarnessContext, HarnessNotInstalled, get_adapter
+from activities.runtimes import (
+    InvalidRuntime,
+    InvalidSource,
+    PrepareFailed,
+    Runtime,
+    get_runtime,
+)
 from polar.builders import BuildContext, UnknownBuilder, get_builder, reward_policy
 from polar.builders.rewards import assign_rewards
 from polar.models import (
@@ -37,6 +51,12 @@ def _heartbeat(**details: object) -> None:
     activity.heartbeat(details)
 
 
+def _home_in_runtime(runtime: Runtime, handle: RuntimeHandle) -> str | None:
+    """HOME as a harness inside `runtime` sees it, when it differs from `runtime.home`."""
+    view = getattr(runtime, "home_in_runtime", None)
+    return view(handle) if callable(view) else None
+
+
 class SessionActivities:
     """Activities bound to one worker's settings and S3 client."""
 
@@ -53,8 +73,8 @@ class SessionActivities:
         _heartbeat(step="preparing", runtime=request.runtime.kind)
         try:
             return await self._runtime(request.runtime.kind).prepare(request)
-        except InvalidSource as exc:
-            raise ApplicationError(str(exc), type="InvalidSource", non_retryable=True) from exc
+        except (InvalidSource, InvalidRuntime, PrepareFailed) as exc:
+            raise ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True) from exc
 
     @activity.defn(name="teardown")
     async def teardown(self, handle: RuntimeHandle) -> None:
@@ -70,16 +90,25 @@ class SessionActivities:
             SessionIdentity(request.session_id, request.task_id, info.attempt),
             self.settings.session_secret,
         )
-        base_env = gateway_env(
+        home = runtime.home(request.runtime)
+        # host-run CLIs come from harness_bin_dir; a container runtime has them on its PATH
+        local = request.runtime.kind == "local"
+        ctx = HarnessContext(
+            spec=request.harness,
+            instruction=request.instruction,
             gateway_url=self.settings.gateway_base_url,
             api_key=key,
-            model=request.harness.model,
             session_id=request.session_id,
             task_id=request.task_id,
+            bin_dir=self.settings.harness_bin_dir if local else None,
+            home_in_runtime=None if local else _home_in_runtime(runtime, request.runtime),
         )
-        command, env = command_harness(
-            request.harness, instruction=request.instruction, base_env=base_env
-        )
+        adapter = get_adapter(request.harness.kind)
+        try:
+            launch = await asyncio.to_thread(adapter.prepare, home, request.runtime.workdir, ctx)
+        except (HarnessNotInstalled, ValueError) as exc:
+            raise ApplicationError(str(exc), type="InvalidHarness", non_retryable=True) from exc
+        command, env = launch.command, launch.env
         log_name = f"harness-attempt{info.attempt}"
 
         async def tick(elapsed: float) -> None:
@@ -96,6 +125,12 @@ class SessionActivities:
             on_tick=tick,
         )
         stdout_key, stderr_key = await self._upload_logs(runtime, request.runtime, log_name)
+        artifact_keys = []
+        for name, path in await asyncio.to_thread(adapter.native_logs, home):
+            key = artifact_key(request.session_id, f"{log_name}/{name}")
+            data = await asyncio.to_thread(path.read_bytes)
+            await asyncio.to_thread(self.storage.put_bytes, key, data, "text/plain")
+            artifact_keys.append(key)
         if outcome.timed_out:
             status = "timeout"
         else:
@@ -107,6 +142,7 @@ class SessionActivities:
             stdout_key=stdout_key,
             stderr_key=stderr_key,
             attempt=info.attempt,
+            artifact_keys=artifact_keys,
         )
 
     async def _upload_logs(
@@ -141,6 +177,7 @@ class SessionActivities:
         output = await asyncio.to_thread(builder, records, ctx)
         for trace in output.traces:  # score_traces applies it; custom builders need not
             trace.provenance.reward_policy = policy
+            trace.provenance.policy_version = request.policy_version
         key = traces_key(request.session_id, request.builder.name)
         size = await asyncio.to_thread(self.storage.put_traces, key, output.traces)
         return BuildResult(
@@ -160,6 +197,8 @@ class SessionActivities:
         def tick(elapsed: float) -> None:
             _heartbeat(step="evaluating", elapsed_s=round(elapsed, 1))
 
+        if request.evaluator.kind == "swebench":
+            return await self._evaluate_swebench(request, runtime, tick)
         if request.evaluator.kind != "command":
             raise ApplicationError(
                 f"unknown evaluator {request.evaluator.kind!r}", non_retryable=True
@@ -186,6 +225,64 @@ class SessionActivities:
             detail=evaluation.detail,
             log_key=keys[0],
             trace_rewards=evaluation.trace_rewards,
+        )
+
+    async def _evaluate_swebench(
+        self, request: EvaluateRequest, runtime: Runtime, tick: Callable[[float], None]
+    ) -> EvaluateResult:
+        """Grade the session's patch in a fresh runtime of the task's source (torn down after);
+        the report, patch and test log go to S3 as artifacts."""
+        spec = request.evaluator.swebench
+        assert spec is not None
+        prepare = eval_prepare_request(
+            request.session_id,
+            request.task_id,
+            request.source,
+            request.runtime_spec,
+            request.runtime.kind,
+        )
+        eval_runtime = self._runtime(prepare.runtime.kind)
+        _heartbeat(step="preparing the evaluator runtime")
+        started = time.monotonic()
+        try:
+            async with fresh_runtime(eval_runtime, prepare) as eval_handle:
+                _heartbeat(step="evaluator runtime ready")
+                evaluation = await evaluate_swebench(
+                    runtime,
+                    request.runtime,
+                    eval_runtime,
+                    eval_handle,
+                    spec,  # the budget covers preparing the fresh runtime too
+                    timeout_s=max(1.0, request.budget_s - (time.monotonic() - started)),
+                    on_tick=tick,
+                )
+        except (InvalidSource, InvalidRuntime, PrepareFailed) as exc:
+            raise ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True) from exc
+        sid = request.session_id
+        uploads = {
+            "swebench-report.json": (
+                json.dumps(evaluation.report, indent=2).encode(),
+                "application/json",
+            ),
+            "swebench-model.patch": (evaluation.patch, "text/x-diff"),
+            "swebench-tests.log": (evaluation.test_log, "text/plain"),
+        }
+        for name, (data, content_type) in uploads.items():
+            await asyncio.to_thread(
+                self.storage.put_bytes, artifact_key(sid, name), data, content_type
+            )
+        report_key = artifact_key(sid, "swebench-report.json")
+        if evaluation.report.get("evaluator_error"):
+            raise ApplicationError(
+                f"{evaluation.detail} (report: {report_key})",
+                type="EvaluatorError",
+                non_retryable=True,
+            )
+        return EvaluateResult(
+            reward=evaluation.reward,
+            detail=evaluation.detail,
+            log_key=artifact_key(sid, "swebench-tests.log"),
+            report_key=report_key,
         )
 
     @activity.defn(name="score_traces")

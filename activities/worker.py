@@ -16,8 +16,9 @@ from datetime import timedelta
 from pathlib import Path
 
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.worker import Interceptor, Worker
 
+from activities.observability import StageInterceptor, start_observability
 from activities.session_activities import SessionActivities
 from polar.settings import Settings
 from polar.storage import Storage
@@ -31,9 +32,14 @@ log = logging.getLogger("polar.worker")
 
 
 def build_workers(
-    client: Client, settings: Settings, stages: tuple[str, ...] = STAGES
+    client: Client,
+    settings: Settings,
+    stages: tuple[str, ...] = STAGES,
+    interceptors: tuple[Interceptor, ...] | None = None,
 ) -> list[Worker]:
-    """One temporalio Worker per served queue."""
+    """One temporalio Worker per served queue; stage activities are timed and log with ids."""
+    if interceptors is None:
+        interceptors = (StageInterceptor(),)
     queues = Queues.for_workflow_queue(settings.task_queue).by_stage()
     acts = SessionActivities(settings, Storage(settings)).all()
     caps = {"init": settings.max_init, "run": settings.max_run, "postrun": settings.max_postrun}
@@ -51,6 +57,7 @@ def build_workers(
                     activities=acts[stage],
                     max_concurrent_activities=caps[stage],
                     graceful_shutdown_timeout=timedelta(seconds=10),
+                    interceptors=list(interceptors),
                 )
             )
     return workers
@@ -62,8 +69,9 @@ async def run_worker(settings: Settings, stages: tuple[str, ...] = STAGES) -> No
     if unknown:
         raise ValueError(f"unknown queues {sorted(unknown)}; choose from {STAGES}")
     Storage(settings).ensure_bucket()
-    client = await connect(settings)
-    workers = build_workers(client, settings, stages)
+    obs = start_observability(settings)  # metrics_port 0: None
+    client = await connect(settings, runtime=obs.runtime if obs else None)
+    workers = build_workers(client, settings, stages, (obs.interceptor,) if obs else None)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -75,4 +83,8 @@ async def run_worker(settings: Settings, stages: tuple[str, ...] = STAGES) -> No
         if ready:
             Path(ready).write_text(str(os.getpid()))
         log.info("worker serving %s on %s", ",".join(stages), settings.temporal_address)
-        await stop.wait()
+        try:
+            await stop.wait()
+        finally:
+            if obs:
+                obs.close()

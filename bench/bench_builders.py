@@ -54,7 +54,8 @@ from tests.builders_support import (  # noqa: E402
 DATA = REPO / "bench" / "data"
 RESULTS = REPO / "bench" / "results" / "builders.json"
 BUILDERS = ("per_request", "prefix_merging")
-HARNESS_ORDER = ("codex", "claude", "qwen", "pi")
+# harness kind -> the name of its recorded session file in bench/data/
+HARNESS_ORDER = {"codex": "codex", "claude_code": "claude", "qwen_code": "qwen", "pi": "pi"}
 
 
 # --------------------------------------------------------------------------- (a) long session
@@ -184,10 +185,10 @@ def record_harnesses(out_dir: Path) -> dict[str, str]:
     """Run each CLI once through an in-thread gateway (as tests/test_harness_clis.py does)."""
     from _pytest.outcomes import OutcomeException
 
+    from activities.harnesses import CLI_ADAPTERS
     from polar.devstack import DevStack, free_port
     from polar.settings import Settings
     from polar.storage import Storage
-    from tests.support.harness_configs import HARNESSES, installed_version
     from tests.test_harness_clis import run_harness
 
     work = Path(tempfile.mkdtemp(prefix="polar-bench-"))
@@ -208,9 +209,9 @@ def record_harnesses(out_dir: Path) -> dict[str, str]:
         storage = Storage(settings)
         storage.ensure_bucket()
         out_dir.mkdir(parents=True, exist_ok=True)
-        for harness in HARNESS_ORDER:
+        for kind, harness in HARNESS_ORDER.items():
             try:
-                run = run_harness(harness, work / harness, settings, storage, TINY_MODEL)
+                run = run_harness(kind, work / harness, settings, storage, TINY_MODEL)
             except OutcomeException as exc:  # pytest.skip / pytest.fail inside the helper
                 outcome[harness] = f"not recorded: {exc.msg}"
                 continue
@@ -219,9 +220,9 @@ def record_harnesses(out_dir: Path) -> dict[str, str]:
                 continue
             lines = "".join(json.dumps(slim(r)) + "\n" for r in run.records)
             (out_dir / f"{harness}.jsonl.xz").write_bytes(lzma.compress(lines.encode()))
-            outcome[harness] = f"{HARNESSES[harness].package}@{installed_version(harness)}: " + (
-                run.describe()
-            )
+            adapter = CLI_ADAPTERS[kind]
+            version = adapter.installed_version(settings.harness_bin_dir)
+            outcome[harness] = f"{adapter.package}@{version}: " + run.describe()
     finally:
         stack.stop("seaweedfs", quiet=True)
     manifest = {"date": time.strftime("%Y-%m-%d"), "sessions": outcome}

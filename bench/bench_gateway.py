@@ -345,47 +345,77 @@ def _valid(response: httpx.Response) -> bool:
         return False
 
 
+def cpu_seconds(pid: int | None) -> float:
+    """User + system CPU time of a process (all its threads) so far; 0 if unknown."""
+    if pid is None:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def run_phase(
-    base_url: str, keys: list[str], calls: int, warmup: int, time_limit_s: float
+    base_url: str,
+    keys: list[str],
+    calls: int,
+    warmup: int,
+    time_limit_s: float,
+    pids: dict[str, int | None],
 ) -> dict[str, Any]:
     """`len(keys)` concurrent sessions; each makes `warmup` untimed, then `calls` timed calls."""
     sessions = len(keys)
     body = json.dumps(REQUEST).encode()
-    limits = httpx.Limits(max_connections=sessions, max_keepalive_connections=sessions)
     latencies: list[float] = []
     errors: list[str] = []
     ok_calls = 0
-    async with httpx.AsyncClient(base_url=base_url, timeout=60, limits=limits) as client:
 
-        async def one(headers: dict[str, str], timed: bool) -> None:
-            nonlocal ok_calls
-            t0 = time.perf_counter()
-            try:
-                response = await client.post("/chat/completions", content=body, headers=headers)
-            except httpx.HTTPError as exc:
-                errors.append(f"{type(exc).__name__}: {exc}")
-                return
-            elapsed = time.perf_counter() - t0
-            if not _valid(response):
-                errors.append(f"{response.status_code}: {response.text[:300]}")
-                return
-            ok_calls += 1
-            if timed:
-                latencies.append(elapsed)
-
-        async def session(key: str, n: int, timed: bool, deadline: float) -> None:
-            headers = {"content-type": "application/json", "authorization": f"Bearer {key}"}
-            for _ in range(n):
-                if time.monotonic() > deadline:
-                    break
-                await one(headers, timed)
-
-        deadline = time.monotonic() + time_limit_s
-        await asyncio.gather(*(session(k, warmup, False, deadline) for k in keys))
-        deadline = time.monotonic() + time_limit_s
+    async def one(client: httpx.AsyncClient, timed: bool) -> None:
+        nonlocal ok_calls
         t0 = time.perf_counter()
-        await asyncio.gather(*(session(k, calls, True, deadline) for k in keys))
+        try:
+            response = await client.post("/chat/completions", content=body)
+        except httpx.HTTPError as exc:
+            errors.append(f"{type(exc).__name__}: {exc}")
+            return
+        elapsed = time.perf_counter() - t0
+        if not _valid(response):
+            errors.append(f"{response.status_code}: {response.text[:300]}")
+            return
+        ok_calls += 1
+        if timed:
+            latencies.append(elapsed)
+
+    async def session(client: httpx.AsyncClient, n: int, timed: bool, deadline: float) -> None:
+        for _ in range(n):
+            if time.monotonic() > deadline:
+                break
+            await one(client, timed)
+
+    # one client (one kept-alive connection) per session, as each harness has its own
+    async with contextlib.AsyncExitStack() as stack:
+        clients = [
+            await stack.enter_async_context(
+                httpx.AsyncClient(
+                    base_url=base_url,
+                    timeout=60,
+                    limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
+                    headers={"content-type": "application/json", "authorization": f"Bearer {k}"},
+                )
+            )
+            for k in keys
+        ]
+        deadline = time.monotonic() + time_limit_s
+        await asyncio.gather(*(session(c, warmup, False, deadline) for c in clients))
+        deadline = time.monotonic() + time_limit_s
+        cpu0 = {name: cpu_seconds(pid) for name, pid in pids.items()}
+        client_cpu0 = time.process_time()
+        t0 = time.perf_counter()
+        await asyncio.gather(*(session(c, calls, True, deadline) for c in clients))
         wall = time.perf_counter() - t0
+        cpu = {name: cpu_seconds(pid) - cpu0[name] for name, pid in pids.items()}
+        cpu["client"] = time.process_time() - client_cpu0
     out: dict[str, Any] = {
         "sessions": sessions,
         "calls": len(latencies),
@@ -395,6 +425,11 @@ async def run_phase(
         "first_errors": errors[:3],
         "wall_s": round(wall, 3),
         "calls_per_s": round(len(latencies) / wall, 1) if wall > 0 else None,
+        # CPU time each process spent per timed call (ms), and all of them over the wall time
+        "cpu_ms_per_call": {
+            name: round(1000 * sec / max(len(latencies), 1), 3) for name, sec in cpu.items()
+        },
+        "cores_busy": round(sum(cpu.values()) / wall, 2) if wall > 0 else None,
     }
     if latencies:
         ms = [x * 1000 for x in latencies]
@@ -424,12 +459,14 @@ def check_records(bench: Bench, expected: int) -> dict[str, Any]:
         # what one record write costs on its own: the same bytes PUT again, sequentially
         data = storage.get_bytes(keys[-1])
         times = []
+        cpu0 = time.process_time()
         for i in range(100):
             t0 = time.perf_counter()
             storage.put_bytes(f"bench/put-{i}.json", data, "application/json")
             times.append((time.perf_counter() - t0) * 1000)
         out["record_bytes"] = len(data)
         out["s3_put_p50_ms"] = round(percentile(times, 50), 3)
+        out["s3_put_boto3_cpu_ms"] = round((time.process_time() - cpu0) * 1000 / 100, 3)
     return out
 
 
@@ -460,6 +497,21 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {_fmt(row.get('added_p50_ms')) if added else ''} "
             f"| {_fmt(row.get('added_p99_ms')) if added else ''} |"
         )
+    lines += [
+        "",
+        "| CPU ms per call | sessions | client | fake upstream | proxy | SeaweedFS | cores busy |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in result["rows"]:
+        cpu = row.get("cpu_ms_per_call", {})
+        proxy = {"polar": "gateway", "litellm": "litellm"}.get(row["target"])
+        lines.append(
+            f"| {LABELS[row['target']].split(' (')[0]} | {row['sessions']} "
+            f"| {_fmt(cpu.get('client'))} | {_fmt(cpu.get('fake-upstream'))} "
+            f"| {_fmt(cpu.get(proxy)) if proxy else ''} "
+            f"| {_fmt(cpu.get('seaweedfs')) if row['target'] == 'polar' else ''} "
+            f"| {_fmt(row.get('cores_busy'))} |"
+        )
     notes = []
     for c, ratio in result.get("ratios", {}).items():
         notes.append(
@@ -477,7 +529,7 @@ def markdown(result: dict[str, Any]) -> str:
         f"{', token ids as sent by the upstream' if rec.get('sample_has_token_ids') else ''}"
         + (
             f"; one {rec['record_bytes']} B record PUT alone (boto3 → SeaweedFS): "
-            f"p50 {rec['s3_put_p50_ms']:.2f} ms"
+            f"p50 {rec['s3_put_p50_ms']:.2f} ms, {rec['s3_put_boto3_cpu_ms']:.2f} ms CPU in boto3"
             if "s3_put_p50_ms" in rec
             else ""
         )
@@ -526,8 +578,9 @@ async def measure(bench: Bench, args: argparse.Namespace, targets: list[str]) ->
                 for i in range(sessions)
             ]
             print(f"  {target}: {sessions} session(s) x {calls} calls", file=sys.stderr)
+            pids = {name: bench.stack.pid(name) for name in bench.started}
             row = {"target": target} | await run_phase(
-                bench.base_url(target), keys, calls, args.warmup, args.phase_limit_s
+                bench.base_url(target), keys, calls, args.warmup, args.phase_limit_s, pids
             )
             if target == "polar":
                 gateway_calls += row["ok_calls_incl_warmup"]

@@ -7,9 +7,15 @@ ROOT=$PWD
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null || PY=python3
 
-# Debian packages: git (task sources), strace (tests audit the harnesses' network connections)
+# Debian packages: git (task sources), strace (tests audit the harnesses' network connections),
+# docker.io (the docker runtime's engine; `polar dev up` and the tests start dockerd, nothing here
+# needs a daemon), debootstrap (the local base image: infra/images/build.py) and patch (the
+# swebench evaluator's last apply fallback)
 missing=()
-for tool in git strace; do command -v "$tool" >/dev/null || missing+=("$tool"); done
+for pair in git:git strace:strace dockerd:docker.io debootstrap:debootstrap patch:patch; do
+  command -v "${pair%%:*}" >/dev/null || PATH=$PATH:/usr/sbin command -v "${pair%%:*}" >/dev/null \
+    || missing+=("${pair#*:}")
+done
 if (( ${#missing[@]} )); then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
 fi

@@ -146,13 +146,12 @@ def worker(
     max_postrun: Annotated[int | None, typer.Option()] = None,
 ) -> None:
     """Run a worker serving the chosen queues in the foreground."""
-    import logging
-
     from activities.worker import run_worker
+    from polar.logs import configure_logging
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     caps = {"max_init": max_init, "max_run": max_run, "max_postrun": max_postrun}
     settings = get_settings().model_copy(update={k: v for k, v in caps.items() if v is not None})
+    configure_logging(settings.log_format)
     asyncio.run(run_worker(settings, tuple(q.strip() for q in queues.split(",") if q.strip())))
 
 

@@ -1,10 +1,17 @@
-"""The embedded dev stack: Temporal dev server, SeaweedFS, vLLM, gateway and workers.
+"""The embedded dev stack: Docker engine, Temporal dev server, SeaweedFS, vLLM, gateway, workers.
 
 Each part is a background process with a pid file and a log under
 `{data_dir}/run/`. Starting is idempotent (a healthy running part is left
 alone), stopping kills the process group. Production runs the same gateway and
 worker code against a Temporal cluster, AWS S3 and a vLLM/SGLang fleet; only
 this module is dev-only.
+
+The Docker engine is a part only where `dockerd` is installed (infra/setup.sh
+installs Debian's docker.io): `up` starts it when no engine answers (system
+default socket and data root, so built images stay cached; no bridge and no
+iptables rules: sessions use host networking), then builds the local images
+(infra/images/build.py, cached). An engine that already answers is used as
+is and never stopped by `down`.
 """
 
 from __future__ import annotations
@@ -82,6 +89,22 @@ def _venv_bin(name: str) -> str:
     return found
 
 
+def docker_engine_answers() -> bool:
+    """Whether the Docker engine that DOCKER_HOST (or the default socket) names answers."""
+    try:
+        import docker
+    except ImportError:
+        return False
+    try:
+        client = docker.from_env(timeout=3)
+        try:
+            return bool(client.ping())
+        finally:
+            client.close()
+    except Exception:  # noqa: BLE001 - any failure means "no engine here"
+        return False
+
+
 @dataclass
 class Service:
     """One background process of the stack."""
@@ -104,15 +127,60 @@ class DevStack:
         with_model: bool = True,
         workers: int = 1,
         die_with_parent: bool = False,
+        with_docker: bool | None = None,
     ) -> None:
-        """`die_with_parent`: parts die with this process (tests), instead of outliving it."""
+        """`die_with_parent`: parts die with this process (tests), instead of outliving it.
+
+        `with_docker`: `up` ensures a Docker engine and the local images (default:
+        when `dockerd` is installed).
+        """
         self.settings = settings
+        self.with_docker = (
+            shutil.which("dockerd") is not None if with_docker is None else with_docker
+        )
         self.with_model = with_model
         self.workers = workers
         self.die_with_parent = die_with_parent
         self.run_dir = settings.data_dir.resolve() / "run"
 
     # ------------------------------------------------------------------ parts
+    def docker(self) -> Service:
+        """`dockerd` on the system default socket and data root.
+
+        When DOCKER_HOST names another unix socket, a private engine on it, with
+        its data and exec roots under `{data_dir}/docker/`.
+        """
+        dockerd = shutil.which("dockerd")
+        if dockerd is None:
+            raise StackError("dockerd not found: run infra/setup.sh (apt-get install docker.io)")
+        argv = [dockerd, "--pidfile", str(self.run_dir / "dockerd.pid"),
+                "--iptables=false", "--bridge=none"]  # fmt: skip
+        host = os.environ.get("DOCKER_HOST", "")
+        if host.startswith("unix://") and host != "unix:///var/run/docker.sock":
+            # a private engine beside the system one: its own state under the data dir
+            root = self.settings.data_dir.resolve() / "docker"
+            argv += ["-H", host, "--data-root", str(root / "data"),
+                     "--exec-root", str(root / "exec")]  # fmt: skip
+        return Service("docker", argv, docker_engine_answers, start_timeout_s=60)
+
+    def ensure_docker(self, log: Callable[[str], None] = print) -> bool:
+        """Start `dockerd` unless an engine answers; True when this call started it."""
+        if docker_engine_answers():
+            if self.pid("docker") is None:
+                log("docker: using the engine that already answers")
+            return False
+        self.start(self.docker(), log)
+        return True
+
+    def build_images(self, log: Callable[[str], None] = print) -> None:
+        """Build the local images (infra/images/build.py; a no-op when up to date)."""
+        script = Path(__file__).resolve().parent.parent / "infra" / "images" / "build.py"
+        proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise StackError(f"image build failed:\n{(proc.stdout + proc.stderr)[-2000:]}")
+        for line in proc.stdout.splitlines():
+            log(f"images: {line}")
+
     def temporal(self) -> Service:
         s = self.settings
         host, port = _port_of(s.temporal_address)
@@ -299,6 +367,9 @@ class DevStack:
             log(f"{name}: stopped")
 
     def up(self, log: Callable[[str], None] = print) -> None:
+        if self.with_docker:
+            self.ensure_docker(log)
+            self.build_images(log)
         for service in self.services():
             self.start(service, log)
             if service.name == "seaweedfs":
@@ -313,7 +384,7 @@ class DevStack:
     def services_names(self) -> list[str]:
         names = ["temporal", "seaweedfs", "vllm", "gateway"]
         names += ["worker" if i == 0 else f"worker-{i}" for i in range(max(self.workers, 1))]
-        return names
+        return ["docker", *names] if self.with_docker else names
 
     def status(self) -> dict[str, str]:
         out = {}
@@ -321,7 +392,8 @@ class DevStack:
         for name in self.services_names():
             pid = self.pid(name)
             if pid is None:
-                out[name] = "stopped"
+                external = name == "docker" and docker_engine_answers()
+                out[name] = "external (an engine already answers)" if external else "stopped"
             else:
                 service = by_name.get(name)
                 healthy = service.ready() if service else True
@@ -330,6 +402,8 @@ class DevStack:
 
     def _status_services(self) -> list[Service]:
         parts = [self.temporal(), self.seaweedfs(), self.gateway()]
+        if self.with_docker:
+            parts.append(Service("docker", [], docker_engine_answers))
         if self.settings.model_dir is not None:
             parts.append(self.vllm())
         parts += [self.worker(i) for i in range(self.workers)]

@@ -44,19 +44,78 @@ class GitSource(StrictModel):
 Source = Annotated[DirSource | GitSource, Field(discriminator="type")]
 
 
-class RuntimeSpec(StrictModel):
-    """Where a session runs. `local`: an isolated work dir on the worker host."""
+class UploadAction(StrictModel):
+    """Prepare action: copy a file or folder from the worker host into the runtime.
 
-    kind: Literal["local"] = "local"
+    A relative `dest` is relative to the workspace.
+    """
+
+    type: Literal["upload"] = "upload"
+    src: str
+    dest: str
+
+
+class CommandAction(StrictModel):
+    """Prepare action: run a shell command in the workspace; retried on a non-zero exit."""
+
+    type: Literal["run"] = "run"
+    command: str = Field(min_length=1)
+    env: dict[str, str] = Field(default_factory=dict)
+    timeout_s: float = Field(default=600, gt=0)
+    retries: int = Field(default=0, ge=0, le=10)
+
+
+PrepareAction = Annotated[UploadAction | CommandAction, Field(discriminator="type")]
+
+
+class RuntimeSpec(StrictModel):
+    """Where a session runs.
+
+    `local`: an isolated work dir on the worker host (zero setup, default).
+    `docker`: one container per session from `image` (built locally, see
+    infra/images/build.py), the source in /workspace, host networking, CPU and
+    memory limits, and a wall-clock budget after which the container stops.
+    `prepare` actions run after the source is in place, in both kinds.
+    """
+
+    kind: Literal["local", "docker"] = "local"
+    image: str = Field(default="polar/runtime:py311", description="docker: the image to run")
+    cpus: float | None = Field(default=None, gt=0, description="docker: CPU limit")
+    memory: str | None = Field(
+        default=None, pattern=r"^[0-9]+[bkmgBKMG]?$", description="docker: e.g. '2g'"
+    )
+    wall_clock_s: float = Field(
+        default=4 * 3600, gt=0, description="docker: the container's whole lifetime"
+    )
+    prepare: list[PrepareAction] = Field(default_factory=list)
 
 
 class HarnessSpec(StrictModel):
-    """The agent program. `command`: a shell command run in the workspace."""
+    """The agent program (activities/harnesses/).
 
-    kind: Literal["command"] = "command"
-    command: str = Field(min_length=1)
+    `command`: a shell command run in the workspace (`command` required).
+    `codex`, `claude_code`, `qwen_code`, `pi`: the real CLI, configured in a
+    fresh HOME to call the gateway, run non-interactively with the task's
+    instruction. `args` are appended to the command line, `env` overrides the
+    harness's environment.
+    """
+
+    kind: Literal["command", "codex", "claude_code", "qwen_code", "pi"] = "command"
+    command: str | None = None
     model: str = Field(default="policy", description="model name the harness is told to use")
+    args: list[str] = Field(default_factory=list, description="extra command-line arguments")
     env: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _command_for_command_kind(self) -> HarnessSpec:
+        if self.kind == "command" and not (self.command and self.command.strip()):
+            raise ValueError("harness kind 'command' needs a non-empty 'command'")
+        if self.kind != "command" and self.command is not None:
+            raise ValueError(
+                f"harness kind {self.kind!r} runs its own CLI: 'command' is only for kind "
+                "'command' (use 'args' for extra arguments)"
+            )
+        return self
 
 
 class BuilderSpec(StrictModel):
@@ -66,16 +125,57 @@ class BuilderSpec(StrictModel):
     config: dict[str, Any] = Field(default_factory=dict)
 
 
-class EvaluatorSpec(StrictModel):
-    """How a session is scored. `command`: exit code 0 means reward 1, else 0."""
+class SweBenchSpec(StrictModel):
+    """A SWE-bench-style instance's grading (activities/evaluators/swebench.py).
 
-    kind: Literal["command", "none"] = "none"
+    The session's patch (`git diff` of its workspace against `base_commit`,
+    junk filtered) is applied in a fresh runtime of the same source, then the
+    `test_patch`, then the tests run; reward 1 only if every `fail_to_pass`
+    test passes and every `pass_to_pass` test still passes.
+    """
+
+    instance_id: str
+    repo: str = ""
+    base_commit: str = Field(min_length=4)
+    test_patch: str = ""
+    fail_to_pass: list[str] = Field(min_length=1)
+    pass_to_pass: list[str] = Field(default_factory=list)
+    test_cmd: str | None = Field(
+        default=None,
+        description="test command; `{test_files}` is replaced by the test files, else they "
+        "are appended (default: python -m pytest -rA -p no:cacheprovider)",
+    )
+    test_files: list[str] | None = Field(
+        default=None, description="default: the files of the test ids and of the test patch"
+    )
+    install: str | None = Field(
+        default=None, description="run in the evaluator's runtime before the patches"
+    )
+    log_parser: str | None = Field(
+        default=None, description="a swebench PARSER_REGISTRY name (default: by repo, else pytest)"
+    )
+    exclude: list[str] = Field(
+        default_factory=list, description="extra junk globs left out of the session's patch"
+    )
+
+
+class EvaluatorSpec(StrictModel):
+    """How a session is scored.
+
+    `command`: exit code 0 means reward 1, else 0. `swebench`: the instance's
+    tests on the session's patch in a fresh runtime (`swebench` required).
+    """
+
+    kind: Literal["command", "swebench", "none"] = "none"
     command: str | None = None
+    swebench: SweBenchSpec | None = None
 
     @model_validator(mode="after")
     def _command_needed(self) -> EvaluatorSpec:
         if self.kind == "command" and not self.command:
             raise ValueError("evaluator kind 'command' needs a non-empty 'command'")
+        if self.kind == "swebench" and self.swebench is None:
+            raise ValueError("evaluator kind 'swebench' needs its 'swebench' instance fields")
         return self
 
 
@@ -104,6 +204,37 @@ class TaskSpec(StrictModel):
     evaluator: EvaluatorSpec = Field(default_factory=EvaluatorSpec)
     timeouts: Timeouts = Field(default_factory=Timeouts)
     metadata: dict[str, Any] = Field(default_factory=dict)
+    min_usable_sessions: int | None = Field(
+        default=None,
+        ge=1,
+        description="early stop: finish once this many sessions completed with traces, "
+        "cancelling the rest (they end as cancelled)",
+    )
+    priority: int | None = Field(
+        default=None,
+        ge=1,
+        le=5,
+        description="Temporal priority key of the task's sessions and stages: 1 goes first; "
+        "None inherits (the server default is 3)",
+    )
+    policy_version: int | None = Field(
+        default=None,
+        ge=0,
+        description="version of the policy serving this task; copied into every trace's "
+        "provenance (default: metadata['policy_version'] when it is an int)",
+    )
+
+    @model_validator(mode="after")
+    def _task_control(self) -> TaskSpec:
+        if self.min_usable_sessions is not None and self.min_usable_sessions > self.num_sessions:
+            raise ValueError(
+                f"min_usable_sessions ({self.min_usable_sessions}) cannot exceed "
+                f"num_sessions ({self.num_sessions})"
+            )
+        tagged = self.metadata.get("policy_version")
+        if self.policy_version is None and isinstance(tagged, int) and not isinstance(tagged, bool):
+            self.policy_version = tagged
+        return self
 
     @field_validator("builder")
     @classmethod
@@ -184,6 +315,9 @@ class HarnessResult(BaseModel):
     stdout_key: str
     stderr_key: str
     attempt: int
+    artifact_keys: list[str] = Field(
+        default_factory=list, description="the harness's native logs kept in S3"
+    )
 
 
 class BuildRequest(BaseModel):
@@ -191,6 +325,7 @@ class BuildRequest(BaseModel):
     task_id: str
     harness: str
     builder: BuilderSpec
+    policy_version: int | None = None
 
 
 class BuildResult(BaseModel):
@@ -212,6 +347,10 @@ class EvaluateRequest(BaseModel):
     evaluator: EvaluatorSpec
     budget_s: float
     traces_key: str | None = None
+    source: Source | None = None
+    """The task's source: evaluators that grade in a fresh runtime (swebench) start from it."""
+    runtime_spec: RuntimeSpec | None = None
+    """The task's runtime spec, for that fresh runtime (default: the session's kind)."""
 
 
 class EvaluateResult(BaseModel):
@@ -220,6 +359,8 @@ class EvaluateResult(BaseModel):
     log_key: str | None = None
     trace_rewards: dict[str, float] = Field(default_factory=dict)
     """Per-trace rewards the evaluator gave (trace id → reward); others get `reward`."""
+    report_key: str | None = None
+    """The evaluator's JSON report in S3 (swebench: per-test results and flags)."""
 
 
 class RewardRequest(BaseModel):
@@ -254,6 +395,14 @@ class SessionResult(BaseModel):
 class TaskResult(BaseModel):
     task_id: str
     sessions: list[SessionResult]
+    stopped_early: bool = False
+    """min_usable_sessions were in before every session finished; the rest were cancelled."""
+    policy_version: int | None = None
+
+    @property
+    def usable(self) -> list[SessionResult]:
+        """Sessions that completed with traces."""
+        return [s for s in self.sessions if s.status == SessionStatus.COMPLETED and s.num_traces]
 
     @property
     def mean_reward(self) -> float | None:
@@ -362,6 +511,7 @@ class TraceProvenance(BaseModel):
     record_ids: list[str]
     reward_policy: Literal["broadcast", "session_normalized"] = "broadcast"
     reconstruction: ReconstructionStats | None = None
+    policy_version: int | None = None
 
 
 class Trace(BaseModel):

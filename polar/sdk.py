@@ -6,6 +6,14 @@
         for session in result.sessions:
             traces = polar.load_traces(session)
 
+Asynchronous RL: submit many tasks, then consume each group as it finishes,
+dropping groups sampled by a policy older than the trainer accepts:
+
+    runs = [await polar.submit(spec) for spec in specs]
+    async for group in polar.iter_groups(runs, load_traces=True,
+                                         min_policy_version=lambda: version - 1):
+        train_on(group.traces)
+
 Results carry S3 keys and small summaries; traces are read from S3 directly,
 never through Temporal history.
 """
@@ -14,12 +22,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import uuid
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
+from temporalio.common import Priority
 from temporalio.service import RPCError
 
 from polar.models import SessionProgress, SessionResult, TaskResult, TaskSpec, Trace
@@ -34,6 +44,28 @@ class TaskRun:
 
     task_id: str
     workflow_id: str
+
+
+@dataclass
+class Group:
+    """One finished task (a GRPO group), as `PolarClient.iter_groups` yields it.
+
+    `result` is None when the task's workflow failed or was cancelled (`error`
+    says why). `traces` holds every session's traces when they were loaded
+    (stale ones filtered out), in session order.
+    """
+
+    run: TaskRun
+    result: TaskResult | None
+    error: str | None = None
+    traces: list[Trace] = field(default_factory=list)
+
+    @property
+    def policy_version(self) -> int | None:
+        return self.result.policy_version if self.result else None
+
+
+log = logging.getLogger("polar.sdk")
 
 
 @dataclass
@@ -77,6 +109,7 @@ class PolarClient:
             id=workflow_id,
             task_queue=self.settings.task_queue,
             static_summary=f"{task.task_id}: {task.num_sessions} × {task.harness.kind}",
+            priority=Priority(priority_key=task.priority) if task.priority else Priority.default,
         )
         return TaskRun(task.task_id, workflow_id)
 
@@ -125,6 +158,72 @@ class PolarClient:
     async def cancel(self, run: TaskRun | str) -> None:
         await self.handle(run).cancel()
 
+    async def iter_groups(
+        self,
+        runs: Iterable[TaskRun],
+        *,
+        load_traces: bool = False,
+        min_policy_version: int | Callable[[], int | None] | None = None,
+        include_failed: bool = False,
+        timeout_s: float | None = None,
+    ) -> AsyncIterator[Group]:
+        """Yield each task's group as soon as its workflow finishes, in finish order.
+
+        Tasks run concurrently in Temporal; this only waits on their results, so
+        a slow task never holds back a fast one (asynchronous RL).
+        `min_policy_version` (an int, or a callable read at each yield so a
+        trainer can raise it as it updates its weights) drops groups whose
+        policy version is older, and with `load_traces` drops older traces too;
+        groups without a version are kept. Failed or cancelled tasks are skipped
+        (logged) unless `include_failed`. `timeout_s` bounds the whole iteration.
+        """
+        pending: dict[asyncio.Future[TaskResult], TaskRun] = {
+            asyncio.ensure_future(self.handle(run).result()): run for run in runs
+        }
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s if timeout_s is not None else None
+        try:
+            while pending:
+                left = None if deadline is None else max(0.0, deadline - loop.time())
+                done, _ = await asyncio.wait(
+                    pending, timeout=left, return_when=asyncio.FIRST_COMPLETED
+                )
+                if not done:
+                    raise TimeoutError(f"{len(pending)} tasks still running after {timeout_s}s")
+                for fut in sorted(done, key=lambda f: pending[f].workflow_id):
+                    run = pending.pop(fut)
+                    group = await self._group(run, fut, load_traces, min_policy_version)
+                    if group is not None and (group.result is not None or include_failed):
+                        yield group
+        finally:
+            for fut in pending:
+                fut.cancel()
+
+    async def _group(
+        self,
+        run: TaskRun,
+        fut: asyncio.Future[TaskResult],
+        load_traces: bool,
+        min_policy_version: int | Callable[[], int | None] | None,
+    ) -> Group | None:
+        try:
+            result = fut.result()
+        except (WorkflowFailureError, RPCError) as exc:
+            cause = getattr(exc, "cause", None)
+            log.warning("task %s ended without a result: %s", run.workflow_id, cause or exc)
+            return Group(run, None, error=str(cause or exc))
+        floor = min_policy_version() if callable(min_policy_version) else min_policy_version
+        version = result.policy_version
+        if floor is not None and version is not None and version < floor:
+            log.info("dropping stale group %s (policy %s < %s)", run.workflow_id, version, floor)
+            return None
+        group = Group(run, result)
+        if load_traces:
+            for session in result.sessions:
+                traces = await asyncio.to_thread(self.load_traces, session)
+                group.traces.extend(t for t in traces if _fresh(t, floor))
+        return group
+
     # ------------------------------------------------------------------ traces
     def load_traces(self, session: SessionResult) -> list[Trace]:
         """The traces of one session, read from S3."""
@@ -142,3 +241,9 @@ class PolarClient:
             f"http://{host}:{self.settings.temporal_ui_port}/namespaces/"
             f"{self.settings.temporal_namespace}/workflows/{workflow_id}"
         )
+
+
+def _fresh(trace: Trace, floor: int | None) -> bool:
+    """Whether `trace` was sampled by a policy at least `floor` (unversioned traces are kept)."""
+    version = trace.provenance.policy_version
+    return floor is None or version is None or version >= floor

@@ -59,11 +59,38 @@ class Settings(BaseSettings):
         default="policy", description="model name sent upstream; None keeps the caller's"
     )
     upstream_timeout_s: float = 600.0
+    admin_token: str | None = Field(
+        default=None,
+        description="bearer token of the gateway's /admin endpoints; unset: they answer 403",
+    )
+    pause_hold_s: float = Field(
+        default=300.0, description="how long a paused gateway holds a new call before a 503"
+    )
+    pause_drain_s: float = Field(
+        default=600.0, description="how long POST /admin/pause waits for in-flight calls"
+    )
+    metrics_max_sessions: int = Field(
+        default=1000,
+        description="per-session token series the gateway keeps (most recent); 0: none",
+    )
+
+    # observability
+    metrics_port: int = Field(
+        default=0, description="worker Prometheus port (stages + Temporal SDK); 0: off"
+    )
+    metrics_host: str = "127.0.0.1"
+    log_format: str = Field(default="json", description="json (JSON lines) or text")
 
     # embedded model backend (vLLM on CPU)
     vllm_port: int = 8000
     vllm_python: Path = Field(default=Path(".venv-vllm/bin/python"))
     model_dir: Path | None = Field(default=None, description="HF model directory to serve")
+
+    # harness CLIs (codex, claude, qwen, pi) for runtimes that run them on the worker's host
+    harness_bin_dir: Path = Field(
+        default=Path(__file__).resolve().parents[1] / "infra/harnesses/node_modules/.bin",
+        description="directory holding the harness CLI executables (infra/harnesses/install.sh)",
+    )
 
     @property
     def gateway_base_url(self) -> str:

@@ -14,12 +14,15 @@ Routes (each also without its `/v1` prefix, for harnesses whose base URL lacks i
     POST /v1beta/models/{model}:generateContent | :streamGenerateContent | :countTokens
     GET  /v1/models[/{id}], /v1beta/models[/{id}]        in the caller's shape
     HEAD|GET /, /v1                                       probes
+    GET  /metrics                                         Prometheus (proxy.metrics)
+    POST /admin/pause, /admin/resume, GET /admin/status   weight-update pause (proxy.admin)
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -27,18 +30,23 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from polar.logs import log_context
 from polar.providers import APIError, CallContext, ProviderAPI, get_provider
 from polar.providers.google_generate import split_action
 from polar.session_keys import SessionIdentity
 from polar.settings import Settings
 from polar.storage import Storage
+from proxy.admin import Admission, admin_routes
 from proxy.auth import authenticate
 from proxy.errors import install_error_handlers, provider_for
+from proxy.metrics import GatewayMetrics
 from proxy.recorder import Recorder
 from proxy.tokens import TokenCounter, chat_template_counter, count_tokens
-from proxy.upstream import UpstreamClient, UpstreamError, strip_training_fields
+from proxy.upstream import Extracted, UpstreamClient, UpstreamError, strip_training_fields
 
+log = logging.getLogger("polar.gateway")
 DEFAULT_MODEL = "policy"
 STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 Identity = Annotated[SessionIdentity, Depends(authenticate)]
@@ -88,11 +96,50 @@ class Gateway:
         self.recorder = Recorder(storage or Storage(settings))
         self.counter = counter
         self.model_name = settings.upstream_model or DEFAULT_MODEL
+        self.metrics = GatewayMetrics(settings.metrics_max_sessions)
+        self.admission = Admission(settings.pause_hold_s, self.metrics)
 
     async def serve(
         self, provider: ProviderAPI, request: Request, identity: SessionIdentity, call: CallContext
     ) -> Response:
-        """One recorded model call, answered in `provider`'s shape."""
+        """One recorded model call, held while paused, counted, answered in `provider`'s shape."""
+        started, status, code = time.monotonic(), 500, None
+        with log_context(session_id=identity.session_id, task_id=identity.task_id):
+            try:
+                async with self.admission.admit():
+                    response = await self._serve(provider, request, identity, call)
+                status = response.status_code
+                return response
+            except APIError as exc:
+                status, code = exc.status_code, exc.code
+                if isinstance(exc, UpstreamError):
+                    self.metrics.upstream_errors.labels(provider.name, exc.code or status).inc()
+                if exc.code == "recording_failed":
+                    self.metrics.recording_failures.inc()
+                raise
+            finally:
+                elapsed = time.monotonic() - started
+                self.metrics.calls.labels(provider.name, str(status)).inc()
+                self.metrics.latency.labels(provider.name).observe(elapsed)
+                log.info(
+                    "model call %s %s",
+                    provider.name,
+                    status,
+                    extra={"provider": provider.name, "status": status, "error_code": code,
+                           "latency_ms": round(elapsed * 1000, 1)},
+                )  # fmt: skip
+
+    def _count_tokens(
+        self, provider: str, identity: SessionIdentity, body: dict[str, Any], ex: Extracted
+    ) -> None:
+        usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
+        prompt = len(ex.prompt_token_ids or []) or int(usage.get("prompt_tokens") or 0)
+        completion = len(ex.response_token_ids or []) or int(usage.get("completion_tokens") or 0)
+        self.metrics.tokens(provider, identity.session_id, identity.task_id, prompt, completion)
+
+    async def _serve(
+        self, provider: ProviderAPI, request: Request, identity: SessionIdentity, call: CallContext
+    ) -> Response:
         body = await read_json(request)
         pending = self.recorder.start(identity, body, provider=provider.name)
         chat = provider.to_chat(body, call)
@@ -108,13 +155,15 @@ class Gateway:
                 error=exc.message,
             )
             raise
+        extracted = self.upstream.extract(answer.body)
         await self.recorder.record(
             pending,
             normalized,
             response=answer.body,
-            extracted=self.upstream.extract(answer.body),
+            extracted=extracted,
             status_code=answer.status_code,
         )
+        self._count_tokens(provider.name, identity, answer.body, extracted)
         reply = strip_training_fields(answer.body, chat)
         if provider.wants_stream(body, call):
             events: Iterator[str] = provider.stream_events(reply, body, call)
@@ -213,6 +262,13 @@ def create_app(
         app.include_router(api, prefix=prefix)
     for prefix in ("/v1beta", "/v1", ""):
         app.include_router(models, prefix=prefix)
+    app.include_router(admin_routes(gw.admission, settings))
+    app.state.metrics = gw.metrics
+    app.state.admission = gw.admission
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(generate_latest(gw.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.api_route("/", methods=["GET", "HEAD"])
     @app.api_route("/v1", methods=["GET", "HEAD"])

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from polar.devstack import DevStack, free_port
+from polar.devstack import DevStack, StackError, free_port
 from polar.sdk import PolarClient
 from polar.settings import Settings
 from polar.storage import Storage
@@ -75,6 +75,28 @@ async def worker(devstack: DevStack) -> AsyncIterator[None]:
 @pytest.fixture(scope="session")
 async def polar(devstack: DevStack, worker: None) -> PolarClient:
     return await PolarClient.connect(devstack.settings)
+
+
+@pytest.fixture(scope="session")
+def docker_engine(base_settings: Settings) -> Iterator[None]:
+    """A Docker engine: the one that answers, else `dockerd` started here and stopped after."""
+    stack = DevStack(base_settings, with_model=False, workers=0, die_with_parent=True)
+    try:
+        started = stack.ensure_docker(log=lambda _: None)
+    except StackError as exc:
+        pytest.fail(f"no Docker engine: {exc}")
+    yield
+    if started:
+        stack.stop("docker", quiet=True)
+
+
+@pytest.fixture(scope="session")
+def docker_image(docker_engine: None, base_settings: Settings) -> str:
+    """The default session image, built locally (infra/images/build.py; cached by recipe)."""
+    DevStack(base_settings, with_model=False, workers=0, with_docker=True).build_images(
+        log=lambda _: None
+    )
+    return "polar/runtime:py311"
 
 
 @pytest.fixture(scope="session")

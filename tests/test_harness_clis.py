@@ -1,8 +1,9 @@
 """The four real harness CLIs from npm, each doing a real multi-turn run through the gateway.
 
 Each test gives a CLI (Codex, Claude Code, Qwen Code, Pi; installed by
-infra/harnesses/install.sh) a tiny git repo with a bug and a fresh HOME, points
-it at an in-thread gateway with a freshly minted session key, and lets the agent
+infra/harnesses/install.sh) a tiny git repo with a bug and a fresh HOME, has its
+production adapter (activities/harnesses/) write its config there and point it
+at an in-thread gateway with a freshly minted session key, and lets the agent
 backend (real token ids from the tiny model's tokenizer, vLLM's answer shape)
 walk it through: list files, read the buggy file, edit it, run the check,
 answer. Then: the CLI exited 0 within its budget, the fix is in the file, the
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -39,7 +41,8 @@ import httpx
 import pytest
 from transformers import AutoTokenizer
 
-from polar.models import CompletionRecord
+from activities.harnesses import CLI_ADAPTERS, HarnessContext
+from polar.models import CompletionRecord, HarnessSpec
 from polar.session_keys import SessionIdentity, mint_session_key
 from polar.settings import Settings
 from polar.storage import Storage
@@ -51,14 +54,7 @@ from tests.support.agent_backend import (
     plan_call,
     tool_name,
 )
-from tests.support.harness_configs import (
-    HARNESSES,
-    foreign_connects,
-    harness_invocation,
-    installed_version,
-    network_connects,
-    traced,
-)
+from tests.support.connect_audit import foreign_connects, network_connects, traced
 from tests.support.scripted_backend import logprob_of, serve_app
 
 CLI_BUDGET_S = 240.0
@@ -168,6 +164,12 @@ def run_cli(argv: list[str], cwd: Path, env: dict[str, str], budget_s: float) ->
     return proc.returncode, time.monotonic() - started, out, err
 
 
+def runtime_path() -> str:
+    """A plain PATH with node on it, as a runtime gives (the CLI itself is called by path)."""
+    node_dir = Path(shutil.which("node") or "/usr/bin/node").parent
+    return os.pathsep.join(dict.fromkeys([str(node_dir), "/usr/local/bin", "/usr/bin", "/bin"]))
+
+
 def run_harness(
     harness: str,
     tmp_path: Path,
@@ -175,8 +177,8 @@ def run_harness(
     storage: Storage,
     model_dir: Path,
 ) -> HarnessRun:
-    info = HARNESSES[harness]
-    if installed_version(harness) is None:
+    info = CLI_ADAPTERS[harness]
+    if info.installed_version(base_settings.harness_bin_dir) is None:
         pytest.skip(f"{info.package} is not installed: run infra/harnesses/install.sh")
     task = make_repo(tmp_path / "repo")
     identity = SessionIdentity(f"{harness}-{uuid.uuid4().hex[:12]}", "task-harness-clis")
@@ -193,19 +195,21 @@ def run_harness(
                 f"the gateway has no {info.route} yet (404): {info.package} speaks only "
                 f"{info.api} there"
             )
-        invocation = harness_invocation(
-            harness,
-            prompt=PROMPT,
-            workspace=task.workspace,
-            home=tmp_path / "home",
+        ctx = HarnessContext(
+            spec=HarnessSpec(kind=harness),
+            instruction=PROMPT,
             gateway_url=gateway,
             api_key=key,
+            session_id=identity.session_id,
+            task_id=identity.task_id,
+            bin_dir=settings.harness_bin_dir,
         )
+        launch = info.prepare(tmp_path / "home", str(task.workspace), ctx)
+        assert launch.argv is not None
+        env = {"PATH": runtime_path(), "HOME": str(tmp_path / "home")} | launch.env
         trace_file = tmp_path / "connects.strace"
-        argv = traced(invocation.argv, trace_file)
-        rc, elapsed, out, err = run_cli(
-            argv or invocation.argv, invocation.cwd, invocation.env, CLI_BUDGET_S
-        )
+        argv = traced(launch.argv, trace_file)
+        rc, elapsed, out, err = run_cli(argv or launch.argv, task.workspace, env, CLI_BUDGET_S)
     run = HarnessRun(
         harness=harness,
         session_id=identity.session_id,
@@ -259,7 +263,7 @@ def assert_real_run(run: HarnessRun) -> None:
 
     # every call went through the gateway and is in S3 with the backend's exact token data
     assert len(run.records) == len(backend.calls), run.describe()
-    provider = HARNESSES[run.harness].api
+    provider = CLI_ADAPTERS[run.harness].api
     for record in run.records:
         assert record.status_code == 200 and record.error is None, record.error
         assert record.provider == provider
@@ -290,7 +294,7 @@ def assert_real_run(run: HarnessRun) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("harness", ["qwen", "pi", "codex", "claude"])
+@pytest.mark.parametrize("harness", ["qwen_code", "pi", "codex", "claude_code"])
 def test_harness_cli_fixes_a_bug_through_the_gateway(
     harness: str,
     tmp_path: Path,
@@ -316,13 +320,13 @@ def _fn(name: str, **props: str) -> dict[str, Any]:
 # the tools each harness offers, as the gateway hands them upstream (Chat Completions shape)
 TOOL_SETS: dict[str, list[dict[str, Any]]] = {
     "codex": [_fn("exec_command", cmd="string", workdir="string"), _fn("write_stdin")],
-    "claude": [
+    "claude_code": [
         _fn("Bash", command="string"),
         _fn("Read", file_path="string"),
         _fn("Edit", file_path="string", old_string="string", new_string="string"),
         _fn("Write", file_path="string", content="string"),
     ],
-    "qwen": [
+    "qwen_code": [
         _fn("run_shell_command", command="string"),
         _fn("read_file", file_path="string"),
         _fn("edit", file_path="string", old_string="string", new_string="string"),
@@ -335,8 +339,8 @@ TOOL_SETS: dict[str, list[dict[str, Any]]] = {
 }
 EXPECTED_TOOLS = {
     "codex": ["exec_command"] * 4,
-    "claude": ["Bash", "Read", "Edit", "Bash"],
-    "qwen": ["run_shell_command", "read_file", "edit", "run_shell_command"],
+    "claude_code": ["Bash", "Read", "Edit", "Bash"],
+    "qwen_code": ["run_shell_command", "read_file", "edit", "run_shell_command"],
     "pi": ["bash", "read", "edit", "bash"],
 }
 
@@ -369,7 +373,7 @@ def test_agent_backend_answers_like_vllm_with_template_token_ids(
     task = RepoTask(tmp_path, "calc.py", "return a - b", "return a + b", "python3 test_calc.py")
     backend = AgentBackend(task, model_dir)
     tok = AutoTokenizer.from_pretrained(str(model_dir))
-    tools = TOOL_SETS["qwen"]
+    tools = TOOL_SETS["qwen_code"]
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": "You are a coding agent."},
         {"role": "user", "content": [{"type": "text", "text": PROMPT}]},

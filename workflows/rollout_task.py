@@ -6,8 +6,8 @@ import asyncio
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import TypedSearchAttributes
-from temporalio.exceptions import ApplicationError, ChildWorkflowError
+from temporalio.common import Priority, TypedSearchAttributes
+from temporalio.exceptions import ApplicationError, CancelledError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
@@ -46,12 +46,16 @@ class RolloutTask:
     def __init__(self) -> None:
         self._results: dict[str, SessionResult] = {}
         self._total = 0
+        self._usable = 0
+        self._stopping = False
 
     @workflow.query(name="progress")
     def progress(self) -> dict[str, Any]:
         return {
             "total": self._total,
             "done": len(self._results),
+            "usable": self._usable,
+            "stopped_early": self._stopping,
             "sessions": [r.model_dump(mode="json") for r in self._results.values()],
         }
 
@@ -67,10 +71,45 @@ class RolloutTask:
         # randomness instead, so two submissions of one task never share a session id
         ids = session_ids(task, workflow.uuid4().hex[:12])
         runs = [self._run_session(task, i, sid) for i, sid in enumerate(ids)]
-        results = await asyncio.gather(*runs)
-        return TaskResult(task_id=task.task_id, sessions=list(results))
+        if task.min_usable_sessions is None:
+            results = await asyncio.gather(*runs)
+        else:
+            results = await self._until_usable(task.min_usable_sessions, runs)
+        return TaskResult(
+            task_id=task.task_id,
+            sessions=list(results),
+            stopped_early=self._stopping,
+            policy_version=task.policy_version,
+        )
+
+    async def _until_usable(self, need: int, runs: list[Any]) -> list[SessionResult]:
+        """Early stop: once `need` sessions are usable, cancel the rest and collect them.
+
+        A cancelled session tears its runtime down before it ends, so this
+        returns after every straggler has released its runtime.
+        """
+        tasks = [asyncio.create_task(run) for run in runs]
+        try:
+            await workflow.wait_condition(
+                lambda: self._usable >= need or all(t.done() for t in tasks)
+            )
+        except asyncio.CancelledError:  # the task was cancelled: cancel (and tear down) all
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+        pending = [t for t in tasks if not t.done()]
+        if pending:
+            self._stopping = True
+            workflow.set_current_details(
+                f"{self._usable} usable sessions in: cancelling {len(pending)} stragglers"
+            )
+            for t in pending:
+                t.cancel()
+        return list(await asyncio.gather(*tasks))
 
     async def _run_session(self, task: TaskSpec, index: int, session_id: str) -> SessionResult:
+        status, error = SessionStatus.ERROR, ""
         try:
             result = await workflow.execute_child_workflow(
                 Session.run,
@@ -84,16 +123,31 @@ class RolloutTask:
                     ]
                 ),
                 static_summary=f"{task.task_id} · session {index} · {task.harness.kind}",
+                # None (no priority) issues exactly the command earlier code did
+                priority=(
+                    Priority(priority_key=task.priority) if task.priority else Priority.default
+                ),
             )
         except ChildWorkflowError as exc:
+            if isinstance(exc.cause, CancelledError):
+                status = SessionStatus.CANCELLED
+            error = str(exc.cause or exc)
+            result = None
+        except asyncio.CancelledError:
+            if not self._stopping:  # the task itself was cancelled
+                raise
+            status, error, result = SessionStatus.CANCELLED, "cancelled by early stop", None
+        if result is None:
             result = SessionResult(
                 session_id=session_id,
                 task_id=task.task_id,
                 index=index,
-                status=SessionStatus.ERROR,
+                status=status,
                 harness=task.harness.kind,
-                error=str(exc.cause or exc),
+                error=error,
             )
+        elif result.status == SessionStatus.COMPLETED and result.num_traces > 0:
+            self._usable += 1
         self._results[session_id] = result
         rewards = [r.reward for r in self._results.values() if r.reward is not None]
         mean = f", mean reward {sum(rewards) / len(rewards):.3f}" if rewards else ""

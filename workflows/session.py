@@ -12,7 +12,7 @@ from datetime import timedelta
 from typing import TypeVar
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.common import Priority, RetryPolicy
 from temporalio.exceptions import (
     ActivityError,
     TimeoutError,
@@ -65,6 +65,7 @@ class Session:
     def __init__(self) -> None:
         self._retry = RetryPolicy()
         self._heartbeat = timedelta(seconds=30)
+        self._priority = Priority.default
         self._current = Stage.PENDING
         self._status: SessionStatus | None = None
         self._detail = ""
@@ -103,6 +104,8 @@ class Session:
             non_retryable_error_types=["InvalidSource", "InvalidBuilder"],
         )
         self._heartbeat = timedelta(seconds=t.heartbeat_s)
+        if task.priority:  # None keeps the commands earlier code issued
+            self._priority = Priority(priority_key=task.priority)
         result = SessionResult(
             session_id=spec.session_id,
             task_id=task.task_id,
@@ -173,6 +176,7 @@ class Session:
                     task_id=task.task_id,
                     harness=task.harness.kind,
                     builder=task.builder,
+                    policy_version=task.policy_version,
                 ),
                 BuildResult,
                 queues.postrun,
@@ -198,6 +202,8 @@ class Session:
                         evaluator=task.evaluator,
                         budget_s=t.evaluate_s,
                         traces_key=build.traces_key,
+                        source=task.source,
+                        runtime_spec=task.runtime,
                     ),
                     EvaluateResult,
                     queues.postrun,
@@ -262,6 +268,7 @@ class Session:
             retry_policy=self._retry,
             # on cancel, wait until the activity has stopped its processes, then tear down
             cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            priority=self._priority,
         )
 
     async def _teardown(
@@ -279,6 +286,7 @@ class Session:
                 task_queue=queue,
                 start_to_close_timeout=timedelta(seconds=timeout_s),
                 retry_policy=RetryPolicy(maximum_attempts=5),
+                priority=self._priority,
             )
         except ActivityError as exc:
             workflow.logger.warning("teardown of %s failed: %s", spec.session_id, exc)

@@ -1,11 +1,17 @@
 """The `command` harness: any shell command that calls an LLM API.
 
 It runs in the session's workspace with the session's gateway URL and key in
-the environment under every name common clients read.
+the environment under every name common clients read (OpenAI, Anthropic and
+POLAR_*), and the instruction in POLAR_INSTRUCTION. Extra `args` are appended
+to the command, shell-quoted.
 """
 
 from __future__ import annotations
 
+import shlex
+from pathlib import Path
+
+from activities.harnesses.base import HarnessContext, Launch, polar_env
 from polar.models import HarnessSpec
 
 
@@ -37,4 +43,28 @@ def command_harness(
     env = dict(base_env)
     env["POLAR_INSTRUCTION"] = instruction
     env.update(spec.env)
-    return spec.command, env
+    command = spec.command or ""
+    if spec.args:
+        command = f"{command} {shlex.join(spec.args)}"
+    return command, env
+
+
+class CommandAdapter:
+    """The generic harness: the task's own command line; no config files, no native logs."""
+
+    kind = "command"
+
+    def prepare(self, home: Path, workdir: str, ctx: HarnessContext) -> Launch:
+        base_env = gateway_env(
+            gateway_url=ctx.gateway_url,
+            api_key=ctx.api_key,
+            model=ctx.model,
+            session_id=ctx.session_id,
+            task_id=ctx.task_id,
+        )
+        base_env |= polar_env(ctx)
+        command, env = command_harness(ctx.spec, instruction=ctx.instruction, base_env=base_env)
+        return Launch(command=command, env=env)
+
+    def native_logs(self, home: Path) -> list[tuple[str, Path]]:
+        return []

@@ -1,17 +1,21 @@
-"""Runtimes by kind (`local` now; Docker and rootless ones plug in here)."""
+"""Runtimes by kind: `local` (the zero-setup default) and `docker`."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from activities.runtimes.base import InvalidSource, Runtime
+from activities.runtimes.base import InvalidRuntime, InvalidSource, PrepareFailed, Runtime
 from activities.runtimes.local import LocalRuntime
 
-__all__ = ["InvalidSource", "Runtime", "get_runtime"]
+__all__ = ["InvalidRuntime", "InvalidSource", "PrepareFailed", "Runtime", "get_runtime"]
 
 
 def get_runtime(kind: str, data_dir: Path) -> Runtime:
     """The runtime implementation for `kind`."""
     if kind == "local":
         return LocalRuntime(data_dir / "runtimes")
+    if kind == "docker":
+        from activities.runtimes.docker import DockerRuntime  # the docker SDK only when used
+
+        return DockerRuntime(data_dir / "runtimes")
     raise ValueError(f"unknown runtime kind {kind!r}")

@@ -14,6 +14,14 @@ class InvalidSource(ValueError):
     """The task's source cannot be materialised (missing dir, bad git URL or ref)."""
 
 
+class InvalidRuntime(ValueError):
+    """The runtime spec cannot be honoured (missing image, bad upload path); not retryable."""
+
+
+class PrepareFailed(RuntimeError):
+    """A prepare action failed after its own retries; not retried by Temporal."""
+
+
 class Runtime(Protocol):
     """Prepare an isolated workspace, run commands in it, tear it down."""
 
@@ -37,11 +45,20 @@ class Runtime(Protocol):
         ...
 
     def scratch(self, handle: RuntimeHandle) -> Path:
-        """A directory outside the workspace, at the same path for commands and the worker."""
+        """A directory outside the workspace, at the same path for commands and the worker.
+
+        What the worker writes there before `run` is seen by the command, and
+        what the command writes there is on the worker once `run` returns (the
+        Docker runtime copies it in and out; the local one shares the disk).
+        """
         ...
 
     def home(self, handle: RuntimeHandle) -> Path:
-        """A fresh per-session HOME for the harness (its config lives there)."""
+        """A fresh per-session HOME for the harness (its config lives there).
+
+        Same contract as `scratch`: the worker writes the harness config there
+        before `run`, and finds the harness's native logs there after it.
+        """
         ...
 
     async def teardown(self, handle: RuntimeHandle) -> None: ...

@@ -19,7 +19,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from activities.process import ProcessOutcome, run_shell
-from activities.runtimes.base import InvalidSource
+from activities.runtimes.actions import run_prepare_actions
+from activities.runtimes.base import InvalidRuntime, InvalidSource
 from polar.models import DirSource, GitSource, PrepareRequest, RuntimeHandle, Source
 
 BASE_ENV_KEYS = ("PATH", "LANG", "LC_ALL", "TZ", "SSL_CERT_FILE")
@@ -54,12 +55,28 @@ class LocalRuntime:
         (base / "home").mkdir(parents=True)
         (base / "logs").mkdir()
         await asyncio.to_thread(materialise_source, request.source, workspace)
-        return RuntimeHandle(
+        handle = RuntimeHandle(
             kind=self.kind,
             session_id=request.session_id,
             workdir=str(workspace),
             host=socket.gethostname(),
         )
+        await run_prepare_actions(self, handle, request.runtime.prepare, self._uploader(workspace))
+        return handle
+
+    def _uploader(self, workspace: Path) -> Callable[[Path, str], Awaitable[None]]:
+        async def upload(src: Path, dest: str) -> None:
+            target = (workspace / dest).resolve()
+            if not target.is_relative_to(workspace.resolve()):
+                raise InvalidRuntime(f"local uploads go into the workspace, not to {dest!r}")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if src.is_dir():
+                await asyncio.to_thread(shutil.copytree, src, target, symlinks=True,
+                                        dirs_exist_ok=True)  # fmt: skip
+            else:
+                await asyncio.to_thread(shutil.copy2, src, target)
+
+        return upload
 
     async def run(
         self,

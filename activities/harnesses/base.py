@@ -1,0 +1,161 @@
+"""The harness adapter interface: configure an agent program in a fresh HOME and launch it.
+
+An adapter turns a session (gateway URL, session key, model, instruction) into
+one non-interactive launch of its harness: it writes the harness's own config
+files into the session's fresh HOME (base URL at the gateway, the session key
+as the API key, telemetry, update checks, plugins and auto-memory off) and
+returns the command line and environment the runtime runs in the workspace.
+After the run it names the harness's native logs (session transcripts) to
+keep as session artifacts next to stdout and stderr.
+
+Paths: `home` is where the worker writes the config; `ctx.home_in_runtime` is
+the same directory as the harness sees it (equal on the `local` runtime; a
+container runtime mounts `home` elsewhere). Every path an adapter puts into the
+environment or the command line is expressed in the runtime's view.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+
+from polar.models import HarnessSpec
+
+KEY_ENV = "POLAR_API_KEY"
+"""The variable holding the session key; configs that name a key variable use this one."""
+
+
+class HarnessNotInstalled(RuntimeError):
+    """The harness CLI is not where the worker was told to find it."""
+
+
+@dataclass(frozen=True)
+class HarnessContext:
+    """What an adapter needs to know about the session it launches."""
+
+    spec: HarnessSpec
+    instruction: str
+    gateway_url: str  # the gateway's root as the harness reaches it, without /v1
+    api_key: str  # the session key (HMAC-signed, names session, task and attempt)
+    session_id: str
+    task_id: str
+    bin_dir: Path | None = None  # where the CLI binaries are; None: on the runtime's PATH
+    home_in_runtime: str | None = None  # HOME as the harness sees it; None: same as `home`
+
+    @property
+    def gateway(self) -> str:
+        return self.gateway_url.rstrip("/")
+
+    @property
+    def model(self) -> str:
+        return self.spec.model
+
+
+@dataclass
+class Launch:
+    """One non-interactive run: the shell command line and the environment it runs with."""
+
+    command: str
+    env: dict[str, str]
+    argv: list[str] | None = None  # the same command as an argv, when it is one program
+    config_files: list[Path] = field(default_factory=list)
+
+
+def polar_env(ctx: HarnessContext) -> dict[str, str]:
+    """The POLAR_* variables every harness gets (any script or tool inside may read them)."""
+    return {
+        "POLAR_GATEWAY_URL": ctx.gateway,
+        "POLAR_BASE_URL": f"{ctx.gateway}/v1",
+        KEY_ENV: ctx.api_key,
+        "POLAR_MODEL": ctx.model,
+        "POLAR_SESSION_ID": ctx.session_id,
+        "POLAR_TASK_ID": ctx.task_id,
+        "POLAR_INSTRUCTION": ctx.instruction,
+    }
+
+
+def write_config(path: Path, text: str, files: list[Path]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    files.append(path)
+
+
+def toml_str(value: str) -> str:
+    return json.dumps(value)  # a JSON string is a valid TOML basic string
+
+
+class CliAdapter:
+    """A harness CLI from npm (infra/harnesses/): its package, binary, API and native logs."""
+
+    kind: ClassVar[str]
+    package: ClassVar[str]  # npm package
+    binary: ClassVar[str]  # executable name in node_modules/.bin
+    api: ClassVar[str]  # provider API it calls (polar/providers)
+    route: ClassVar[str]  # gateway path it posts to
+    log_globs: ClassVar[tuple[str, ...]] = ()  # native logs, relative to HOME
+
+    # ------------------------------------------------------------------ installation
+    def executable(self, ctx: HarnessContext) -> str:
+        if ctx.bin_dir is None:
+            return self.binary
+        path = Path(ctx.bin_dir) / self.binary
+        if not path.exists():
+            raise HarnessNotInstalled(
+                f"{self.kind}: {path} not found; run infra/harnesses/install.sh "
+                "or point POLAR_HARNESS_BIN_DIR at the directory holding the CLIs"
+            )
+        return str(path)
+
+    def installed_version(self, bin_dir: Path) -> str | None:
+        """The installed package's version (node_modules next to `bin_dir`), or None."""
+        manifest = Path(bin_dir).parent / self.package / "package.json"
+        if not manifest.exists() or not (Path(bin_dir) / self.binary).exists():
+            return None
+        return json.loads(manifest.read_text()).get("version")
+
+    # ------------------------------------------------------------------ launch
+    def base_env(self, home: str, ctx: HarnessContext) -> dict[str, str]:
+        """A quiet, offline environment: XDG dirs in HOME, no colours, no proxies, no tracking."""
+        return {
+            "HOME": home,
+            "LANG": "C.UTF-8",
+            "TERM": "dumb",
+            "NO_COLOR": "1",
+            "XDG_CONFIG_HOME": f"{home}/.config",
+            "XDG_CACHE_HOME": f"{home}/.cache",
+            "XDG_DATA_HOME": f"{home}/.local/share",
+            "XDG_STATE_HOME": f"{home}/.local/state",
+            "NO_PROXY": "127.0.0.1,localhost,::1",
+            "no_proxy": "127.0.0.1,localhost,::1",
+            "DO_NOT_TRACK": "1",
+        } | polar_env(ctx)
+
+    def configure(
+        self, home: Path, home_rt: str, workdir: str, ctx: HarnessContext, files: list[Path]
+    ) -> tuple[list[str], dict[str, str]]:
+        """Write config under `home`; return (arguments after the executable, extra env)."""
+        raise NotImplementedError
+
+    def prepare(self, home: Path, workdir: str, ctx: HarnessContext) -> Launch:
+        if not ctx.instruction.strip():
+            raise ValueError(f"harness {self.kind!r} needs a non-empty task instruction")
+        home.mkdir(parents=True, exist_ok=True)
+        home_rt = ctx.home_in_runtime or str(home)
+        files: list[Path] = []
+        args, extra = self.configure(home, home_rt, workdir, ctx, files)
+        argv = [self.executable(ctx), *args, *ctx.spec.args]
+        env = self.base_env(home_rt, ctx) | extra | ctx.spec.env
+        return Launch(command=shlex.join(argv), env=env, argv=argv, config_files=files)
+
+    # ------------------------------------------------------------------ after the run
+    def native_logs(self, home: Path) -> list[tuple[str, Path]]:
+        """(artifact name, file) of each native log the run left in `home`."""
+        found: dict[str, Path] = {}
+        for pattern in self.log_globs:
+            for path in sorted(home.glob(pattern)):
+                if path.is_file():
+                    found[path.relative_to(home).as_posix().lstrip(".")] = path
+        return sorted(found.items())

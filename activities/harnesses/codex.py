@@ -1,0 +1,54 @@
+"""Codex CLI (`@openai/codex`): OpenAI Responses API, configured by `$CODEX_HOME/config.toml`.
+
+A custom provider `polar` points at the gateway's `/v1` with the session key
+read from POLAR_API_KEY and `wire_api = "responses"` (this version refuses
+`chat`); approvals never, its own bubblewrap sandbox off (the runtime is the
+sandbox), update checks, analytics, plugins and apps off, no client retries
+(the gateway records every attempt). Setting only OPENAI_BASE_URL does not
+work: Codex then goes to the public API. Native logs: the rollout transcripts
+under `$CODEX_HOME/sessions/`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from activities.harnesses.base import KEY_ENV, CliAdapter, HarnessContext, toml_str, write_config
+
+
+class CodexAdapter(CliAdapter):
+    kind = "codex"
+    package = "@openai/codex"
+    binary = "codex"
+    api = "openai_responses"
+    route = "/v1/responses"
+    log_globs = (".codex/sessions/**/*.jsonl", ".codex/log/*.log")
+
+    def configure(
+        self, home: Path, home_rt: str, workdir: str, ctx: HarnessContext, files: list[Path]
+    ) -> tuple[list[str], dict[str, str]]:
+        config = f"""\
+model = {toml_str(ctx.model)}
+model_provider = "polar"
+approval_policy = "never"
+sandbox_mode = "danger-full-access"
+check_for_update_on_startup = false
+
+[analytics]
+enabled = false
+
+[features]
+plugins = false
+apps = false
+
+[model_providers.polar]
+name = "Polar gateway"
+base_url = {toml_str(ctx.gateway + "/v1")}
+env_key = {toml_str(KEY_ENV)}
+wire_api = "responses"
+request_max_retries = 0
+stream_max_retries = 0
+"""
+        write_config(home / ".codex" / "config.toml", config, files)
+        args = ["exec", "--skip-git-repo-check", "--cd", workdir, ctx.instruction]
+        return args, {"CODEX_HOME": f"{home_rt}/.codex"}

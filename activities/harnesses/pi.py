@@ -1,0 +1,44 @@
+"""Pi (`@mariozechner/pi-coding-agent`): OpenAI Chat Completions through `models.json`.
+
+A custom provider `polar` in `~/.pi/agent/models.json` with the gateway's
+`/v1`, `api: "openai-completions"`, the key read from POLAR_API_KEY, and the
+compat switches for a plain Chat Completions server (no developer role, no
+reasoning effort). PI_OFFLINE=1 stops its update and package lookups.
+`--mode json` prints every event of the run as JSON lines on stdout: that is
+its native log (kept as the stdout artifact); `--no-session` writes no other.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from activities.harnesses.base import KEY_ENV, CliAdapter, HarnessContext, write_config
+
+
+class PiAdapter(CliAdapter):
+    kind = "pi"
+    package = "@mariozechner/pi-coding-agent"
+    binary = "pi"
+    api = "openai_chat"
+    route = "/v1/chat/completions"
+    log_globs = ()  # --mode json: the event log is stdout
+
+    def configure(
+        self, home: Path, home_rt: str, workdir: str, ctx: HarnessContext, files: list[Path]
+    ) -> tuple[list[str], dict[str, str]]:
+        models = {
+            "providers": {
+                "polar": {
+                    "baseUrl": ctx.gateway + "/v1",
+                    "api": "openai-completions",
+                    "apiKey": KEY_ENV,
+                    "compat": {"supportsDeveloperRole": False, "supportsReasoningEffort": False},
+                    "models": [{"id": ctx.model}],
+                }
+            }
+        }
+        write_config(home / ".pi" / "agent" / "models.json", json.dumps(models, indent=2), files)
+        env = {"PI_CODING_AGENT_DIR": f"{home_rt}/.pi/agent", "PI_OFFLINE": "1"}
+        args = ["--provider", "polar", "--model", ctx.model, "--no-session"]
+        return [*args, "--mode", "json", "-p", ctx.instruction], env

@@ -1,0 +1,57 @@
+"""Prepare actions (upload a file or folder, run a command with retries), for every runtime."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from temporalio import activity
+
+from activities.runtimes.base import InvalidRuntime, PrepareFailed, Runtime
+from polar.models import CommandAction, PrepareAction, RuntimeHandle, UploadAction
+
+
+def _tick(elapsed: float) -> None:
+    if activity.in_activity():
+        activity.heartbeat({"step": "prepare action", "elapsed_s": round(elapsed, 1)})
+
+
+async def run_prepare_actions(
+    runtime: Runtime,
+    handle: RuntimeHandle,
+    actions: list[PrepareAction],
+    upload: Callable[[Path, str], Awaitable[None]],
+) -> None:
+    """Run `actions` in order; `upload(src, dest)` is the runtime's own copy-in."""
+    for index, action in enumerate(actions):
+        if isinstance(action, UploadAction):
+            src = Path(action.src)
+            if not src.exists():
+                raise InvalidRuntime(f"prepare upload: {src} does not exist")
+            await upload(src, action.dest)
+        elif isinstance(action, CommandAction):
+            await _run_with_retries(runtime, handle, index, action)
+
+
+async def _run_with_retries(
+    runtime: Runtime, handle: RuntimeHandle, index: int, action: CommandAction
+) -> None:
+    for attempt in range(action.retries + 1):
+        log_name = f"prepare-{index}-try{attempt}"
+        outcome = await runtime.run(
+            handle,
+            action.command,
+            env=action.env,
+            log_name=log_name,
+            timeout_s=action.timeout_s,
+            on_tick=_tick,
+        )
+        if outcome.exit_code == 0 and not outcome.timed_out:
+            return
+    stderr = runtime.log_paths(handle, log_name)[1]
+    tail = stderr.read_text(errors="replace")[-1500:] if stderr.exists() else ""
+    why = "timed out" if outcome.timed_out else f"exited {outcome.exit_code}"
+    raise PrepareFailed(
+        f"prepare action {index} ({action.command!r}) {why} after "
+        f"{action.retries + 1} attempt(s): {tail}"
+    )

@@ -1,0 +1,74 @@
+"""A worker with `metrics_port` set: stage durations and Temporal SDK metrics on one endpoint,
+and stage log lines carrying session and task ids. Real Temporal dev server, real S3."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from activities.observability import start_observability
+from activities.worker import build_workers
+from polar.devstack import DevStack, free_port
+from polar.logs import ContextFilter, JsonFormatter
+from polar.models import SessionStatus, TaskSpec
+from polar.sdk import PolarClient
+from polar.temporal_client import connect
+
+
+async def test_worker_metrics_endpoint_after_a_real_task(
+    devstack: DevStack, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = devstack.settings.model_copy(
+        update={"task_queue": "polar-metrics", "metrics_port": free_port()}
+    )
+    obs = start_observability(settings)
+    assert obs is not None
+    client = await connect(settings, runtime=obs.runtime)
+    spec = TaskSpec.model_validate(
+        {
+            "task_id": "metrics",
+            "num_sessions": 2,
+            "harness": {"command": "echo hi"},
+            "evaluator": {"kind": "command", "command": "true"},
+        }
+    )
+    caplog.handler.addFilter(ContextFilter())
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            for w in build_workers(client, settings, interceptors=(obs.interceptor,)):
+                await stack.enter_async_context(w)
+            polar = PolarClient(client, settings)
+            with caplog.at_level(logging.INFO, logger="polar.worker"):
+                result = await polar.wait(await polar.submit(spec), timeout_s=120)
+            assert {s.status for s in result.sessions} == {SessionStatus.COMPLETED}
+            scraped = httpx.get(obs.url, timeout=10)
+    finally:
+        obs.close()
+    assert scraped.status_code == 200
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(scraped.text)
+        for s in family.samples
+    }
+    for stage in ("prepare_runtime", "run_harness", "build_trajectory", "evaluate", "teardown"):
+        key = ("polar_stage_seconds_count", (("stage", stage), ("status", "ok")))
+        assert samples[key] == 2, stage
+    assert samples[("polar_stage_in_progress", (("stage", "run_harness"),))] == 0
+    temporal = {name for name, _ in samples if name.startswith("temporal_")}
+    assert any("activity" in n for n in temporal), sorted(temporal)[:20]
+    assert any("workflow" in n for n in temporal), sorted(temporal)[:20]
+    # each stage's log line is JSON with the session and task ids
+    lines = [json.loads(JsonFormatter().format(r)) for r in caplog.records]
+    stage_lines = [line for line in lines if line["msg"].startswith("stage run_harness ok")]
+    assert {line["session_id"] for line in stage_lines} == {s.session_id for s in result.sessions}
+    assert {line["task_id"] for line in stage_lines} == {"metrics"}
+
+
+def test_metrics_port_zero_means_off(devstack: DevStack) -> None:
+    assert start_observability(devstack.settings.model_copy(update={"metrics_port": 0})) is None
