@@ -76,6 +76,12 @@ class SessionActivities:
         except (InvalidSource, InvalidRuntime, PrepareFailed) as exc:
             raise ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True) from exc
 
+    @activity.defn(name="prepare_eval_runtime")
+    async def prepare_eval_runtime(self, request: PrepareRequest) -> RuntimeHandle:
+        """The evaluator's fresh runtime, prepared while the harness runs (evaluator prewarm);
+        the workflow passes it to `evaluate` and tears it down whatever happens."""
+        return await self.prepare_runtime(request)
+
     @activity.defn(name="teardown")
     async def teardown(self, handle: RuntimeHandle) -> None:
         _heartbeat(step="teardown")
@@ -112,7 +118,14 @@ class SessionActivities:
         log_name = f"harness-attempt{info.attempt}"
 
         async def tick(elapsed: float) -> None:
-            calls = await asyncio.to_thread(self.storage.count_completions, request.session_id)
+            # the count is informative: S3 being unreachable for a while must not kill the
+            # harness (its calls get 503 recording_failed and retry), so heartbeat without it
+            try:
+                calls: int | None = await asyncio.to_thread(
+                    self.storage.count_completions, request.session_id
+                )
+            except Exception:  # noqa: BLE001 - any S3 failure
+                calls = None
             _heartbeat(step="harness running", elapsed_s=round(elapsed, 1), model_calls=calls)
 
         _heartbeat(step="harness starting", attempt=info.attempt)
@@ -242,10 +255,13 @@ class SessionActivities:
             request.runtime.kind,
         )
         eval_runtime = self._runtime(prepare.runtime.kind)
-        _heartbeat(step="preparing the evaluator runtime")
+        # the runtime prepared while the harness ran; a retry cannot trust it (it may hold
+        # the patch of the failed attempt) and prepares a fresh one under the same id
+        prewarmed = request.eval_runtime if activity.info().attempt == 1 else None
+        _heartbeat(step="preparing the evaluator runtime", prewarmed=prewarmed is not None)
         started = time.monotonic()
         try:
-            async with fresh_runtime(eval_runtime, prepare) as eval_handle:
+            async with fresh_runtime(eval_runtime, prepare, prewarmed) as eval_handle:
                 _heartbeat(step="evaluator runtime ready")
                 evaluation = await evaluate_swebench(
                     runtime,
@@ -258,6 +274,7 @@ class SessionActivities:
                 )
         except (InvalidSource, InvalidRuntime, PrepareFailed) as exc:
             raise ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True) from exc
+        evaluation.report["eval_runtime"] = "prewarmed" if prewarmed else "fresh"
         sid = request.session_id
         uploads = {
             "swebench-report.json": (
@@ -310,7 +327,7 @@ class SessionActivities:
     def all(self) -> dict[str, list[object]]:
         """Activities grouped by the stage queue that serves them."""
         return {
-            "init": [self.prepare_runtime, self.teardown],
+            "init": [self.prepare_runtime, self.prepare_eval_runtime, self.teardown],
             "run": [self.run_harness],
             "postrun": [self.build_trajectory, self.evaluate, self.score_traces],
         }

@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import signal
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -61,6 +62,18 @@ def build_workers(
                 )
             )
     return workers
+
+
+@contextlib.asynccontextmanager
+async def running_workers(
+    settings: Settings, stages: tuple[str, ...] = STAGES
+) -> AsyncIterator[None]:
+    """Serve `stages` in this process for the duration of the block (tests, scripts)."""
+    client = await connect(settings)
+    async with contextlib.AsyncExitStack() as stack:
+        for worker in build_workers(client, settings, stages):
+            await stack.enter_async_context(worker)
+        yield
 
 
 async def run_worker(settings: Settings, stages: tuple[str, ...] = STAGES) -> None:

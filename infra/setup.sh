@@ -30,7 +30,7 @@ if [[ ! -x .venv/bin/python || "$(cat $STAMP 2>/dev/null)" != "$WANT" ]]; then
   echo "setup: installing the project into .venv"
   [[ -x .venv/bin/python ]] || "$PY" -m venv .venv
   pipq .venv/bin/pip install -q -U pip
-  pipq .venv/bin/pip install -q -e '.[dev]'
+  pipq .venv/bin/pip install -q -e '.[dev,train]'
   echo "$WANT" > $STAMP
 fi
 
@@ -48,3 +48,5 @@ fi
 .venv-vllm/bin/python infra/tiny_model/build_tiny_model.py "$ROOT/.polar/models/tiny-qwen3"
 
 infra/harnesses/install.sh  # the four real harness CLIs from npm, pinned (cached on the lock's hash)
+
+infra/deploy/install-tools.sh  # docker-compose and helm, which check infra/deploy (tests/test_deploy.py)

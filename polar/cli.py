@@ -159,10 +159,15 @@ def worker(
 
 
 def load_task_file(path: Path) -> TaskSpec:
+    """The TaskSpec in `path`; any unusable file is a clean message and exit code 2."""
     try:
-        return TaskSpec.model_validate_json(path.read_text())
+        return TaskSpec.model_validate_json(path.read_bytes())
     except ValidationError as exc:
-        console.print(f"[red]invalid TaskSpec in {path}:[/red]\n{exc}")
+        console.print(f"invalid TaskSpec in {path}:", style="red", markup=False)
+        console.print(str(exc), markup=False)
+        raise typer.Exit(2) from exc
+    except (OSError, ValueError) as exc:  # missing, a directory, unreadable; not UTF-8
+        console.print(f"cannot read the TaskSpec file {path}: {exc}", markup=False)
         raise typer.Exit(2) from exc
 
 

@@ -237,6 +237,8 @@ class DevStack:
             "VLLM_CPU_KVCACHE_SPACE": "1",
             "VLLM_HOST_IP": "127.0.0.1",
         }
+        if s.vllm_weight_reload:  # enables /collective_rpc reload_weights (a dev endpoint)
+            env["VLLM_SERVER_DEV_MODE"] = "1"
 
         def ready() -> bool:
             try:

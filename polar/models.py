@@ -351,6 +351,9 @@ class EvaluateRequest(BaseModel):
     """The task's source: evaluators that grade in a fresh runtime (swebench) start from it."""
     runtime_spec: RuntimeSpec | None = None
     """The task's runtime spec, for that fresh runtime (default: the session's kind)."""
+    eval_runtime: RuntimeHandle | None = None
+    """That fresh runtime, already prepared while the harness ran (prewarm); None: the
+    evaluator prepares it itself. Used by the first attempt only (a retry starts fresh)."""
 
 
 class EvaluateResult(BaseModel):

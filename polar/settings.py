@@ -69,6 +69,10 @@ class Settings(BaseSettings):
     pause_drain_s: float = Field(
         default=600.0, description="how long POST /admin/pause waits for in-flight calls"
     )
+    max_body_bytes: int = Field(
+        default=32 * 1024 * 1024,
+        description="largest request body the gateway reads (413 past it, while reading); 0: off",
+    )
     metrics_max_sessions: int = Field(
         default=1000,
         description="per-session token series the gateway keeps (most recent); 0: none",
@@ -85,6 +89,10 @@ class Settings(BaseSettings):
     vllm_port: int = 8000
     vllm_python: Path = Field(default=Path(".venv-vllm/bin/python"))
     model_dir: Path | None = Field(default=None, description="HF model directory to serve")
+    vllm_weight_reload: bool = Field(
+        default=False,
+        description="dev vLLM: enable its in-place weight reload (/collective_rpc, dev mode)",
+    )
 
     # harness CLIs (codex, claude, qwen, pi) for runtimes that run them on the worker's host
     harness_bin_dir: Path = Field(

@@ -41,7 +41,9 @@ from polar.storage import Storage
 from proxy.admin import Admission, admin_routes
 from proxy.auth import authenticate
 from proxy.errors import install_error_handlers, provider_for
+from proxy.limits import BodyLimit
 from proxy.metrics import GatewayMetrics
+from proxy.openapi import install_openapi
 from proxy.recorder import Recorder
 from proxy.tokens import TokenCounter, chat_template_counter, count_tokens
 from proxy.upstream import Extracted, UpstreamClient, UpstreamError, strip_training_fields
@@ -257,6 +259,7 @@ def create_app(
     app.state.recorder = gw.recorder
     app.state.gateway = gw
     install_error_handlers(app)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     api, models = _api_routes(gw), _model_routes(gw)
     for prefix in ("/v1", ""):
         app.include_router(api, prefix=prefix)
@@ -286,4 +289,5 @@ def create_app(
             "time": time.time(),
         }
 
+    install_openapi(app)
     return app

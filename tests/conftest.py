@@ -7,9 +7,9 @@ session fixtures, started only by the tests that need them.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -19,6 +19,8 @@ from polar.devstack import DevStack, StackError, free_port
 from polar.sdk import PolarClient
 from polar.settings import Settings
 from polar.storage import Storage
+from polar.swe import SweInstance, load_instances
+from tests.support.harness_stack import HarnessStack, running_harness_stack
 from tests.support.scripted_backend import serve_app
 from tests.support.tap import Tap, tap_app
 
@@ -62,13 +64,9 @@ def storage(devstack: DevStack) -> Storage:
 @pytest.fixture(scope="session")
 async def worker(devstack: DevStack) -> AsyncIterator[None]:
     """An in-process worker serving every queue of the suite's task queue."""
-    from activities.worker import build_workers
-    from polar.temporal_client import connect
+    from activities.worker import running_workers
 
-    client = await connect(devstack.settings)
-    async with contextlib.AsyncExitStack() as stack:
-        for w in build_workers(client, devstack.settings):
-            await stack.enter_async_context(w)
+    async with running_workers(devstack.settings):
         yield
 
 
@@ -97,6 +95,40 @@ def docker_image(docker_engine: None, base_settings: Settings) -> str:
         log=lambda _: None
     )
     return "polar/runtime:py311"
+
+
+@pytest.fixture(scope="session")
+def harness_image(docker_image: str) -> str:
+    """The harness CLIs' session image (`build.py --harness`: the host's Node and
+    infra/harnesses/node_modules on top of the runtime image; cached by recipe)."""
+    script = REPO / "infra" / "images" / "build.py"
+    argv = [sys.executable, str(script), "--harness"]
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.fail(f"harness image build failed:\n{(proc.stdout + proc.stderr)[-3000:]}")
+    return "polar/harness:node20"
+
+
+@pytest.fixture(scope="module")
+def swe_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The bundled SWE-style tasks (infra/tasks/build_swe_tasks.py), built offline."""
+    from tests.support.swe_tasks import load_task_builder
+
+    out = tmp_path_factory.mktemp("swe-tasks")
+    load_task_builder().build(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def instances(swe_dir: Path) -> dict[str, SweInstance]:
+    return {i.instance_id: i for i in load_instances(swe_dir / "instances.jsonl")}
+
+
+@pytest.fixture(scope="module")
+async def harness_stack(devstack: DevStack, model_dir: Path) -> AsyncIterator[HarnessStack]:
+    """Agent backend and gateway in threads, a worker on its own queue pointed at that gateway."""
+    async with running_harness_stack(devstack.settings, model_dir) as stack:
+        yield stack
 
 
 @pytest.fixture(scope="session")

@@ -12,28 +12,18 @@ cover every call, and stdout, stderr and the CLI's native logs are in S3.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import dataclasses
 import json
-import threading
 import time
 import uuid
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from activities.harnesses import CLI_ADAPTERS
-from polar.devstack import DevStack
 from polar.models import SessionStatus, TaskSpec
-from polar.sdk import PolarClient
 from polar.storage import Storage, session_prefix
-from proxy.app import create_app
-from tests.support.agent_backend import AgentBackend, RepoTask, agent_backend_app
-from tests.support.scripted_backend import serve_app
+from tests.support.harness_stack import HarnessStack, assign_when_prepared
 from tests.test_harness_clis import CLI_BUDGET_S, PLAN, PROMPT, make_repo
 
 pytestmark = pytest.mark.slow
@@ -44,79 +34,6 @@ NATIVE_LOGS = {
     "claude_code": "claude/projects/",
     "qwen_code": "qwen/projects/",
 }
-
-
-class SessionBackend(AgentBackend):
-    """An agent backend whose task is set once the session's workspace is known.
-
-    The workspace path (the session id is in it) exists only after submission;
-    calls wait until `assign` names it, so the plan reads and edits the right file.
-    """
-
-    def __init__(self, model_dir: Path) -> None:
-        placeholder = RepoTask(Path("/nonexistent"), "calc.py", "", "", "true")
-        super().__init__(placeholder, model_dir)
-        self.ready = threading.Event()
-
-    def reset(self) -> None:
-        self.ready.clear()
-        self.calls = []
-
-    def assign(self, task: RepoTask) -> None:
-        self.task = task
-        self.ready.set()
-
-    def answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        if not self.ready.wait(15):
-            return 503, {"error": {"message": "no task assigned", "code": 503}}
-        return super().answer(body)
-
-
-@dataclass
-class HarnessStack:
-    polar: PolarClient
-    backend: SessionBackend
-    runtimes: Path
-
-
-@pytest.fixture(scope="module")
-async def harness_stack(devstack: DevStack, model_dir: Path) -> AsyncIterator[HarnessStack]:
-    """Agent backend and gateway in threads, a worker on its own queue pointed at that gateway."""
-    from activities.worker import build_workers
-    from polar.temporal_client import connect
-
-    backend = SessionBackend(model_dir)
-    with contextlib.ExitStack() as threads:
-        backend.url = f"{threads.enter_context(serve_app(agent_backend_app(backend)))}/v1"
-        gw_settings = devstack.settings.model_copy(update={"upstream_urls": backend.url})
-        gateway = threads.enter_context(serve_app(create_app(gw_settings, Storage(gw_settings))))
-        settings = devstack.settings.model_copy(
-            update={
-                "task_queue": f"polar-harness-{uuid.uuid4().hex[:8]}",
-                "gateway_url": gateway,
-                "upstream_urls": backend.url,
-            }
-        )
-        client = await connect(settings)
-        async with contextlib.AsyncExitStack() as workers:
-            for w in build_workers(client, settings):
-                await workers.enter_async_context(w)
-            yield HarnessStack(
-                PolarClient(client, settings), backend, Path(settings.data_dir) / "runtimes"
-            )
-            backend.ready.set()  # a call still held for an unassigned task ends now
-
-
-async def assign_when_prepared(stack: HarnessStack, task_id: str, task: RepoTask) -> str:
-    """Wait for the session's workspace to appear; point the backend's plan at it."""
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        found = sorted(stack.runtimes.resolve().glob(f"{task_id}-*"))
-        if found:
-            stack.backend.assign(dataclasses.replace(task, workspace=found[0] / "workspace"))
-            return found[0].name
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"no runtime for {task_id} appeared")
 
 
 @pytest.mark.parametrize("kind", ["qwen_code", "pi", "codex", "claude_code"])

@@ -4,13 +4,13 @@ and sessions on the real Temporal stack graded by the bundled tasks' own tests."
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from temporalio.client import WorkflowFailureError
 
 from activities.evaluators.swebench import (
     SweEvaluation,
@@ -46,28 +46,6 @@ from polar.swe import (
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples" / "swe" / "instances.jsonl"
 IDS = ["polar-tasks__textkit-1", "polar-tasks__intervals-1", "polar-tasks__numerals-1"]
-
-
-def _load_builder():
-    spec = importlib.util.spec_from_file_location(
-        "build_swe_tasks", REPO / "infra" / "tasks" / "build_swe_tasks.py"
-    )
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.fixture(scope="module")
-def swe_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("swe-tasks")
-    _load_builder().build(out)
-    return out
-
-
-@pytest.fixture(scope="module")
-def instances(swe_dir: Path) -> dict[str, SweInstance]:
-    return {i.instance_id: i for i in load_instances(swe_dir / "instances.jsonl")}
 
 
 def _git(cwd: Path, *args: str) -> str:
@@ -505,3 +483,43 @@ async def test_sessions_graded_end_to_end(
     for s in (g, w, e):  # the session's and the evaluator's runtimes are gone
         assert not (runtimes / s.session_id).exists()
         assert not (runtimes / f"{s.session_id}-eval").exists()
+
+
+async def test_prewarmed_eval_runtime_is_torn_down_on_cancel(
+    polar: PolarClient, swe_dir: Path, instances: dict[str, SweInstance]
+) -> None:
+    """The evaluator's runtime, prepared while the harness runs, goes on every path: here the
+    session is cancelled mid-harness, after the prewarm finished."""
+    inst = instances["polar-tasks__textkit-1"]
+    spec = instance_to_task(
+        inst,
+        harness={"kind": "command", "command": "sleep 60"},
+        source_root=swe_dir / "repos",
+        task_id="swe-prewarm-cancel",
+        timeouts={"heartbeat_s": 5},
+    )
+    run = await polar.submit(spec)
+    runtimes = Path(polar.settings.data_dir) / "runtimes"
+    session_id = None
+    for _ in range(300):  # until the harness runs and the evaluator's runtime is ready
+        status = await polar.status(run)
+        if status.sessions and status.sessions[0].stage == "run":
+            session_id = status.sessions[0].session_id
+            if (runtimes / f"{session_id}-eval" / "workspace" / ".git").exists():
+                break
+        await asyncio.sleep(0.1)
+    else:
+        raise AssertionError("the evaluator runtime was not prewarmed while the harness ran")
+    await polar.cancel(run)
+    with pytest.raises(WorkflowFailureError):
+        await polar.wait(run, timeout_s=60)
+    assert not (runtimes / session_id).exists()
+    assert not (runtimes / f"{session_id}-eval").exists(), "prewarmed runtime left behind"
+    history = await polar.client.get_workflow_handle(session_id).fetch_history()
+    scheduled = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+    assert scheduled.count("prepare_eval_runtime") == 1 and scheduled.count("teardown") == 2
+    assert "evaluate" not in scheduled

@@ -2,6 +2,9 @@
 
 prepare_runtime (init queue) → run_harness (run queue) → build_trajectory →
 evaluate → score_traces (postrun queue) → teardown (init queue, always).
+An evaluator that grades in a fresh runtime (swebench) has it prepared by
+`prepare_eval_runtime` (init queue) while the harness runs, off the critical
+path; it is torn down with the session's runtime, whatever happens.
 Activities are referenced by name only; all I/O lives in `activities/`.
 """
 
@@ -43,6 +46,10 @@ with workflow.unsafe.imports_passed_through():
     from workflows.queues import Queues
 
 T = TypeVar("T")
+
+# the evaluator's fresh runtime is prepared while the harness runs (histories before it replay)
+EVAL_PREWARM_PATCH = "eval-runtime-prewarm"
+EVALUATORS_WITH_FRESH_RUNTIME = frozenset({"swebench"})
 
 HARNESS_STATUS = {
     "completed": SessionStatus.COMPLETED,
@@ -115,6 +122,7 @@ class Session:
         )
         started = workflow.time()
         runtime: RuntimeHandle | None = None
+        prewarm: workflow.ActivityHandle[RuntimeHandle] | None = None
 
         def lap(stage: Stage) -> None:
             nonlocal started
@@ -137,6 +145,11 @@ class Session:
                 t.prepare_s,
             )
             lap(Stage.PREPARE)
+
+            if task.evaluator.kind in EVALUATORS_WITH_FRESH_RUNTIME and workflow.patched(
+                EVAL_PREWARM_PATCH
+            ):
+                prewarm = self._start_prewarm(spec, queues.init, t.prepare_s)
 
             self._enter(Stage.RUN, f"running {task.harness.kind} harness on {runtime.host}")
             try:
@@ -193,6 +206,7 @@ class Session:
             trace_rewards: dict[str, float] = {}
             if task.evaluator.kind != "none":
                 self._enter(Stage.EVALUATE, f"evaluating with {task.evaluator.kind}")
+                eval_runtime = await self._prewarmed(prewarm)
                 evaluation = await self._stage(
                     "evaluate",
                     EvaluateRequest(
@@ -204,6 +218,7 @@ class Session:
                         traces_key=build.traces_key,
                         source=task.source,
                         runtime_spec=task.runtime,
+                        eval_runtime=eval_runtime,
                     ),
                     EvaluateResult,
                     queues.postrun,
@@ -229,13 +244,15 @@ class Session:
             result.trace_bytes = build.trace_bytes
         except ActivityError as exc:
             if is_cancelled_exception(exc):
-                return await self._cancelled(spec, result, runtime, queues.init, t.teardown_s)
+                return await self._cancelled(
+                    spec, result, runtime, queues.init, t.teardown_s, prewarm
+                )
             result.status = SessionStatus.ERROR
             result.error = f"{self._current.value}: {_error_text(exc)}"
         except asyncio.CancelledError:
-            return await self._cancelled(spec, result, runtime, queues.init, t.teardown_s)
+            return await self._cancelled(spec, result, runtime, queues.init, t.teardown_s, prewarm)
         self._finish(result)
-        await self._teardown(spec, runtime, queues.init, t.teardown_s)
+        await self._teardown(spec, runtime, queues.init, t.teardown_s, prewarm)
         lap(Stage.TEARDOWN)
         self._enter(Stage.DONE, f"{result.status.value}, reward {result.reward}")
         return result
@@ -247,11 +264,12 @@ class Session:
         runtime: RuntimeHandle | None,
         queue: str,
         timeout_s: float,
+        prewarm: workflow.ActivityHandle[RuntimeHandle] | None = None,
     ) -> SessionResult:
         """Mark the session cancelled, tear its runtime down, end the workflow as cancelled."""
         result.status = SessionStatus.CANCELLED
         self._finish(result)
-        await self._teardown(spec, runtime, queue, timeout_s)
+        await self._teardown(spec, runtime, queue, timeout_s, prewarm)
         raise asyncio.CancelledError("session cancelled")
 
     async def _stage(
@@ -271,14 +289,73 @@ class Session:
             priority=self._priority,
         )
 
+    def _start_prewarm(
+        self, spec: SessionSpec, queue: str, timeout_s: float
+    ) -> workflow.ActivityHandle[RuntimeHandle]:
+        """Start preparing the evaluator's fresh runtime (`{session}-eval`); not awaited here."""
+        task = spec.task
+        return workflow.start_activity(
+            "prepare_eval_runtime",
+            PrepareRequest(
+                session_id=f"{spec.session_id}-eval",
+                task_id=task.task_id,
+                runtime=task.runtime,
+                source=task.source,
+            ),
+            result_type=RuntimeHandle,
+            task_queue=queue,
+            start_to_close_timeout=timedelta(seconds=timeout_s),
+            heartbeat_timeout=self._heartbeat,
+            retry_policy=self._retry,
+            cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            priority=self._priority,
+        )
+
+    async def _prewarmed(
+        self, prewarm: workflow.ActivityHandle[RuntimeHandle] | None
+    ) -> RuntimeHandle | None:
+        """The prewarmed evaluator runtime; None (the evaluator prepares it) if it failed."""
+        if prewarm is None:
+            return None
+        try:
+            return await prewarm
+        except ActivityError as exc:
+            if is_cancelled_exception(exc):
+                raise
+            workflow.logger.warning("evaluator prewarm failed, preparing it later: %s", exc)
+            return None
+
     async def _teardown(
-        self, spec: SessionSpec, runtime: RuntimeHandle | None, queue: str, timeout_s: float
+        self,
+        spec: SessionSpec,
+        runtime: RuntimeHandle | None,
+        queue: str,
+        timeout_s: float,
+        prewarm: workflow.ActivityHandle[RuntimeHandle] | None = None,
     ) -> None:
-        """Release the runtime; runs on success, failure and cancellation alike."""
+        """Release the runtime (and the prewarmed evaluator runtime, if one was started);
+        runs on success, failure and cancellation alike."""
         self._enter(Stage.TEARDOWN, "releasing the runtime")
         handle = runtime or RuntimeHandle(
             kind=spec.task.runtime.kind, session_id=spec.session_id, workdir="", host=""
         )
+        await self._release(handle, queue, timeout_s)
+        if prewarm is None:
+            return
+        if not prewarm.done():  # still preparing: stop it, then remove what it made
+            prewarm.cancel()
+        try:
+            eval_handle = await prewarm
+        except (ActivityError, asyncio.CancelledError):
+            eval_handle = RuntimeHandle(
+                kind=spec.task.runtime.kind,
+                session_id=f"{spec.session_id}-eval",
+                workdir="",
+                host="",
+            )
+        await self._release(eval_handle, queue, timeout_s)
+
+    async def _release(self, handle: RuntimeHandle, queue: str, timeout_s: float) -> None:
         try:
             await workflow.execute_activity(
                 "teardown",
@@ -289,4 +366,4 @@ class Session:
                 priority=self._priority,
             )
         except ActivityError as exc:
-            workflow.logger.warning("teardown of %s failed: %s", spec.session_id, exc)
+            workflow.logger.warning("teardown of %s failed: %s", handle.session_id, exc)

@@ -317,11 +317,15 @@ async def apply_patch(
 
 
 @contextlib.asynccontextmanager
-async def fresh_runtime(runtime: Runtime, request: PrepareRequest) -> AsyncIterator[RuntimeHandle]:
-    """A runtime prepared for the evaluator, torn down whatever happens."""
-    handle: RuntimeHandle | None = None
+async def fresh_runtime(
+    runtime: Runtime, request: PrepareRequest, prewarmed: RuntimeHandle | None = None
+) -> AsyncIterator[RuntimeHandle]:
+    """A runtime prepared for the evaluator (or the `prewarmed` one, prepared earlier for
+    `request`), torn down whatever happens."""
+    handle: RuntimeHandle | None = prewarmed
     try:
-        handle = await runtime.prepare(request)
+        if handle is None:
+            handle = await runtime.prepare(request)
         yield handle
     finally:
         await runtime.teardown(

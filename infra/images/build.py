@@ -1,6 +1,7 @@
 """Build Polar's container images locally, reproducibly and cached (no registry needed).
 
     python infra/images/build.py            # polar/base:bookworm, then polar/runtime:py311
+    python infra/images/build.py --harness  # also polar/harness:node20 (the harness CLIs)
     python infra/images/build.py --force    # rebuild even when the recipe did not change
 
 1. `polar/base:bookworm`: `debootstrap --variant=minbase bookworm` into a temp
@@ -10,6 +11,11 @@
 2. `polar/runtime:py311` (infra/images/runtime/Dockerfile) on top of the base.
    Skipped when its `polar.recipe` label (hash of the Dockerfile and the base
    image id) matches; otherwise Docker's layer cache still applies.
+3. With `--harness`: `polar/harness:node20` (infra/images/harness/Dockerfile) on
+   top of the runtime image, with the host's Node binary and
+   infra/harnesses/node_modules (from install.sh) in its build context. Its
+   recipe hashes the Dockerfile, the runtime image id, the Node binary and
+   version, and the npm lock files, so an unchanged install is not re-sent.
 
 Builds use host networking (the engine may run with `--bridge=none`). The
 mirror is `POLAR_DEBIAN_MIRROR` (default: deb.debian.org).
@@ -23,6 +29,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -33,6 +40,8 @@ from docker.errors import BuildError, ImageNotFound
 HERE = Path(__file__).resolve().parent
 BASE_TAG = "polar/base:bookworm"
 RUNTIME_TAG = "polar/runtime:py311"
+HARNESS_TAG = "polar/harness:node20"
+HARNESSES = HERE.parent / "harnesses"  # package.json, package-lock.json, node_modules
 LABEL = "polar.recipe"
 BASE_RECIPE_VERSION = "1"  # bump to force a new base
 
@@ -120,18 +129,80 @@ def build_runtime(client: docker.DockerClient, *, force: bool, log=print) -> boo
     return True
 
 
-def build_all(*, force: bool = False, log=print) -> None:
+def node_binary() -> Path:
+    """The host's Node (nodesource build: needs only libc and libstdc++, both in the image)."""
+    found = os.environ.get("POLAR_NODE") or shutil.which("node")
+    if not found:
+        sys.exit("node is missing: the harness image copies the host's Node 20")
+    return Path(found).resolve()
+
+
+def harness_recipe(client: docker.DockerClient, node: Path) -> str:
+    version = subprocess.run([str(node), "--version"], capture_output=True, text=True, check=True)
+    digest = hashlib.sha256(client.images.get(RUNTIME_TAG).id.encode())
+    digest.update(version.stdout.strip().encode())
+    digest.update(hashlib.sha256(node.read_bytes()).digest())
+    for path in (
+        HERE / "harness" / "Dockerfile",
+        HARNESSES / "package.json",
+        HARNESSES / "package-lock.json",
+        HARNESSES / "node_modules" / ".package-lock.json",  # what npm actually installed
+    ):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes() if path.exists() else b"-")
+    return digest.hexdigest()[:16]
+
+
+def build_harness(client: docker.DockerClient, *, force: bool, log=print) -> bool:
+    """The harness image; False when it was already up to date."""
+    modules = HARNESSES / "node_modules"
+    if not (modules / ".bin").is_dir():
+        sys.exit(f"{modules} is missing: run infra/harnesses/install.sh")
+    node = node_binary()
+    recipe = harness_recipe(client, node)
+    if not force and _recipe_label(client, HARNESS_TAG) == recipe:
+        log(f"{HARNESS_TAG}: up to date (recipe {recipe})")
+        return False
+    log(f"{HARNESS_TAG}: building ({node}, {modules})")
+    with tempfile.TemporaryFile(prefix="polar-harness-ctx-") as context:
+        with tarfile.open(fileobj=context, mode="w") as tar:  # symlinks (.bin) kept as links
+            tar.add(HERE / "harness" / "Dockerfile", arcname="Dockerfile")
+            tar.add(node, arcname="node")
+            tar.add(modules, arcname="node_modules")
+        context.seek(0)
+        try:
+            client.images.build(
+                fileobj=context,
+                custom_context=True,
+                tag=HARNESS_TAG,
+                labels={LABEL: recipe},
+                buildargs={"BASE": RUNTIME_TAG},
+                network_mode="host",
+                rm=True,
+                forcerm=True,
+            )
+        except BuildError as exc:
+            tail = "".join(str(chunk.get("stream", "")) for chunk in exc.build_log)[-3000:]
+            sys.exit(f"{HARNESS_TAG}: build failed: {exc}\n{tail}")
+    log(f"{HARNESS_TAG}: built (recipe {recipe})")
+    return True
+
+
+def build_all(*, force: bool = False, harness: bool = False, log=print) -> None:
     client = docker.from_env(timeout=600)
     build_base(client, force=force, log=log)
     build_runtime(client, force=force, log=log)
+    if harness:
+        build_harness(client, force=force, log=log)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--force", action="store_true", help="rebuild even if up to date")
+    parser.add_argument("--harness", action="store_true", help=f"also build {HARNESS_TAG}")
     args = parser.parse_args()
     started = time.monotonic()
-    build_all(force=args.force)
+    build_all(force=args.force, harness=args.harness)
     print(f"images ready in {time.monotonic() - started:.1f}s")
 
 

@@ -335,6 +335,8 @@ class AnthropicMessages(ProviderAPI):
     def to_chat(self, request: dict[str, Any], call: CallContext) -> dict[str, Any]:
         request = require_object(request)
         messages = canonical_messages(chat_messages(request))
+        if not messages:
+            raise bad_request("messages: no message has any content", param="messages")
         chat: dict[str, Any] = {"messages": messages}
         if isinstance(request.get("model"), str):
             chat["model"] = request["model"]

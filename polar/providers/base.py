@@ -263,7 +263,7 @@ def malformed_is_400(method: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return method(*args, **kwargs)
-        except (TypeError, AttributeError, KeyError, ValueError) as exc:
+        except (TypeError, AttributeError, LookupError, ValueError) as exc:
             log.warning("malformed request: %s: %s", type(exc).__name__, exc, exc_info=True)
             raise bad_request(
                 f"malformed request: a field has an unexpected type or shape ({exc})",

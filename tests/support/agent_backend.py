@@ -63,6 +63,24 @@ class RepoTask:
     def path(self) -> str:
         return str(self.workspace / self.file)
 
+    @classmethod
+    def from_texts(
+        cls, workspace: Path, file: str, before: str, after: str, check: str
+    ) -> RepoTask:
+        """The edit that turns `before` into `after` (the file's two versions), as the smallest
+        block of whole lines that differs: what an agent's edit tool would replace."""
+        a, b = before.splitlines(keepends=True), after.splitlines(keepends=True)
+        head = 0
+        while head < min(len(a), len(b)) and a[head] == b[head]:
+            head += 1
+        tail = 0
+        while tail < min(len(a), len(b)) - head and a[-1 - tail] == b[-1 - tail]:
+            tail += 1
+        old, new = "".join(a[head : len(a) - tail]), "".join(b[head : len(b) - tail])
+        if not old or before.count(old) != 1:
+            raise ValueError(f"no unique block of {file} to replace")
+        return cls(workspace, file, old.rstrip("\n"), new.rstrip("\n"), check)
+
 
 @dataclass
 class BackendCall:

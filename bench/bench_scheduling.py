@@ -1,0 +1,668 @@
+"""Scheduling benchmark: backend utilisation, Temporal overhead, 200 concurrent sessions.
+
+    .venv/bin/python bench/bench_scheduling.py                  # all three, ~3-4 min on 2 cores
+    .venv/bin/python bench/bench_scheduling.py --utilisation    # (a) only
+    .venv/bin/python bench/bench_scheduling.py --overhead --throughput --sessions-200 200
+
+Every part is a real process on 127.0.0.1, started here and stopped at the end
+(they also die with this script): the Temporal dev server, SeaweedFS, the
+Polar gateway, a fake inference backend (this script with `--serve-backend`)
+and `polar worker` processes, one per configuration. Sessions are real Polar
+sessions (RolloutTask + Session workflows, local runtimes, `command`
+harnesses calling the gateway with curl, every call recorded in S3).
+
+(a) Utilisation. The fake backend models an inference server with `--slots`
+slots: each call holds one slot for `--latency` seconds (calls beyond the
+slots queue), and it keeps its own accounting of busy slot-seconds. Each
+session's runtime has a set-up cost (a `sleep` prepare action), the harness
+makes `--calls` sequential model calls, and the evaluator sleeps (post-run
+cost). Stage isolation: all sessions submitted at once, the worker's
+init / run / postrun pools capped separately, so prepared runtimes wait in
+Temporal for a run slot. Serial pipeline: the same worker code, but the
+driver keeps only M sessions in flight and starts the next one only when one
+has finished, so each of the M slots does prepare → run → evaluate →
+teardown back to back. Utilisation = busy slot-seconds / (slots × wall).
+
+(b) Temporal overhead per empty session: harness `true`, no source, no
+evaluator, per_request builder (0 completions). Latency at concurrency 1,
+sessions/s at concurrency 20, and the mean of SessionResult.stage_seconds.
+
+(c) Throughput: one task of `--sessions-200` sessions, all submitted at once,
+each harness making 2 calls through the gateway. Wall time, sessions/s,
+calls/s, p50/p99 session duration (sum of stage_seconds), and a check that
+every session completed with its 2 CompletionRecords in S3.
+
+Prints a markdown table; writes bench/results/scheduling.json (parts not run
+keep their previous figures).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime as dt
+import json
+import math
+import os
+import platform
+import secrets
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from polar.devstack import DevStack, Service, free_port  # noqa: E402
+from polar.models import SessionResult, SessionStatus, TaskSpec  # noqa: E402
+from polar.settings import Settings  # noqa: E402
+from polar.storage import Storage  # noqa: E402
+
+RESULTS = REPO / "bench" / "results" / "scheduling.json"
+MODEL = "policy"
+PROMPT_IDS = list(range(100, 116))
+RESPONSE_IDS = list(range(200, 208))
+
+
+# --------------------------------------------------------------------------- fake backend
+
+
+def backend_app(slots: int, latency_s: float) -> Callable[..., Any]:
+    """A raw ASGI app: vLLM's answer shape, `slots` concurrent calls of `latency_s` each.
+
+    GET /stats: calls, busy slot-seconds, first call start / last call end
+    (wall clock), the most calls waiting for a slot. POST /reset?slots=&latency=
+    zeroes the accounting and may change the model.
+    """
+    state: dict[str, Any] = {}
+
+    def reset(new_slots: int, new_latency: float) -> None:
+        state.update(slots=new_slots, latency=new_latency, sem=asyncio.Semaphore(new_slots))
+        state.update(calls=0, busy_s=0.0, first=None, last=None, waiting=0, max_waiting=0)
+
+    reset(slots, latency_s)
+
+    def answer(body: dict[str, Any], n: int) -> dict[str, Any]:
+        choice: dict[str, Any] = {
+            "index": 0,
+            "message": {"role": "assistant", "content": "ok", "tool_calls": [],
+                        "reasoning_content": None},
+            "logprobs": None, "finish_reason": "stop", "stop_reason": None,
+        }  # fmt: skip
+        if body.get("logprobs"):
+            choice["logprobs"] = {"content": [
+                {"token": f"token_id:{t}", "logprob": -0.01 * (i + 1), "bytes": [],
+                 "top_logprobs": []} for i, t in enumerate(RESPONSE_IDS)
+            ]}  # fmt: skip
+        out: dict[str, Any] = {
+            "id": f"chatcmpl-{n:016x}", "object": "chat.completion", "created": int(time.time()),
+            "model": body.get("model") or MODEL, "choices": [choice],
+            "usage": {"prompt_tokens": len(PROMPT_IDS), "completion_tokens": len(RESPONSE_IDS),
+                      "total_tokens": len(PROMPT_IDS) + len(RESPONSE_IDS)},
+        }  # fmt: skip
+        if body.get("return_token_ids"):
+            out["prompt_token_ids"] = PROMPT_IDS
+            choice["token_ids"] = RESPONSE_IDS
+        return out
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    reset(slots, latency_s)  # the semaphore belongs to uvicorn's loop
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        path, method = scope["path"], scope["method"]
+        status, payload = 404, {"error": {"message": f"no route {path}", "code": 404}}
+        if method == "POST" and path.endswith("/chat/completions"):
+            state["waiting"] += 1
+            state["max_waiting"] = max(state["max_waiting"], state["waiting"] - state["slots"])
+            async with state["sem"]:
+                start = time.time()
+                state["first"] = state["first"] or start
+                await asyncio.sleep(state["latency"])
+                end = time.time()
+                state["busy_s"] += end - start
+                state["last"] = end
+                state["calls"] += 1
+            state["waiting"] -= 1
+            status, payload = 200, answer(json.loads(body or b"{}"), state["calls"])
+        elif path == "/stats":
+            status = 200
+            keys = ("slots", "latency", "calls", "busy_s", "first", "last", "max_waiting")
+            payload = {k: state[k] for k in keys}
+        elif path == "/reset" and method == "POST":
+            query = dict(
+                part.split("=", 1) for part in scope["query_string"].decode().split("&") if part
+            )
+            reset(int(query.get("slots", state["slots"])),
+                  float(query.get("latency", state["latency"])))  # fmt: skip
+            status, payload = 200, {"ok": True}
+        elif path in ("/health", "/v1/models"):
+            status, payload = 200, {"object": "list", "data": [{"id": MODEL, "object": "model"}]}
+        data = json.dumps(payload).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(data))]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": data})
+
+    return app
+
+
+def serve_backend(port: int, slots: int, latency_s: float) -> None:
+    import uvicorn
+
+    uvicorn.run(backend_app(slots, latency_s), host="127.0.0.1", port=port, log_level="warning",
+                access_log=False, lifespan="on")  # fmt: skip
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def _http_ok(url: str) -> Callable[[], bool]:
+    def ready() -> bool:
+        try:
+            return httpx.get(url, timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    return ready
+
+
+class Bench:
+    """Temporal, SeaweedFS, gateway and fake backend on free loopback ports, state in a temp dir."""
+
+    def __init__(self, tmp: Path, slots: int, latency_s: float) -> None:
+        base = free_port(span=48)  # Temporal +0/+10/+20, UI +1, SeaweedFS +30..+37
+        self.backend_port = base + 41
+        self.backend = f"http://127.0.0.1:{self.backend_port}"
+        self.settings = Settings(
+            data_dir=tmp,
+            temporal_address=f"127.0.0.1:{base}",
+            temporal_ui_port=base + 1,
+            s3_endpoint=f"http://127.0.0.1:{base + 30}",
+            s3_bucket="polar-bench",
+            gateway_host="127.0.0.1",
+            gateway_port=base + 40,
+            gateway_url=None,
+            upstream_urls=f"{self.backend}/v1",
+            upstream_kind="vllm",
+            upstream_model=MODEL,
+            session_secret=secrets.token_hex(16),
+            model_dir=None,
+            log_format="text",
+        )
+        self.stack = DevStack(self.settings, with_model=False, die_with_parent=True)
+        self.slots, self.latency_s = slots, latency_s
+        self.started: list[str] = []
+        self.workers = 0
+
+    def log(self, line: str) -> None:
+        print(f"  {line}", file=sys.stderr)
+
+    def start(self) -> None:
+        argv = [sys.executable, str(Path(__file__).resolve()), "--serve-backend",
+                str(self.backend_port), "--slots", str(self.slots),
+                "--latency", str(self.latency_s)]  # fmt: skip
+        for service in (
+            Service("fake-backend", argv, _http_ok(f"{self.backend}/health"), start_timeout_s=30),
+            self.stack.temporal(),
+            self.stack.seaweedfs(),
+            self.stack.gateway(),
+        ):
+            self.started.append(service.name)
+            self.stack.start(service, log=self.log)
+            if service.name == "seaweedfs":
+                Storage(self.settings).ensure_bucket()
+
+    @contextlib.contextmanager
+    def worker(self, queue: str, init: int, run: int, postrun: int) -> Any:
+        """One `polar worker` process serving every queue of `queue` with these caps."""
+        settings = self.settings.model_copy(
+            update={"task_queue": queue, "max_init": init, "max_run": run, "max_postrun": postrun}
+        )
+        stack = DevStack(settings, with_model=False, die_with_parent=True)
+        self.workers += 1
+        service = stack.worker(self.workers)
+        self.started.append(service.name)
+        stack.start(service, log=self.log)
+        try:
+            yield settings
+        finally:
+            stack.stop(service.name, quiet=True)
+            self.started.remove(service.name)
+
+    def stop(self) -> None:
+        for name in reversed(self.started):
+            self.stack.stop(name, quiet=True)
+        self.started.clear()
+
+    def backend_reset(self, slots: int | None = None, latency_s: float | None = None) -> None:
+        params = {k: v for k, v in (("slots", slots), ("latency", latency_s)) if v is not None}
+        httpx.post(f"{self.backend}/reset", params=params, timeout=5).raise_for_status()
+
+    def backend_stats(self) -> dict[str, Any]:
+        return httpx.get(f"{self.backend}/stats", timeout=5).json()
+
+
+# --------------------------------------------------------------------------- sessions
+
+
+def curl_calls(calls: int) -> str:
+    """A shell harness making `calls` sequential Chat Completions calls through the gateway."""
+    body = json.dumps({"model": MODEL, "max_tokens": 8,
+                       "messages": [{"role": "user", "content": "Fix the bug."}]})  # fmt: skip
+    one = (
+        'curl -sf -o /dev/null --max-time 60 -H "Authorization: Bearer $OPENAI_API_KEY" '
+        f"-H 'Content-Type: application/json' -d '{body}' \"$OPENAI_BASE_URL/chat/completions\""
+    )
+    return f"for i in $(seq {calls}); do {one} || exit 1; done"
+
+
+def spec(task_id: str, harness: str, *, prepare_s: float = 0, evaluate_s: float | None = None,
+         sessions: int = 1) -> TaskSpec:  # fmt: skip
+    prepare = [{"type": "run", "command": f"sleep {prepare_s}"}] if prepare_s else []
+    evaluator = (
+        {"kind": "command", "command": f"sleep {evaluate_s}"}
+        if evaluate_s is not None else {"kind": "none"}
+    )  # fmt: skip
+    return TaskSpec.model_validate({
+        "task_id": task_id,
+        "num_sessions": sessions,
+        "runtime": {"kind": "local", "prepare": prepare},
+        "harness": {"kind": "command", "command": harness},
+        "evaluator": evaluator,
+        "builder": {"name": "per_request"},
+    })  # fmt: skip
+
+
+async def run_sessions(
+    settings: Settings, make: Callable[[int], TaskSpec], n: int, in_flight: int, limit_s: float
+) -> dict[str, Any]:
+    """Run `n` one-session tasks, at most `in_flight` at a time (each starts when one ends)."""
+    from polar.sdk import PolarClient
+
+    polar = await PolarClient.connect(settings)
+    gate = asyncio.Semaphore(in_flight)
+    sessions: list[SessionResult] = []
+    latencies: list[float] = []
+    errors: list[str] = []
+
+    async def one(i: int) -> None:
+        async with gate:
+            t0 = time.monotonic()
+            try:
+                result = await polar.wait(await polar.submit(make(i)))
+            except Exception as exc:  # noqa: BLE001 - counted and reported
+                errors.append(f"{type(exc).__name__}: {exc}")
+                return
+            latencies.append(time.monotonic() - t0)
+            sessions.extend(result.sessions)
+
+    t0 = time.monotonic()
+    try:
+        await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(n))), limit_s)
+    except TimeoutError:
+        errors.append(f"time limit {limit_s:.0f}s reached")
+    return {"wall_s": time.monotonic() - t0, "sessions": sessions, "latencies": latencies,
+            "errors": errors}  # fmt: skip
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear-interpolation percentile (q in 0-100) of a non-empty list."""
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def completed(sessions: list[SessionResult]) -> int:
+    return sum(s.status == SessionStatus.COMPLETED for s in sessions)
+
+
+def mean_stages(sessions: list[SessionResult]) -> dict[str, float]:
+    stages: dict[str, list[float]] = {}
+    for s in sessions:
+        for stage, seconds in s.stage_seconds.items():
+            stages.setdefault(stage, []).append(seconds)
+    return {k: round(statistics.mean(v), 3) for k, v in stages.items()}
+
+
+# --------------------------------------------------------------------------- (a) utilisation
+
+
+async def bench_utilisation(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
+    n, slots = args.sessions, args.slots
+    harness = curl_calls(args.calls)
+    configs = [{"name": "stage isolation", "mode": "isolation", "in_flight": n,
+                "caps": (args.init_cap, args.run_cap, args.postrun_cap)}]  # fmt: skip
+    for m in args.serial_slots:
+        configs.append({"name": f"serial pipeline, {m} slots", "mode": "serial", "in_flight": m,
+                        "caps": (m, m, m)})  # fmt: skip
+    rows = []
+    for k, cfg in enumerate(configs):
+        queue = f"util{k}-{uuid.uuid4().hex[:6]}"
+        print(f"(a) {cfg['name']}: {n} sessions …", file=sys.stderr)
+        with bench.worker(queue, *cfg["caps"]) as settings:
+            bench.backend_reset(slots, args.latency)
+
+            def make(i: int, k: int = k) -> TaskSpec:
+                return spec(f"util{k}-{i}", harness, prepare_s=args.prepare_s,
+                            evaluate_s=args.evaluate_s)  # fmt: skip
+
+            out = await run_sessions(settings, make, n, cfg["in_flight"], args.phase_limit_s)
+            stats = bench.backend_stats()
+        wall = out["wall_s"]
+        window = (stats["last"] - stats["first"]) if stats["first"] else 0.0
+        rows.append({
+            "config": cfg["name"],
+            "mode": cfg["mode"],
+            "sessions_in_flight": cfg["in_flight"],
+            "caps_init_run_postrun": list(cfg["caps"]),
+            "sessions": n,
+            "completed": completed(out["sessions"]),
+            "errors": out["errors"][:3],
+            "wall_s": round(wall, 2),
+            "backend_calls": stats["calls"],
+            "busy_slot_s": round(stats["busy_s"], 2),
+            "utilisation": round(stats["busy_s"] / (slots * wall), 4) if wall else None,
+            "utilisation_call_window": round(stats["busy_s"] / (slots * window), 4)
+            if window else None,
+            "max_calls_waiting_for_slot": stats["max_waiting"],
+            "sessions_per_min": round(60 * completed(out["sessions"]) / wall, 1) if wall else None,
+            "mean_stage_s": mean_stages(out["sessions"]),
+        })  # fmt: skip
+    return {
+        "params": {"sessions": n, "backend_slots": slots, "latency_s": args.latency,
+                   "calls_per_session": args.calls, "prepare_s": args.prepare_s,
+                   "evaluate_s": args.evaluate_s, "serial_slots": args.serial_slots,
+                   "isolation_caps": [args.init_cap, args.run_cap, args.postrun_cap]},
+        "rows": rows,
+    }  # fmt: skip
+
+
+# --------------------------------------------------------------------------- (b) overhead
+
+
+async def bench_overhead(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
+    queue = f"empty-{uuid.uuid4().hex[:6]}"
+    c = args.overhead_concurrency
+    print(f"(b) empty sessions: {args.overhead_n1} at concurrency 1, "
+          f"{args.overhead_nc} at {c} …", file=sys.stderr)  # fmt: skip
+    with bench.worker(queue, c, c, c) as settings:
+        warm = await run_sessions(settings, lambda i: spec(f"warm-{i}", "true"), 2, 1, 60)
+        one = await run_sessions(settings, lambda i: spec(f"empty1-{i}", "true"),
+                                 args.overhead_n1, 1, args.phase_limit_s)  # fmt: skip
+        many = await run_sessions(settings, lambda i: spec(f"emptyc-{i}", "true"),
+                                  args.overhead_nc, c, args.phase_limit_s)  # fmt: skip
+    lat = one["latencies"] or [float("nan")]
+    return {
+        "params": {"sessions_c1": args.overhead_n1, "sessions_cN": args.overhead_nc,
+                   "concurrency": c, "caps": [c, c, c], "harness": "true",
+                   "evaluator": "none", "builder": "per_request",
+                   "warmup_completed": completed(warm["sessions"])},
+        "c1": {
+            "completed": completed(one["sessions"]),
+            "errors": one["errors"][:3],
+            "latency_p50_s": round(percentile(lat, 50), 3),
+            "latency_mean_s": round(statistics.mean(lat), 3),
+            "latency_min_s": round(min(lat), 3),
+            "mean_stage_s": mean_stages(one["sessions"]),
+        },
+        "cN": {
+            "completed": completed(many["sessions"]),
+            "errors": many["errors"][:3],
+            "wall_s": round(many["wall_s"], 2),
+            "sessions_per_s": round(completed(many["sessions"]) / many["wall_s"], 2),
+            "latency_p50_s": round(percentile(many["latencies"] or [float("nan")], 50), 3),
+            "mean_stage_s": mean_stages(many["sessions"]),
+        },
+    }  # fmt: skip
+
+
+# --------------------------------------------------------------------------- (c) throughput
+
+
+async def bench_throughput(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
+    from polar.sdk import PolarClient
+
+    n, cap = args.sessions_200, args.throughput_cap
+    queue = f"many-{uuid.uuid4().hex[:6]}"
+    print(f"(c) one task of {n} sessions, 2 calls each, caps {cap} …", file=sys.stderr)
+    with bench.worker(queue, cap, cap, cap) as settings:
+        bench.backend_reset(args.throughput_slots, args.throughput_latency)
+        polar = await PolarClient.connect(settings)
+        task = spec(f"many-{uuid.uuid4().hex[:6]}", curl_calls(2), sessions=n)
+        t0 = time.monotonic()
+        error = None
+        sessions: list[SessionResult] = []
+        lifetimes: list[float] = []
+        try:
+            run = await polar.submit(task)
+            result = await polar.wait(run, timeout_s=args.phase_limit_s)
+            sessions = result.sessions
+            # each Session workflow's start → close, as Temporal recorded it (incl. queueing)
+            async for ex in polar.client.list_workflows(f"ParentWorkflowId = '{run.workflow_id}'"):
+                if ex.start_time and ex.close_time:
+                    lifetimes.append((ex.close_time - ex.start_time).total_seconds())
+        except Exception as exc:  # noqa: BLE001 - reported
+            error = f"{type(exc).__name__}: {exc}"
+        wall = time.monotonic() - t0
+        stats = bench.backend_stats()
+    storage = Storage(bench.settings)
+    records = await asyncio.gather(*(asyncio.to_thread(storage.count_completions, s.session_id)
+                                     for s in sessions))  # fmt: skip
+    traces = sum(1 for s in sessions if s.traces_key and s.num_completions == 2)
+    durations = [sum(s.stage_seconds.values()) for s in sessions] or [float("nan")]
+    ok = (error is None and len(sessions) == n and completed(sessions) == n
+          and all(r == 2 for r in records) and traces == n)  # fmt: skip
+    return {
+        "params": {"sessions": n, "caps": [cap, cap, cap], "calls_per_session": 2,
+                   "backend_slots": args.throughput_slots,
+                   "latency_s": args.throughput_latency},
+        "error": error,
+        "sessions": len(sessions),
+        "completed": completed(sessions),
+        "wall_s": round(wall, 2),
+        "sessions_per_s": round(completed(sessions) / wall, 2),
+        "backend_calls": stats["calls"],
+        "calls_per_s": round(stats["calls"] / wall, 2),
+        "session_p50_s": round(percentile(lifetimes or [float("nan")], 50), 2),
+        "session_p99_s": round(percentile(lifetimes or [float("nan")], 99), 2),
+        "session_durations_from": "Temporal: Session workflow start_time → close_time",
+        "stage_sum_p50_s": round(percentile(durations, 50), 2),
+        "stage_sum_p99_s": round(percentile(durations, 99), 2),
+        "mean_stage_s": mean_stages(sessions),
+        "records_in_s3": sum(records),
+        "sessions_with_2_records": sum(r == 2 for r in records),
+        "sessions_with_traces": traces,
+        "ok": ok,
+    }  # fmt: skip
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _pct(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x:.1f} %"
+
+
+def markdown(result: dict[str, Any]) -> str:
+    out: list[str] = []
+    util = result.get("utilisation")
+    if util:
+        p = util["params"]
+        out += [
+            f"(a) backend utilisation: {p['sessions']} sessions; backend {p['backend_slots']} "
+            f"slots × {p['latency_s']} s/call; {p['calls_per_session']} calls/session; "
+            f"prepare {p['prepare_s']} s, evaluate {p['evaluate_s']} s",
+            "",
+            "| pipeline | sessions in flight | caps init/run/postrun | wall s | utilisation "
+            "| (first→last call) | sessions/min | completed |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for r in util["rows"]:
+            caps = "/".join(map(str, r["caps_init_run_postrun"]))
+            out.append(
+                f"| {r['config']} | {r['sessions_in_flight']} | {caps} | {r['wall_s']} | "
+                f"{_pct(r['utilisation'])} | {_pct(r['utilisation_call_window'])} | "
+                f"{r['sessions_per_min']} | {r['completed']}/{r['sessions']} |"
+            )
+        out.append("")
+    over = result.get("overhead")
+    if over:
+        c1, cn, p = over["c1"], over["cN"], over["params"]
+        stages = ", ".join(f"{k} {v}" for k, v in c1["mean_stage_s"].items())
+        out += [
+            "(b) Temporal overhead per empty session (harness `true`, no evaluator)",
+            "",
+            "| figure | value |",
+            "|---|---|",
+            f"| latency at concurrency 1, p50 (mean; min) | {c1['latency_p50_s']} s "
+            f"({c1['latency_mean_s']}; {c1['latency_min_s']}) |",
+            f"| mean stage seconds at concurrency 1 | {stages} |",
+            f"| sessions/s at concurrency {p['concurrency']} | {cn['sessions_per_s']} "
+            f"({cn['completed']} in {cn['wall_s']} s, p50 latency {cn['latency_p50_s']} s) |",
+            "",
+        ]
+    thr = result.get("throughput")
+    if thr:
+        out += [
+            f"(c) {thr['params']['sessions']} concurrent sessions, 2 gateway calls each",
+            "",
+            "| wall s | sessions/s | calls/s | session p50 / p99 s (start → close) "
+            "| stage laps p50 / p99 s | completed | records in S3 | ok |",
+            "|---|---|---|---|---|---|---|---|",
+            f"| {thr['wall_s']} | {thr['sessions_per_s']} | {thr['calls_per_s']} | "
+            f"{thr['session_p50_s']} / {thr['session_p99_s']} | "
+            f"{thr['stage_sum_p50_s']} / {thr['stage_sum_p99_s']} | "
+            f"{thr['completed']}/{thr['params']['sessions']} | {thr['records_in_s3']} | "
+            f"{thr['ok']} |",
+            "",
+        ]
+    return "\n".join(out)
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
+async def measure(bench: Bench, args: argparse.Namespace, parts: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if "utilisation" in parts:
+        out["utilisation"] = await bench_utilisation(bench, args)
+    if "overhead" in parts:
+        out["overhead"] = await bench_overhead(bench, args)
+    if "throughput" in parts:
+        out["throughput"] = await bench_throughput(bench, args)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--utilisation", action="store_true", help="run (a)")
+    parser.add_argument("--overhead", action="store_true", help="run (b)")
+    parser.add_argument("--throughput", action="store_true", help="run (c)")
+    g = parser.add_argument_group("(a) utilisation")
+    g.add_argument("--sessions", type=int, default=32, help="sessions per configuration")
+    g.add_argument("--slots", type=int, default=4, help="backend slots")
+    g.add_argument("--latency", type=float, default=0.5, help="seconds per backend call")
+    g.add_argument("--calls", type=int, default=4, help="model calls per session")
+    g.add_argument("--prepare-s", type=float, default=2.0, help="runtime set-up cost")
+    g.add_argument("--evaluate-s", type=float, default=2.0, help="evaluator cost")
+    g.add_argument("--init-cap", type=int, default=8, help="stage isolation: init pool")
+    g.add_argument("--run-cap", type=int, default=4, help="stage isolation: run pool")
+    g.add_argument("--postrun-cap", type=int, default=8, help="stage isolation: postrun pool")
+    g.add_argument("--serial-slots", type=_ints, default=[4, 20],
+                   help="serial pipelines to run: sessions in flight (default 4,20)")  # fmt: skip
+    g = parser.add_argument_group("(b) overhead")
+    g.add_argument("--overhead-n1", type=int, default=10, help="sessions at concurrency 1")
+    g.add_argument("--overhead-nc", type=int, default=60, help="sessions at concurrency N")
+    g.add_argument("--overhead-concurrency", type=int, default=20)
+    g = parser.add_argument_group("(c) throughput")
+    g.add_argument("--sessions-200", type=int, default=200, help="sessions of the task")
+    g.add_argument("--throughput-cap", type=int, default=200, help="cap of each stage pool")
+    g.add_argument("--throughput-slots", type=int, default=64, help="backend slots")
+    g.add_argument("--throughput-latency", type=float, default=0.05, help="s per call")
+    parser.add_argument("--phase-limit-s", type=float, default=300.0,
+                        help="time bound of each measured phase")  # fmt: skip
+    parser.add_argument("--out", type=Path, default=RESULTS, help="results JSON")
+    parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs, S3 data)")
+    parser.add_argument("--serve-backend", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve_backend:
+        serve_backend(args.serve_backend, args.slots, args.latency)
+        return
+    parts = [p for p in ("utilisation", "overhead", "throughput") if getattr(args, p)]
+    parts = parts or ["utilisation", "overhead", "throughput"]
+
+    started = time.monotonic()
+    load = os.getloadavg()[0]
+    if load > 0.5:
+        print(f"warning: load average {load:.2f} before the run: figures will be noisy",
+              file=sys.stderr)  # fmt: skip
+    tmp_dir = (
+        contextlib.nullcontext(tempfile.mkdtemp(prefix="polar-bench-sched-"))
+        if args.keep
+        else tempfile.TemporaryDirectory(prefix="polar-bench-sched-", ignore_cleanup_errors=True)
+    )
+    with tmp_dir as tmp:
+        bench = Bench(Path(tmp), args.slots, args.latency)
+        try:
+            print("starting fake backend, Temporal, SeaweedFS, gateway …", file=sys.stderr)
+            bench.start()
+            measured = asyncio.run(measure(bench, args, parts))
+        finally:
+            bench.stop()
+        if args.keep:
+            print(f"kept {tmp}", file=sys.stderr)
+
+    previous: dict[str, Any] = {}
+    if args.out.exists():
+        with contextlib.suppress(ValueError):
+            previous = json.loads(args.out.read_text())
+    meta = {
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "load_avg_1m_before": round(load, 2),
+        "load_avg_1m_after": round(os.getloadavg()[0], 2),
+        "total_s": round(time.monotonic() - started, 1),
+        "parts": parts,
+        "shared_cores": "Temporal, SeaweedFS, gateway, fake backend, worker, harness "
+        "subprocesses and this client on one machine",
+    }  # fmt: skip
+    result = {k: v for k, v in previous.items() if k not in parts}
+    result["meta"] = previous.get("meta", {}) | {f"run_{p}": meta for p in parts}
+    result.update(measured)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(markdown(result))
+    print(f"\nresults: {args.out}")
+    thr = measured.get("throughput")
+    if thr and not thr["ok"]:
+        sys.exit(
+            f"throughput check failed: {thr['completed']}/{thr['params']['sessions']} "
+            f"completed, {thr['sessions_with_2_records']} with 2 records; {thr['error']}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,142 @@
+"""Bad input at the task API: generated TaskSpec-like dicts and files, never a traceback.
+
+A wrong spec is refused by `TaskSpec` validation with an error naming the
+field; `polar submit FILE` (through `load_task_file`) turns any unusable file
+(bad JSON, wrong shapes, not UTF-8, missing, a directory) into a clean message
+and exit code 2, never a traceback and never a submission.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+from typer.testing import CliRunner
+
+from polar.cli import app, load_task_file
+from polar.models import TaskSpec
+
+VALID: dict[str, Any] = {
+    "task_id": "fuzz-task",
+    "instruction": "Write a haiku about rollouts to answer.txt.",
+    "num_sessions": 4,
+    "source": {"type": "dir", "path": "examples/demo/repo"},
+    "runtime": {"kind": "local"},
+    "harness": {"kind": "command", "command": "python agent.py", "model": "policy"},
+    "builder": {"name": "per_request"},
+    "evaluator": {"kind": "command", "command": "test -s answer.txt"},
+    "timeouts": {"harness_s": 300, "heartbeat_s": 20},
+    "metadata": {"dataset": "demo"},
+    "min_usable_sessions": 2,
+    "priority": 1,
+}
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=12),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+def leaf_paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in [prefix + (k,), *leaf_paths(v, prefix + (k,))]]
+    return []
+
+
+PATHS = leaf_paths(VALID)
+
+
+@st.composite
+def specs(draw: st.DrawFn) -> tuple[dict[str, Any], tuple[Any, ...]]:
+    """VALID with one field (top-level or nested) replaced, removed, or an unknown one added."""
+    spec = json.loads(json.dumps(VALID))
+    path = draw(st.sampled_from(PATHS))
+    node = spec
+    for key in path[:-1]:
+        node = node[key]
+    action = draw(st.sampled_from(["replace", "replace", "remove", "add"]))
+    if action == "replace":
+        node[path[-1]] = draw(json_values)
+    elif action == "remove":
+        del node[path[-1]]
+    else:
+        node[draw(st.text(min_size=1, max_size=8))] = draw(json_values)
+    return spec, path
+
+
+def test_the_base_spec_is_valid() -> None:
+    TaskSpec.model_validate(VALID)
+
+
+@given(case=specs())
+@settings(max_examples=300, deadline=None, derandomize=True)
+def test_generated_specs_validate_or_name_the_field(case: tuple[dict[str, Any], tuple]) -> None:
+    spec, _ = case
+    try:
+        TaskSpec.model_validate(spec)
+    except ValidationError as exc:
+        for err in exc.errors():
+            assert err["msg"], err
+        assert str(exc).strip()  # the rendering itself never raises
+
+
+@given(case=specs())
+@settings(max_examples=150, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+def test_load_task_file_is_clean(case: tuple[dict[str, Any], tuple], tmp_path: Path) -> None:
+    spec, path = case
+    file = tmp_path / "task.json"
+    file.write_text(json.dumps(spec))
+    try:
+        loaded = load_task_file(file)
+    except typer.Exit as exc:
+        assert exc.exit_code == 2
+    else:
+        assert isinstance(loaded, TaskSpec)
+
+
+runner = CliRunner()
+BAD_FILES: dict[str, bytes | None] = {
+    "not-json": b"{task_id: nope",
+    "empty": b"",
+    "array": b"[1, 2, 3]",
+    "string": b'"a task"',
+    "not-utf8": b"\xff\xfe\x00{\x00}",
+    "huge-int": b'{"task_id": "t", "num_sessions": 1' + b"0" * 5000 + b', "harness": {}}',
+    "deep": b"[" * 5000 + b"]" * 5000,
+    "wrong-types": json.dumps(VALID | {"num_sessions": "four", "harness": []}).encode(),
+    "missing": None,
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_FILES))
+def test_submit_cli_refuses_bad_files_cleanly(name: str, tmp_path: Path) -> None:
+    file = tmp_path / f"{name}.json"
+    content = BAD_FILES[name]
+    if content is not None:
+        file.write_bytes(content)
+    result = runner.invoke(app, ["submit", str(file), "--no-wait"])
+    assert result.exit_code == 2, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    assert "Traceback" not in result.output
+    assert str(file.name) in result.output.replace("\n", "")
+
+
+def test_submit_cli_names_the_bad_field(tmp_path: Path) -> None:
+    file = tmp_path / "task.json"
+    file.write_text(json.dumps(VALID | {"num_sessions": 0}))
+    result = runner.invoke(app, ["submit", str(file), "--no-wait"])
+    assert result.exit_code == 2
+    assert "num_sessions" in result.output
