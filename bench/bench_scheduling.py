@@ -1,6 +1,6 @@
 """Scheduling benchmark: backend utilisation, Temporal overhead, 200 concurrent sessions.
 
-    .venv/bin/python bench/bench_scheduling.py                  # all three, ~3-4 min on 2 cores
+    .venv/bin/python bench/bench_scheduling.py                  # all three, ~5 min on 2 cores
     .venv/bin/python bench/bench_scheduling.py --utilisation    # (a) only
     .venv/bin/python bench/bench_scheduling.py --overhead --throughput --sessions-200 200
 
@@ -27,8 +27,9 @@ teardown back to back. Utilisation = busy slot-seconds / (slots × wall).
 evaluator, per_request builder (0 completions). Latency at concurrency 1,
 sessions/s at concurrency 20, and the mean of SessionResult.stage_seconds.
 
-(c) Throughput: one task of `--sessions-200` sessions, all submitted at once,
-each harness making 2 calls through the gateway. Wall time, sessions/s,
+(c) Throughput: `--sessions-200` sessions submitted at once, as one task and
+as 20 tasks (`--throughput-tasks`), each harness making 2 calls through the
+gateway. Wall time, sessions/s,
 calls/s, p50/p99 session duration (sum of stage_seconds), and a check that
 every session completed with its 2 CompletionRecords in S3.
 
@@ -439,28 +440,35 @@ async def bench_overhead(bench: Bench, args: argparse.Namespace) -> dict[str, An
 # --------------------------------------------------------------------------- (c) throughput
 
 
-async def bench_throughput(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
+async def bench_throughput(bench: Bench, args: argparse.Namespace, tasks: int) -> dict[str, Any]:
     from polar.sdk import PolarClient
 
     n, cap = args.sessions_200, args.throughput_cap
     queue = f"many-{uuid.uuid4().hex[:6]}"
-    print(f"(c) one task of {n} sessions, 2 calls each, caps {cap} …", file=sys.stderr)
+    print(f"(c) {tasks} task(s), {n} sessions in all, 2 calls each, caps {cap} …", file=sys.stderr)
     with bench.worker(queue, cap, cap, cap) as settings:
         bench.backend_reset(args.throughput_slots, args.throughput_latency)
         polar = await PolarClient.connect(settings)
-        task = spec(f"many-{uuid.uuid4().hex[:6]}", curl_calls(2), sessions=n)
+        sizes = [n // tasks + (i < n % tasks) for i in range(tasks)]
+        specs = [spec(f"many-{uuid.uuid4().hex[:6]}", curl_calls(2), sessions=k) for k in sizes]
         t0 = time.monotonic()
         error = None
         sessions: list[SessionResult] = []
         lifetimes: list[float] = []
+        starts: list[float] = []
         try:
-            run = await polar.submit(task)
-            result = await polar.wait(run, timeout_s=args.phase_limit_s)
-            sessions = result.sessions
+            runs = await asyncio.gather(*(polar.submit(task) for task in specs))
+            results = await asyncio.gather(
+                *(polar.wait(run, timeout_s=args.phase_limit_s) for run in runs)
+            )
+            sessions = [s for result in results for s in result.sessions]
             # each Session workflow's start → close, as Temporal recorded it (incl. queueing)
-            async for ex in polar.client.list_workflows(f"ParentWorkflowId = '{run.workflow_id}'"):
-                if ex.start_time and ex.close_time:
-                    lifetimes.append((ex.close_time - ex.start_time).total_seconds())
+            for run in runs:
+                query = f"ParentWorkflowId = '{run.workflow_id}'"
+                async for ex in polar.client.list_workflows(query):
+                    if ex.start_time and ex.close_time:
+                        lifetimes.append((ex.close_time - ex.start_time).total_seconds())
+                        starts.append(ex.start_time.timestamp())
         except Exception as exc:  # noqa: BLE001 - reported
             error = f"{type(exc).__name__}: {exc}"
         wall = time.monotonic() - t0
@@ -473,7 +481,7 @@ async def bench_throughput(bench: Bench, args: argparse.Namespace) -> dict[str, 
     ok = (error is None and len(sessions) == n and completed(sessions) == n
           and all(r == 2 for r in records) and traces == n)  # fmt: skip
     return {
-        "params": {"sessions": n, "caps": [cap, cap, cap], "calls_per_session": 2,
+        "params": {"sessions": n, "tasks": tasks, "caps": [cap, cap, cap], "calls_per_session": 2,
                    "backend_slots": args.throughput_slots,
                    "latency_s": args.throughput_latency},
         "error": error,
@@ -486,6 +494,10 @@ async def bench_throughput(bench: Bench, args: argparse.Namespace) -> dict[str, 
         "session_p50_s": round(percentile(lifetimes or [float("nan")], 50), 2),
         "session_p99_s": round(percentile(lifetimes or [float("nan")], 99), 2),
         "session_durations_from": "Temporal: Session workflow start_time → close_time",
+        # Little's law: how many sessions were alive at once on average, and over how long
+        # Temporal spread the 200 Session workflow starts
+        "mean_sessions_alive": round(sum(lifetimes) / wall, 1),
+        "session_start_spread_s": round(max(starts) - min(starts), 2) if starts else None,
         "stage_sum_p50_s": round(percentile(durations, 50), 2),
         "stage_sum_p99_s": round(percentile(durations, 99), 2),
         "mean_stage_s": mean_stages(sessions),
@@ -544,18 +556,22 @@ def markdown(result: dict[str, Any]) -> str:
     thr = result.get("throughput")
     if thr:
         out += [
-            f"(c) {thr['params']['sessions']} concurrent sessions, 2 gateway calls each",
+            f"(c) {thr['rows'][0]['params']['sessions']} concurrent sessions, 2 gateway calls each",
             "",
-            "| wall s | sessions/s | calls/s | session p50 / p99 s (start → close) "
-            "| stage laps p50 / p99 s | completed | records in S3 | ok |",
-            "|---|---|---|---|---|---|---|---|",
-            f"| {thr['wall_s']} | {thr['sessions_per_s']} | {thr['calls_per_s']} | "
-            f"{thr['session_p50_s']} / {thr['session_p99_s']} | "
-            f"{thr['stage_sum_p50_s']} / {thr['stage_sum_p99_s']} | "
-            f"{thr['completed']}/{thr['params']['sessions']} | {thr['records_in_s3']} | "
-            f"{thr['ok']} |",
-            "",
+            "| tasks | wall s | sessions/s | calls/s | session p50 / p99 s (start → close) "
+            "| stage laps p50 / p99 s | sessions alive (mean) | Session starts spread over s "
+            "| completed | records in S3 | ok |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
+        for r in thr["rows"]:
+            out.append(
+                f"| {r['params']['tasks']} | {r['wall_s']} | {r['sessions_per_s']} | "
+                f"{r['calls_per_s']} | {r['session_p50_s']} / {r['session_p99_s']} | "
+                f"{r['stage_sum_p50_s']} / {r['stage_sum_p99_s']} | "
+                f"{r['mean_sessions_alive']} | {r['session_start_spread_s']} | "
+                f"{r['completed']}/{r['params']['sessions']} | {r['records_in_s3']} | {r['ok']} |"
+            )
+        out.append("")
     return "\n".join(out)
 
 
@@ -570,7 +586,8 @@ async def measure(bench: Bench, args: argparse.Namespace, parts: list[str]) -> d
     if "overhead" in parts:
         out["overhead"] = await bench_overhead(bench, args)
     if "throughput" in parts:
-        out["throughput"] = await bench_throughput(bench, args)
+        rows = [await bench_throughput(bench, args, t) for t in args.throughput_tasks]
+        out["throughput"] = {"rows": rows, "ok": all(r["ok"] for r in rows)}
     return out
 
 
@@ -597,6 +614,8 @@ def main() -> None:
     g.add_argument("--overhead-concurrency", type=int, default=20)
     g = parser.add_argument_group("(c) throughput")
     g.add_argument("--sessions-200", type=int, default=200, help="sessions of the task")
+    g.add_argument("--throughput-tasks", type=_ints, default=[1, 20],
+                   help="split them into this many tasks; a run per value (1,20)")  # fmt: skip
     g.add_argument("--throughput-cap", type=int, default=200, help="cap of each stage pool")
     g.add_argument("--throughput-slots", type=int, default=64, help="backend slots")
     g.add_argument("--throughput-latency", type=float, default=0.05, help="s per call")
@@ -658,9 +677,14 @@ def main() -> None:
     print(f"\nresults: {args.out}")
     thr = measured.get("throughput")
     if thr and not thr["ok"]:
+        bad = [r for r in thr["rows"] if not r["ok"]]
         sys.exit(
-            f"throughput check failed: {thr['completed']}/{thr['params']['sessions']} "
-            f"completed, {thr['sessions_with_2_records']} with 2 records; {thr['error']}"
+            "throughput check failed: "
+            + "; ".join(
+                f"{r['params']['tasks']} task(s): {r['completed']}/{r['params']['sessions']} "
+                f"completed, {r['sessions_with_2_records']} with 2 records, {r['error']}"
+                for r in bad
+            )
         )
 
 
