@@ -27,7 +27,6 @@ import hashlib
 import json
 import shlex
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -37,7 +36,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from .scripted_backend import logprob_of, serve_app
+from .scripted_backend import serve_app, vllm_chat_answer
 
 END_OF_TURN_TOKEN = "<|im_end|>"
 
@@ -284,56 +283,19 @@ class AgentBackend:
         if isinstance(limit, int) and 0 < limit < len(out_ids):
             out_ids = out_ids[:limit]
             content, calls, finish = self.tokenizer.decode(out_ids), [], "length"
-        choice: dict[str, Any] = {
-            "index": 0,
-            "message": {
-                "role": "assistant",
-                "content": content,
-                "refusal": None,
-                "annotations": None,
-                "audio": None,
-                "function_call": None,
-                "tool_calls": calls,
-                "reasoning_content": None,
-            },
-            "logprobs": None,
-            "finish_reason": finish,
-            "stop_reason": None,
-        }
-        if body.get("logprobs"):
-            pieces = [self.tokenizer.decode([t]) for t in out_ids]
-            choice["logprobs"] = {
-                "content": [
-                    {
-                        "token": piece,
-                        "logprob": logprob_of(i, tid),
-                        "bytes": list(piece.encode()),
-                        "top_logprobs": [],
-                    }
-                    for i, (tid, piece) in enumerate(zip(out_ids, pieces, strict=True))
-                ]
-            }
-        wants_ids = bool(body.get("return_token_ids"))
-        if wants_ids:
-            choice["token_ids"] = out_ids
-        return {
-            "id": f"chatcmpl-{seed[32:64]}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": body.get("model") or self.model,
-            "choices": [choice],
-            "service_tier": None,
-            "system_fingerprint": None,
-            "usage": {
-                "prompt_tokens": len(in_ids),
-                "total_tokens": len(in_ids) + len(out_ids),
-                "completion_tokens": len(out_ids),
-                "prompt_tokens_details": None,
-            },
-            "prompt_logprobs": None,
-            "prompt_token_ids": in_ids if wants_ids else None,
-            "kv_transfer_params": None,
-        }
+        pieces = [self.tokenizer.decode([t]) for t in out_ids]
+        return vllm_chat_answer(
+            body,
+            content=content,
+            tool_calls=calls,
+            finish=finish,
+            in_ids=in_ids,
+            out_ids=out_ids,
+            token_texts=pieces,
+            token_bytes=[list(piece.encode()) for piece in pieces],
+            answer_id=f"chatcmpl-{seed[32:64]}",
+            model=self.model,
+        )
 
 
 def _error(message: str, code: int = 400) -> dict[str, Any]:

@@ -127,38 +127,73 @@ def render_answer(body: dict[str, Any], reply: ScriptedReply) -> dict[str, Any]:
     finish = reply.finish_reason or ("tool_calls" if calls else "stop")
     out_ids = list(generated.encode()) + ([END_OF_TURN] if finish != "length" else [])
     in_ids = prompt_ids(body.get("messages") or [])
+    content = reply.text if reply.text is not None else (None if calls else "")
+    return vllm_chat_answer(
+        body,
+        content=content,
+        tool_calls=calls,
+        reasoning=reply.reasoning,
+        finish=finish,
+        stop_reason=reply.stop_reason,
+        in_ids=in_ids,
+        out_ids=out_ids,
+        token_texts=[f"token_id:{tid}" for tid in out_ids],
+        token_bytes=[[tid] if tid < 256 else [] for tid in out_ids],
+        with_ids=not reply.omit_token_ids,
+        answer_id=f"chatcmpl-{uuid.uuid4().hex}",
+    )
+
+
+def vllm_chat_answer(
+    body: dict[str, Any],
+    *,
+    content: str | None,
+    tool_calls: list[dict[str, Any]],
+    finish: str,
+    in_ids: list[int],
+    out_ids: list[int],
+    token_texts: list[str],
+    token_bytes: list[list[int]],
+    answer_id: str,
+    reasoning: str | None = None,
+    stop_reason: str | int | None = None,
+    with_ids: bool = True,
+    model: str = "policy",
+) -> dict[str, Any]:
+    """A chat.completion exactly in vLLM's shape; ids and logprobs only when `body` asks."""
     choice: dict[str, Any] = {
         "index": 0,
         "message": {
             "role": "assistant",
-            "content": reply.text if reply.text is not None else (None if calls else ""),
+            "content": content,
             "refusal": None,
             "annotations": None,
             "audio": None,
             "function_call": None,
-            "tool_calls": calls,
-            "reasoning_content": reply.reasoning,
+            "tool_calls": tool_calls,
+            "reasoning_content": reasoning,
         },
         "logprobs": None,
         "finish_reason": finish,
-        "stop_reason": reply.stop_reason,
+        "stop_reason": stop_reason,
     }
     if body.get("logprobs"):
         choice["logprobs"] = {
             "content": [
-                {"token": f"token_id:{tid}", "logprob": logprob_of(i, tid),
-                 "bytes": [tid] if tid < 256 else [], "top_logprobs": []}
-                for i, tid in enumerate(out_ids)
+                {"token": text, "logprob": logprob_of(i, tid), "bytes": raw, "top_logprobs": []}
+                for i, (tid, text, raw) in enumerate(
+                    zip(out_ids, token_texts, token_bytes, strict=True)
+                )
             ]
         }
-    wants_ids = body.get("return_token_ids") and not reply.omit_token_ids
+    wants_ids = bool(body.get("return_token_ids")) and with_ids
     if wants_ids:
         choice["token_ids"] = out_ids
     return {
-        "id": f"chatcmpl-{uuid.uuid4().hex}",
+        "id": answer_id,
         "object": "chat.completion",
         "created": int(time.time()),
-        "model": body.get("model") or "policy",
+        "model": body.get("model") or model,
         "choices": [choice],
         "service_tier": None,
         "system_fingerprint": None,
