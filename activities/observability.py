@@ -5,6 +5,9 @@ With `metrics_port` set, a worker serves `GET /metrics` on
 * `polar_stage_seconds{stage,status}`: how long each stage activity ran
   (stage = activity name, status = ok / error / cancelled), and
   `polar_stage_in_progress{stage}`;
+* `polar_queue_backlog{stage,queue}` and `polar_queue_backlog_age_seconds`:
+  the depth of each stage queue, read from Temporal every few seconds (a
+  backlog on `-run` is the paper's READY buffer of prepared runtimes);
 * Temporal's own SDK metrics (`temporal_*`: task slots, poll and
   schedule-to-start latencies, activity/workflow task counts), which the
   Temporal core exports through `Runtime(telemetry=TelemetryConfig(metrics=
@@ -37,6 +40,10 @@ from prometheus_client import (
     generate_latest,
 )
 from temporalio import activity
+from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.client import Client
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import (
     ActivityInboundInterceptor,
@@ -46,6 +53,7 @@ from temporalio.worker import (
 
 from polar.logs import log_context
 from polar.settings import Settings
+from workflows.queues import Queues
 
 log = logging.getLogger("polar.worker")
 STAGE_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600)
@@ -69,6 +77,53 @@ class WorkerMetrics:
             ["stage"],
             registry=self.registry,
         )
+        self.queue_backlog = Gauge(
+            "polar_queue_backlog",
+            "Tasks waiting in each Polar task queue (Temporal's approximate backlog)",
+            ["stage", "queue"],
+            registry=self.registry,
+        )
+        self.queue_backlog_age = Gauge(
+            "polar_queue_backlog_age_seconds",
+            "How long the oldest waiting task of each Polar task queue has waited",
+            ["stage", "queue"],
+            registry=self.registry,
+        )
+
+    async def refresh_queue_depths(self, client: Client, settings: Settings) -> dict[str, int]:
+        """Read every stage queue's backlog from Temporal into the gauges; backlog by stage."""
+        queues = Queues.for_workflow_queue(settings.task_queue).by_stage()
+        depths: dict[str, int] = {}
+        for stage, queue in queues.items():
+            kind = (
+                TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW
+                if stage == "workflow"
+                else TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY
+            )
+            answer = await client.workflow_service.describe_task_queue(
+                DescribeTaskQueueRequest(
+                    namespace=settings.temporal_namespace,
+                    task_queue=TaskQueue(name=queue),
+                    task_queue_type=kind,
+                    report_stats=True,
+                )
+            )
+            depths[stage] = int(answer.stats.approximate_backlog_count)
+            age = answer.stats.approximate_backlog_age
+            self.queue_backlog.labels(stage, queue).set(depths[stage])
+            self.queue_backlog_age.labels(stage, queue).set(age.seconds + age.nanos / 1e9)
+        return depths
+
+    async def poll_queue_depths(
+        self, client: Client, settings: Settings, every_s: float = 5.0
+    ) -> None:
+        """Keep the queue gauges fresh until cancelled; a failed read is logged, not fatal."""
+        while True:
+            try:
+                await self.refresh_queue_depths(client, settings)
+            except Exception as exc:  # noqa: BLE001 - metrics must never stop a worker
+                log.warning("queue depths unavailable: %s", exc)
+            await asyncio.sleep(every_s)
 
 
 def _ids(arg: Any) -> dict[str, str | None]:

@@ -92,6 +92,9 @@ async def run_worker(settings: Settings, stages: tuple[str, ...] = STAGES) -> No
     async with contextlib.AsyncExitStack() as stack:
         for worker in workers:
             await stack.enter_async_context(worker)
+        if obs:
+            poller = asyncio.create_task(obs.metrics.poll_queue_depths(client, settings))
+            stack.callback(poller.cancel)
         ready = os.environ.get("POLAR_WORKER_READY_FILE")
         if ready:
             Path(ready).write_text(str(os.getpid()))

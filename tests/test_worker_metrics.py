@@ -3,6 +3,7 @@ and stage log lines carrying session and task ids. Real Temporal dev server, rea
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -12,7 +13,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from activities.observability import start_observability
+from activities.observability import WorkerMetrics, start_observability
 from activities.worker import build_workers
 from polar.devstack import DevStack, free_port
 from polar.logs import ContextFilter, JsonFormatter
@@ -72,3 +73,30 @@ async def test_worker_metrics_endpoint_after_a_real_task(
 
 def test_metrics_port_zero_means_off(devstack: DevStack) -> None:
     assert start_observability(devstack.settings.model_copy(update={"metrics_port": 0})) is None
+
+
+async def test_queue_depth_gauges_show_prepared_sessions_waiting_for_run_slots(
+    devstack: DevStack,
+) -> None:
+    """No worker serves the run queue: prepared sessions pile up there (the READY buffer)."""
+    settings = devstack.settings.model_copy(update={"task_queue": "polar-depth"})
+    client = await connect(settings)
+    metrics = WorkerMetrics()
+    spec = TaskSpec.model_validate(
+        {"task_id": "depth", "num_sessions": 3, "harness": {"command": "true"}}
+    )
+    async with contextlib.AsyncExitStack() as stack:
+        for w in build_workers(client, settings, ("workflow", "init")):
+            await stack.enter_async_context(w)
+        polar = PolarClient(client, settings)
+        run = await polar.submit(spec)
+        depths: dict[str, int] = {}
+        for _ in range(100):
+            depths = await metrics.refresh_queue_depths(client, settings)
+            if depths["run"] == 3:
+                break
+            await asyncio.sleep(0.2)
+        await polar.cancel(run)
+    assert depths["run"] == 3 and depths["init"] == 0, depths
+    labels = {"stage": "run", "queue": "polar-depth-run"}
+    assert metrics.registry.get_sample_value("polar_queue_backlog", labels) == 3
