@@ -322,6 +322,119 @@ def export(
 
 
 @app.command()
+def generate(
+    dataset: Annotated[Path, typer.Argument(help="SWE-bench / SWE-Gym instances (JSONL)")],
+    harness: Annotated[
+        str, typer.Option(help="command | codex | claude_code | qwen_code | pi")
+    ] = "command",
+    command: Annotated[str | None, typer.Option(help="the command harness's shell line")] = None,
+    model: Annotated[str, typer.Option(help="model name the harness asks the backend for")] = (
+        "policy"
+    ),
+    sessions: Annotated[int, typer.Option(help="sessions per instance")] = 1,
+    runtime: Annotated[str, typer.Option(help="local | docker")] = "local",
+    image: Annotated[str | None, typer.Option(help="docker: the session image")] = None,
+    source_root: Annotated[
+        str | None,
+        typer.Option(
+            help="local clones ({root}/owner__name) or a git URL root "
+            "(default: DATASET's sibling repos/ if any, else GitHub)"
+        ),
+    ] = None,  # fmt: skip
+    out: Annotated[Path, typer.Option(help="output directory")] = Path("generated"),
+    limit: Annotated[int | None, typer.Option(help="only the first N instances")] = None,
+    ids: Annotated[list[str] | None, typer.Option("--id", help="only these instance ids")] = None,
+    concurrency: Annotated[int, typer.Option(help="tasks in flight")] = 8,
+    harness_timeout: Annotated[float | None, typer.Option(help="harness budget, seconds")] = None,
+    task_timeout: Annotated[float | None, typer.Option(help="seconds to wait per task")] = None,
+) -> None:
+    """Run a harness over a dataset; keep the sessions whose patches resolve their instance."""
+    from polar.generate import GenerateSummary
+    from polar.generate import generate as run_generate
+    from polar.models import HarnessSpec, RuntimeSpec
+    from polar.swe import InvalidInstance, load_instances
+
+    try:
+        instances = load_instances(dataset, ids=ids)
+    except (OSError, InvalidInstance) as exc:
+        console.print(f"cannot read the dataset {dataset}: {exc}", style="red", markup=False)
+        raise typer.Exit(2) from exc
+    instances = instances[:limit] if limit is not None else instances
+    if not instances:
+        console.print(f"[red]no instances to run in {dataset}[/red]")
+        raise typer.Exit(2)
+    try:
+        harness_spec = HarnessSpec.model_validate(
+            {"kind": harness, "model": model, **({"command": command} if command else {})}
+        )
+        runtime_spec = RuntimeSpec.model_validate(
+            {"kind": runtime, **({"image": image} if image else {})}
+        )
+        if concurrency < 1 or sessions < 1:
+            raise ValueError("--concurrency and --sessions must be at least 1")
+    except ValueError as exc:  # pydantic's ValidationError is a ValueError
+        console.print(str(exc), style="red", markup=False)
+        raise typer.Exit(2) from exc
+    if harness_spec.kind == "command" and not harness_spec.command:
+        console.print("[red]--harness command needs --command[/red]")
+        raise typer.Exit(2)
+    if source_root is None and (dataset.parent / "repos").is_dir():
+        source_root = str(dataset.parent / "repos")
+
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("resolved {task.fields[resolved]}/{task.fields[attempted]} sessions"),
+        TimeElapsedColumn(),
+    )
+
+    async def go() -> GenerateSummary:
+        from polar.sdk import PolarClient
+
+        polar = await PolarClient.connect()
+        with Progress(*columns, console=console) as bar:
+            job = bar.add_task("instances", total=len(instances), resolved=0, attempted=0)
+
+            def progress(s: GenerateSummary) -> None:
+                bar.update(job, completed=s.instances_done, resolved=s.resolved,
+                           attempted=s.attempted)  # fmt: skip
+
+            return await run_generate(
+                polar, instances, harness=harness_spec, sessions_per_instance=sessions,
+                runtime=runtime_spec, source_root=source_root, out=out,
+                timeouts={"harness_s": harness_timeout} if harness_timeout else None,
+                concurrency=concurrency, task_timeout_s=task_timeout, on_progress=progress,
+                dataset=dataset,
+            )  # fmt: skip
+
+    summary = asyncio.run(go())
+    table = Table(title=f"polar generate: {harness_spec.kind} ({harness_spec.model}) → {out}")
+    for col in ("repository", "instances", "sessions", "resolved", "failed", "errored", "rate"):
+        table.add_column(col)
+    for repo, c in sorted(summary.per_repo.items()):
+        table.add_row(
+            repo, f"{c.resolved_instances}/{c.instances}", str(c.attempted), str(c.resolved),
+            str(c.failed), str(c.errored), f"{c.acceptance_rate:.1%}",
+        )  # fmt: skip
+    table.add_row(
+        "[bold]all[/bold]", f"{summary.resolved_instances}/{summary.instances}",
+        str(summary.attempted), str(summary.resolved), str(summary.failed),
+        str(summary.errored), f"{summary.acceptance_rate:.1%}",
+    )  # fmt: skip
+    console.print(table)
+    console.print(
+        f"attempted {summary.attempted}, resolved {summary.resolved}, "
+        f"acceptance rate {summary.acceptance_rate:.1%}; kept {len(summary.kept_sessions)} "
+        f"sessions: {summary.rl_rows} RL rows, {summary.sft_rows} SFT conversations"
+    )
+    for err in summary.task_errors:
+        console.print(f"{err['instance_id']}: {err['error']}", style="yellow", markup=False)
+    for kind, path in summary.files.items():
+        console.print(f"  {kind}: {path}")
+
+
+@app.command()
 def replay(
     target: Annotated[str, typer.Argument(help="a workflow id or a saved history .json")],
     save: Annotated[Path | None, typer.Option(help="also save the fetched history here")] = None,
