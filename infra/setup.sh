@@ -10,9 +10,12 @@ command -v "$PY" >/dev/null || PY=python3
 # Debian packages: git (task sources), strace (tests audit the harnesses' network connections),
 # docker.io (the docker runtime's engine; `polar dev up` and the tests start dockerd, nothing here
 # needs a daemon), debootstrap (the local base image: infra/images/build.py) and patch (the
-# swebench evaluator's last apply fallback)
+# swebench evaluator's last apply fallback); podman (the daemonless `podman` runtime) with what
+# rootless podman needs: uidmap (newuidmap), slirp4netns, fuse-overlayfs and catatonit (--init)
 missing=()
-for pair in git:git strace:strace dockerd:docker.io debootstrap:debootstrap patch:patch; do
+for pair in git:git strace:strace dockerd:docker.io debootstrap:debootstrap patch:patch \
+    podman:podman newuidmap:uidmap slirp4netns:slirp4netns fuse-overlayfs:fuse-overlayfs \
+    /usr/libexec/podman/catatonit:catatonit; do
   command -v "${pair%%:*}" >/dev/null || PATH=$PATH:/usr/sbin command -v "${pair%%:*}" >/dev/null \
     || missing+=("${pair#*:}")
 done
@@ -46,6 +49,9 @@ fi
 
 # the tiny model the dev stack and the tests serve (built locally, nothing downloaded)
 .venv-vllm/bin/python infra/tiny_model/build_tiny_model.py "$ROOT/.polar/models/tiny-qwen3"
+
+# the podman runtime's unprivileged user (polar-runner, subuids, its own storage; idempotent)
+if [[ $(id -u) == 0 ]]; then .venv/bin/python -m activities.runtimes.podman setup; fi
 
 infra/harnesses/install.sh  # the four real harness CLIs from npm, pinned (cached on the lock's hash)
 

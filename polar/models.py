@@ -75,10 +75,12 @@ class RuntimeSpec(StrictModel):
     `docker`: one container per session from `image` (built locally, see
     infra/images/build.py), the source in /workspace, host networking, CPU and
     memory limits, and a wall-clock budget after which the container stops.
-    `prepare` actions run after the source is in place, in both kinds.
+    `podman`: the same container sessions with the daemonless `podman` CLI,
+    rootless where the host allows (activities/runtimes/podman.py).
+    `prepare` actions run after the source is in place, in every kind.
     """
 
-    kind: Literal["local", "docker"] = "local"
+    kind: Literal["local", "docker", "podman"] = "local"
     image: str = Field(default="polar/runtime:py311", description="docker: the image to run")
     cpus: float | None = Field(default=None, gt=0, description="docker: CPU limit")
     memory: str | None = Field(

@@ -8,6 +8,7 @@ session fixtures, started only by the tests that need them.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -95,6 +96,24 @@ def docker_image(docker_engine: None, base_settings: Settings) -> str:
         log=lambda _: None
     )
     return "polar/runtime:py311"
+
+
+@pytest.fixture(scope="session")
+def podman_image(docker_image: str) -> str:
+    """The default session image in podman's stores (rootless, and root's when we are root):
+    `docker save | podman load` from the local engine, skipped when the image id matches."""
+    from activities.runtimes.podman import load_from_docker, resolve_mode, user_namespaces_work
+
+    if shutil.which("podman") is None:
+        pytest.fail("podman is missing: run infra/setup.sh (apt-get install podman)")
+    modes = {resolve_mode()[0]}
+    if user_namespaces_work()[0]:
+        modes.add("rootless")
+    if os.geteuid() == 0:
+        modes.add("root")
+    for mode in sorted(modes):
+        load_from_docker(docker_image, mode)
+    return docker_image
 
 
 @pytest.fixture(scope="session")

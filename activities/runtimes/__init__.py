@@ -1,4 +1,4 @@
-"""Runtimes by kind: `local` (the zero-setup default) and `docker`."""
+"""Runtimes by kind: `local` (the zero-setup default), `docker` and `podman`."""
 
 from __future__ import annotations
 
@@ -18,4 +18,8 @@ def get_runtime(kind: str, data_dir: Path) -> Runtime:
         from activities.runtimes.docker import DockerRuntime  # the docker SDK only when used
 
         return DockerRuntime(data_dir / "runtimes")
+    if kind == "podman":
+        from activities.runtimes.podman import PodmanRuntime
+
+        return PodmanRuntime(data_dir / "runtimes")
     raise ValueError(f"unknown runtime kind {kind!r}")

@@ -196,18 +196,10 @@ class DockerRuntime:
         await asyncio.to_thread(self._sync_in, container, handle)
         pidfile = f"/tmp/.polar-{uuid.uuid4().hex}.pid"
         full_env = {"HOME": str(self.home(handle))} | env
-        created = await asyncio.to_thread(
-            self.client.api.exec_create,
-            container.id,
-            ["setsid", "-w", "bash", "-c", 'echo $$ > "$0"; exec bash -c "$1"', pidfile, command],
-            stdout=True,
-            stderr=True,
-            environment=full_env,
-            workdir=handle.workdir,
+        argv = ["setsid", "-w", "bash", "-c", 'echo $$ > "$0"; exec bash -c "$1"', pidfile, command]
+        pump = await asyncio.to_thread(
+            self._start_exec, container, argv, full_env, handle.workdir, stdout, stderr
         )
-        exec_id = created["Id"]
-        pump = _Pump(self.client, exec_id, stdout, stderr)
-        pump.start()
         try:
             while True:
                 remaining = timeout_s - (time.monotonic() - started)
@@ -229,8 +221,20 @@ class DockerRuntime:
                 await asyncio.to_thread(self._sync_out, container, handle)
         if pump.error is not None:
             raise pump.error
-        code = (await asyncio.to_thread(self.client.api.exec_inspect, exec_id))["ExitCode"]
+        code = await asyncio.to_thread(pump.exit_code)
         return ProcessOutcome(code, False, time.monotonic() - started)
+
+    def _start_exec(
+        self, container: Any, argv: list[str], env: dict[str, str], workdir: str,
+        stdout: Path, stderr: Path,
+    ) -> _Pump:  # fmt: skip
+        """Start `argv` in the container, its output streaming into the two log files."""
+        created = self.client.api.exec_create(
+            container.id, argv, stdout=True, stderr=True, environment=env, workdir=workdir
+        )
+        pump = _Pump(self.client, created["Id"], stdout, stderr)
+        pump.start()
+        return pump
 
     async def _kill(self, container: Any, pidfile: str, pump: _Pump) -> None:
         """SIGTERM the command's process group, then SIGKILL after a grace period."""
@@ -321,6 +325,9 @@ class _Pump(threading.Thread):
             self.error = exc
         finally:
             self.done.set()
+
+    def exit_code(self) -> int | None:
+        return self.client.api.exec_inspect(self.exec_id)["ExitCode"]
 
 
 def _owned_by_root(info: tarfile.TarInfo) -> tarfile.TarInfo:

@@ -1,0 +1,365 @@
+"""The `podman` runtime: the Docker runtime's sessions, daemonless and (where it can) rootless.
+
+For clusters that forbid a Docker daemon (the paper uses rootless Apptainer
+there; Debian ships `podman`). Everything a session sees is the Docker
+runtime's (activities/runtimes/docker.py, which this subclasses): one
+container per session from the task's image, `/workspace` filled by copying
+(no mounts), host networking, `sleep {wall_clock_s}` under an init as the
+main process, commands in their own process group, `home/` and `scratch/`
+synced at the same paths, teardown by name. Only the transport differs: the
+`podman` CLI (no daemon, no socket) instead of the docker SDK, through a small
+adapter with the few container methods the shared code calls.
+
+Modes (`POLAR_PODMAN_MODE`, default `auto`):
+
+- `rootless`: as root, podman runs as the unprivileged `polar-runner` user
+  (created idempotently, with subuid/subgid ranges and its own storage under
+  its home, fuse-overlayfs); a non-root worker runs podman as itself.
+  On a cgroup v1 host rootless podman cannot enforce CPU, memory or pids
+  limits (podman: "Resource limits are not supported and ignored on cgroups
+  V1 rootless systems"); the session still runs, without them.
+- `root`: podman as root (still daemonless); limits enforced on v1 and v2.
+- `auto`: rootless where user namespaces work and the limits can be enforced
+  (cgroup v2), else root when the worker is root. `PodmanRuntime.mode_reason`
+  says why.
+
+Images come from a registry-less store: `load_from_docker` copies an image
+from the local Docker engine (`docker save | podman load`, skipped when the
+image id already matches), e.g. `python -m activities.runtimes.podman load
+polar/runtime:py311`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import io
+import os
+import pwd
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from docker.errors import APIError, NotFound
+
+from activities.runtimes.base import InvalidRuntime
+from activities.runtimes.docker import LABEL, PIDS_LIMIT, DockerRuntime
+from polar.models import RuntimeSpec
+
+RUNNER = "polar-runner"
+RUNNER_HOME = Path("/var/lib/polar-runner")
+SUBID_RANGE = (200000, 65536)  # first id, count
+STORAGE_CONF = """[storage]
+driver = "overlay"
+[storage.options.overlay]
+mount_program = "/usr/bin/fuse-overlayfs"
+"""
+CLI_TIMEOUT_S = 300.0
+OWN_ENV = {"HOME", "PATH", "TMPDIR", "USER", "LOGNAME", "SHELL", "CONTAINERS_CONF",
+           "CONTAINERS_STORAGE_CONF", "CONTAINERS_REGISTRIES_CONF"}  # fmt: skip
+
+
+# ---------------------------------------------------------------------- host checks and modes
+def user_namespaces_work() -> tuple[bool, str]:
+    """Whether an unprivileged user namespace can be made here (`unshare -U true`)."""
+    if shutil.which("unshare") is None:
+        return False, "unshare not found"
+    proc = subprocess.run(["unshare", "-U", "true"], capture_output=True, text=True)
+    if proc.returncode != 0:
+        return False, f"`unshare -U true` failed: {proc.stderr.strip()}"
+    knob = Path("/proc/sys/kernel/unprivileged_userns_clone")
+    if knob.exists() and knob.read_text().strip() == "0":
+        return False, "kernel.unprivileged_userns_clone=0"
+    return True, "user namespaces work"
+
+
+def cgroup_v2() -> bool:
+    return Path("/sys/fs/cgroup/cgroup.controllers").exists()
+
+
+@functools.cache
+def resolve_mode(requested: str | None = None) -> tuple[str, str]:
+    """(`rootless` | `root`, why) for the requested mode (`auto` when None)."""
+    requested = requested or os.environ.get("POLAR_PODMAN_MODE") or "auto"
+    if requested not in ("auto", "rootless", "root"):
+        raise InvalidRuntime(f"POLAR_PODMAN_MODE must be auto, rootless or root: {requested!r}")
+    is_root = os.geteuid() == 0
+    if requested == "root":
+        if not is_root:
+            raise InvalidRuntime("podman mode 'root' needs a root worker")
+        return "root", "requested"
+    if requested == "rootless":
+        return "rootless", "requested"
+    ok, why = user_namespaces_work()
+    if not is_root:
+        return "rootless", "the worker is not root"
+    if not ok:
+        return "root", f"no rootless podman: {why}"
+    if not cgroup_v2():
+        return "root", (
+            "cgroup v1 host: rootless podman would ignore the CPU, memory and pids limits"
+        )
+    return "rootless", f"{why}, cgroup v2"
+
+
+def ensure_runner() -> None:
+    """Create (idempotently) the unprivileged user rootless podman runs as, run as root."""
+    try:
+        pwd.getpwnam(RUNNER)
+    except KeyError:
+        subprocess.run(
+            ["useradd", "--system", "--create-home", "--home-dir", str(RUNNER_HOME),
+             "--shell", "/usr/sbin/nologin", RUNNER],
+            check=True, capture_output=True,
+        )  # fmt: skip
+    first, count = SUBID_RANGE
+    for table, flag in (("/etc/subuid", "--add-subuids"), ("/etc/subgid", "--add-subgids")):
+        lines = Path(table).read_text().splitlines() if Path(table).exists() else []
+        if not any(line.startswith(f"{RUNNER}:") for line in lines):
+            subprocess.run(
+                ["usermod", flag, f"{first}-{first + count - 1}", RUNNER],
+                check=True, capture_output=True,
+            )  # fmt: skip
+    conf = RUNNER_HOME / ".config" / "containers" / "storage.conf"
+    if not conf.exists() and Path("/usr/bin/fuse-overlayfs").exists():
+        conf.parent.mkdir(parents=True, exist_ok=True)
+        conf.write_text(STORAGE_CONF)
+        entry = pwd.getpwnam(RUNNER)
+        for path in (conf.parent.parent, conf.parent, conf):
+            os.chown(path, entry.pw_uid, entry.pw_gid)
+
+
+# ---------------------------------------------------------------------- the CLI
+@dataclass(frozen=True)
+class Podman:
+    """The podman CLI in one mode: `argv(...)` is the full command line."""
+
+    mode: str
+
+    @property
+    def as_runner(self) -> bool:
+        return self.mode == "rootless" and os.geteuid() == 0
+
+    def argv(self, *args: str) -> list[str]:
+        if self.as_runner:
+            return ["runuser", "-u", RUNNER, "--", "env", f"HOME={RUNNER_HOME}", "podman", *args]
+        return ["podman", *args]
+
+    def popen(self, *args: str, **kwargs: Any) -> subprocess.Popen:
+        return subprocess.Popen(self.argv(*args), cwd="/", **kwargs)
+
+    def run(
+        self, *args: str, stdin: IO[bytes] | None = None, input: bytes | None = None,
+        env: dict[str, str] | None = None, check: bool = True, timeout: float = CLI_TIMEOUT_S,
+    ) -> subprocess.CompletedProcess[bytes]:  # fmt: skip
+        proc = subprocess.run(
+            self.argv(*args), cwd="/", stdin=stdin, input=input, capture_output=True,
+            env=env, timeout=timeout,
+        )  # fmt: skip
+        if check and proc.returncode != 0:
+            err = proc.stderr.decode(errors="replace").strip()
+            if "no such container" in err or "no container with name" in err:
+                raise NotFound(f"podman {args[0]}: {err}")
+            raise APIError(f"podman {' '.join(args[:2])} failed ({proc.returncode}): {err}")
+        return proc
+
+    def image_id(self, image: str) -> str | None:
+        proc = self.run("image", "inspect", "--format", "{{.Id}}", image, check=False)
+        if proc.returncode != 0:
+            return None
+        return proc.stdout.decode().strip() or None
+
+
+def load_from_docker(image: str, mode: str | None = None) -> bool:
+    """Copy `image` from the local Docker engine into podman's store; False when up to date."""
+    import docker
+
+    podman = Podman(resolve_mode(mode)[0])
+    if podman.as_runner:
+        ensure_runner()
+    want = docker.from_env(timeout=600).images.get(image).id.removeprefix("sha256:")
+    if podman.image_id(image) == want:
+        return False
+    with tempfile.TemporaryFile() as tar:
+        subprocess.run(["docker", "save", image], stdout=tar, check=True, timeout=CLI_TIMEOUT_S)
+        tar.seek(0)
+        podman.run("load", "--quiet", stdin=tar)
+    if podman.image_id(image) != want:
+        raise InvalidRuntime(f"podman load of {image} did not give image {want[:12]}")
+    return True
+
+
+# ---------------------------------------------------------------------- the runtime
+class PodmanRuntime(DockerRuntime):
+    kind = "podman"
+
+    def __init__(self, root: Path, mode: str | None = None) -> None:
+        super().__init__(root)
+        self.mode, self.mode_reason = resolve_mode(mode)
+        self.podman = Podman(self.mode)
+        self._runner_ready = False
+
+    @property
+    def client(self) -> Any:  # the docker SDK is never used here
+        raise AssertionError("the podman runtime has no docker client")
+
+    def _ready(self) -> None:
+        if self.podman.as_runner and not self._runner_ready:
+            ensure_runner()
+            self._runner_ready = True
+
+    def _create(self, session_id: str, spec: RuntimeSpec) -> _Container:
+        self._ready()
+        if self.podman.image_id(spec.image) is None:
+            raise InvalidRuntime(
+                f"podman image {spec.image!r} not found in the {self.mode} store (load it from "
+                f"the local docker engine: python -m activities.runtimes.podman load {spec.image})"
+            )
+        name = self.container_name(session_id)
+        nofile_soft, nofile_hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        args = [
+            "run", "--detach", "--name", name, "--label", f"{LABEL}={session_id}",
+            "--init", "--network", "host", "--workdir", "/",
+            "--security-opt", "no-new-privileges", "--pids-limit", str(PIDS_LIMIT),
+            # podman's default rlimits are above what a confined root may set: keep the
+            # worker's open-files limit, and cap processes like the pids limit does
+            "--ulimit", f"nofile={nofile_soft}:{nofile_hard}",
+            "--ulimit", f"nproc={PIDS_LIMIT}:{PIDS_LIMIT}",
+        ]  # fmt: skip
+        if spec.cpus is not None:
+            args += ["--cpus", str(spec.cpus)]
+        if spec.memory is not None:
+            args += ["--memory", spec.memory, "--memory-swap", spec.memory]
+        args += [spec.image, "sleep", str(max(1, int(spec.wall_clock_s)))]
+        proc = self.podman.run(*args, check=False)
+        if proc.returncode != 0:
+            with contextlib.suppress(Exception):
+                self.podman.run("rm", "--force", "--ignore", "--time", "0", name, check=False)
+            err = proc.stderr.decode(errors="replace").strip()
+            raise APIError(f"podman run failed ({proc.returncode}): {err}")
+        return _Container(self.podman, name)
+
+    async def _remove_container(self, session_id: str) -> None:
+        name = self.container_name(session_id)
+        await asyncio.to_thread(
+            self.podman.run, "rm", "--force", "--ignore", "--volumes", "--time", "0", name
+        )
+
+    def _container(self, handle: Any) -> _Container:
+        return _Container(self.podman, self.container_name(handle.session_id))
+
+    def _start_exec(
+        self, container: Any, argv: list[str], env: dict[str, str], workdir: str,
+        stdout: Path, stderr: Path,
+    ) -> _ExecPump:  # fmt: skip
+        # values travel in podman's own environment (`--env NAME`), not on its command line
+        # (where `ps` shows them), except the few podman itself reads
+        inline = {k: v for k, v in env.items() if k in OWN_ENV or k.startswith("XDG_")}
+        names = [arg for key in env if key not in inline for arg in ("--env", key)]
+        names += [arg for key, value in inline.items() for arg in ("--env", f"{key}={value}")]
+        proc_env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")}
+        proc_env |= {k: v for k, v in env.items() if k not in inline}
+        with open(stdout, "ab") as out, open(stderr, "ab") as err:
+            proc = self.podman.popen(
+                "exec", *names, "--workdir", workdir, container.name, *argv,
+                stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=proc_env,
+            )  # fmt: skip
+        pump = _ExecPump(proc)
+        pump.start()
+        return pump
+
+
+class _ExecPump(threading.Thread):
+    """Wait for a `podman exec` (its output goes straight to the log files)."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        super().__init__(daemon=True, name=f"polar-podman-exec-{proc.pid}")
+        self.proc = proc
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.proc.wait()
+        finally:
+            self.done.set()
+
+    def exit_code(self) -> int | None:
+        return self.proc.returncode
+
+
+@dataclass
+class _ExecResult:
+    exit_code: int
+    output: bytes
+
+
+class _Container:
+    """The few docker-SDK container methods DockerRuntime's shared code calls, via the CLI."""
+
+    def __init__(self, podman: Podman, name: str) -> None:
+        self.podman, self.name = podman, name
+
+    @property
+    def id(self) -> str:
+        return self.name
+
+    @property
+    def status(self) -> str:
+        proc = self.podman.run(
+            "container", "inspect", "--format", "{{.State.Status}}", self.name, check=False
+        )
+        if proc.returncode != 0:
+            raise NotFound(f"podman container {self.name} not found")
+        return proc.stdout.decode().strip()
+
+    def exec_run(self, cmd: list[str]) -> _ExecResult:
+        proc = subprocess.run(
+            self.podman.argv("exec", self.name, *cmd), cwd="/", stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=CLI_TIMEOUT_S,
+        )  # fmt: skip
+        return _ExecResult(proc.returncode, proc.stdout)
+
+    def put_archive(self, path: str, data: IO[bytes]) -> bool:
+        """Extract the tar `data` into the existing dir `path` (`podman cp - name:path`)."""
+        start = data.tell()
+        first_block = data.read(512)
+        data.seek(start)
+        if not first_block.strip(b"\0"):
+            return True  # an empty tar (an empty dir's contents), which `podman cp` refuses
+        if isinstance(data, io.BytesIO):
+            self.podman.run("cp", "-", f"{self.name}:{path}", input=data.getvalue())
+        else:
+            self.podman.run("cp", "-", f"{self.name}:{path}", stdin=data)
+        return True
+
+    def get_archive(self, path: str) -> tuple[list[bytes], dict]:
+        """A tar of `path` (its top dir included), like the SDK's (chunks, stat)."""
+        proc = self.podman.run("cp", f"{self.name}:{path}", "-")
+        return [proc.stdout], {}
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["setup"]:
+        mode, why = resolve_mode()
+        if os.geteuid() == 0 and user_namespaces_work()[0]:
+            ensure_runner()
+        print(f"podman runtime: {mode} mode ({why})")
+    elif args[:1] == ["load"] and len(args) >= 2:
+        for image in args[1:]:
+            fresh = load_from_docker(image)
+            print(f"{image}: {'loaded from docker' if fresh else 'up to date'}")
+    else:
+        sys.exit("usage: python -m activities.runtimes.podman setup | load IMAGE...")
+
+
+if __name__ == "__main__":
+    main()

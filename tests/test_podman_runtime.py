@@ -1,0 +1,284 @@
+"""The `podman` runtime (daemonless; rootless where the host allows) with the local image.
+
+`podman_image` copies polar/runtime:py311 from the local Docker engine into
+podman's stores (`docker save | podman load`, no registry). The runtime tests
+run in each mode this host offers: `rootless` (podman as the unprivileged
+`polar-runner` user) and `root`; each prints which mode ran and why `auto`
+picks what it picks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.server
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from activities.runtimes import InvalidRuntime, PrepareFailed, get_runtime
+from activities.runtimes.podman import (
+    LABEL,
+    PodmanRuntime,
+    cgroup_v2,
+    resolve_mode,
+    user_namespaces_work,
+)
+from polar.devstack import free_port
+from polar.models import (
+    DirSource,
+    PrepareRequest,
+    RuntimeHandle,
+    RuntimeSpec,
+    SessionStatus,
+    TaskSpec,
+)
+from polar.sdk import PolarClient
+
+pytestmark = pytest.mark.slow
+
+
+def _modes() -> list[str]:
+    import os
+
+    modes = ["rootless"] if user_namespaces_work()[0] else []
+    return [*modes, "root"] if os.geteuid() == 0 else modes
+
+
+@pytest.fixture(params=_modes())
+def runtime(request: pytest.FixtureRequest, podman_image: str, tmp_path: Path) -> Iterator:
+    rt = PodmanRuntime(tmp_path / "runtimes", mode=request.param)
+    print(f"podman mode: {rt.mode}; auto here: {resolve_mode('auto')}")
+    yield rt
+    listed = rt.podman.run("ps", "--all", "--format", "{{.Names}}", check=False)
+    for name in listed.stdout.decode().split():
+        if name.startswith(rt.container_name("")):
+            rt.podman.run("rm", "--force", "--ignore", "--time", "0", name, check=False)
+
+
+def _repo(tmp_path: Path) -> Path:
+    repo = tmp_path / "repo"
+    repo.mkdir(exist_ok=True)
+    (repo / "hello.txt").write_text("hello\n")
+    (repo / "pkg").mkdir(exist_ok=True)
+    (repo / "pkg" / "mod.py").write_text("X = 1\n")
+    return repo
+
+
+def _request(session_id: str, source: object = None, **runtime: object) -> PrepareRequest:
+    return PrepareRequest(
+        session_id=session_id,
+        task_id="t",
+        runtime=RuntimeSpec.model_validate({"kind": "podman", **runtime}),
+        source=source,
+    )
+
+
+def _read(path: Path) -> str:
+    return path.read_text() if path.exists() else ""
+
+
+def _exists(rt: PodmanRuntime, session_id: str) -> bool:
+    name = rt.container_name(session_id)
+    return rt.podman.run("container", "exists", name, check=False).returncode == 0
+
+
+async def test_dir_source_command_output_exit_code_and_scratch(
+    runtime: PodmanRuntime, tmp_path: Path
+) -> None:
+    started = time.monotonic()
+    handle = await runtime.prepare(
+        _request("dir-1", DirSource(path=str(_repo(tmp_path))), cpus=1, memory="512m")
+    )
+    prepare_s = time.monotonic() - started
+    try:
+        assert handle.workdir == "/workspace" and handle.kind == "podman"
+        (runtime.scratch(handle) / "input.txt").write_text("from the worker\n")
+        command = (
+            "test -e /run/.containerenv && pwd && cat hello.txt pkg/mod.py && "
+            'cat "$SCRATCH/input.txt" && echo "$HOME" && echo "$SECRET" && echo to-stderr >&2 && '
+            'echo result > "$SCRATCH/out.txt" && echo cfg > "$HOME/native.log" && exit 3'
+        )
+        env = {"SCRATCH": str(runtime.scratch(handle)), "SECRET": "s3cret value"}
+        started = time.monotonic()
+        outcome = await runtime.run(handle, command, env=env, log_name="cmd", timeout_s=60)
+        run_s = time.monotonic() - started
+        assert outcome.exit_code == 3 and not outcome.timed_out
+        out, err = (_read(p) for p in runtime.log_paths(handle, "cmd"))
+        assert out.splitlines() == [
+            "/workspace", "hello", "X = 1", "from the worker", str(runtime.home(handle)),
+            "s3cret value",
+        ]  # fmt: skip
+        assert err == "to-stderr\n"
+        assert (runtime.scratch(handle) / "out.txt").read_text() == "result\n"
+        assert (runtime.home(handle) / "native.log").read_text() == "cfg\n"
+        (runtime.scratch(handle) / "out.txt").unlink()
+        again = await runtime.run(
+            handle, f"test ! -e {runtime.scratch(handle)}/out.txt", env={}, log_name="again",
+            timeout_s=60,
+        )  # fmt: skip
+        assert again.exit_code == 0
+        assert (tmp_path / "repo" / "hello.txt").read_text() == "hello\n"
+    finally:
+        await runtime.teardown(handle)
+    print(f"podman {runtime.mode}: prepare {prepare_s:.2f}s, one command {run_s:.2f}s")
+    assert prepare_s < 30
+
+
+async def test_limits_host_network_no_mounts_and_teardown(
+    runtime: PodmanRuntime, tmp_path: Path
+) -> None:
+    handle = await runtime.prepare(
+        _request("limits-1", DirSource(path=str(_repo(tmp_path))), cpus=1.5, memory="256m")
+    )
+    name = runtime.container_name("limits-1")
+    try:
+        inspect = runtime.podman.run("container", "inspect", name)
+        [attrs] = json.loads(inspect.stdout)
+        host = attrs["HostConfig"]
+        assert host["NetworkMode"] == "host"
+        assert host["Init"] is True
+        assert not host.get("Binds") and attrs["Mounts"] == []
+        assert attrs["Config"]["Labels"][LABEL] == "limits-1"
+        if runtime.mode == "rootless" and not cgroup_v2():
+            # podman: "Resource limits are not supported and ignored on cgroups V1 rootless"
+            print("podman rootless on cgroup v1: CPU/memory/pids limits are not enforced")
+            assert host["NanoCpus"] == 0
+        else:
+            assert host["NanoCpus"] == 1_500_000_000
+            assert host["Memory"] == host["MemorySwap"] == 256 * 1024 * 1024
+            assert host["PidsLimit"] > 0
+            mem = await runtime.run(
+                handle,
+                "cat /sys/fs/cgroup/memory.max 2>/dev/null "
+                "|| cat /sys/fs/cgroup/memory/memory.limit_in_bytes",
+                env={}, log_name="mem", timeout_s=30,
+            )  # fmt: skip
+            assert mem.exit_code == 0
+            assert _read(runtime.log_paths(handle, "mem")[0]).strip() == str(256 * 1024 * 1024)
+        # host networking: a server on the worker's loopback (like the gateway) answers
+        port = free_port()
+        server = http.server.HTTPServer(("127.0.0.1", port), http.server.SimpleHTTPRequestHandler)
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            fetch = f"import urllib.request; urllib.request.urlopen('http://127.0.0.1:{port}/')"
+            outcome = await runtime.run(
+                handle, f'python -c "{fetch}"', env={}, log_name="net", timeout_s=60
+            )
+        finally:
+            server.shutdown()
+        assert outcome.exit_code == 0, _read(runtime.log_paths(handle, "net")[1])
+    finally:
+        await runtime.teardown(handle)
+    assert not _exists(runtime, "limits-1")
+    assert not (runtime.root / "limits-1").exists()
+    await runtime.teardown(RuntimeHandle(kind="podman", session_id="never", workdir="", host=""))
+
+
+async def test_timeout_kills_the_whole_command(runtime: PodmanRuntime) -> None:
+    handle = await runtime.prepare(_request("timeout-1"))
+    try:
+        ticks: list[float] = []
+        outcome = await runtime.run(
+            handle, "sleep 300 & sleep 301", env={}, log_name="slow", timeout_s=3,
+            on_tick=ticks.append, tick_s=0.5,
+        )  # fmt: skip
+        assert outcome.timed_out and outcome.exit_code is None
+        assert outcome.duration_s < 15
+        assert ticks
+        ps = await runtime.run(handle, "ps -eo args", env={}, log_name="ps", timeout_s=30)
+        assert ps.exit_code == 0
+        assert "sleep 30" not in _read(runtime.log_paths(handle, "ps")[0])
+    finally:
+        await runtime.teardown(handle)
+
+
+async def test_prepare_actions_missing_image_and_wall_clock(
+    runtime: PodmanRuntime, tmp_path: Path
+) -> None:
+    extra = tmp_path / "extra"
+    (extra / "sub").mkdir(parents=True)
+    (extra / "sub" / "data.txt").write_text("payload\n")
+    flaky = "test -e /tmp/tried || { touch /tmp/tried; exit 1; }; echo ok > prepared.txt"
+    handle = await runtime.prepare(
+        _request(
+            "actions-1",
+            prepare=[
+                {"type": "upload", "src": str(extra), "dest": "vendor/extra"},
+                {"type": "run", "command": flaky, "retries": 1},
+            ],
+            wall_clock_s=6,
+        )
+    )
+    try:
+        outcome = await runtime.run(
+            handle, "cat vendor/extra/sub/data.txt prepared.txt", env={}, log_name="check",
+            timeout_s=60,
+        )  # fmt: skip
+        assert outcome.exit_code == 0, _read(runtime.log_paths(handle, "check")[1])
+        assert _read(runtime.log_paths(handle, "check")[0]) == "payload\nok\n"
+        await asyncio.sleep(7)  # the container's whole lifetime is spent
+        late = await runtime.run(handle, "true", env={}, log_name="late", timeout_s=30)
+        assert late.timed_out
+        assert "wall-clock" in _read(runtime.log_paths(handle, "late")[1])
+    finally:
+        await runtime.teardown(handle)
+    with pytest.raises(PrepareFailed, match="exited 7 after 1 attempt"):
+        await runtime.prepare(_request("actions-2", prepare=[{"type": "run", "command": "exit 7"}]))
+    assert not _exists(runtime, "actions-2")
+    with pytest.raises(InvalidRuntime, match="not found"):
+        await runtime.prepare(_request("img-1", image="polar/no-such-image:1"))
+
+
+async def test_session_end_to_end_in_podman(
+    polar: PolarClient, podman_image: str, tmp_path: Path
+) -> None:
+    """A Temporal task whose sessions run in podman containers: the harness edits, the
+    evaluator grades (the worker's `get_runtime("podman")`, in the `auto` mode)."""
+    mode, why = resolve_mode()
+    print(f"podman end to end in {mode} mode ({why})")
+    repo = _repo(tmp_path)
+    evaluator = (
+        "grep -q fixed hello.txt && "
+        'echo \'{"reward": 1.0, "detail": "graded in podman"}\' > "$POLAR_REWARD_FILE"'
+    )
+
+    def spec(task_id: str, harness: str) -> TaskSpec:
+        return TaskSpec.model_validate(
+            {
+                "task_id": task_id,
+                "num_sessions": 1,
+                "source": {"type": "dir", "path": str(repo)},
+                "runtime": {"kind": "podman", "image": podman_image, "cpus": 1, "memory": "1g"},
+                "harness": {"kind": "command", "command": harness},
+                "evaluator": {"kind": "command", "command": evaluator},
+            }
+        )
+
+    fix = 'test -e /run/.containerenv && test "$PWD" = /workspace && test -n "$OPENAI_API_KEY"'
+    fix += " && echo fixed >> hello.txt"
+    started = time.monotonic()
+    good, bad = await asyncio.gather(
+        polar.wait(await polar.submit(spec("podman-e2e-fixed", fix)), timeout_s=180),
+        polar.wait(await polar.submit(spec("podman-e2e-wrong", "echo nope >> hello.txt")), 180),
+    )
+    elapsed = time.monotonic() - started
+    [fixed] = good.sessions
+    [wrong] = bad.sessions
+    assert fixed.status == SessionStatus.COMPLETED, fixed
+    assert fixed.reward == 1.0 and "graded in podman" in (fixed.evaluation or "")
+    assert wrong.status == SessionStatus.COMPLETED and wrong.reward == 0.0
+    assert (repo / "hello.txt").read_text() == "hello\n"
+    rt = get_runtime("podman", Path(polar.settings.data_dir))
+    assert isinstance(rt, PodmanRuntime)
+    for session in (fixed, wrong):
+        listed = rt.podman.run(
+            "ps", "--all", "--filter", f"label={LABEL}={session.session_id}", "--format", "{{.ID}}"
+        )
+        assert listed.stdout.strip() == b""
+        assert not (Path(polar.settings.data_dir) / "runtimes" / session.session_id).exists()
+    print(f"two podman sessions end to end: {elapsed:.1f}s; stages {fixed.stage_seconds}")
