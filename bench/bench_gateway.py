@@ -16,15 +16,17 @@ Every part is its own process on 127.0.0.1, started here and stopped at the end:
 * LiteLLM's proxy from its own venv (bench/.venv-litellm, never the project's)
   with a `hosted_vllm/` model pointing at the same fake upstream, if installed.
 
-The client (this process, httpx.AsyncClient) runs 1 and 32 concurrent
-sessions, each with its own minted session key, each doing sequential
+The client (this process) runs 1 and 32 concurrent sessions, each with its
+own httpx.AsyncClient (one kept-alive connection) and minted session key
+(LiteLLM, without a database, only knows its master key), each doing sequential
 non-streamed Chat Completions calls: first directly to the fake upstream,
 then through the gateway, then through LiteLLM. Per-call latency p50/p99,
 calls per second, and the latency each proxy adds over the direct call.
 Afterwards the S3 bucket is listed: one record per gateway call must be there.
 Client, gateway, SeaweedFS, the fake upstream and LiteLLM share the machine's cores.
 
-Prints a markdown table; writes bench/results/gateway.json.
+Prints markdown tables (latency and throughput; CPU per call per process);
+writes bench/results/gateway.json.
 """
 
 from __future__ import annotations

@@ -319,3 +319,23 @@ async def test_session_end_to_end_in_docker(
         assert labelled == []
         assert not (Path(polar.settings.data_dir) / "runtimes" / session.session_id).exists()
     print(f"two docker sessions end to end: {elapsed:.1f}s; stages {fixed.stage_seconds}")
+
+
+def test_service_image_builds_and_runs_polar(docker_image: str) -> None:
+    """infra/deploy's image: the project installed from source, its CLI runs in a container."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    build = subprocess.run(
+        [sys.executable, str(REPO / "infra" / "images" / "build.py"), "--service"],
+        capture_output=True, text=True, timeout=1200,
+    )  # fmt: skip
+    assert build.returncode == 0, build.stdout + build.stderr
+    import docker
+
+    output = docker.from_env().containers.run(
+        "polar/polar:latest", ["worker", "--help"], network_mode="host", remove=True
+    )
+    assert b"--queues" in output

@@ -2,6 +2,7 @@
 
     python infra/images/build.py            # polar/base:bookworm, then polar/runtime:py311
     python infra/images/build.py --harness  # also polar/harness:node20 (the harness CLIs)
+    python infra/images/build.py --service  # also polar/polar:latest (infra/deploy's image)
     python infra/images/build.py --force    # rebuild even when the recipe did not change
 
 1. `polar/base:bookworm`: `debootstrap --variant=minbase bookworm` into a temp
@@ -41,6 +42,10 @@ HERE = Path(__file__).resolve().parent
 BASE_TAG = "polar/base:bookworm"
 RUNTIME_TAG = "polar/runtime:py311"
 HARNESS_TAG = "polar/harness:node20"
+SERVICE_TAG = "polar/polar:latest"
+REPO = HERE.parents[1]
+BUILD_CA = Path(os.environ.get("SSL_CERT_FILE") or "/etc/ssl/certs/ca-certificates.crt")
+SERVICE_SOURCES = ("pyproject.toml", "README.md", "polar", "proxy", "workflows", "activities")
 HARNESSES = HERE.parent / "harnesses"  # package.json, package-lock.json, node_modules
 LABEL = "polar.recipe"
 BASE_RECIPE_VERSION = "1"  # bump to force a new base
@@ -188,21 +193,76 @@ def build_harness(client: docker.DockerClient, *, force: bool, log=print) -> boo
     return True
 
 
-def build_all(*, force: bool = False, harness: bool = False, log=print) -> None:
-    client = docker.from_env(timeout=600)
+def _source_files() -> list[Path]:
+    files: list[Path] = []
+    for name in SERVICE_SOURCES:
+        path = REPO / name
+        candidates = [path] if path.is_file() else sorted(path.rglob("*"))
+        files += [f for f in candidates if f.is_file() and "__pycache__" not in f.parts]
+    return files
+
+
+def service_recipe(client: docker.DockerClient) -> str:
+    digest = hashlib.sha256(client.images.get(RUNTIME_TAG).id.encode())
+    digest.update((HERE / "polar" / "Dockerfile").read_bytes())
+    for path in _source_files():
+        digest.update(path.relative_to(REPO).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def build_service(client: docker.DockerClient, *, force: bool, log=print) -> bool:
+    """The deployment image (`polar gateway` / `polar worker`); False when up to date."""
+    recipe = service_recipe(client)
+    if not force and _recipe_label(client, SERVICE_TAG) == recipe:
+        log(f"{SERVICE_TAG}: up to date (recipe {recipe})")
+        return False
+    log(f"{SERVICE_TAG}: building from the project source")
+    with tempfile.TemporaryFile(prefix="polar-service-ctx-") as context:
+        with tarfile.open(fileobj=context, mode="w") as tar:
+            tar.add(HERE / "polar" / "Dockerfile", arcname="Dockerfile")
+            tar.add(BUILD_CA, arcname="build-ca.crt")
+            for path in _source_files():
+                tar.add(path, arcname=f"src/{path.relative_to(REPO).as_posix()}")
+        context.seek(0)
+        try:
+            client.images.build(
+                fileobj=context,
+                custom_context=True,
+                tag=SERVICE_TAG,
+                labels={LABEL: recipe},
+                buildargs={"BASE": RUNTIME_TAG},
+                network_mode="host",
+                rm=True,
+                forcerm=True,
+            )
+        except BuildError as exc:
+            tail = "".join(str(chunk.get("stream", "")) for chunk in exc.build_log)[-3000:]
+            sys.exit(f"{SERVICE_TAG}: build failed: {exc}\n{tail}")
+    log(f"{SERVICE_TAG}: built (recipe {recipe})")
+    return True
+
+
+def build_all(
+    *, force: bool = False, harness: bool = False, service: bool = False, log=print
+) -> None:
+    client = docker.from_env(timeout=1800)
     build_base(client, force=force, log=log)
     build_runtime(client, force=force, log=log)
     if harness:
         build_harness(client, force=force, log=log)
+    if service:
+        build_service(client, force=force, log=log)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--force", action="store_true", help="rebuild even if up to date")
     parser.add_argument("--harness", action="store_true", help=f"also build {HARNESS_TAG}")
+    parser.add_argument("--service", action="store_true", help=f"also build {SERVICE_TAG}")
     args = parser.parse_args()
     started = time.monotonic()
-    build_all(force=args.force, harness=args.harness)
+    build_all(force=args.force, harness=args.harness, service=args.service)
     print(f"images ready in {time.monotonic() - started:.1f}s")
 
 
