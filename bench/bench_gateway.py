@@ -55,7 +55,8 @@ import httpx
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from polar.devstack import DevStack, Service, StackError, free_port  # noqa: E402
+from bench.fake_vllm import json_asgi_app, vllm_answer  # noqa: E402
+from polar.devstack import DevStack, Service, StackError, free_port, http_ready  # noqa: E402
 from polar.session_keys import SessionIdentity, mint_session_key  # noqa: E402
 from polar.settings import Settings  # noqa: E402
 from polar.storage import Storage  # noqa: E402
@@ -89,81 +90,23 @@ LABELS = {
 # --------------------------------------------------------------------------- fake upstream
 
 
-def upstream_answer(body: dict[str, Any], n: int) -> dict[str, Any]:
-    """A vLLM-shaped chat.completion with fixed ids; token ids and logprobs only when asked."""
-    choice: dict[str, Any] = {
-        "index": 0,
-        "message": {
-            "role": "assistant", "content": REPLY_TEXT, "refusal": None, "annotations": None,
-            "audio": None, "function_call": None, "tool_calls": [], "reasoning_content": None,
-        },
-        "logprobs": None,
-        "finish_reason": "stop",
-        "stop_reason": None,
-    }  # fmt: skip
-    if body.get("logprobs"):
-        choice["logprobs"] = {
-            "content": [
-                {"token": f"token_id:{t}", "logprob": -0.01 * (i + 1), "bytes": [],
-                 "top_logprobs": []}
-                for i, t in enumerate(RESPONSE_IDS)
-            ]
-        }  # fmt: skip
-    answer: dict[str, Any] = {
-        "id": f"chatcmpl-{n:016x}",
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": body.get("model") or MODEL,
-        "choices": [choice],
-        "service_tier": None,
-        "system_fingerprint": None,
-        "usage": {
-            "prompt_tokens": len(PROMPT_IDS),
-            "total_tokens": len(PROMPT_IDS) + len(RESPONSE_IDS),
-            "completion_tokens": len(RESPONSE_IDS),
-            "prompt_tokens_details": None,
-        },
-        "prompt_logprobs": None,
-        "kv_transfer_params": None,
-    }
-    if body.get("return_token_ids"):
-        answer["prompt_token_ids"] = PROMPT_IDS
-        choice["token_ids"] = RESPONSE_IDS
-    return answer
-
-
 def upstream_app() -> Callable[..., Any]:
-    """A raw ASGI app (no framework, so the upstream costs the shared cores little)."""
+    """The fake upstream: vLLM's answer shape with fixed ids, as fast as it can."""
     counter = itertools.count()
     models = {"object": "list", "data": [{"id": MODEL, "object": "model", "owned_by": "vllm"}]}
 
-    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
-        path = scope["path"]
-        status, payload = 404, {"error": {"message": f"no route {path}", "code": 404}}
-        if scope["method"] == "POST" and path.endswith("/chat/completions"):
-            status, payload = 200, upstream_answer(json.loads(body or b"{}"), next(counter))
-        elif path in ("/health", "/v1/models", "/models"):
-            status, payload = 200, models
-        data = json.dumps(payload).encode()
-        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(data))]
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": data})
+    async def route(method: str, path: str, query: str, body: bytes) -> tuple[int, Any] | None:
+        if method == "POST" and path.endswith("/chat/completions"):
+            request = json.loads(body or b"{}")
+            return 200, vllm_answer(
+                request, next(counter), prompt_ids=PROMPT_IDS, response_ids=RESPONSE_IDS,
+                text=REPLY_TEXT, model=MODEL,
+            )  # fmt: skip
+        if path in ("/health", "/v1/models", "/models"):
+            return 200, models
+        return None
 
-    return app
+    return json_asgi_app(route)
 
 
 def serve_upstream(port: int) -> None:
@@ -174,16 +117,6 @@ def serve_upstream(port: int) -> None:
 
 
 # --------------------------------------------------------------------------- processes
-
-
-def _http_ok(url: str) -> Callable[[], bool]:
-    def ready() -> bool:
-        try:
-            return httpx.get(url, timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    return ready
 
 
 def _ports() -> tuple[int, int, int, int]:
@@ -275,7 +208,7 @@ class Bench:
         self._start(Service(
             "fake-upstream",
             [sys.executable, str(Path(__file__).resolve()), "--serve-upstream", str(up_port)],
-            _http_ok(f"http://127.0.0.1:{up_port}/health"),
+            http_ready(f"http://127.0.0.1:{up_port}/health"),
             start_timeout_s=30,
         ))  # fmt: skip
         self._start(self.stack.seaweedfs())
@@ -307,7 +240,7 @@ class Bench:
             str(self.litellm_venv / "bin" / "litellm"), "--config", str(config),
             "--host", "127.0.0.1", "--port", str(self.litellm_port),
         ]  # fmt: skip
-        ready = _http_ok(f"http://127.0.0.1:{self.litellm_port}/health/liveliness")
+        ready = http_ready(f"http://127.0.0.1:{self.litellm_port}/health/liveliness")
         service = Service("litellm", argv, ready, env=env, start_timeout_s=180, cwd=str(self.tmp))
         self._start(service)
 

@@ -62,7 +62,8 @@ import httpx
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from polar.devstack import DevStack, Service, free_port  # noqa: E402
+from bench.fake_vllm import json_asgi_app, vllm_answer  # noqa: E402
+from polar.devstack import DevStack, Service, free_port, http_ready  # noqa: E402
 from polar.models import SessionResult, SessionStatus, TaskSpec  # noqa: E402
 from polar.settings import Settings  # noqa: E402
 from polar.storage import Storage  # noqa: E402
@@ -91,47 +92,7 @@ def backend_app(slots: int, latency_s: float) -> Callable[..., Any]:
 
     reset(slots, latency_s)
 
-    def answer(body: dict[str, Any], n: int) -> dict[str, Any]:
-        choice: dict[str, Any] = {
-            "index": 0,
-            "message": {"role": "assistant", "content": "ok", "tool_calls": [],
-                        "reasoning_content": None},
-            "logprobs": None, "finish_reason": "stop", "stop_reason": None,
-        }  # fmt: skip
-        if body.get("logprobs"):
-            choice["logprobs"] = {"content": [
-                {"token": f"token_id:{t}", "logprob": -0.01 * (i + 1), "bytes": [],
-                 "top_logprobs": []} for i, t in enumerate(RESPONSE_IDS)
-            ]}  # fmt: skip
-        out: dict[str, Any] = {
-            "id": f"chatcmpl-{n:016x}", "object": "chat.completion", "created": int(time.time()),
-            "model": body.get("model") or MODEL, "choices": [choice],
-            "usage": {"prompt_tokens": len(PROMPT_IDS), "completion_tokens": len(RESPONSE_IDS),
-                      "total_tokens": len(PROMPT_IDS) + len(RESPONSE_IDS)},
-        }  # fmt: skip
-        if body.get("return_token_ids"):
-            out["prompt_token_ids"] = PROMPT_IDS
-            choice["token_ids"] = RESPONSE_IDS
-        return out
-
-    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    reset(slots, latency_s)  # the semaphore belongs to uvicorn's loop
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
-        path, method = scope["path"], scope["method"]
-        status, payload = 404, {"error": {"message": f"no route {path}", "code": 404}}
+    async def route(method: str, path: str, query: str, body: bytes) -> tuple[int, Any] | None:
         if method == "POST" and path.endswith("/chat/completions"):
             state["waiting"] += 1
             state["max_waiting"] = max(state["max_waiting"], state["waiting"] - state["slots"])
@@ -144,26 +105,25 @@ def backend_app(slots: int, latency_s: float) -> Callable[..., Any]:
                 state["last"] = end
                 state["calls"] += 1
             state["waiting"] -= 1
-            status, payload = 200, answer(json.loads(body or b"{}"), state["calls"])
-        elif path == "/stats":
-            status = 200
+            request = json.loads(body or b"{}")
+            return 200, vllm_answer(
+                request, state["calls"], prompt_ids=PROMPT_IDS, response_ids=RESPONSE_IDS,
+                model=MODEL,
+            )  # fmt: skip
+        if path == "/stats":
             keys = ("slots", "latency", "calls", "busy_s", "first", "last", "max_waiting")
-            payload = {k: state[k] for k in keys}
-        elif path == "/reset" and method == "POST":
-            query = dict(
-                part.split("=", 1) for part in scope["query_string"].decode().split("&") if part
-            )
-            reset(int(query.get("slots", state["slots"])),
-                  float(query.get("latency", state["latency"])))  # fmt: skip
-            status, payload = 200, {"ok": True}
-        elif path in ("/health", "/v1/models"):
-            status, payload = 200, {"object": "list", "data": [{"id": MODEL, "object": "model"}]}
-        data = json.dumps(payload).encode()
-        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(data))]
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": data})
+            return 200, {k: state[k] for k in keys}
+        if path == "/reset" and method == "POST":
+            params = dict(part.split("=", 1) for part in query.split("&") if part)
+            reset(int(params.get("slots", state["slots"])),
+                  float(params.get("latency", state["latency"])))  # fmt: skip
+            return 200, {"ok": True}
+        if path in ("/health", "/v1/models"):
+            return 200, {"object": "list", "data": [{"id": MODEL, "object": "model"}]}
+        return None
 
-    return app
+    # the semaphore belongs to uvicorn's loop: make it at start-up
+    return json_asgi_app(route, on_startup=lambda: reset(slots, latency_s))
 
 
 def serve_backend(port: int, slots: int, latency_s: float) -> None:
@@ -174,16 +134,6 @@ def serve_backend(port: int, slots: int, latency_s: float) -> None:
 
 
 # --------------------------------------------------------------------------- processes
-
-
-def _http_ok(url: str) -> Callable[[], bool]:
-    def ready() -> bool:
-        try:
-            return httpx.get(url, timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    return ready
 
 
 class Bench:
@@ -222,7 +172,7 @@ class Bench:
                 str(self.backend_port), "--slots", str(self.slots),
                 "--latency", str(self.latency_s)]  # fmt: skip
         for service in (
-            Service("fake-backend", argv, _http_ok(f"{self.backend}/health"), start_timeout_s=30),
+            Service("fake-backend", argv, http_ready(f"{self.backend}/health"), start_timeout_s=30),
             self.stack.temporal(),
             self.stack.seaweedfs(),
             self.stack.gateway(),

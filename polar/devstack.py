@@ -55,6 +55,19 @@ def port_open(host: str, port: int) -> bool:
         return sock.connect_ex((host, port)) == 0
 
 
+def http_ready(url: str, *, any_answer: bool = False) -> Callable[[], bool]:
+    """A readiness check: `url` answers 200 (or, with `any_answer`, anything below 500)."""
+
+    def ready() -> bool:
+        try:
+            status = httpx.get(url, timeout=1).status_code
+        except httpx.HTTPError:
+            return False
+        return status < 500 if any_answer else status == 200
+
+    return ready
+
+
 def free_port(span: int = 1) -> int:
     """A loopback port such that `span` consecutive ports from it can be bound.
 
@@ -210,12 +223,7 @@ class DevStack:
             "-volume.max=0", "-master.volumeSizeLimitMB=256", "-master.telemetry=false",
         ]  # fmt: skip
 
-        def ready() -> bool:
-            try:
-                return httpx.get(f"http://{host}:{port}/", timeout=1).status_code < 500
-            except httpx.HTTPError:
-                return False
-
+        ready = http_ready(f"http://{host}:{port}/", any_answer=True)
         return Service("seaweedfs", argv, ready, start_timeout_s=60)
 
     def vllm(self) -> Service:
@@ -240,24 +248,14 @@ class DevStack:
         if s.vllm_weight_reload:  # enables /collective_rpc reload_weights (a dev endpoint)
             env["VLLM_SERVER_DEV_MODE"] = "1"
 
-        def ready() -> bool:
-            try:
-                return httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200
-            except httpx.HTTPError:
-                return False
-
+        ready = http_ready(f"http://127.0.0.1:{port}/health")
         return Service("vllm", argv, ready, env=env, start_timeout_s=300)
 
     def gateway(self) -> Service:
         s = self.settings
         argv = [sys.executable, "-m", "polar.cli", "gateway"]
 
-        def ready() -> bool:
-            try:
-                return httpx.get(f"{s.gateway_base_url}/health", timeout=1).status_code == 200
-            except httpx.HTTPError:
-                return False
-
+        ready = http_ready(f"{s.gateway_base_url}/health")
         return Service("gateway", argv, ready, env=self.env(), start_timeout_s=60)
 
     def worker(self, index: int = 0) -> Service:

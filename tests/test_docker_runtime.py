@@ -28,10 +28,9 @@ from polar.models import (
     PrepareRequest,
     RuntimeHandle,
     RuntimeSpec,
-    SessionStatus,
-    TaskSpec,
 )
 from polar.sdk import PolarClient
+from tests.support.container_sessions import fixed_and_wrong_sessions, small_repo
 
 pytestmark = pytest.mark.slow
 
@@ -44,15 +43,6 @@ def runtime(docker_image: str, tmp_path: Path) -> Iterator[DockerRuntime]:
     for container in client.containers.list(all=True, filters={"label": LABEL}):
         if container.name.startswith(rt.container_name("")):
             container.remove(force=True)
-
-
-def _repo(tmp_path: Path) -> Path:
-    repo = tmp_path / "repo"
-    repo.mkdir(exist_ok=True)
-    (repo / "hello.txt").write_text("hello\n")
-    (repo / "pkg").mkdir(exist_ok=True)
-    (repo / "pkg" / "mod.py").write_text("X = 1\n")
-    return repo
 
 
 def _request(session_id: str, source: object = None, **runtime: object) -> PrepareRequest:
@@ -73,7 +63,7 @@ async def test_dir_source_command_output_exit_code_and_scratch(
 ) -> None:
     started = time.monotonic()
     handle = await runtime.prepare(
-        _request("dir-1", DirSource(path=str(_repo(tmp_path))), cpus=1, memory="512m")
+        _request("dir-1", DirSource(path=str(small_repo(tmp_path))), cpus=1, memory="512m")
     )
     prepare_s = time.monotonic() - started
     try:
@@ -116,7 +106,7 @@ async def test_dir_source_command_output_exit_code_and_scratch(
 
 
 async def test_git_source_at_a_ref(runtime: DockerRuntime, tmp_path: Path) -> None:
-    repo = _repo(tmp_path)
+    repo = small_repo(tmp_path)
 
     def git(*args: str) -> str:
         return subprocess.run(
@@ -149,7 +139,7 @@ async def test_limits_host_network_no_mounts_and_teardown(
     runtime: DockerRuntime, tmp_path: Path
 ) -> None:
     handle = await runtime.prepare(
-        _request("limits-1", DirSource(path=str(_repo(tmp_path))), cpus=1.5, memory="256m")
+        _request("limits-1", DirSource(path=str(small_repo(tmp_path))), cpus=1.5, memory="256m")
     )
     client = docker.from_env()
     name = runtime.container_name("limits-1")
@@ -233,7 +223,7 @@ async def test_prepare_actions_upload_and_retry(runtime: DockerRuntime, tmp_path
     handle = await runtime.prepare(
         _request(
             "actions-1",
-            DirSource(path=str(_repo(tmp_path))),
+            DirSource(path=str(small_repo(tmp_path))),
             prepare=[
                 {"type": "upload", "src": str(extra), "dest": "vendor/extra"},
                 {"type": "upload", "src": str(tmp_path / "one.cfg"), "dest": "/etc/polar/one.cfg"},
@@ -279,38 +269,14 @@ async def test_session_end_to_end_in_docker(
     polar: PolarClient, docker_image: str, tmp_path: Path
 ) -> None:
     """A Temporal task whose sessions run in containers: the harness edits, the evaluator grades."""
-    repo = _repo(tmp_path)
-    evaluator = (
-        "grep -q fixed hello.txt && "
-        'echo \'{"reward": 1.0, "detail": "graded in a container"}\' > "$POLAR_REWARD_FILE"'
+    repo = small_repo(tmp_path)
+    fixed, wrong = await fixed_and_wrong_sessions(
+        polar,
+        repo,
+        {"kind": "docker", "image": docker_image, "cpus": 1, "memory": "1g"},
+        in_container="test -f /.dockerenv",
+        label="docker",
     )
-
-    def spec(task_id: str, harness: str) -> TaskSpec:
-        return TaskSpec.model_validate(
-            {
-                "task_id": task_id,
-                "num_sessions": 1,
-                "source": {"type": "dir", "path": str(repo)},
-                "runtime": {"kind": "docker", "image": docker_image, "cpus": 1, "memory": "1g"},
-                "harness": {"kind": "command", "command": harness},
-                "evaluator": {"kind": "command", "command": evaluator},
-            }
-        )
-
-    fix = 'test -f /.dockerenv && test "$PWD" = /workspace && test -n "$OPENAI_API_KEY" && '
-    fix += "echo fixed >> hello.txt"
-    started = time.monotonic()
-    good, bad = await asyncio.gather(
-        polar.wait(await polar.submit(spec("docker-e2e-fixed", fix)), timeout_s=180),
-        polar.wait(await polar.submit(spec("docker-e2e-wrong", "echo nope >> hello.txt")), 180),
-    )
-    elapsed = time.monotonic() - started
-    [fixed] = good.sessions
-    [wrong] = bad.sessions
-    assert fixed.status == SessionStatus.COMPLETED, fixed
-    assert fixed.reward == 1.0 and "graded in a container" in (fixed.evaluation or "")
-    assert wrong.status == SessionStatus.COMPLETED and wrong.reward == 0.0
-    assert (repo / "hello.txt").read_text() == "hello\n"  # sessions worked on copies
     client = docker.from_env()
     for session in (fixed, wrong):  # teardown removed each container and host dir
         labelled = client.containers.list(
@@ -318,7 +284,6 @@ async def test_session_end_to_end_in_docker(
         )
         assert labelled == []
         assert not (Path(polar.settings.data_dir) / "runtimes" / session.session_id).exists()
-    print(f"two docker sessions end to end: {elapsed:.1f}s; stages {fixed.stage_seconds}")
 
 
 def test_service_image_builds_and_runs_polar(docker_image: str) -> None:

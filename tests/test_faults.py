@@ -31,13 +31,12 @@ import pytest
 from polar.devstack import DevStack
 from polar.models import SessionStatus
 from polar.sdk import PolarClient
-from polar.temporal_client import connect
 from tests.support.faults import (
     Node,
     activity_runs,
     answered,
-    endless_backend,
     fault_task,
+    single_node,
     wait_for,
 )
 
@@ -82,39 +81,33 @@ async def test_worker_killed_in_each_stage_retries_and_loses_nothing(
     marks.mkdir()
     log = tmp_path / "answers.jsonl"
     turns = 4
-    with endless_backend() as backend:
-        base = devstack.settings.model_copy(
-            update={"task_queue": f"polar-kill-{stage}", "upstream_urls": backend.url}
-        )
-        node = Node(base, tmp_path / "node", "node")
-        try:
-            node.start_gateway()
-            node.start_worker()
-            polar = PolarClient(await connect(base), base)
-            evaluator = "test -s answer.txt"
-            spec = fault_task(
-                f"kill-{stage}", turns=turns, log=log, heartbeat_s=5,
-                pause_s=1.0 if stage == "run" else 0.0,
-                prepare=_slow_once(marks, "prepare") if stage == "init" else None,
-                evaluator=(f"{_slow_once(marks, 'evaluate')}; {evaluator}"
-                           if stage == "postrun" else evaluator),
-            )  # fmt: skip
-            run = await polar.submit(spec)
-            if stage == "run":
-                await wait_for(lambda: len(answered(log)) >= 2, 120, "two answered calls")
-            else:
-                name = "prepare" if stage == "init" else "evaluate"
-                await wait_for(lambda: _runs(marks, name) >= 1, 120, f"the {name} to start")
-            first = node.pid("worker")
-            assert first is not None
-            os.kill(first, signal.SIGKILL)
-            session_id = await _session_id(polar, run)
-            before = {r.record_id for r in polar.storage.list_completions(session_id)}
-            node.start_worker()  # a fresh process on the same queues
-            second = node.pid("worker")
-            result = await polar.wait(run, timeout_s=240)
-        finally:
-            node.close()
+    async with single_node(devstack.settings, tmp_path, f"polar-kill-{stage}") as (
+        backend,
+        node,
+        polar,
+    ):
+        evaluator = "test -s answer.txt"
+        spec = fault_task(
+            f"kill-{stage}", turns=turns, log=log, heartbeat_s=5,
+            pause_s=1.0 if stage == "run" else 0.0,
+            prepare=_slow_once(marks, "prepare") if stage == "init" else None,
+            evaluator=(f"{_slow_once(marks, 'evaluate')}; {evaluator}"
+                       if stage == "postrun" else evaluator),
+        )  # fmt: skip
+        run = await polar.submit(spec)
+        if stage == "run":
+            await wait_for(lambda: len(answered(log)) >= 2, 120, "two answered calls")
+        else:
+            name = "prepare" if stage == "init" else "evaluate"
+            await wait_for(lambda: _runs(marks, name) >= 1, 120, f"the {name} to start")
+        first = node.pid("worker")
+        assert first is not None
+        os.kill(first, signal.SIGKILL)
+        session_id = await _session_id(polar, run)
+        before = {r.record_id for r in polar.storage.list_completions(session_id)}
+        node.start_worker()  # a fresh process on the same queues
+        second = node.pid("worker")
+        result = await polar.wait(run, timeout_s=240)
 
     session = result.sessions[0]
     assert session.status == SessionStatus.COMPLETED, session.error
@@ -152,26 +145,20 @@ async def test_gateway_restarted_mid_call_loses_and_duplicates_nothing(
 ) -> None:
     log = tmp_path / "answers.jsonl"
     turns = 5
-    with endless_backend(delay_s=1.5) as backend:
-        base = devstack.settings.model_copy(
-            update={"task_queue": "polar-gw-restart", "upstream_urls": backend.url}
-        )
-        node = Node(base, tmp_path / "node", "node")
-        try:
-            node.start_gateway()
-            node.start_worker()
-            polar = PolarClient(await connect(base), base)
-            run = await polar.submit(fault_task("gw-restart", turns=turns, log=log, heartbeat_s=10))
-            # kill the gateway while it waits on the backend for the harness's 2nd call
-            await wait_for(lambda: len(answered(log)) >= 1 and backend.in_flight >= 1, 120,
-                           "a call in flight after the first answer")  # fmt: skip
-            os.kill(node.pid("gateway"), signal.SIGKILL)
-            calls_at_kill = backend.calls
-            await asyncio.sleep(2)  # the harness's SDK meets a dead port and backs off
-            node.start_gateway()  # same port, a new process (a new gateway_id)
-            result = await polar.wait(run, timeout_s=240)
-        finally:
-            node.close()
+    async with single_node(devstack.settings, tmp_path, "polar-gw-restart", delay_s=1.5) as (
+        backend,
+        node,
+        polar,
+    ):
+        run = await polar.submit(fault_task("gw-restart", turns=turns, log=log, heartbeat_s=10))
+        # kill the gateway while it waits on the backend for the harness's 2nd call
+        await wait_for(lambda: len(answered(log)) >= 1 and backend.in_flight >= 1, 120,
+                       "a call in flight after the first answer")  # fmt: skip
+        os.kill(node.pid("gateway"), signal.SIGKILL)
+        calls_at_kill = backend.calls
+        await asyncio.sleep(2)  # the harness's SDK meets a dead port and backs off
+        node.start_gateway()  # same port, a new process (a new gateway_id)
+        result = await polar.wait(run, timeout_s=240)
 
     session = result.sessions[0]
     assert session.status == SessionStatus.COMPLETED, session.error
@@ -191,15 +178,12 @@ async def test_s3_unreachable_for_a_while_gateway_503s_then_nothing_lost(
 ) -> None:
     log = tmp_path / "answers.jsonl"
     turns = 6
-    with endless_backend(delay_s=0.2) as backend:
-        base = devstack.settings.model_copy(
-            update={"task_queue": "polar-s3-outage", "upstream_urls": backend.url}
-        )
-        node = Node(base, tmp_path / "node", "node")
+    async with single_node(devstack.settings, tmp_path, "polar-s3-outage", delay_s=0.2) as (
+        backend,
+        node,
+        polar,
+    ):
         try:
-            node.start_gateway()
-            node.start_worker()
-            polar = PolarClient(await connect(base), base)
             spec = fault_task("s3-outage", turns=turns, log=log, pause_s=0.5, heartbeat_s=30)
             run = await polar.submit(spec)
             await wait_for(lambda: len(answered(log)) >= 2, 120, "two answered calls")
@@ -212,7 +196,6 @@ async def test_s3_unreachable_for_a_while_gateway_503s_then_nothing_lost(
             devstack.start(devstack.seaweedfs(), log=lambda _: None)  # same data dir and port
             result = await polar.wait(run, timeout_s=240)
         finally:
-            node.close()
             if devstack.pid("seaweedfs") is None:
                 devstack.start(devstack.seaweedfs(), log=lambda _: None)
 
@@ -244,15 +227,12 @@ async def test_temporal_restarted_mid_session_resumes_from_history(
 ) -> None:
     log = tmp_path / "answers.jsonl"
     turns = 6
-    with endless_backend(delay_s=0.2) as backend:
-        base = devstack.settings.model_copy(
-            update={"task_queue": "polar-temporal-restart", "upstream_urls": backend.url}
-        )
-        node = Node(base, tmp_path / "node", "node")
+    async with single_node(devstack.settings, tmp_path, "polar-temporal-restart", delay_s=0.2) as (
+        backend,
+        node,
+        polar,
+    ):
         try:
-            node.start_gateway()
-            node.start_worker()
-            polar = PolarClient(await connect(base), base)
             spec = fault_task("temporal-restart", turns=turns, log=log, pause_s=1.0,
                               heartbeat_s=60)  # fmt: skip
             run = await polar.submit(spec)
@@ -265,7 +245,6 @@ async def test_temporal_restarted_mid_session_resumes_from_history(
             result = await polar.wait(run, timeout_s=240)
             assert node.pid("worker") == worker_pid  # the same worker process reconnected
         finally:
-            node.close()
             if devstack.pid("temporal") is None:
                 devstack.start(devstack.temporal(), log=lambda _: None)
 

@@ -33,10 +33,9 @@ from polar.models import (
     PrepareRequest,
     RuntimeHandle,
     RuntimeSpec,
-    SessionStatus,
-    TaskSpec,
 )
 from polar.sdk import PolarClient
+from tests.support.container_sessions import fixed_and_wrong_sessions, small_repo
 
 pytestmark = pytest.mark.slow
 
@@ -57,15 +56,6 @@ def runtime(request: pytest.FixtureRequest, podman_image: str, tmp_path: Path) -
     for name in listed.stdout.decode().split():
         if name.startswith(rt.container_name("")):
             rt.podman.run("rm", "--force", "--ignore", "--time", "0", name, check=False)
-
-
-def _repo(tmp_path: Path) -> Path:
-    repo = tmp_path / "repo"
-    repo.mkdir(exist_ok=True)
-    (repo / "hello.txt").write_text("hello\n")
-    (repo / "pkg").mkdir(exist_ok=True)
-    (repo / "pkg" / "mod.py").write_text("X = 1\n")
-    return repo
 
 
 def _request(session_id: str, source: object = None, **runtime: object) -> PrepareRequest:
@@ -91,7 +81,7 @@ async def test_dir_source_command_output_exit_code_and_scratch(
 ) -> None:
     started = time.monotonic()
     handle = await runtime.prepare(
-        _request("dir-1", DirSource(path=str(_repo(tmp_path))), cpus=1, memory="512m")
+        _request("dir-1", DirSource(path=str(small_repo(tmp_path))), cpus=1, memory="512m")
     )
     prepare_s = time.monotonic() - started
     try:
@@ -132,7 +122,7 @@ async def test_limits_host_network_no_mounts_and_teardown(
     runtime: PodmanRuntime, tmp_path: Path
 ) -> None:
     handle = await runtime.prepare(
-        _request("limits-1", DirSource(path=str(_repo(tmp_path))), cpus=1.5, memory="256m")
+        _request("limits-1", DirSource(path=str(small_repo(tmp_path))), cpus=1.5, memory="256m")
     )
     name = runtime.container_name("limits-1")
     try:
@@ -241,38 +231,14 @@ async def test_session_end_to_end_in_podman(
     evaluator grades (the worker's `get_runtime("podman")`, in the `auto` mode)."""
     mode, why = resolve_mode()
     print(f"podman end to end in {mode} mode ({why})")
-    repo = _repo(tmp_path)
-    evaluator = (
-        "grep -q fixed hello.txt && "
-        'echo \'{"reward": 1.0, "detail": "graded in podman"}\' > "$POLAR_REWARD_FILE"'
+    repo = small_repo(tmp_path)
+    fixed, wrong = await fixed_and_wrong_sessions(
+        polar,
+        repo,
+        {"kind": "podman", "image": podman_image, "cpus": 1, "memory": "1g"},
+        in_container="test -e /run/.containerenv",
+        label="podman",
     )
-
-    def spec(task_id: str, harness: str) -> TaskSpec:
-        return TaskSpec.model_validate(
-            {
-                "task_id": task_id,
-                "num_sessions": 1,
-                "source": {"type": "dir", "path": str(repo)},
-                "runtime": {"kind": "podman", "image": podman_image, "cpus": 1, "memory": "1g"},
-                "harness": {"kind": "command", "command": harness},
-                "evaluator": {"kind": "command", "command": evaluator},
-            }
-        )
-
-    fix = 'test -e /run/.containerenv && test "$PWD" = /workspace && test -n "$OPENAI_API_KEY"'
-    fix += " && echo fixed >> hello.txt"
-    started = time.monotonic()
-    good, bad = await asyncio.gather(
-        polar.wait(await polar.submit(spec("podman-e2e-fixed", fix)), timeout_s=180),
-        polar.wait(await polar.submit(spec("podman-e2e-wrong", "echo nope >> hello.txt")), 180),
-    )
-    elapsed = time.monotonic() - started
-    [fixed] = good.sessions
-    [wrong] = bad.sessions
-    assert fixed.status == SessionStatus.COMPLETED, fixed
-    assert fixed.reward == 1.0 and "graded in podman" in (fixed.evaluation or "")
-    assert wrong.status == SessionStatus.COMPLETED and wrong.reward == 0.0
-    assert (repo / "hello.txt").read_text() == "hello\n"
     rt = get_runtime("podman", Path(polar.settings.data_dir))
     assert isinstance(rt, PodmanRuntime)
     for session in (fixed, wrong):
@@ -281,4 +247,3 @@ async def test_session_end_to_end_in_podman(
         )
         assert listed.stdout.strip() == b""
         assert not (Path(polar.settings.data_dir) / "runtimes" / session.session_id).exists()
-    print(f"two podman sessions end to end: {elapsed:.1f}s; stages {fixed.stage_seconds}")

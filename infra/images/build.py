@@ -25,6 +25,7 @@ mirror is `POLAR_DEBIAN_MIRROR` (default: deb.debian.org).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import os
 import shutil
@@ -33,7 +34,9 @@ import sys
 import tarfile
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import IO, Any
 
 import docker
 from docker.errors import BuildError, ImageNotFound
@@ -100,6 +103,36 @@ def build_base(client: docker.DockerClient, *, force: bool, log=print) -> bool:
     return True
 
 
+def docker_build(
+    client: docker.DockerClient, tag: str, recipe: str, base: str, **context: Any
+) -> None:
+    """Build `tag` FROM `base` with its recipe label (host network); exit with the log tail."""
+    try:
+        client.images.build(
+            tag=tag,
+            labels={LABEL: recipe},
+            buildargs={"BASE": base},
+            network_mode="host",
+            rm=True,
+            forcerm=True,
+            **context,
+        )
+    except BuildError as exc:
+        tail = "".join(str(chunk.get("stream", "")) for chunk in exc.build_log)[-3000:]
+        sys.exit(f"{tag}: build failed: {exc}\n{tail}")
+
+
+@contextlib.contextmanager
+def tar_context(entries: list[tuple[Path, str]]) -> Iterator[IO[bytes]]:
+    """A build context tarball of (path, name in the context) entries, rewound."""
+    with tempfile.TemporaryFile(prefix="polar-image-ctx-") as context:
+        with tarfile.open(fileobj=context, mode="w") as tar:
+            for path, arcname in entries:
+                tar.add(path, arcname=arcname)
+        context.seek(0)
+        yield context
+
+
 def runtime_recipe(client: docker.DockerClient, context: Path) -> str:
     base_id = client.images.get(BASE_TAG).id
     digest = hashlib.sha256(base_id.encode())
@@ -117,19 +150,7 @@ def build_runtime(client: docker.DockerClient, *, force: bool, log=print) -> boo
         log(f"{RUNTIME_TAG}: up to date (recipe {recipe})")
         return False
     log(f"{RUNTIME_TAG}: building from {context}")
-    try:
-        client.images.build(
-            path=str(context),
-            tag=RUNTIME_TAG,
-            labels={LABEL: recipe},
-            buildargs={"BASE": BASE_TAG},
-            network_mode="host",
-            rm=True,
-            forcerm=True,
-        )
-    except BuildError as exc:
-        tail = "".join(str(chunk.get("stream", "")) for chunk in exc.build_log)[-3000:]
-        sys.exit(f"{RUNTIME_TAG}: build failed: {exc}\n{tail}")
+    docker_build(client, RUNTIME_TAG, recipe, BASE_TAG, path=str(context))
     log(f"{RUNTIME_TAG}: built (recipe {recipe})")
     return True
 
@@ -169,26 +190,10 @@ def build_harness(client: docker.DockerClient, *, force: bool, log=print) -> boo
         log(f"{HARNESS_TAG}: up to date (recipe {recipe})")
         return False
     log(f"{HARNESS_TAG}: building ({node}, {modules})")
-    with tempfile.TemporaryFile(prefix="polar-harness-ctx-") as context:
-        with tarfile.open(fileobj=context, mode="w") as tar:  # symlinks (.bin) kept as links
-            tar.add(HERE / "harness" / "Dockerfile", arcname="Dockerfile")
-            tar.add(node, arcname="node")
-            tar.add(modules, arcname="node_modules")
-        context.seek(0)
-        try:
-            client.images.build(
-                fileobj=context,
-                custom_context=True,
-                tag=HARNESS_TAG,
-                labels={LABEL: recipe},
-                buildargs={"BASE": RUNTIME_TAG},
-                network_mode="host",
-                rm=True,
-                forcerm=True,
-            )
-        except BuildError as exc:
-            tail = "".join(str(chunk.get("stream", "")) for chunk in exc.build_log)[-3000:]
-            sys.exit(f"{HARNESS_TAG}: build failed: {exc}\n{tail}")
+    entries = [(HERE / "harness" / "Dockerfile", "Dockerfile"), (node, "node"),
+               (modules, "node_modules")]  # fmt: skip
+    with tar_context(entries) as context:  # symlinks (.bin) kept as links
+        docker_build(client, HARNESS_TAG, recipe, RUNTIME_TAG, fileobj=context, custom_context=True)
     log(f"{HARNESS_TAG}: built (recipe {recipe})")
     return True
 
@@ -218,27 +223,10 @@ def build_service(client: docker.DockerClient, *, force: bool, log=print) -> boo
         log(f"{SERVICE_TAG}: up to date (recipe {recipe})")
         return False
     log(f"{SERVICE_TAG}: building from the project source")
-    with tempfile.TemporaryFile(prefix="polar-service-ctx-") as context:
-        with tarfile.open(fileobj=context, mode="w") as tar:
-            tar.add(HERE / "polar" / "Dockerfile", arcname="Dockerfile")
-            tar.add(BUILD_CA, arcname="build-ca.crt")
-            for path in _source_files():
-                tar.add(path, arcname=f"src/{path.relative_to(REPO).as_posix()}")
-        context.seek(0)
-        try:
-            client.images.build(
-                fileobj=context,
-                custom_context=True,
-                tag=SERVICE_TAG,
-                labels={LABEL: recipe},
-                buildargs={"BASE": RUNTIME_TAG},
-                network_mode="host",
-                rm=True,
-                forcerm=True,
-            )
-        except BuildError as exc:
-            tail = "".join(str(chunk.get("stream", "")) for chunk in exc.build_log)[-3000:]
-            sys.exit(f"{SERVICE_TAG}: build failed: {exc}\n{tail}")
+    entries = [(HERE / "polar" / "Dockerfile", "Dockerfile"), (BUILD_CA, "build-ca.crt")]
+    entries += [(path, f"src/{path.relative_to(REPO).as_posix()}") for path in _source_files()]
+    with tar_context(entries) as context:
+        docker_build(client, SERVICE_TAG, recipe, RUNTIME_TAG, fileobj=context, custom_context=True)
     log(f"{SERVICE_TAG}: built (recipe {recipe})")
     return True
 

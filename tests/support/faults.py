@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,9 @@ from temporalio.client import Client
 from polar.cli import demo_task
 from polar.devstack import DevStack, free_port
 from polar.models import TaskSpec
+from polar.sdk import PolarClient
 from polar.settings import Settings
+from polar.temporal_client import connect
 
 from .scripted_backend import render_answer, serve_app, text
 
@@ -180,3 +182,19 @@ async def wait_for(predicate: Any, timeout_s: float, what: str, every_s: float =
             return
         await asyncio.sleep(every_s)
     raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+
+
+@asynccontextmanager
+async def single_node(
+    settings: Settings, tmp_path: Path, task_queue: str, *, delay_s: float = 0.0
+) -> AsyncIterator[tuple[EndlessBackend, Node, PolarClient]]:
+    """A fake backend and one node (a gateway and a worker process) on its own task queue."""
+    with endless_backend(delay_s=delay_s) as backend:
+        base = settings.model_copy(update={"task_queue": task_queue, "upstream_urls": backend.url})
+        node = Node(base, tmp_path / "node", "node")
+        try:
+            node.start_gateway()
+            node.start_worker()
+            yield backend, node, PolarClient(await connect(base), base)
+        finally:
+            node.close()

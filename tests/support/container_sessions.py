@@ -1,0 +1,61 @@
+"""Shared scenario of the container runtimes' tests (Docker and podman alike)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+from polar.models import SessionResult, SessionStatus, TaskSpec
+from polar.sdk import PolarClient
+
+
+def small_repo(tmp_path: Path) -> Path:
+    """A tiny source tree: hello.txt and a package."""
+    repo = tmp_path / "repo"
+    repo.mkdir(exist_ok=True)
+    (repo / "hello.txt").write_text("hello\n")
+    (repo / "pkg").mkdir(exist_ok=True)
+    (repo / "pkg" / "mod.py").write_text("X = 1\n")
+    return repo
+
+
+async def fixed_and_wrong_sessions(
+    polar: PolarClient, repo: Path, runtime: dict[str, Any], *, in_container: str, label: str
+) -> tuple[SessionResult, SessionResult]:
+    """One session whose harness fixes hello.txt (after checking `in_container`), one that
+    makes a wrong change, both graded by a command evaluator in the runtime: rewards 1 and 0."""
+    evaluator = (
+        "grep -q fixed hello.txt && "
+        f'echo \'{{"reward": 1.0, "detail": "graded in {label}"}}\' > "$POLAR_REWARD_FILE"'
+    )
+
+    def spec(task_id: str, harness: str) -> TaskSpec:
+        return TaskSpec.model_validate(
+            {
+                "task_id": task_id,
+                "num_sessions": 1,
+                "source": {"type": "dir", "path": str(repo)},
+                "runtime": runtime,
+                "harness": {"kind": "command", "command": harness},
+                "evaluator": {"kind": "command", "command": evaluator},
+            }
+        )
+
+    fix = f'{in_container} && test "$PWD" = /workspace && test -n "$OPENAI_API_KEY"'
+    fix += " && echo fixed >> hello.txt"
+    started = time.monotonic()
+    good, bad = await asyncio.gather(
+        polar.wait(await polar.submit(spec(f"{label}-e2e-fixed", fix)), timeout_s=180),
+        polar.wait(await polar.submit(spec(f"{label}-e2e-wrong", "echo nope >> hello.txt")), 180),
+    )
+    [fixed] = good.sessions
+    [wrong] = bad.sessions
+    assert fixed.status == SessionStatus.COMPLETED, fixed
+    assert fixed.reward == 1.0 and f"graded in {label}" in (fixed.evaluation or "")
+    assert wrong.status == SessionStatus.COMPLETED and wrong.reward == 0.0
+    assert (repo / "hello.txt").read_text() == "hello\n"  # sessions worked on copies
+    print(f"two {label} sessions end to end: {time.monotonic() - started:.1f}s; "
+          f"stages {fixed.stage_seconds}")  # fmt: skip
+    return fixed, wrong
