@@ -11,6 +11,7 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -45,6 +46,9 @@ from polar.models import (
 from polar.session_keys import SessionIdentity, mint_session_key
 from polar.settings import Settings
 from polar.storage import Storage, artifact_key, traces_key
+
+CALL_COUNT_EVERY_S = 15.0
+"""How often a running harness's heartbeat re-counts its recorded calls in S3."""
 
 
 def _heartbeat(**details: object) -> None:
@@ -117,16 +121,24 @@ class SessionActivities:
         command, env = launch.command, launch.env
         log_name = f"harness-attempt{info.attempt}"
 
+        counted: dict[str, Any] = {"at": -CALL_COUNT_EVERY_S, "calls": None}
+
         async def tick(elapsed: float) -> None:
-            # the count is informative: S3 being unreachable for a while must not kill the
-            # harness (its calls get 503 recording_failed and retry), so heartbeat without it
-            try:
-                calls: int | None = await asyncio.to_thread(
-                    self.storage.count_completions, request.session_id
-                )
-            except Exception:  # noqa: BLE001 - any S3 failure
-                calls = None
-            _heartbeat(step="harness running", elapsed_s=round(elapsed, 1), model_calls=calls)
+            # heartbeats go out every tick; the S3 listing behind the call count only every
+            # CALL_COUNT_EVERY_S (it is informative, and thousands of sessions list S3 too).
+            # S3 being unreachable for a while must not kill the harness (its calls get 503
+            # recording_failed and retry), so a failed count heartbeats without it.
+            if elapsed - counted["at"] >= CALL_COUNT_EVERY_S:
+                counted["at"] = elapsed
+                try:
+                    counted["calls"] = await asyncio.to_thread(
+                        self.storage.count_completions, request.session_id
+                    )
+                except Exception:  # noqa: BLE001 - any S3 failure
+                    counted["calls"] = None
+            _heartbeat(
+                step="harness running", elapsed_s=round(elapsed, 1), model_calls=counted["calls"]
+            )
 
         _heartbeat(step="harness starting", attempt=info.attempt)
         outcome = await runtime.run(
