@@ -71,10 +71,12 @@ PrepareAction = Annotated[UploadAction | CommandAction, Field(discriminator="typ
 class RuntimeSpec(StrictModel):
     """Where a session runs.
 
-    `local`: an isolated work dir on the worker host (zero setup, default).
+    `local`: a trusted, dev-only work dir on the worker host, the harness as an
+    unprivileged user in its own PID and network namespaces (zero setup, default).
     `docker`: one container per session from `image` (built locally, see
-    infra/images/build.py), the source in /workspace, host networking, CPU and
-    memory limits, and a wall-clock budget after which the container stops.
+    infra/images/build.py), the source in /workspace, no network (its only way
+    out is the session's gateway channel), CPU, memory, pids and disk limits by
+    default, and a wall-clock budget after which the container stops.
     `podman`: the same container sessions with the daemonless `podman` CLI,
     rootless where the host allows (activities/runtimes/podman.py).
     `prepare` actions run after the source is in place, in every kind.
@@ -82,12 +84,22 @@ class RuntimeSpec(StrictModel):
 
     kind: Literal["local", "docker", "podman"] = "local"
     image: str = Field(default="polar/runtime:py311", description="docker: the image to run")
-    cpus: float | None = Field(default=None, gt=0, description="docker: CPU limit")
+    cpus: float | None = Field(
+        default=2.0, ge=0.01, le=512, description="containers: CPU limit (None: the default)"
+    )
     memory: str | None = Field(
-        default=None, pattern=r"^[0-9]+[bkmgBKMG]?$", description="docker: e.g. '2g'"
+        default="4g", pattern=r"^[0-9]+[bkmgBKMG]?$", description="containers: memory, e.g. '2g'"
+    )
+    pids: int | None = Field(
+        default=1024, ge=16, le=1_000_000, description="containers: process limit"
+    )
+    disk: str | None = Field(
+        default="10g",
+        pattern=r"^[0-9]+[bkmgBKMG]?$",
+        description="containers: most bytes the session may write (its writable layer)",
     )
     wall_clock_s: float = Field(
-        default=4 * 3600, gt=0, description="docker: the container's whole lifetime"
+        default=4 * 3600, gt=0, le=7 * 86400, description="docker: the container's whole lifetime"
     )
     prepare: list[PrepareAction] = Field(default_factory=list)
 

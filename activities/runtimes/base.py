@@ -61,4 +61,24 @@ class Runtime(Protocol):
         """
         ...
 
+    def channel_dir(self, handle: RuntimeHandle) -> Path:
+        """The host directory of the session's gateway channel (activities/runtimes/channel.py).
+
+        The worker's relay puts its Unix socket (and the in-sandbox forwarder script)
+        there; the sandbox sees the same directory at `channel_in_sandbox`.
+        """
+        ...
+
+    def channel_in_sandbox(self, handle: RuntimeHandle) -> str:
+        """Where commands inside the sandbox find `channel_dir` (read-only for them)."""
+        ...
+
+    async def reap(self, handle: RuntimeHandle) -> None:
+        """Kill every process still alive in the runtime (what a command left behind).
+
+        Called after the harness exits (normally, failed or timed out) and after the
+        evaluator's tests, before anything they wrote is read. The runtime stays usable.
+        """
+        ...
+
     async def teardown(self, handle: RuntimeHandle) -> None: ...
