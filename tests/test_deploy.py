@@ -55,6 +55,44 @@ def test_compose_config_renders() -> None:
         env = svc["environment"]
         assert env["POLAR_TEMPORAL_ADDRESS"] == "temporal:7233"
         assert env["POLAR_SESSION_SECRET"] and env["POLAR_UPSTREAM_URLS"]
+        assert svc["command"][0] in ("gateway", "worker")  # the image's entry point is `polar`
+
+
+def _binds(service: dict) -> dict[str, str]:
+    """target -> source of a rendered service's bind mounts (short or long syntax)."""
+    binds = {}
+    for volume in service.get("volumes", []):
+        if isinstance(volume, str):
+            source, target = volume.split(":")[:2]
+        else:
+            source, target = volume["source"], volume["target"]
+        binds[target] = source
+    return binds
+
+
+def test_compose_seals_sessions() -> None:
+    """No host networking; the workers that start session containers get the engine and the
+    runtimes dir at its host path (the engine resolves the channel dir's bind-mount source on
+    the host); PostgreSQL sits only on the internal network."""
+    cmd = [*compose_cmd(), "--env-file", str(DEPLOY / ".env.example"), "-f",
+           str(DEPLOY / "compose.yaml"), "config"]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=DEPLOY)
+    assert out.returncode == 0, out.stderr
+    config = yaml.safe_load(out.stdout)
+    services = config["services"]
+    assert all(s.get("network_mode") != "host" for s in services.values())
+    assert config["networks"]["backend"]["internal"] is True
+    assert not config["networks"]["edge"].get("internal")
+    assert set(services["postgresql"]["networks"]) == {"backend"}
+    assert "ports" not in services["postgresql"]
+    for name in ("worker-init", "worker-run", "worker-postrun"):
+        service = services[name]
+        binds = _binds(service)
+        assert binds["/var/run/docker.sock"] == "/var/run/docker.sock"
+        runtimes = service["environment"]["POLAR_DATA_DIR"] + "/runtimes"
+        assert binds[runtimes] == runtimes, name
+    assert _binds(services["worker-workflow"]) == {}
+    assert _binds(services["gateway"]) == {}
 
 
 def test_compose_refuses_missing_secrets() -> None:
@@ -90,6 +128,64 @@ def test_helm_template_renders_gateways_and_pools() -> None:
     config = by_kind["ConfigMap"][0]["data"]
     assert config["POLAR_TEMPORAL_ADDRESS"] and config["POLAR_S3_BUCKET"] == "polar"
     assert by_kind["Secret"][0]["stringData"]["POLAR_SESSION_SECRET"] == "s3cret"
+
+
+def _by_name(rendered: str, kind: str) -> dict[str, dict]:
+    docs = [d for d in yaml.safe_load_all(rendered) if d]
+    return {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
+
+
+def _ports(rules: list[dict]) -> set[int]:
+    return {p["port"] for rule in rules for p in rule.get("ports", [])}
+
+
+def test_helm_network_policies_seal_sessions() -> None:
+    """Sandbox pods: no ingress, egress only to the gateway (and DNS); workers: the gateway,
+    Temporal, S3 and DNS, never the model backends; the gateway: reached by workers only."""
+    out = helm("template", "prod", str(CHART), *SECRETS)
+    assert out.returncode == 0, out.stderr
+    policies = _by_name(out.stdout, "NetworkPolicy")
+    assert set(policies) == {"prod-polar-sandbox", "prod-polar-workers", "prod-polar-gateway"}
+    gateway_pods = {"app.kubernetes.io/instance": "prod", "app.kubernetes.io/component": "gateway"}
+    worker_pods = {"app.kubernetes.io/instance": "prod", "app.kubernetes.io/component": "worker"}
+
+    sandbox = policies["prod-polar-sandbox"]["spec"]
+    assert sandbox["podSelector"]["matchLabels"] == {"polar.dev/sandbox": "true"}
+    assert set(sandbox["policyTypes"]) == {"Ingress", "Egress"} and sandbox["ingress"] == []
+    to_gateway, dns = sandbox["egress"]
+    assert to_gateway["to"] == [{"podSelector": {"matchLabels": gateway_pods}}]
+    assert _ports([to_gateway]) == {8400} and _ports([dns]) == {53}
+    assert all(peer["podSelector"]["matchLabels"] == {"k8s-app": "kube-dns"} for peer in dns["to"])
+
+    workers = policies["prod-polar-workers"]["spec"]
+    assert workers["podSelector"]["matchLabels"] == worker_pods
+    assert _ports(workers["egress"]) == {8400, 7233, 8333, 53}  # not 8000: the model backends
+    assert _ports(workers["ingress"]) == {9464}
+
+    gateway = policies["prod-polar-gateway"]["spec"]
+    [ingress] = gateway["ingress"]
+    assert ingress["from"] == [{"podSelector": {"matchLabels": worker_pods}}]
+    assert _ports(gateway["egress"]) == {8000, 8333, 53}
+
+    off = helm("template", "prod", str(CHART), *SECRETS, "--set", "networkPolicy.enabled=false")
+    assert off.returncode == 0 and _by_name(off.stdout, "NetworkPolicy") == {}
+
+
+def test_helm_session_pools_get_the_engine_at_host_paths() -> None:
+    out = helm("template", "prod", str(CHART), *SECRETS, "--set", "sessions.dataDir=/srv/polar")
+    assert out.returncode == 0, out.stderr
+    deployments = _by_name(out.stdout, "Deployment")
+    for pool in ("init", "run", "postrun"):
+        pod = deployments[f"prod-polar-worker-{pool}"]["spec"]["template"]["spec"]
+        [worker] = pod["containers"]
+        assert {"name": "POLAR_DATA_DIR", "value": "/srv/polar"} in worker["env"]
+        mounts = {m["name"]: m["mountPath"] for m in worker["volumeMounts"]}
+        host = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"]}
+        assert mounts["runtimes"] == host["runtimes"] == "/srv/polar/runtimes"
+        assert mounts["docker-socket"] == host["docker-socket"] == "/var/run/docker.sock"
+    for name in ("prod-polar-worker-workflow", "prod-polar-gateway"):
+        pod = deployments[name]["spec"]["template"]["spec"]
+        assert "volumes" not in pod and "volumeMounts" not in pod["containers"][0]
 
 
 def test_helm_requires_the_session_secret() -> None:

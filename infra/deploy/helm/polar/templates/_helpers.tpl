@@ -23,3 +23,32 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 - secretRef:
     name: {{ include "polar.secretName" . }}
 {{- end -}}
+
+{{- define "polar.selector" -}}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* egress rules: one per port list of a {ports, peers} value (empty peers: any destination) */}}
+{{- define "polar.egressTo" -}}
+- ports:
+    {{- range .ports }}
+    - {port: {{ . }}, protocol: TCP}
+    {{- end }}
+  {{- with .peers }}
+  to:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- end -}}
+
+{{- define "polar.dnsEgress" -}}
+- ports:
+    {{- range .ports }}
+    - {port: {{ . }}, protocol: UDP}
+    - {port: {{ . }}, protocol: TCP}
+    {{- end }}
+  {{- with .peers }}
+  to:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+{{- end -}}
