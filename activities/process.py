@@ -24,6 +24,8 @@ class ProcessOutcome:
     exit_code: int | None
     timed_out: bool
     duration_s: float
+    limit_exceeded: str | None = None
+    """Why the runtime killed the command for breaking a resource limit (e.g. disk)."""
 
 
 async def run_shell(

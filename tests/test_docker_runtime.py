@@ -20,6 +20,7 @@ import pytest
 from docker.errors import NotFound
 
 from activities.runtimes import InvalidRuntime, PrepareFailed
+from activities.runtimes.channel import SANDBOX_DIR
 from activities.runtimes.docker import LABEL, DockerRuntime
 from polar.devstack import free_port
 from polar.models import (
@@ -135,7 +136,7 @@ async def test_git_source_at_a_ref(runtime: DockerRuntime, tmp_path: Path) -> No
         await runtime.teardown(handle)
 
 
-async def test_limits_host_network_no_mounts_and_teardown(
+async def test_limits_no_network_one_channel_mount_and_teardown(
     runtime: DockerRuntime, tmp_path: Path
 ) -> None:
     handle = await runtime.prepare(
@@ -148,24 +149,40 @@ async def test_limits_host_network_no_mounts_and_teardown(
         host = attrs["HostConfig"]
         assert host["NanoCpus"] == 1_500_000_000
         assert host["Memory"] == host["MemorySwap"] == 256 * 1024 * 1024
-        assert host["PidsLimit"] > 0
-        assert host["NetworkMode"] == "host"
+        assert host["PidsLimit"] == 1024  # the default
+        assert {u["Name"]: u["Hard"] for u in host["Ulimits"]}["fsize"] == 10 * 1024**3
+        assert host["NetworkMode"] == "none"
         assert host["Init"] is True
-        assert not host.get("Binds") and attrs["Mounts"] == []
+        # the only mount: the session's channel dir, read-only
+        assert [(m["Destination"], m["RW"]) for m in attrs["Mounts"]] == [(SANDBOX_DIR, False)]
+        assert attrs["Mounts"][0]["Source"] == str(runtime.channel_dir(handle))
         assert attrs["Config"]["Labels"][LABEL] == "limits-1"
-        # host networking: a server on the worker's loopback (like the gateway) answers
+        # no network: a server on the worker's loopback (like Temporal or S3) is unreachable
         port = free_port()
         server = http.server.HTTPServer(("127.0.0.1", port), http.server.SimpleHTTPRequestHandler)
         thread = threading.Thread(target=server.serve_forever, daemon=True)
         thread.start()
         try:
-            fetch = f"import urllib.request; urllib.request.urlopen('http://127.0.0.1:{port}/')"
+            fetch = (
+                "import urllib.request; "
+                f"urllib.request.urlopen('http://127.0.0.1:{port}/', timeout=5)"
+            )
             outcome = await runtime.run(
                 handle, f'python -c "{fetch}"', env={}, log_name="net", timeout_s=60
             )
+            ip = await runtime.run(
+                handle, "cat /proc/net/dev", env={}, log_name="ifaces", timeout_s=60
+            )
         finally:
             server.shutdown()
-        assert outcome.exit_code == 0, _read(runtime.log_paths(handle, "net")[1])
+        assert outcome.exit_code != 0
+        assert "Connection refused" in _read(runtime.log_paths(handle, "net")[1])
+        assert ip.exit_code == 0
+        interfaces = [
+            line.split(":")[0].strip()
+            for line in _read(runtime.log_paths(handle, "ifaces")[0]).splitlines()[2:]
+        ]
+        assert interfaces == ["lo"]
     finally:
         await runtime.teardown(handle)
     with pytest.raises(NotFound):
@@ -173,6 +190,87 @@ async def test_limits_host_network_no_mounts_and_teardown(
     assert not (runtime.root / "limits-1").exists()
     # teardown is idempotent and works from a bare handle (prepare never ran)
     await runtime.teardown(RuntimeHandle(kind="docker", session_id="never", workdir="", host=""))
+
+
+async def test_reap_kills_what_a_command_left_behind(runtime: DockerRuntime) -> None:
+    """A detached writer outlives its command; after `reap` nothing of it runs, the files
+    stay, the container works, and its wall-clock deadline is unchanged."""
+    handle = await runtime.prepare(_request("reap-1"))
+    try:
+        deadline = docker.from_env().containers.get(runtime.container_name("reap-1")).attrs
+        writer = (
+            "setsid nohup bash -c 'while :; do date +%s%N >> /workspace/beat; sleep 0.1; done' "
+        )
+        outcome = await runtime.run(
+            handle, f"{writer} >/dev/null 2>&1 & echo started", env={}, log_name="w", timeout_s=30
+        )
+        assert outcome.exit_code == 0
+        await asyncio.sleep(1)
+        await runtime.reap(handle)
+        ps = await runtime.run(
+            handle, "ps -eo args; wc -l < beat", env={}, log_name="ps", timeout_s=30
+        )
+        assert ps.exit_code == 0
+        listing = _read(runtime.log_paths(handle, "ps")[0])
+        assert "while :" not in listing
+        lines = int(listing.split()[-1])
+        assert lines > 0  # the file system survived the reap
+        await asyncio.sleep(1)
+        again = await runtime.run(handle, "wc -l < beat", env={}, log_name="ps2", timeout_s=30)
+        assert again.exit_code == 0
+        assert int(_read(runtime.log_paths(handle, "ps2")[0]).split()[-1]) == lines
+        after = docker.from_env().containers.get(runtime.container_name("reap-1")).attrs
+        assert after["Config"]["Env"] == deadline["Config"]["Env"]  # same POLAR_DEADLINE
+    finally:
+        await runtime.teardown(handle)
+
+
+async def test_disk_limit_stops_a_disk_filling_command(runtime: DockerRuntime) -> None:
+    """Writing past the disk limit (many files, each under the file-size rlimit) is stopped by
+    the watchdog; a single file past it is refused by the rlimit."""
+    handle = await runtime.prepare(_request("disk-1", disk="64m"))
+    try:
+        fill = "for i in $(seq 1000); do head -c 8M /dev/zero > f$i || exit 9; sleep 0.05; done"
+        outcome = await runtime.run(
+            handle, fill, env={}, log_name="fill", timeout_s=120, tick_s=0.5
+        )
+        assert not outcome.timed_out
+        assert outcome.limit_exceeded and "disk limit" in outcome.limit_exceeded
+        assert "disk limit exceeded" in _read(runtime.log_paths(handle, "fill")[1])
+        big = await runtime.run(
+            handle, "rm -f f*; head -c 100M /dev/zero > one", env={}, log_name="big", timeout_s=60
+        )
+        assert big.exit_code != 0  # SIGXFSZ / EFBIG at 64 MiB
+        size = await runtime.run(handle, "stat -c %s one", env={}, log_name="sz", timeout_s=30)
+        assert size.exit_code == 0
+        assert int(_read(runtime.log_paths(handle, "sz")[0])) <= 64 * 1024 * 1024
+    finally:
+        await runtime.teardown(handle)
+
+
+async def test_fork_bomb_is_contained_and_killed(runtime: DockerRuntime) -> None:
+    """A fork bomb hits the pids limit, runs into its timeout while ticks keep coming, and is
+    killed whole; the container answers afterwards."""
+    handle = await runtime.prepare(_request("bomb-1", pids=256))
+    try:
+        ticks: list[float] = []
+        outcome = await runtime.run(
+            handle,
+            "echo before-bomb; bomb() { bomb | bomb & }; bomb; sleep 600",
+            env={},
+            log_name="bomb",
+            timeout_s=8,
+            on_tick=ticks.append,
+            tick_s=0.5,
+        )
+        assert outcome.timed_out
+        assert len(ticks) >= 5
+        assert "before-bomb" in _read(runtime.log_paths(handle, "bomb")[0])
+        ps = await runtime.run(handle, "ps -e | wc -l", env={}, log_name="ps", timeout_s=30)
+        assert ps.exit_code == 0
+        assert int(_read(runtime.log_paths(handle, "ps")[0])) < 10
+    finally:
+        await runtime.teardown(handle)
 
 
 async def test_timeout_kills_the_whole_command(runtime: DockerRuntime, tmp_path: Path) -> None:

@@ -1,15 +1,26 @@
 """The `docker` runtime: one container per session, driven through the docker SDK.
 
 The container runs the task's image (default `polar/runtime:py311`, built
-locally by infra/images/build.py) with host networking (the gateway is on
-127.0.0.1), the CPU and memory limits of the RuntimeSpec, a pids limit, and
-no mounts at all: the source goes in with `put_archive` (a dir copy, or a git
-clone at the task's ref made on the worker), into `/workspace`.
+locally by infra/images/build.py) with no network at all (`--network none`):
+its only way out is the session's gateway channel, a Unix socket in the
+worker's `{session}/channel/` dir bind-mounted read-only at /run/polar (the
+only mount), served by the worker's relay and reached through a forwarder on
+the container's own loopback (activities/runtimes/channel.py). It has the
+CPU, memory (no extra swap), pids and disk limits of the RuntimeSpec (on by
+default); the source goes in with `put_archive` (a dir copy, or a git clone at
+the task's ref made on the worker), into `/workspace`.
 
-Its main process is `sleep {wall_clock_s}` under docker-init, so the whole
-container stops when the session's wall-clock budget is spent, even if the
-worker died. Commands run with `docker exec` in their own session (`setsid`),
-so a timeout or a cancellation kills everything they started.
+Its main process sleeps until the session's wall-clock deadline under
+docker-init, so the whole container stops when the budget is spent, even if
+the worker died. Commands run with `docker exec` in their own session.
+`reap` kills every process in the container (SIGKILL to its init: the kernel
+takes the rest of its PID namespace) and starts it again with the same
+file system: the harness stage reaps after every harness exit, so nothing the
+harness left running touches its work once it is read. A timeout or a
+cancellation reaps the same way. The disk limit is the file-size rlimit for a
+single file plus a watchdog over the container's writable layer, checked on
+every tick of a running command (the engine's `--storage-opt size` needs an
+XFS backing store, which these hosts do not have).
 
 The worker keeps, under `{data_dir}/runtimes/{session_id}/`, `logs/` (each
 command's stdout and stderr, streamed as it runs), `home/` and `scratch/`.
@@ -35,7 +46,6 @@ import tarfile
 import tempfile
 import threading
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -46,13 +56,16 @@ from docker.errors import APIError, ImageNotFound, NotFound
 from activities.process import ProcessOutcome
 from activities.runtimes.actions import run_prepare_actions
 from activities.runtimes.base import InvalidRuntime
+from activities.runtimes.channel import SANDBOX_DIR
+from activities.runtimes.limits import DISK_LABEL, ContainerLimits, writable_layer_bytes
 from activities.runtimes.local import materialise_source
 from polar.models import PrepareRequest, RuntimeHandle, RuntimeSpec
 
 WORKSPACE = "/workspace"
 LABEL = "polar.session"
-PIDS_LIMIT = 4096
-KILL_GRACE_S = 5.0
+DEADLINE_ENV = "POLAR_DEADLINE"
+# the main process: sleep until the wall-clock deadline (survives a reap's restart)
+MAIN_COMMAND = ["sh", "-c", f'exec sleep "$(( ${DEADLINE_ENV} - $(date +%s) ))"']
 
 
 def container_name(session_id: str, root: Path) -> str:
@@ -107,8 +120,9 @@ class DockerRuntime:
         base = self._session_dir(request.session_id)
         if base.exists():
             await asyncio.to_thread(shutil.rmtree, base)
-        for sub in ("home", "scratch", "logs"):
+        for sub in ("home", "scratch", "logs", "channel"):
             (base / sub).mkdir(parents=True)
+        (base / "channel").chmod(0o755)
         handle = RuntimeHandle(
             kind=self.kind,
             session_id=request.session_id,
@@ -136,24 +150,46 @@ class DockerRuntime:
             raise InvalidRuntime(
                 f"docker image {spec.image!r} not found (build it: python infra/images/build.py)"
             ) from exc
-        limits: dict[str, Any] = {"pids_limit": PIDS_LIMIT}
-        if spec.cpus is not None:
-            limits["nano_cpus"] = int(spec.cpus * 1e9)
-        if spec.memory is not None:
-            limits["mem_limit"] = spec.memory
-            limits["memswap_limit"] = spec.memory  # no swap beyond the limit
+        limits = ContainerLimits.of(spec)
+        channel = self._session_dir(session_id) / "channel"
         return self.client.containers.run(
             spec.image,
-            ["sleep", str(max(1, int(spec.wall_clock_s)))],
+            MAIN_COMMAND,
             name=self.container_name(session_id),
-            labels={LABEL: session_id},
+            labels={LABEL: session_id, DISK_LABEL: str(limits.disk_bytes)},
+            environment={DEADLINE_ENV: str(int(time.time() + max(1.0, spec.wall_clock_s)))},
             detach=True,
             init=True,
-            network_mode="host",
+            network_mode="none",
+            volumes={str(channel): {"bind": SANDBOX_DIR, "mode": "ro"}},
             working_dir="/",
             security_opt=["no-new-privileges"],
-            **limits,
-        )
+            pids_limit=limits.pids,
+            nano_cpus=int(limits.cpus * 1e9),
+            mem_limit=limits.memory_bytes,
+            memswap_limit=limits.memory_bytes,  # no swap beyond the limit
+            ulimits=[docker.types.Ulimit(name="fsize", soft=limits.disk_bytes,
+                                         hard=limits.disk_bytes)],
+        )  # fmt: skip
+
+    # ------------------------------------------------------------------ the gateway channel
+    def channel_dir(self, handle: RuntimeHandle) -> Path:
+        return self._session_dir(handle.session_id) / "channel"
+
+    def channel_in_sandbox(self, handle: RuntimeHandle) -> str | None:
+        return SANDBOX_DIR
+
+    # ------------------------------------------------------------------ reaping
+    async def reap(self, handle: RuntimeHandle) -> None:
+        await asyncio.to_thread(self._reap, self._container(handle))
+
+    def _reap(self, container: Any) -> None:
+        """SIGKILL the container's init (the kernel kills everything else in it), then start
+        it again on the same file system; a container past its deadline stays stopped."""
+        with contextlib.suppress(APIError):  # not running: nothing to kill
+            container.kill(signal="SIGKILL")
+        container.wait(timeout=60)
+        container.start()
 
     async def teardown(self, handle: RuntimeHandle) -> None:
         await self._remove_container(handle.session_id)
@@ -194,27 +230,33 @@ class DockerRuntime:
                 err.write(f"polar: container is {container.status} (wall-clock budget spent?)\n")
             return ProcessOutcome(None, True, time.monotonic() - started)
         await asyncio.to_thread(self._sync_in, container, handle)
-        pidfile = f"/tmp/.polar-{uuid.uuid4().hex}.pid"
         full_env = {"HOME": str(self.home(handle))} | env
-        argv = ["setsid", "-w", "bash", "-c", 'echo $$ > "$0"; exec bash -c "$1"', pidfile, command]
+        argv = ["setsid", "-w", "bash", "-c", command]
         pump = await asyncio.to_thread(
             self._start_exec, container, argv, full_env, handle.workdir, stdout, stderr
         )
+        watchdog = _DiskWatchdog(container)
         try:
             while True:
                 remaining = timeout_s - (time.monotonic() - started)
                 if remaining <= 0:
-                    await self._kill(container, pidfile, pump)
+                    await asyncio.to_thread(self._reap, container)
                     return ProcessOutcome(None, True, time.monotonic() - started)
                 if await asyncio.to_thread(pump.done.wait, min(tick_s, remaining)):
                     break
+                exceeded = await asyncio.to_thread(watchdog.exceeded)
+                if exceeded:
+                    with open(stderr, "a") as err:
+                        err.write(f"polar: {exceeded}; every process of the session killed\n")
+                    await asyncio.to_thread(self._reap, container)
+                    return ProcessOutcome(None, False, time.monotonic() - started, exceeded)
                 if on_tick is not None:
                     maybe = on_tick(time.monotonic() - started)
                     if maybe is not None:
                         await maybe
         except BaseException:
             with contextlib.suppress(Exception):
-                await asyncio.shield(self._kill(container, pidfile, pump))
+                await asyncio.shield(asyncio.to_thread(self._reap, container))
             raise
         finally:
             with contextlib.suppress(NotFound, APIError):
@@ -235,17 +277,6 @@ class DockerRuntime:
         pump = _Pump(self.client, created["Id"], stdout, stderr)
         pump.start()
         return pump
-
-    async def _kill(self, container: Any, pidfile: str, pump: _Pump) -> None:
-        """SIGTERM the command's process group, then SIGKILL after a grace period."""
-        for sig in ("TERM", "KILL"):
-            script = f'pg=$(cat {pidfile} 2>/dev/null) && kill -{sig} -- "-$pg"'
-            with contextlib.suppress(NotFound, APIError):
-                await asyncio.to_thread(container.exec_run, ["bash", "-c", script])
-            if await asyncio.to_thread(pump.done.wait, KILL_GRACE_S):
-                return
-        # something outside the group still holds the output open: the pump thread
-        # ends when teardown removes the container
 
     # ------------------------------------------------------------------ copying in and out
     def _exec_checked(self, container: Any, cmd: list[str]) -> str:
@@ -299,6 +330,41 @@ class DockerRuntime:
                     tar.extractall(fresh, members=members, filter="data")
                 shutil.rmtree(path)
                 fresh.rename(path)
+
+
+class _DiskWatchdog:
+    """Whether a container's writable layer has grown past its disk limit."""
+
+    def __init__(self, container: Any) -> None:
+        self.container = container
+        self.limit = 0
+        self.upper: Path | None = None
+        self.checked = False
+
+    def exceeded(self) -> str | None:
+        if not self.checked:
+            self.checked = True
+            upper, limit = _upper_dir_and_limit(self.container)
+            self.upper = upper if upper is not None and upper.is_dir() and limit else None
+            self.limit = limit or 0
+        if self.upper is None:  # a remote engine, another storage driver: the rlimit only
+            return None
+        used = writable_layer_bytes(self.upper, stop_after=self.limit)
+        if used > self.limit:
+            return f"disk limit exceeded: wrote more than {self.limit} bytes"
+        return None
+
+
+def _upper_dir_and_limit(container: Any) -> tuple[Path | None, int | None]:
+    """The host path of the container's writable layer (overlay2's UpperDir) and its disk
+    limit (label), where known."""
+    with contextlib.suppress(Exception):
+        container.reload()
+        attrs = container.attrs
+        upper = (attrs.get("GraphDriver") or {}).get("Data", {}).get("UpperDir")
+        label = ((attrs.get("Config") or {}).get("Labels") or {}).get(DISK_LABEL)
+        return (Path(upper) if upper else None), (int(label) if label else None)
+    return None, None
 
 
 class _Pump(threading.Thread):

@@ -3,10 +3,11 @@
 For clusters that forbid a Docker daemon (the paper uses rootless Apptainer
 there; Debian ships `podman`). Everything a session sees is the Docker
 runtime's (activities/runtimes/docker.py, which this subclasses): one
-container per session from the task's image, `/workspace` filled by copying
-(no mounts), host networking, `sleep {wall_clock_s}` under an init as the
-main process, commands in their own process group, `home/` and `scratch/`
-synced at the same paths, teardown by name. Only the transport differs: the
+container per session from the task's image, `/workspace` filled by copying,
+no network (the session's gateway channel dir is the only mount), default
+CPU, memory, pids and disk limits, a sleep until the wall-clock deadline under
+an init as the main process, `reap` by killing and restarting the container,
+`home/` and `scratch/` synced at the same paths, teardown by name. Only the transport differs: the
 `podman` CLI (no daemon, no socket) instead of the docker SDK, through a small
 adapter with the few container methods the shared code calls.
 
@@ -35,6 +36,7 @@ import asyncio
 import contextlib
 import functools
 import io
+import json
 import os
 import pwd
 import resource
@@ -43,6 +45,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -50,7 +53,9 @@ from typing import IO, Any
 from docker.errors import APIError, NotFound
 
 from activities.runtimes.base import InvalidRuntime
-from activities.runtimes.docker import LABEL, PIDS_LIMIT, DockerRuntime
+from activities.runtimes.channel import SANDBOX_DIR
+from activities.runtimes.docker import DEADLINE_ENV, LABEL, MAIN_COMMAND, DockerRuntime
+from activities.runtimes.limits import DISK_LABEL, ContainerLimits
 from polar.models import RuntimeSpec
 
 RUNNER = "polar-runner"
@@ -223,21 +228,25 @@ class PodmanRuntime(DockerRuntime):
                 f"the local docker engine: python -m activities.runtimes.podman load {spec.image})"
             )
         name = self.container_name(session_id)
+        limits = ContainerLimits.of(spec)
+        channel = self._session_dir(session_id) / "channel"
+        deadline = int(time.time() + max(1.0, spec.wall_clock_s))
         nofile_soft, nofile_hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         args = [
             "run", "--detach", "--name", name, "--label", f"{LABEL}={session_id}",
-            "--init", "--network", "host", "--workdir", "/",
-            "--security-opt", "no-new-privileges", "--pids-limit", str(PIDS_LIMIT),
+            "--label", f"{DISK_LABEL}={limits.disk_bytes}", "--env", f"{DEADLINE_ENV}={deadline}",
+            "--init", "--network", "none", "--volume", f"{channel}:{SANDBOX_DIR}:ro",
+            "--workdir", "/", "--security-opt", "no-new-privileges",
+            "--pids-limit", str(limits.pids),
             # podman's default rlimits are above what a confined root may set: keep the
             # worker's open-files limit, and cap processes like the pids limit does
             "--ulimit", f"nofile={nofile_soft}:{nofile_hard}",
-            "--ulimit", f"nproc={PIDS_LIMIT}:{PIDS_LIMIT}",
+            "--ulimit", f"nproc={limits.pids}:{limits.pids}",
+            "--ulimit", f"fsize={limits.disk_bytes}:{limits.disk_bytes}",
+            "--cpus", str(limits.cpus),
+            "--memory", str(limits.memory_bytes), "--memory-swap", str(limits.memory_bytes),
+            spec.image, *MAIN_COMMAND,
         ]  # fmt: skip
-        if spec.cpus is not None:
-            args += ["--cpus", str(spec.cpus)]
-        if spec.memory is not None:
-            args += ["--memory", spec.memory, "--memory-swap", spec.memory]
-        args += [spec.image, "sleep", str(max(1, int(spec.wall_clock_s)))]
         proc = self.podman.run(*args, check=False)
         if proc.returncode != 0:
             with contextlib.suppress(Exception):
@@ -319,6 +328,26 @@ class _Container:
         if proc.returncode != 0:
             raise NotFound(f"podman container {self.name} not found")
         return proc.stdout.decode().strip()
+
+    @property
+    def attrs(self) -> dict[str, Any]:
+        proc = self.podman.run("container", "inspect", self.name, check=False)
+        if proc.returncode != 0:
+            raise NotFound(f"podman container {self.name} not found")
+        data = json.loads(proc.stdout or b"[]")
+        return data[0] if data else {}
+
+    def reload(self) -> None:
+        """Attributes are read fresh on every access."""
+
+    def kill(self, signal: str = "SIGKILL") -> None:
+        self.podman.run("kill", "--signal", signal, self.name)
+
+    def wait(self, timeout: float = 60) -> None:
+        self.podman.run("wait", self.name, check=False, timeout=timeout)
+
+    def start(self) -> None:
+        self.podman.run("start", self.name)
 
     def exec_run(self, cmd: list[str]) -> _ExecResult:
         proc = subprocess.run(
