@@ -2,9 +2,12 @@
 
 `podman_image` copies polar/runtime:py311 from the local Docker engine into
 podman's stores (`docker save | podman load`, no registry). The runtime tests
-run in each mode this host offers: `rootless` (podman as the unprivileged
-`polar-runner` user) and `root`; each prints which mode ran and why `auto`
-picks what it picks.
+run in each mode: `rootless` (podman as the unprivileged `polar-runner` user)
+and `root` (when the tests run as root); each prints which mode ran and why
+`auto` picks what it picks. A rootless run on a host that cannot support it
+(`rootless_support`: no user namespaces or `/dev/fuse` for the runner, or
+cgroup v1, where the limits are ignored) is skipped with that reason, unless
+rootless is what `auto` picks here: the default mode is never skipped.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from activities.runtimes.podman import (
     PodmanRuntime,
     cgroup_v2,
     resolve_mode,
-    user_namespaces_work,
+    rootless_support,
 )
 from polar.devstack import free_port
 from polar.models import (
@@ -43,12 +46,15 @@ pytestmark = pytest.mark.slow
 def _modes() -> list[str]:
     import os
 
-    modes = ["rootless"] if user_namespaces_work()[0] else []
-    return [*modes, "root"] if os.geteuid() == 0 else modes
+    return ["rootless", "root"] if os.geteuid() == 0 else ["rootless"]
 
 
 @pytest.fixture(params=_modes())
 def runtime(request: pytest.FixtureRequest, podman_image: str, tmp_path: Path) -> Iterator:
+    if request.param == "rootless" and resolve_mode()[0] != "rootless":
+        supported, why = rootless_support()
+        if not supported:
+            pytest.skip(f"rootless podman is not supported here: {why}")
     rt = PodmanRuntime(tmp_path / "runtimes", mode=request.param)
     print(f"podman mode: {rt.mode}; auto here: {resolve_mode('auto')}")
     yield rt

@@ -375,6 +375,32 @@ class _Container:
         return [proc.stdout], {}
 
 
+def rootless_support() -> tuple[bool, str]:
+    """(whether rootless podman can run sessions with their limits here, why), checked as the
+    user it runs as (`polar-runner` for a root worker): user namespaces, `/dev/fuse` opened
+    read-write where fuse-overlayfs is its storage, and cgroup v2 (v1 ignores the limits)."""
+    prefix: list[str] = []
+    who = "the worker's user"
+    if os.geteuid() == 0:
+        try:
+            pwd.getpwnam(RUNNER)
+        except KeyError:
+            return False, f"no {RUNNER} user (python -m activities.runtimes.podman setup)"
+        prefix, who = ["runuser", "-u", RUNNER, "--"], RUNNER
+    userns = subprocess.run([*prefix, "unshare", "-U", "true"], capture_output=True, text=True,
+                            cwd="/")  # fmt: skip
+    if userns.returncode != 0:
+        return False, f"user namespaces do not work for {who}: {userns.stderr.strip()}"
+    if Path("/usr/bin/fuse-overlayfs").exists():
+        fuse = subprocess.run([*prefix, "sh", "-c", ": <> /dev/fuse"], capture_output=True,
+                              text=True, cwd="/")  # fmt: skip
+        if fuse.returncode != 0:
+            return False, f"{who} cannot open /dev/fuse read-write: {fuse.stderr.strip()}"
+    if not cgroup_v2():
+        return False, "cgroup v1 host: rootless podman ignores the CPU, memory and pids limits"
+    return True, f"user namespaces and /dev/fuse work for {who}, cgroup v2"
+
+
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     if args[:1] == ["setup"]:
