@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import http.server
 import json
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -23,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from activities.runtimes import InvalidRuntime, PrepareFailed, get_runtime
+from activities.runtimes.channel import SANDBOX_DIR
 from activities.runtimes.podman import (
     LABEL,
     PodmanRuntime,
@@ -50,18 +53,23 @@ def _modes() -> list[str]:
 
 
 @pytest.fixture(params=_modes())
-def runtime(request: pytest.FixtureRequest, podman_image: str, tmp_path: Path) -> Iterator:
+def runtime(request: pytest.FixtureRequest, podman_image: str) -> Iterator:
     if request.param == "rootless" and resolve_mode()[0] != "rootless":
         supported, why = rootless_support()
         if not supported:
             pytest.skip(f"rootless podman is not supported here: {why}")
-    rt = PodmanRuntime(tmp_path / "runtimes", mode=request.param)
+    # the channel dir is bind-mounted: rootless podman (polar-runner) must reach it, which
+    # pytest's 0700 tmp dirs forbid
+    root = Path(tempfile.mkdtemp(prefix="polar-podman-"))
+    root.chmod(0o711)
+    rt = PodmanRuntime(root / "runtimes", mode=request.param)
     print(f"podman mode: {rt.mode}; auto here: {resolve_mode('auto')}")
     yield rt
     listed = rt.podman.run("ps", "--all", "--format", "{{.Names}}", check=False)
     for name in listed.stdout.decode().split():
         if name.startswith(rt.container_name("")):
             rt.podman.run("rm", "--force", "--ignore", "--time", "0", name, check=False)
+    shutil.rmtree(root, ignore_errors=True)
 
 
 def _request(session_id: str, source: object = None, **runtime: object) -> PrepareRequest:
@@ -124,7 +132,7 @@ async def test_dir_source_command_output_exit_code_and_scratch(
     assert prepare_s < 30
 
 
-async def test_limits_host_network_no_mounts_and_teardown(
+async def test_limits_no_network_one_channel_mount_and_teardown(
     runtime: PodmanRuntime, tmp_path: Path
 ) -> None:
     handle = await runtime.prepare(
@@ -135,9 +143,10 @@ async def test_limits_host_network_no_mounts_and_teardown(
         inspect = runtime.podman.run("container", "inspect", name)
         [attrs] = json.loads(inspect.stdout)
         host = attrs["HostConfig"]
-        assert host["NetworkMode"] == "host"
+        assert host["NetworkMode"] == "none"
         assert host["Init"] is True
-        assert not host.get("Binds") and attrs["Mounts"] == []
+        # the only mount: the session's channel dir, read-only
+        assert [(m["Destination"], m["RW"]) for m in attrs["Mounts"]] == [(SANDBOX_DIR, False)]
         assert attrs["Config"]["Labels"][LABEL] == "limits-1"
         if runtime.mode == "rootless" and not cgroup_v2():
             # podman: "Resource limits are not supported and ignored on cgroups V1 rootless"
@@ -146,7 +155,7 @@ async def test_limits_host_network_no_mounts_and_teardown(
         else:
             assert host["NanoCpus"] == 1_500_000_000
             assert host["Memory"] == host["MemorySwap"] == 256 * 1024 * 1024
-            assert host["PidsLimit"] > 0
+            assert host["PidsLimit"] == 1024  # the default
             mem = await runtime.run(
                 handle,
                 "cat /sys/fs/cgroup/memory.max 2>/dev/null "
@@ -155,19 +164,31 @@ async def test_limits_host_network_no_mounts_and_teardown(
             )  # fmt: skip
             assert mem.exit_code == 0
             assert _read(runtime.log_paths(handle, "mem")[0]).strip() == str(256 * 1024 * 1024)
-        # host networking: a server on the worker's loopback (like the gateway) answers
+        # no network: a server on the worker's loopback (like Temporal or S3) is unreachable
         port = free_port()
         server = http.server.HTTPServer(("127.0.0.1", port), http.server.SimpleHTTPRequestHandler)
         thread = threading.Thread(target=server.serve_forever, daemon=True)
         thread.start()
         try:
-            fetch = f"import urllib.request; urllib.request.urlopen('http://127.0.0.1:{port}/')"
+            fetch = (
+                "import urllib.request; "
+                f"urllib.request.urlopen('http://127.0.0.1:{port}/', timeout=5)"
+            )
             outcome = await runtime.run(
                 handle, f'python -c "{fetch}"', env={}, log_name="net", timeout_s=60
             )
         finally:
             server.shutdown()
-        assert outcome.exit_code == 0, _read(runtime.log_paths(handle, "net")[1])
+        assert outcome.exit_code != 0
+        assert "Connection refused" in _read(runtime.log_paths(handle, "net")[1])
+        # reap: a detached process is gone, the files and the container stay
+        left = "setsid nohup sleep 303 >/dev/null 2>&1 & echo x > kept"
+        await runtime.run(handle, left, env={}, log_name="left", timeout_s=30)
+        await runtime.reap(handle)
+        ps = await runtime.run(handle, "ps -eo args; cat kept", env={}, log_name="ps", timeout_s=30)
+        assert ps.exit_code == 0
+        assert "sleep 303" not in _read(runtime.log_paths(handle, "ps")[0])
+        assert _read(runtime.log_paths(handle, "ps")[0]).endswith("x\n")
     finally:
         await runtime.teardown(handle)
     assert not _exists(runtime, "limits-1")

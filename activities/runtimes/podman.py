@@ -107,11 +107,10 @@ def resolve_mode(requested: str | None = None) -> tuple[str, str]:
         return "rootless", "the worker is not root"
     if not ok:
         return "root", f"no rootless podman: {why}"
-    if not cgroup_v2():
-        return "root", (
-            "cgroup v1 host: rootless podman would ignore the CPU, memory and pids limits"
-        )
-    return "rootless", f"{why}, cgroup v2"
+    supported, why = rootless_support()  # also as polar-runner: /dev/fuse, cgroup v2
+    if not supported:
+        return "root", f"no rootless podman: {why}"
+    return "rootless", why
 
 
 def ensure_runner() -> None:
