@@ -1,0 +1,223 @@
+"""A session's only way out of its sandbox: a Unix socket to the gateway, owned by the worker.
+
+The worker runs one `GatewayRelay` per running session. It serves HTTP on
+`channel_dir/gateway.sock` and forwards model API calls to the gateway with
+the session's own key, whatever key the caller sent: the channel is the
+identity. Inside the sandbox (no network of its own) `forwarder.py` serves
+`SANDBOX_GATEWAY_URL` on loopback and splices each connection to the socket;
+`with_forwarder` wraps a command so it starts first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shlex
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import uvicorn
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from polar.providers import APIError, detect
+
+SANDBOX_DIR = "/run/polar"
+SANDBOX_PORT = 4000
+SOCKET_NAME = "gateway.sock"
+FORWARDER_NAME = "forwarder.py"
+SANDBOX_GATEWAY_URL = f"http://127.0.0.1:{SANDBOX_PORT}"
+PLACEHOLDER_KEY = "polar-sealed-channel"
+ALLOWED_PREFIXES = ("/v1/", "/v1beta/")
+
+SESSION_KEY_HEADER = "x-polar-session-key"
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "expect",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+    }
+)
+FORWARDER_SCRIPT = Path(__file__).with_name(FORWARDER_NAME)
+MAX_SOCKET_PATH = 107  # sun_path is 108 bytes with its NUL
+
+
+class _QuietServer(uvicorn.Server):
+    """A uvicorn server that leaves the process's signal handlers alone (many run at once)."""
+
+    def install_signal_handlers(self) -> None:  # uvicorn < 0.29
+        pass
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Any:  # uvicorn >= 0.29
+        yield
+
+
+def _clean_headers(headers: Any, connection: str = "") -> list[tuple[str, str]]:
+    """`headers` without hop-by-hop ones (and those `Connection` names)."""
+    drop = HOP_BY_HOP | {h.strip().lower() for h in connection.split(",") if h.strip()}
+    return [(k, v) for k, v in headers.items() if k.lower() not in drop]
+
+
+def _allowed(path: str) -> bool:
+    """A model API path, with no dot segments a URL parser could fold away."""
+    if not path.startswith(ALLOWED_PREFIXES):
+        return False
+    return not any(part in (".", "..") for part in path.split("/"))
+
+
+def _error(request: Request, status: int, message: str, code: str) -> JSONResponse:
+    """An error in the caller's provider shape (as the gateway itself would render it)."""
+    status, body = detect(request.url.path, request.headers).render_error(
+        APIError(status, message, code=code)
+    )
+    return JSONResponse(body, status_code=status)
+
+
+class GatewayRelay:
+    """Host side of one session's channel: HTTP on `channel_dir/gateway.sock`,
+    forwarded to the gateway."""
+
+    def __init__(self, channel_dir: Path, gateway_url: str, session_key: str) -> None:
+        self.channel_dir = Path(channel_dir)
+        self.gateway_url = gateway_url.rstrip("/")
+        self.session_key = session_key
+        self._client: httpx.AsyncClient | None = None
+        self._server: _QuietServer | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def socket_path(self) -> Path:
+        return self.channel_dir / SOCKET_NAME
+
+    async def __aenter__(self) -> GatewayRelay:
+        path = self.socket_path
+        if len(str(path).encode()) > MAX_SOCKET_PATH:
+            raise ValueError(f"channel socket path is too long for a Unix socket: {path}")
+        self.channel_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
+        self.channel_dir.chmod(0o755)
+        target = self.channel_dir / FORWARDER_NAME
+        shutil.copyfile(FORWARDER_SCRIPT, target)
+        target.chmod(0o644)
+        path.unlink(missing_ok=True)
+        self._client = httpx.AsyncClient(
+            timeout=httpx.Timeout(connect=10.0, read=None, write=None, pool=None)
+        )
+        config = uvicorn.Config(
+            self._app,
+            uds=str(path),
+            interface="asgi3",
+            ws="none",
+            lifespan="off",
+            proxy_headers=False,
+            server_header=False,  # the gateway's own server and date headers pass through
+            date_header=False,
+            log_level="warning",
+            access_log=False,
+            timeout_graceful_shutdown=1,
+        )
+        self._server = _QuietServer(config)
+        self._task = asyncio.create_task(self._server.serve(), name=f"relay {path}")
+        while not self._server.started:
+            if self._task.done():
+                await self._close_client()
+                self._task.result()  # raises what stopped it
+                raise RuntimeError(f"gateway relay on {path} stopped while starting")
+            await asyncio.sleep(0.01)
+        path.chmod(0o666)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._server is not None and self._task is not None:
+            self._server.should_exit = True
+            done, _ = await asyncio.wait({self._task}, timeout=3)
+            if not done:  # a call still streaming: cut it
+                self._server.force_exit = True
+                self._task.cancel()
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await self._task
+        await self._close_client()
+        self.socket_path.unlink(missing_ok=True)
+
+    async def _close_client(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    async def _app(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        request = Request(scope, receive)
+        response = await self._forward(request)
+        await response(scope, receive, send)
+
+    async def _forward(self, request: Request) -> Response:
+        path = request.url.path
+        if not _allowed(path):
+            return _error(request, 404, f"{path} is not served on this channel", "not_found")
+        assert self._client is not None
+        headers = _clean_headers(request.headers, request.headers.get("connection", ""))
+        headers = [(k, v) for k, v in headers if k.lower() != SESSION_KEY_HEADER]
+        headers.append((SESSION_KEY_HEADER, self.session_key))
+        has_body = "content-length" in request.headers or "transfer-encoding" in request.headers
+        raw_path = (request.scope.get("raw_path") or path.encode()).decode("latin-1")
+        query = request.scope.get("query_string", b"").decode("latin-1")
+        url = self.gateway_url + raw_path + (f"?{query}" if query else "")
+        upstream = self._client.build_request(
+            request.method, url, headers=headers, content=request.stream() if has_body else None
+        )
+        try:
+            answer = await self._client.send(upstream, stream=True)
+        except httpx.TransportError as exc:
+            message = f"the gateway is unreachable: {type(exc).__name__}: {exc}"
+            return _error(request, 502, message, "gateway_unreachable")
+
+        async def body() -> AsyncIterator[bytes]:
+            try:
+                async for chunk in answer.aiter_raw():
+                    yield chunk
+            finally:
+                await answer.aclose()
+
+        return StreamingResponse(
+            body(),
+            status_code=answer.status_code,
+            headers=dict(_clean_headers(answer.headers, answer.headers.get("connection", ""))),
+        )
+
+
+def with_forwarder(command: str, channel_in_sandbox: str, port: int = SANDBOX_PORT) -> str:
+    """A bash command line that starts the forwarder in the background inside the sandbox
+    (`python3 {channel}/forwarder.py --socket {channel}/gateway.sock --port {port}`), waits until
+    127.0.0.1:{port} accepts connections (bounded, 10 s, then fails loudly to stderr), then runs
+    `command` with `exec bash -c ...` so the command's exit code is the result."""
+    channel = channel_in_sandbox.rstrip("/") or "/"
+    script = shlex.quote(f"{channel}/{FORWARDER_NAME}")
+    sock = shlex.quote(f"{channel}/{SOCKET_NAME}")
+    return (
+        f'__polar_log="${{TMPDIR:-/tmp}}/polar-forwarder-{port}.log"; '
+        '{ : >"$__polar_log"; } 2>/dev/null || __polar_log=/dev/null; '
+        f"python3 -I {script} --socket {sock} --port {port} "
+        '</dev/null >/dev/null 2>"$__polar_log" & '
+        "__polar_fwd=$!; __polar_ready=; "
+        "for __polar_i in $(seq 200); do "
+        f"if (: <>/dev/tcp/127.0.0.1/{port}) 2>/dev/null; then __polar_ready=1; break; fi; "
+        'kill -0 "$__polar_fwd" 2>/dev/null || break; sleep 0.05; done; '
+        'if [ -z "$__polar_ready" ]; then '
+        f"echo 'polar: the gateway forwarder did not start on 127.0.0.1:{port}' >&2; "
+        'cat "$__polar_log" >&2 2>/dev/null; exit 97; fi; '
+        "unset __polar_log __polar_fwd __polar_ready __polar_i; "
+        f"exec bash -c {shlex.quote(command)}"
+    )
