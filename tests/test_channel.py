@@ -170,7 +170,7 @@ async def test_another_sessions_valid_key_on_this_channel_is_still_this_session(
     assert channel_gateway.session_keys_seen(before) == [[channel.relay.session_key]] * 2
 
 
-@pytest.mark.parametrize("path", ["/admin/status", "/metrics", "/docs", "/health", "/"])
+@pytest.mark.parametrize("path", ["/admin/status", "/metrics", "/docs", "/health", "/openapi.json"])
 async def test_non_model_paths_are_404_and_never_reach_the_gateway(
     channel: Channel, channel_gateway: ChannelGateway, path: str
 ) -> None:
@@ -181,6 +181,39 @@ async def test_non_model_paths_are_404_and_never_reach_the_gateway(
     assert answer.status_code == 404 and posted.status_code == 404
     assert answer.json()["error"]["code"] == "not_found"
     assert channel_gateway.paths[before:] == []
+
+
+async def test_api_root_probes_pass_but_nothing_else_at_the_root(
+    channel: Channel, channel_gateway: ChannelGateway
+) -> None:
+    """Clients probe `/` and `/v1` (GET or HEAD); a POST there is not a model call."""
+    async with httpx.AsyncClient(timeout=30) as client:
+        probes = [await client.request(m, f"{channel.url}{p}") for m in ("GET", "HEAD")
+                  for p in ("/", "/v1")]  # fmt: skip
+        posted = await client.post(f"{channel.url}/", json={})
+    assert [r.status_code for r in probes] == [200] * 4
+    assert posted.status_code == 404
+
+
+async def test_a_channel_dir_past_the_unix_socket_path_limit(
+    channel_gateway: ChannelGateway, storage: Storage, tmp_path: Path
+) -> None:
+    """Session ids can be long (task ids up to 128 characters): the relay binds and the
+    forwarder connects however long the channel dir's path is."""
+    deep = tmp_path / ("t" * 120) / ("s" * 60) / "channel"
+    assert len(str(deep / SOCKET_NAME)) > 108
+    identity, key = channel_gateway.session()
+    channel_gateway.backend.push(text("Long paths work."))
+    async with GatewayRelay(deep, channel_gateway.url, key) as relay:
+        assert relay.socket_path.is_socket()
+        proc, port = start_forwarder(relay.channel_dir)
+        try:
+            answer = await chat(f"http://127.0.0.1:{port}")
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+    assert answer.status_code == 200, answer.text
+    assert len(storage.list_completions(identity.session_id)) == 1
 
 
 async def test_dot_segments_cannot_climb_out_of_v1(

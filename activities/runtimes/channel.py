@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import shlex
 import shutil
+import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -32,6 +34,7 @@ FORWARDER_NAME = "forwarder.py"
 SANDBOX_GATEWAY_URL = f"http://127.0.0.1:{SANDBOX_PORT}"
 PLACEHOLDER_KEY = "polar-sealed-channel"
 ALLOWED_PREFIXES = ("/v1/", "/v1beta/")
+PROBE_PATHS = frozenset({"/", "/v1", "/v1beta"})
 
 SESSION_KEY_HEADER = "x-polar-session-key"
 HOP_BY_HOP = frozenset(
@@ -71,11 +74,35 @@ def _clean_headers(headers: Any, connection: str = "") -> list[tuple[str, str]]:
     return [(k, v) for k, v in headers.items() if k.lower() not in drop]
 
 
-def _allowed(path: str) -> bool:
-    """A model API path, with no dot segments a URL parser could fold away."""
+def _allowed(method: str, path: str) -> bool:
+    """A model API path (or a client's GET/HEAD probe of the API root), with no dot segments
+    a URL parser could fold away."""
+    if method in ("GET", "HEAD") and path in PROBE_PATHS:
+        return True
     if not path.startswith(ALLOWED_PREFIXES):
         return False
     return not any(part in (".", "..") for part in path.split("/"))
+
+
+def _bind_unix(path: Path) -> socket.socket:
+    """A listening Unix socket at `path`, however long the path (sun_path holds 107 bytes:
+    a longer one is bound through an O_PATH descriptor of its directory)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    dir_fd = None
+    try:
+        if len(str(path).encode()) <= MAX_SOCKET_PATH:
+            sock.bind(str(path))
+        else:
+            dir_fd = os.open(path.parent, os.O_PATH | os.O_DIRECTORY)
+            sock.bind(f"/proc/self/fd/{dir_fd}/{path.name}")
+        sock.listen(128)
+    except BaseException:
+        sock.close()
+        raise
+    finally:
+        if dir_fd is not None:
+            os.close(dir_fd)
+    return sock
 
 
 def _error(request: Request, status: int, message: str, code: str) -> JSONResponse:
@@ -104,8 +131,6 @@ class GatewayRelay:
 
     async def __aenter__(self) -> GatewayRelay:
         path = self.socket_path
-        if len(str(path).encode()) > MAX_SOCKET_PATH:
-            raise ValueError(f"channel socket path is too long for a Unix socket: {path}")
         self.channel_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
         self.channel_dir.chmod(0o755)
         target = self.channel_dir / FORWARDER_NAME
@@ -115,9 +140,9 @@ class GatewayRelay:
         self._client = httpx.AsyncClient(
             timeout=httpx.Timeout(connect=10.0, read=None, write=None, pool=None)
         )
+        sock = _bind_unix(path)
         config = uvicorn.Config(
             self._app,
-            uds=str(path),
             interface="asgi3",
             ws="none",
             lifespan="off",
@@ -129,7 +154,7 @@ class GatewayRelay:
             timeout_graceful_shutdown=1,
         )
         self._server = _QuietServer(config)
-        self._task = asyncio.create_task(self._server.serve(), name=f"relay {path}")
+        self._task = asyncio.create_task(self._server.serve(sockets=[sock]), name=f"relay {path}")
         while not self._server.started:
             if self._task.done():
                 await self._close_client()
@@ -165,7 +190,7 @@ class GatewayRelay:
 
     async def _forward(self, request: Request) -> Response:
         path = request.url.path
-        if not _allowed(path):
+        if not _allowed(request.method, path):
             return _error(request, 404, f"{path} is not served on this channel", "not_found")
         assert self._client is not None
         headers = _clean_headers(request.headers, request.headers.get("connection", ""))

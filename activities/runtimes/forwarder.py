@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import sys
 from collections.abc import Awaitable, Callable
 
@@ -82,8 +83,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, required=True, help="TCP port to serve")
     parser.add_argument("--host", default="127.0.0.1", help="address to serve (default loopback)")
     args = parser.parse_args(argv)
+    socket_path = args.socket
+    if len(socket_path.encode()) > 100:  # past sun_path's 108 bytes: connect from its dir
+        os.chdir(os.path.dirname(socket_path) or ".")
+        socket_path = os.path.basename(socket_path)
     try:
-        asyncio.run(serve(args.socket, args.host, args.port))
+        asyncio.run(serve(socket_path, args.host, args.port))
     except KeyboardInterrupt:
         return 0
     except OSError as exc:

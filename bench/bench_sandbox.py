@@ -1,0 +1,214 @@
+"""What the sealed session costs: container start, channel, reap and the fresh evaluation runtime.
+
+    .venv/bin/python bench/bench_sandbox.py              # about 2 min on 2 cores
+    .venv/bin/python bench/bench_sandbox.py --runs 10    # more repetitions of each part
+
+Two parts, one run, on the local Docker engine (`polar/runtime:py311`):
+
+(a) Components, timed through the runtime API (median of `--runs`): preparing a
+    container session (create, start, copy a small repo in), a no-op command,
+    the same command behind the gateway channel (relay up, forwarder started in
+    the container and ready, relay down), a reap (SIGKILL the container's init,
+    start it again), and preparing the evaluator's fresh runtime.
+(b) Whole sessions through Temporal (the `bench_scheduling` stack: dev server,
+    SeaweedFS, gateway, a `polar worker` process, a fake backend answering in
+    about 1 ms): one-session tasks on Docker whose harness makes 4 model calls
+    through the channel and whose command evaluator grades in the fresh runtime;
+    submit → result latency and stage seconds.
+
+The sandbox's added cost per session is channel + reap on the critical path;
+the fresh evaluation runtime is prepared while the harness runs (prewarm), so
+it is off the critical path unless the harness is faster than it. Both are
+reported as a share of the session's latency. Writes bench/results/sandbox.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from activities.runtimes.channel import SANDBOX_DIR, GatewayRelay, with_forwarder  # noqa: E402
+from activities.runtimes.docker import DockerRuntime  # noqa: E402
+from bench.bench_scheduling import MODEL, Bench, run_sessions  # noqa: E402
+from polar.devstack import DevStack  # noqa: E402
+from polar.models import DirSource, PrepareRequest, RuntimeSpec, TaskSpec  # noqa: E402
+
+IMAGE = "polar/runtime:py311"
+RESULTS = Path(__file__).resolve().parent / "results" / "sandbox.json"
+
+
+def small_repo(root: Path) -> Path:
+    repo = root / "repo"
+    (repo / "pkg").mkdir(parents=True)
+    (repo / "hello.txt").write_text("hello\n")
+    (repo / "pkg" / "mod.py").write_text("X = 1\n")
+    return repo
+
+
+def harness(calls: int) -> str:
+    """`calls` sequential Chat Completions calls through the session's gateway URL."""
+    body = json.dumps(
+        {"model": MODEL, "max_tokens": 8, "messages": [{"role": "user", "content": "Fix it."}]}
+    )
+    code = (
+        "import os, urllib.request as u\n"
+        f"for _ in range({calls}):\n"
+        "    r = u.Request(os.environ['OPENAI_BASE_URL'] + '/chat/completions', "
+        f"data={body.encode()!r}, headers={{'content-type': 'application/json', "
+        "'authorization': 'Bearer ' + os.environ['OPENAI_API_KEY']})\n"
+        "    u.urlopen(r, timeout=60).read()\n"
+        "open('hello.txt', 'a').write('fixed\\n')\n"
+    )
+    return f"python3 -c {json.dumps(code)}"
+
+
+async def components(tmp: Path, gateway: str, runs: int) -> dict[str, Any]:
+    runtime = DockerRuntime(tmp / "runtimes")
+    repo = small_repo(tmp)
+    laps: dict[str, list[float]] = {
+        k: []
+        for k in ("prepare", "command", "command_via_channel", "reap", "eval_prepare", "teardown")
+    }
+    for i in range(runs):
+        request = PrepareRequest(
+            session_id=f"bench-{i}-{uuid.uuid4().hex[:6]}",
+            task_id="bench",
+            runtime=RuntimeSpec(kind="docker", image=IMAGE),
+            source=DirSource(path=str(repo)),
+        )
+        t = time.perf_counter()
+        handle = await runtime.prepare(request)
+        laps["prepare"].append(time.perf_counter() - t)
+        try:
+            t = time.perf_counter()
+            await runtime.run(handle, "true", env={}, log_name="plain", timeout_s=60)
+            laps["command"].append(time.perf_counter() - t)
+            t = time.perf_counter()
+            async with GatewayRelay(runtime.channel_dir(handle), gateway, "pk-bench"):
+                await runtime.run(
+                    handle,
+                    with_forwarder("true", SANDBOX_DIR),
+                    env={},
+                    log_name="channel",
+                    timeout_s=60,
+                )
+            laps["command_via_channel"].append(time.perf_counter() - t)
+            t = time.perf_counter()
+            await runtime.reap(handle)
+            laps["reap"].append(time.perf_counter() - t)
+            eval_request = request.model_copy(update={"session_id": f"{request.session_id}-eval"})
+            t = time.perf_counter()
+            eval_handle = await runtime.prepare(eval_request)
+            laps["eval_prepare"].append(time.perf_counter() - t)
+            await runtime.teardown(eval_handle)
+        finally:
+            t = time.perf_counter()
+            await runtime.teardown(handle)
+            laps["teardown"].append(time.perf_counter() - t)
+    medians = {k: round(statistics.median(v), 3) for k, v in laps.items()}
+    medians["channel"] = round(medians["command_via_channel"] - medians["command"], 3)
+    return {"median_s": medians, "runs": runs}
+
+
+async def sessions(bench: Bench, n: int, calls: int) -> dict[str, Any]:
+    def make(i: int) -> TaskSpec:
+        return TaskSpec.model_validate(
+            {
+                "task_id": f"sandbox-{i}-{uuid.uuid4().hex[:6]}",
+                "source": {"type": "dir", "path": str(small_repo(Path(tempfile.mkdtemp())))},
+                "runtime": {"kind": "docker", "image": IMAGE},
+                "harness": {"kind": "command", "command": harness(calls)},
+                "evaluator": {"kind": "command", "command": "grep -q fixed hello.txt"},
+                "builder": {"name": "per_request"},
+            }
+        )
+
+    with bench.worker(f"sandbox-{uuid.uuid4().hex[:6]}", 4, 4, 4) as settings:
+        out = await run_sessions(settings, make, n, in_flight=1, limit_s=900)
+    done = out["sessions"]
+    stages: dict[str, list[float]] = {}
+    for s in done:
+        for k, v in s.stage_seconds.items():
+            stages.setdefault(k, []).append(v)
+    return {
+        "sessions": len(done),
+        "rewards": [s.reward for s in done],
+        "calls": [s.num_completions for s in done],
+        "latency_median_s": round(statistics.median(out["latencies"]), 3) if done else None,
+        "stage_median_s": {k: round(statistics.median(v), 3) for k, v in stages.items()},
+        "errors": out["errors"],
+    }
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    tmp = Path(tempfile.mkdtemp(prefix="polar-bench-sandbox-"))
+    tmp.chmod(0o711)
+    bench = Bench(tmp, slots=64, latency_s=0.001)
+    DevStack(bench.settings, with_model=False).ensure_docker(log=bench.log)
+    bench.start()
+    try:
+        parts = await components(tmp / "components", bench.settings.gateway_base_url, args.runs)
+        whole = await sessions(bench, args.sessions, args.calls)
+    finally:
+        bench.stop()
+    latency = whole["latency_median_s"] or float("nan")
+    m = parts["median_s"]
+    on_path = m["channel"] + m["reap"]
+    return {
+        "components": parts,
+        "sessions": whole,
+        "share_of_session": {
+            "channel_and_reap": round(on_path / latency, 3),
+            "eval_runtime_prepare_if_not_prewarmed": round(m["eval_prepare"] / latency, 3),
+        },
+        "when": time.strftime("%Y-%m-%d %H:%M"),
+    }
+
+
+def markdown(result: dict[str, Any]) -> str:
+    m = result["components"]["median_s"]
+    s = result["sessions"]
+    share = result["share_of_session"]
+    rows = [
+        "| part | median |",
+        "|---|---|",
+        f"| prepare a container session (create, start, copy the repo) | {m['prepare']:.3f} s |",
+        f"| a no-op command (`docker exec`) | {m['command']:.3f} s |",
+        f"| the gateway channel (relay up, forwarder ready, relay down) | +{m['channel']:.3f} s |",
+        f"| reap (SIGKILL init, start again) | {m['reap']:.3f} s |",
+        f"| prepare the fresh evaluation runtime (prewarmed beside the harness) | "
+        f"{m['eval_prepare']:.3f} s |",
+        f"| teardown | {m['teardown']:.3f} s |",
+        f"| whole session, submit → result ({s['sessions']} sessions, 4 calls each) | "
+        f"{s['latency_median_s']} s; stages {s['stage_median_s']} |",
+        f"| channel + reap ÷ session | {share['channel_and_reap']:.1%} |",
+        f"| fresh evaluation runtime ÷ session, were it not prewarmed | "
+        f"{share['eval_runtime_prepare_if_not_prewarmed']:.1%} |",
+    ]
+    return "\n".join(rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--sessions", type=int, default=5)
+    parser.add_argument("--calls", type=int, default=4)
+    args = parser.parse_args()
+    result = asyncio.run(main_async(args))
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    print(markdown(result))
+
+
+if __name__ == "__main__":
+    main()
