@@ -2,7 +2,9 @@
 
 The child gets its own process group (so a kill reaches everything it
 started) and is tied to the worker with PR_SET_PDEATHSIG, so a worker that
-dies does not leave a harness running and calling the gateway.
+dies does not leave a harness running and calling the gateway. A runtime may
+`wrap` the command in a sandbox (activities/runtimes/local_sandbox.py), whose
+own teardown then reaches what left the process group.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,44 +40,57 @@ async def run_shell(
     timeout_s: float,
     on_tick: Callable[[float], Awaitable[None] | None] | None = None,
     tick_s: float = 2.0,
+    wrap: Sequence[str] = (),
 ) -> ProcessOutcome:
-    """Run `command` with bash; kill its process group at `timeout_s` or on cancellation."""
+    """Run `command` with bash (after the argv prefix `wrap`); kill its process group at
+    `timeout_s` or on cancellation, ticking all the while."""
     stdout.parent.mkdir(parents=True, exist_ok=True)
     stderr.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     with open(stdout, "ab") as out, open(stderr, "ab") as err:
         proc = await asyncio.create_subprocess_exec(
-            "bash", "-c", command,
+            *wrap, "bash", "-c", command,
             cwd=cwd, env=env, stdout=out, stderr=err, stdin=asyncio.subprocess.DEVNULL,
             start_new_session=True, preexec_fn=die_with_parent,
         )  # fmt: skip
+
+        async def tick() -> None:
+            if on_tick is not None:
+                maybe = on_tick(time.monotonic() - started)
+                if maybe is not None:
+                    await maybe
+
         try:
             while True:
                 elapsed = time.monotonic() - started
                 remaining = timeout_s - elapsed
                 if remaining <= 0:
-                    await _kill_group(proc)
+                    await _kill_group(proc, tick, tick_s)
                     return ProcessOutcome(None, True, time.monotonic() - started)
                 try:
                     code = await asyncio.wait_for(proc.wait(), timeout=min(tick_s, remaining))
                     return ProcessOutcome(code, False, time.monotonic() - started)
                 except TimeoutError:
-                    if on_tick is not None:
-                        maybe = on_tick(time.monotonic() - started)
-                        if maybe is not None:
-                            await maybe
+                    await tick()
         except BaseException:
-            await _kill_group(proc)
+            await _kill_group(proc, None, tick_s)
             raise
 
 
-async def _kill_group(proc: asyncio.subprocess.Process) -> None:
-    """SIGTERM the group, then SIGKILL after a grace period."""
+async def _kill_group(
+    proc: asyncio.subprocess.Process,
+    tick: Callable[[], Awaitable[None]] | None,
+    tick_s: float,
+) -> None:
+    """SIGTERM the group, then SIGKILL after a grace period; `tick` every `tick_s` meanwhile."""
     for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, sig)
-        try:
-            await asyncio.wait_for(proc.wait(), timeout=grace)
-            return
-        except TimeoutError:
-            continue
+        deadline = time.monotonic() + grace
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                await asyncio.wait_for(proc.wait(), timeout=min(tick_s, left))
+                return
+            except TimeoutError:
+                if tick is not None:
+                    await tick()

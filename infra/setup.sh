@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install everything Polar needs on a fresh Debian 12 machine (idempotent, cached):
-# the project venv (.venv), vLLM's own venv (.venv-vllm, CPU build) and the tiny local model.
+# the project venv (.venv), vLLM's own venv (.venv-vllm, CPU build), the harnesses' venv
+# (.venv-harness) and the tiny local model.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -47,11 +48,25 @@ if ! .venv-vllm/bin/python -c "import vllm" >/dev/null 2>&1; then
   .venv-vllm/bin/pip uninstall -q -y torchvision torchaudio torchcodec || true
 fi
 
+# the harnesses' own small venv (the `local` runtime puts it first on their PATH, never the
+# project's): the provider SDKs only, on the system Python (the harness user cannot reach pyenv's)
+HARNESS_SDKS="openai>=1.50 anthropic>=0.40"
+HSTAMP=.venv-harness/.polar-installed
+HPY=/usr/bin/python3; [[ -x $HPY ]] || HPY=$PY
+if [[ ! -x .venv-harness/bin/python || "$(cat $HSTAMP 2>/dev/null)" != "$HARNESS_SDKS" ]]; then
+  echo "setup: installing the harness SDKs into .venv-harness"
+  [[ -x .venv-harness/bin/python ]] || "$HPY" -m venv .venv-harness
+  pipq .venv-harness/bin/pip install -q $HARNESS_SDKS
+  echo "$HARNESS_SDKS" > $HSTAMP
+fi
+
 # the tiny model the dev stack and the tests serve (built locally, nothing downloaded)
 .venv-vllm/bin/python infra/tiny_model/build_tiny_model.py "$ROOT/.polar/models/tiny-qwen3"
 
 # the podman runtime's unprivileged user (polar-runner, subuids, its own storage; idempotent)
 if [[ $(id -u) == 0 ]]; then .venv/bin/python -m activities.runtimes.podman setup; fi
+# the local runtime's sandbox: its unprivileged user (polar-harness) and the detected mode
+.venv/bin/python -c 'from activities.runtimes.local_sandbox import main; main(["setup"])'
 
 infra/harnesses/install.sh  # the four real harness CLIs from npm, pinned (cached on the lock's hash)
 

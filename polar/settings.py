@@ -99,6 +99,11 @@ class Settings(BaseSettings):
         default=Path(__file__).resolve().parents[1] / "infra/harnesses/node_modules/.bin",
         description="directory holding the harness CLI executables (infra/harnesses/install.sh)",
     )
+    harness_python_dir: Path = Field(
+        default=Path(__file__).resolve().parents[1] / ".venv-harness/bin",
+        description="bin dir of the harnesses' own venv (openai, anthropic SDKs), first on a "
+        "local session's PATH (infra/setup.sh); never the worker's venv",
+    )
 
     @property
     def gateway_base_url(self) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -28,9 +29,29 @@ from tests.support.tap import Tap, tap_app
 REPO = Path(__file__).resolve().parent.parent
 
 
+def open_for_harness(path: Path, factory: pytest.TempPathFactory) -> Path:
+    """`path` and the pytest dirs above it made traversable (o+x, still not listable): the
+    local runtime's unprivileged harness user must reach the session dirs under them."""
+    top = factory.getbasetemp().parent  # /tmp/pytest-of-USER, 0700
+    for parent in (path, *path.parents):
+        if not parent.is_relative_to(top):
+            break
+        parent.chmod(parent.stat().st_mode | stat.S_IXOTH)
+    return path
+
+
+@pytest.fixture
+def tmp_path(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """pytest's `tmp_path`, reachable by the local runtime's harness user."""
+    return open_for_harness(tmp_path, tmp_path_factory)
+
+
 @pytest.fixture(scope="session")
 def base_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
-    data_dir = Path(os.environ.get("POLAR_TEST_DATA_DIR") or tmp_path_factory.mktemp("polar"))
+    data_dir = Path(
+        os.environ.get("POLAR_TEST_DATA_DIR")
+        or open_for_harness(tmp_path_factory.mktemp("polar"), tmp_path_factory)
+    )
     # one block of ports for the whole suite: Temporal uses +0/+10/+20, SeaweedFS +30..+37
     base = free_port(span=48)
     temporal_port, s3_port = base, base + 30

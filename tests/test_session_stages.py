@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 
+from activities.runtimes.local import SANDBOX_ENV
 from polar.models import SessionStatus, TaskSpec
+from polar.processes import pids_with_env
 from polar.sdk import PolarClient
 
 
@@ -98,23 +100,24 @@ async def test_cancel_tears_down_every_session_and_stops_its_harness(
     )
     run = await polar.submit(spec)
     runtimes = Path(polar.settings.data_dir) / "runtimes"
-    pids: dict[str, int] = {}
+    pids: dict[str, list[int]] = {}  # host pids (the pid file holds the sandbox's own)
     for _ in range(200):  # until both harnesses run
         status = await polar.status(run)
         for s in status.sessions:
             pidfile = runtimes / s.session_id / "workspace" / "harness.pid"
             if pidfile.exists() and pidfile.read_text().strip():
-                pids[s.session_id] = int(pidfile.read_text())
+                pids[s.session_id] = pids_with_env(f"{SANDBOX_ENV}={s.session_id}")
         if len(pids) == 2:
             break
         await asyncio.sleep(0.1)
-    assert len(pids) == 2
+    assert len(pids) == 2 and all(pids.values())
     await polar.cancel(run)
     with pytest.raises(WorkflowFailureError):
         await polar.wait(run, timeout_s=60)
-    for session_id, pid in pids.items():
+    for session_id, session_pids in pids.items():
         desc = await polar.client.get_workflow_handle(session_id).describe()
         assert desc.status == WorkflowExecutionStatus.CANCELED
         assert not (runtimes / session_id).exists(), "teardown did not run on cancel"
-        with pytest.raises(ProcessLookupError):
-            os.kill(pid, 0)
+        for pid in session_pids:
+            with pytest.raises(ProcessLookupError):
+                os.kill(pid, 0)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import pytest
 from pydantic import ValidationError
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 
+from polar.devstack import DevStack
 from polar.models import SessionStatus, TaskSpec
 from polar.sdk import PolarClient
 from proxy.app import create_app
@@ -32,15 +34,28 @@ CALL = (
 
 
 @pytest.fixture(scope="module")
-def model_gateway(polar: PolarClient) -> Iterator[str]:
+def model_gateway(devstack: DevStack) -> Iterator[str]:
     """A gateway (in this process) in front of a scripted backend; yields its base URL."""
     with scripted_backend([text(f"ok {i}") for i in range(200)]) as backend:
-        settings = polar.settings.model_copy(update={"upstream_urls": backend.url})
+        settings = devstack.settings.model_copy(update={"upstream_urls": backend.url})
         with serve_app(create_app(settings)) as url:
             yield url
 
 
-def _spec(task_id: str, command: str, gateway: str, tmp_path: Path, **extra: Any) -> TaskSpec:
+@pytest.fixture(scope="module")
+async def polar(devstack: DevStack, model_gateway: str) -> AsyncIterator[PolarClient]:
+    """A worker on this module's own queue whose sessions reach `model_gateway` (a sealed
+    harness reaches only its channel, which leads to the worker's gateway)."""
+    from activities.worker import running_workers
+
+    settings = devstack.settings.model_copy(
+        update={"task_queue": f"polar-tc-{uuid.uuid4().hex[:8]}", "gateway_url": model_gateway}
+    )
+    async with running_workers(settings):
+        yield await PolarClient.connect(settings)
+
+
+def _spec(task_id: str, command: str, tmp_path: Path, **extra: Any) -> TaskSpec:
     repo = tmp_path / "repo"
     repo.mkdir(exist_ok=True)
     (repo / "README").write_text("task control\n")
@@ -48,7 +63,7 @@ def _spec(task_id: str, command: str, gateway: str, tmp_path: Path, **extra: Any
         {
             "task_id": task_id,
             "source": {"type": "dir", "path": str(repo)},
-            "harness": {"command": command, "env": {"OPENAI_BASE_URL": f"{gateway}/v1"}},
+            "harness": {"command": command},
             "timeouts": {"heartbeat_s": 5},
             **extra,
         }
@@ -66,7 +81,6 @@ async def test_early_stop_cancels_stragglers_and_tears_them_down(
     spec = _spec(
         "early-stop",
         _slow_unless("*-s0|*-s1"),
-        model_gateway,
         tmp_path,
         num_sessions=4,
         min_usable_sessions=2,
@@ -110,7 +124,6 @@ async def test_early_stop_never_reached_waits_for_all(
     spec = _spec(
         "early-stop-unmet",
         f'{CALL}; case "$POLAR_SESSION_ID" in *-s0) ;; *) exit 3 ;; esac',
-        model_gateway,
         tmp_path,
         num_sessions=3,
         min_usable_sessions=2,
@@ -142,7 +155,6 @@ async def test_iter_groups_yields_groups_in_finish_order_and_drops_stale(
             _spec(
                 f"iter-{name}",
                 f"sleep {delay}; {CALL}",
-                model_gateway,
                 tmp_path,
                 num_sessions=2,
                 policy_version=version,
@@ -172,7 +184,6 @@ async def test_cancelling_an_early_stop_task_tears_every_session_down(
     spec = _spec(
         "early-stop-cancel",
         f"sleep 60; {CALL}",
-        model_gateway,
         tmp_path,
         num_sessions=2,
         min_usable_sessions=1,

@@ -1,38 +1,71 @@
-"""The `local` runtime: one isolated work dir per session on the worker's host.
+"""The `local` runtime: a trusted, dev-only sandbox per session on the worker's own host.
 
-Layout under `{data_dir}/runtimes/{session_id}/`: `workspace/` (the task's
-source), `home/` (a fresh HOME for the harness), `logs/`. Zero setup; no
-isolation beyond the file system, so use it for trusted harnesses and dev.
-Later stages of a session must run on the same host (the embedded stack runs
-one host); the Docker runtime lifts that.
+Layout under `{data_dir}/runtimes/{session_id}/` (the session dir, root's,
+mode 0711): `workspace/` (the task's source), `home/` (a fresh HOME),
+`scratch/`, `tmp/` (TMPDIR), all owned by the unprivileged harness user;
+`logs/` (written by the worker through its own file descriptors) and
+`channel/` (the gateway channel's socket and forwarder, read-only for the
+sandbox) stay the worker's.
+
+Every command (prepare actions, harness, evaluator) runs in the sandbox of
+activities/runtimes/local_sandbox.py: by default as `polar-harness`, in its own
+PID and network namespaces, so nothing it started outlives it and its only way
+out is the channel. It gets neither the worker's venv nor its environment: PATH
+is the harnesses' own venv (`harness_python_dir`: openai, anthropic) plus the
+system dirs, with LANG, HOME, TMPDIR and what the caller passes. It shares the
+host's file system and kernel: use containers (docker, podman) for harnesses you
+do not trust. Later stages of a session must run on the same host.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import logging
 import os
+import re
 import shutil
 import socket
+import stat
 import subprocess
-import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from activities.process import ProcessOutcome, run_shell
 from activities.runtimes.actions import run_prepare_actions
 from activities.runtimes.base import InvalidRuntime, InvalidSource
-from polar.models import DirSource, GitSource, PrepareRequest, RuntimeHandle, Source
+from activities.runtimes.local_sandbox import HARNESS_USER, SYSTEM_PATH, Sandbox, detect_sandbox
+from polar.models import ID_PATTERN, DirSource, GitSource, PrepareRequest, RuntimeHandle, Source
+from polar.processes import kill_pids, pids_with_env
+from polar.settings import get_settings
 
-BASE_ENV_KEYS = ("PATH", "LANG", "LC_ALL", "TZ", "SSL_CERT_FILE")
+log = logging.getLogger("polar.worker")
+
+SANDBOX_ENV = "POLAR_SANDBOX"
+"""Set to the session id in every command's environment: how `reap` finds leftovers."""
+OWNED = ("workspace", "home", "scratch", "tmp")  # the harness user's; the rest is the worker's
 
 
 class LocalRuntime:
     kind = "local"
 
-    def __init__(self, root: Path) -> None:
+    def __init__(
+        self, root: Path, *, sandbox: Sandbox | None = None, python_dir: Path | None = None
+    ) -> None:
         self.root = root.resolve()
+        self._sandbox = sandbox
+        self.python_dir = python_dir or get_settings().harness_python_dir
+
+    @property
+    def sandbox(self) -> Sandbox:
+        """How commands run here (detected once per process at first use)."""
+        if self._sandbox is None:
+            self._sandbox = detect_sandbox()
+        return self._sandbox
 
     def _session_dir(self, session_id: str) -> Path:
+        if not re.fullmatch(ID_PATTERN, session_id):
+            raise InvalidRuntime(f"invalid session id {session_id!r}")
         return self.root / session_id
 
     def home(self, handle: RuntimeHandle) -> Path:
@@ -40,21 +73,37 @@ class LocalRuntime:
 
     def scratch(self, handle: RuntimeHandle) -> Path:
         path = self._session_dir(handle.session_id) / "scratch"
-        path.mkdir(parents=True, exist_ok=True)
+        if not path.exists():
+            path.mkdir(parents=True)
+            self._own([path])
         return path
+
+    def tmp(self, handle: RuntimeHandle) -> Path:
+        """The session's TMPDIR."""
+        return self._session_dir(handle.session_id) / "tmp"
 
     def log_paths(self, handle: RuntimeHandle, log_name: str) -> tuple[Path, Path]:
         logs = self._session_dir(handle.session_id) / "logs"
         return logs / f"{log_name}.stdout", logs / f"{log_name}.stderr"
 
+    # ------------------------------------------------------------------ the gateway channel
+    def channel_dir(self, handle: RuntimeHandle) -> Path:
+        return self._session_dir(handle.session_id) / "channel"
+
+    def channel_in_sandbox(self, handle: RuntimeHandle) -> str | None:
+        """The same path (the sandbox shares the file system); None when not sealed."""
+        return str(self.channel_dir(handle)) if self.sandbox.sealed else None
+
+    # ------------------------------------------------------------------ lifecycle
     async def prepare(self, request: PrepareRequest) -> RuntimeHandle:
         base = self._session_dir(request.session_id)
+        sandbox = await asyncio.to_thread(lambda: self.sandbox)
         if base.exists():  # a retried prepare starts clean
-            await asyncio.to_thread(shutil.rmtree, base)
+            await self._remove(request.session_id)
+        await asyncio.to_thread(self._make_dirs, base, sandbox)
         workspace = base / "workspace"
-        (base / "home").mkdir(parents=True)
-        (base / "logs").mkdir()
         await asyncio.to_thread(materialise_source, request.source, workspace)
+        await asyncio.to_thread(self._own, [workspace])
         handle = RuntimeHandle(
             kind=self.kind,
             session_id=request.session_id,
@@ -63,6 +112,34 @@ class LocalRuntime:
         )
         await run_prepare_actions(self, handle, request.runtime.prepare, self._uploader(workspace))
         return handle
+
+    def _make_dirs(self, base: Path, sandbox: Sandbox) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        if sandbox.uid is not None:
+            if self.root.stat().st_uid == os.geteuid():
+                self.root.chmod(0o711)  # traversable; the session ids are not listed
+            _check_reachable(self.root)
+        base.mkdir(mode=0o711)
+        base.chmod(0o711)
+        for sub in ("home", "scratch", "tmp"):
+            (base / sub).mkdir(mode=0o700)
+        for sub, mode in (("logs", 0o700), ("channel", 0o755)):
+            (base / sub).mkdir(mode=mode)
+            (base / sub).chmod(mode)
+        self._own([base / sub for sub in ("home", "scratch", "tmp")])
+
+    def _own(self, paths: list[Path]) -> None:
+        """Give `paths` (recursively, symlinks not followed) to the harness user."""
+        sandbox = self.sandbox
+        if sandbox.uid is None or not paths:
+            return
+        owner = f"{sandbox.uid}:{sandbox.gid}"
+        proc = subprocess.run(
+            ["chown", "-R", "--no-dereference", owner, *map(str, paths)],
+            capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        if proc.returncode != 0:
+            raise InvalidRuntime(f"chown {owner} failed: {proc.stderr.strip()[-500:]}")
 
     def _uploader(self, workspace: Path) -> Callable[[Path, str], Awaitable[None]]:
         async def upload(src: Path, dest: str) -> None:
@@ -75,8 +152,26 @@ class LocalRuntime:
                                         dirs_exist_ok=True)  # fmt: skip
             else:
                 await asyncio.to_thread(shutil.copy2, src, target)
+            await asyncio.to_thread(self._own, [workspace])
 
         return upload
+
+    def _env(self, handle: RuntimeHandle, extra: dict[str, str]) -> dict[str, str]:
+        """A minimal environment: nothing of the worker's (its venv included)."""
+        path = SYSTEM_PATH
+        if _usable_python_dir(self.python_dir):
+            path = f"{self.python_dir}:{path}"
+        env = {
+            "PATH": path,
+            "LANG": "C.UTF-8",
+            "HOME": str(self.home(handle)),
+            "TMPDIR": str(self.tmp(handle)),
+            SANDBOX_ENV: handle.session_id,
+        }
+        if self.sandbox.uid is not None:
+            env["USER"] = env["LOGNAME"] = HARNESS_USER
+        env.update(extra)
+        return env
 
     async def run(
         self,
@@ -88,26 +183,93 @@ class LocalRuntime:
         timeout_s: float,
         on_tick: Callable[[float], Awaitable[None] | None] | None = None,
     ) -> ProcessOutcome:
+        sandbox = await asyncio.to_thread(lambda: self.sandbox)
         stdout, stderr = self.log_paths(handle, log_name)
-        full_env = {k: os.environ[k] for k in BASE_ENV_KEYS if k in os.environ}
-        # `python` in a local session is the worker's interpreter (its venv has the SDKs)
-        full_env["PATH"] = f"{Path(sys.executable).parent}:{full_env.get('PATH', '/usr/bin:/bin')}"
-        full_env["HOME"] = str(self.home(handle))
-        full_env.update(env)
+        # what the worker wrote there since (the harness config, the evaluator's inputs)
+        await asyncio.to_thread(self._own, [self.home(handle), self.scratch(handle)])
         return await run_shell(
             command,
             cwd=Path(handle.workdir),
-            env=full_env,
+            env=self._env(handle, env),
             stdout=stdout,
             stderr=stderr,
             timeout_s=timeout_s,
             on_tick=on_tick,
+            wrap=sandbox.prefix,
         )
 
-    async def teardown(self, handle: RuntimeHandle) -> None:
+    async def reap(self, handle: RuntimeHandle) -> None:
+        """Kill what a command of the session left alive (with a PID namespace there is
+        nothing: the kernel killed it when the namespace ended; this checks), then drop the
+        symlinks it left in home and scratch, where the worker writes and reads next."""
         base = self._session_dir(handle.session_id)
+        pids = await asyncio.to_thread(pids_with_env, f"{SANDBOX_ENV}={handle.session_id}")
+        if pids:
+            if self.sandbox.mode in ("sealed", "pidns", "userns"):
+                log.warning("local session %s left processes %s alive: killed",
+                            handle.session_id, pids)  # fmt: skip
+            await asyncio.to_thread(kill_pids, pids)
+        await asyncio.to_thread(_drop_symlinks, [base / "home", base / "scratch"])
+
+    async def teardown(self, handle: RuntimeHandle) -> None:
+        await self._remove(handle.session_id)
+
+    async def _remove(self, session_id: str) -> None:
+        base = self._session_dir(session_id)
+        handle = RuntimeHandle(kind=self.kind, session_id=session_id, workdir="", host="")
+        await self.reap(handle)
         if base.exists():
-            await asyncio.to_thread(shutil.rmtree, base, True)
+            await asyncio.to_thread(_rmtree, base)
+
+
+def _rmtree(path: Path) -> None:
+    """Remove `path`, also where the harness left directories without write permission."""
+
+    def retry(func: Callable[[str], object], name: str, _exc: object) -> None:
+        parent = os.path.dirname(name)
+        os.chmod(parent, os.stat(parent).st_mode | stat.S_IRWXU)
+        if os.path.isdir(name) and not os.path.islink(name):
+            os.chmod(name, os.stat(name).st_mode | stat.S_IRWXU)
+        func(name)
+
+    shutil.rmtree(path, onerror=retry)
+
+
+def _drop_symlinks(dirs: list[Path]) -> None:
+    """Unlink every symlink under `dirs` (and a symlink in their place): the worker, root,
+    must not follow one the harness planted to a file of the host."""
+    for top in dirs:
+        if top.is_symlink():
+            top.unlink()
+            continue
+        for parent, subdirs, files in os.walk(top):
+            for name in subdirs + files:
+                path = os.path.join(parent, name)
+                if os.path.islink(path):
+                    os.unlink(path)
+
+
+def _check_reachable(root: Path) -> None:
+    """The harness user must traverse every directory above the sessions (o+x)."""
+    for parent in (root, *root.parents):
+        if not parent.stat().st_mode & stat.S_IXOTH:
+            raise InvalidRuntime(
+                f"local runtime: {parent} is not traversable by {HARNESS_USER} (mode "
+                f"{stat.filemode(parent.stat().st_mode)}); make it o+x or move the data dir"
+            )
+
+
+@functools.cache
+def _usable_python_dir(path: Path) -> bool:
+    """Whether the harnesses' venv is there (logged once when it is not)."""
+    if (path / "python").exists():
+        return True
+    log.warning(
+        "local runtime: no harness venv at %s (run infra/setup.sh or set "
+        "POLAR_HARNESS_PYTHON_DIR); `python` is not on the sessions' PATH",
+        path,
+    )
+    return False
 
 
 def materialise_source(source: Source | None, workspace: Path) -> None:
