@@ -79,6 +79,7 @@ async def test_worker_killed_in_each_stage_retries_and_loses_nothing(
 ) -> None:
     marks = tmp_path / "marks"
     marks.mkdir()
+    marks.chmod(0o777)  # written by prepare and evaluator commands (an unprivileged user)
     log = tmp_path / "answers.jsonl"
     turns = 4
     async with single_node(devstack.settings, tmp_path, f"polar-kill-{stage}") as (

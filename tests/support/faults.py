@@ -129,6 +129,8 @@ def fault_task(
     env = {"FAULT_TURNS": str(turns), "FAULT_PAUSE_S": str(pause_s)}
     if log is not None:
         env["FAULT_LOG"] = str(log)
+        log.touch()
+        log.chmod(0o666)  # the harness runs as the local runtime's unprivileged user
     data["harness"]["env"] = env
     data["evaluator"] = {"kind": "command", "command": evaluator}
     data["timeouts"]["heartbeat_s"] = heartbeat_s
