@@ -9,19 +9,18 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.evaluators.base import Evaluation, EvaluatorError
+from activities.evaluators.baseline import record_baseline
 from activities.evaluators.command import InvalidRewardFile, evaluate_command
-from activities.evaluators.swebench import (
-    eval_prepare_request,
-    evaluate_swebench,
-    fresh_runtime,
-)
+from activities.evaluators.fresh import eval_prepare_request, fresh_runtime
+from activities.evaluators.rewards import InvalidReward, check_rewards
+from activities.evaluators.swebench import SweEvaluation, evaluate_swebench
 from activities.harnesses import HarnessContext, HarnessNotInstalled, get_adapter
 from activities.runtimes import (
     InvalidRuntime,
@@ -75,10 +74,17 @@ class SessionActivities:
     @activity.defn(name="prepare_runtime")
     async def prepare_runtime(self, request: PrepareRequest) -> RuntimeHandle:
         _heartbeat(step="preparing", runtime=request.runtime.kind)
+        runtime = self._runtime(request.runtime.kind)
         try:
-            return await self._runtime(request.runtime.kind).prepare(request)
+            handle = await runtime.prepare(request)
         except (InvalidSource, InvalidRuntime, PrepareFailed) as exc:
             raise ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True) from exc
+
+        def tick(elapsed: float) -> None:
+            _heartbeat(step="recording the workspace baseline", elapsed_s=round(elapsed, 1))
+
+        # the commit the session's changes are diffed against (git init for a plain folder)
+        return await record_baseline(runtime, handle, on_tick=tick)
 
     @activity.defn(name="prepare_eval_runtime")
     async def prepare_eval_runtime(self, request: PrepareRequest) -> RuntimeHandle:
@@ -217,102 +223,126 @@ class SessionActivities:
 
     @activity.defn(name="evaluate")
     async def evaluate(self, request: EvaluateRequest) -> EvaluateResult:
+        """Grade the session where its harness never was: a fresh runtime of the task's source
+        plus the session's changes (prewarmed while the harness ran, or prepared here), torn
+        down after. Rewards are checked (finite) and clamped to the task's range; the report,
+        patch and logs go to S3 as artifacts. An evaluator error (the task cannot be graded)
+        or an invalid reward fails the session instead of giving it a reward."""
+        kind = request.evaluator.kind
+        if kind not in ("command", "swebench"):
+            raise ApplicationError(f"unknown evaluator {kind!r}", non_retryable=True)
         runtime = self._runtime(request.runtime.kind)
-
-        def tick(elapsed: float) -> None:
-            _heartbeat(step="evaluating", elapsed_s=round(elapsed, 1))
-
-        if request.evaluator.kind == "swebench":
-            return await self._evaluate_swebench(request, runtime, tick)
-        if request.evaluator.kind != "command":
-            raise ApplicationError(
-                f"unknown evaluator {request.evaluator.kind!r}", non_retryable=True
-            )
-        traces_file = None
-        if request.traces_key:
-            traces_file = runtime.scratch(request.runtime) / "traces.jsonl"
-            data = await asyncio.to_thread(self.storage.get_bytes, request.traces_key)
-            traces_file.write_bytes(data)
-        try:
-            evaluation = await evaluate_command(
-                runtime,
-                request.runtime,
-                request.evaluator,
-                timeout_s=request.budget_s,
-                traces_file=traces_file,
-                on_tick=tick,
-            )
-        except InvalidRewardFile as exc:
-            raise ApplicationError(str(exc), type="InvalidRewardFile", non_retryable=True) from exc
-        keys = await self._upload_logs(runtime, request.runtime, "evaluate")
-        return EvaluateResult(
-            reward=evaluation.reward,
-            detail=evaluation.detail,
-            log_key=keys[0],
-            trace_rewards=evaluation.trace_rewards,
-        )
-
-    async def _evaluate_swebench(
-        self, request: EvaluateRequest, runtime: Runtime, tick: Callable[[float], None]
-    ) -> EvaluateResult:
-        """Grade the session's patch in a fresh runtime of the task's source (torn down after);
-        the report, patch and test log go to S3 as artifacts."""
-        spec = request.evaluator.swebench
-        assert spec is not None
         prepare = eval_prepare_request(
             request.session_id,
             request.task_id,
             request.source,
             request.runtime_spec,
             request.runtime.kind,
+            request.evaluator,
         )
         eval_runtime = self._runtime(prepare.runtime.kind)
         # the runtime prepared while the harness ran; a retry cannot trust it (it may hold
         # the patch of the failed attempt) and prepares a fresh one under the same id
         prewarmed = request.eval_runtime if activity.info().attempt == 1 else None
+        traces = None
+        if kind == "command" and request.traces_key:
+            traces = await asyncio.to_thread(self.storage.get_bytes, request.traces_key)
+
+        def tick(elapsed: float) -> None:
+            _heartbeat(step="evaluating", elapsed_s=round(elapsed, 1))
+
         _heartbeat(step="preparing the evaluator runtime", prewarmed=prewarmed is not None)
         started = time.monotonic()
         try:
-            async with fresh_runtime(eval_runtime, prepare, prewarmed) as eval_handle:
+            async with fresh_runtime(eval_runtime, prepare, prewarmed, tick) as eval_handle:
                 _heartbeat(step="evaluator runtime ready")
-                evaluation = await evaluate_swebench(
-                    runtime,
-                    request.runtime,
-                    eval_runtime,
-                    eval_handle,
-                    spec,  # the budget covers preparing the fresh runtime too
-                    timeout_s=max(1.0, request.budget_s - (time.monotonic() - started)),
-                    on_tick=tick,
-                )
-        except (InvalidSource, InvalidRuntime, PrepareFailed) as exc:
-            raise ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True) from exc
-        evaluation.report["eval_runtime"] = "prewarmed" if prewarmed else "fresh"
-        sid = request.session_id
-        uploads = {
-            "swebench-report.json": (
-                json.dumps(evaluation.report, indent=2).encode(),
-                "application/json",
-            ),
-            "swebench-model.patch": (evaluation.patch, "text/x-diff"),
-            "swebench-tests.log": (evaluation.test_log, "text/plain"),
-        }
-        for name, (data, content_type) in uploads.items():
-            await asyncio.to_thread(
-                self.storage.put_bytes, artifact_key(sid, name), data, content_type
-            )
-        report_key = artifact_key(sid, "swebench-report.json")
-        if evaluation.report.get("evaluator_error"):
+                # the budget covers preparing the fresh runtime too
+                budget = max(1.0, request.budget_s - (time.monotonic() - started))
+                try:
+                    if kind == "swebench":
+                        assert request.evaluator.swebench is not None
+                        evaluation: Evaluation = await evaluate_swebench(
+                            runtime, request.runtime, eval_runtime, eval_handle,
+                            request.evaluator.swebench, timeout_s=budget,
+                            protected=request.evaluator.protected, on_tick=tick,
+                        )  # fmt: skip
+                    else:
+                        evaluation = await evaluate_command(
+                            runtime, request.runtime, eval_runtime, eval_handle,
+                            request.evaluator, timeout_s=budget, traces=traces, on_tick=tick,
+                        )  # fmt: skip
+                except EvaluatorError as exc:
+                    evaluation = Evaluation(0.0, f"evaluator error: {str(exc)[:500]}")
+                    evaluation.report["evaluator_error"] = str(exc)
+                if kind == "command":  # swebench keeps its test log with its report
+                    log_keys = await self._upload_eval_logs(
+                        eval_runtime, eval_handle, "evaluate", request.session_id
+                    )
+                else:
+                    log_keys = [artifact_key(request.session_id, "swebench-tests.log")]
+        except PrepareFailed as exc:  # the task's prepare actions or the instance's install
             raise ApplicationError(
-                f"{evaluation.detail} (report: {report_key})",
+                f"preparing the evaluator's runtime failed: {exc}",
                 type="EvaluatorError",
                 non_retryable=True,
+            ) from exc
+        except (InvalidSource, InvalidRuntime) as exc:
+            raise ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True) from exc
+        except InvalidRewardFile as exc:
+            raise ApplicationError(str(exc), type="InvalidRewardFile", non_retryable=True) from exc
+        evaluation.report["eval_runtime"] = "prewarmed" if prewarmed else "fresh"
+        failure = None
+        if evaluation.report.get("evaluator_error"):
+            failure = ("EvaluatorError", evaluation.detail)
+        else:
+            try:
+                check_rewards(evaluation, request.evaluator.reward_range)
+            except InvalidReward as exc:
+                evaluation.report["invalid_reward"] = str(exc)
+                failure = ("InvalidReward", str(exc))
+        report_key = await self._upload_evaluation(request.session_id, kind, evaluation)
+        if failure is not None:
+            error_type, message = failure
+            raise ApplicationError(
+                f"{message} (report: {report_key})", type=error_type, non_retryable=True
             )
         return EvaluateResult(
             reward=evaluation.reward,
             detail=evaluation.detail,
-            log_key=artifact_key(sid, "swebench-tests.log"),
+            log_key=log_keys[0],
+            trace_rewards=evaluation.trace_rewards,
             report_key=report_key,
         )
+
+    async def _upload_eval_logs(
+        self, runtime: Runtime, handle: RuntimeHandle, log_name: str, session_id: str
+    ) -> list[str]:
+        """The evaluator runtime's logs of `log_name`, kept under the session's artifacts."""
+        keys = []
+        for path in runtime.log_paths(handle, log_name):
+            key = artifact_key(session_id, path.name)
+            data = path.read_bytes() if path.exists() else b""
+            await asyncio.to_thread(self.storage.put_bytes, key, data, "text/plain")
+            keys.append(key)
+        return keys
+
+    async def _upload_evaluation(self, session_id: str, kind: str, evaluation: Evaluation) -> str:
+        """The evaluation's report, the patch it graded (and swebench's test log) in S3; the
+        report's key."""
+        uploads = {
+            f"{kind}-report.json": (
+                json.dumps(evaluation.report, indent=2).encode(),
+                "application/json",
+            ),
+            f"{kind}-model.patch": (evaluation.patch, "text/x-diff"),
+        }
+        if isinstance(evaluation, SweEvaluation):
+            uploads["swebench-tests.log"] = (evaluation.test_log, "text/plain")
+        for name, (data, content_type) in uploads.items():
+            await asyncio.to_thread(
+                self.storage.put_bytes, artifact_key(session_id, name), data, content_type
+            )
+        return artifact_key(session_id, f"{kind}-report.json")
 
     @activity.defn(name="score_traces")
     async def score_traces(self, request: RewardRequest) -> BuildResult:

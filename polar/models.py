@@ -9,6 +9,8 @@ pydantic data converter.
 
 from __future__ import annotations
 
+import math
+import shlex
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -163,10 +165,16 @@ class SweBenchSpec(StrictModel):
         default=None, description="default: the files of the test ids and of the test patch"
     )
     install: str | None = Field(
-        default=None, description="run in the evaluator's runtime before the patches"
+        default=None,
+        description="run while preparing the evaluator's runtime (during the harness, within "
+        "`timeouts.prepare_s`), before the patches; a failure is an evaluator error",
     )
     log_parser: str | None = Field(
-        default=None, description="a swebench PARSER_REGISTRY name (default: by repo, else pytest)"
+        default=None,
+        description="trusting mode, for test commands that are not pytest: a swebench "
+        "PARSER_REGISTRY name whose parser reads per-test status from the test log (which the "
+        "code under test can print to). Default: pytest's own reports, written by Polar's "
+        "plugin to a file outside the workspace",
     )
     exclude: list[str] = Field(
         default_factory=list, description="extra junk globs left out of the session's patch"
@@ -183,6 +191,14 @@ class EvaluatorSpec(StrictModel):
     kind: Literal["command", "swebench", "none"] = "none"
     command: str | None = None
     swebench: SweBenchSpec | None = None
+    protected: list[str] = Field(
+        default_factory=list,
+        description="task-owned paths (globs: `*` within a name, `**/` any folders) restored "
+        "before grading: the harness's changes to them are dropped from its patch",
+    )
+    reward_range: tuple[float, float] = Field(
+        default=(0.0, 1.0), description="rewards (session and per-trace) are clamped to it"
+    )
 
     @model_validator(mode="after")
     def _command_needed(self) -> EvaluatorSpec:
@@ -190,7 +206,27 @@ class EvaluatorSpec(StrictModel):
             raise ValueError("evaluator kind 'command' needs a non-empty 'command'")
         if self.kind == "swebench" and self.swebench is None:
             raise ValueError("evaluator kind 'swebench' needs its 'swebench' instance fields")
+        lo, hi = self.reward_range
+        if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+            raise ValueError(f"reward_range must be finite with lo < hi, not {self.reward_range}")
         return self
+
+    def eval_runtime_spec(self, runtime: RuntimeSpec) -> RuntimeSpec:
+        """The spec of the evaluator's fresh runtime: the task's, then (swebench) the checkout
+        of `base_commit` and the instance's install as prepare actions, so they run while
+        the harness does."""
+        if self.kind != "swebench" or self.swebench is None:
+            return runtime
+        base = shlex.quote(self.swebench.base_commit)
+        git = "git -c safe.directory=* -c core.hooksPath=/dev/null"
+        checkout = (
+            f'[ "$({git} rev-parse HEAD)" = "$({git} rev-parse {base}^{{commit}})" ] '
+            f"|| {git} checkout --quiet {base}"
+        )
+        actions: list[PrepareAction] = [CommandAction(command=checkout, timeout_s=300)]
+        if self.swebench.install:
+            actions.append(CommandAction(command=self.swebench.install))
+        return runtime.model_copy(update={"prepare": [*runtime.prepare, *actions]})
 
 
 class Timeouts(StrictModel):
@@ -304,6 +340,10 @@ class RuntimeHandle(BaseModel):
     session_id: str
     workdir: str
     host: str
+    baseline: str | None = None
+    """The workspace's git commit right after prepare (made by Polar when the source is not a
+    git work tree): what the session's changes are diffed against. None: prepared by older
+    code, or the workspace has no git."""
 
 
 class PrepareRequest(BaseModel):
@@ -362,7 +402,8 @@ class EvaluateRequest(BaseModel):
     budget_s: float
     traces_key: str | None = None
     source: Source | None = None
-    """The task's source: evaluators that grade in a fresh runtime (swebench) start from it."""
+    """The task's source: every evaluator grades in a fresh runtime made from it plus the
+    session's changes (`runtime` is only read, never graded in)."""
     runtime_spec: RuntimeSpec | None = None
     """The task's runtime spec, for that fresh runtime (default: the session's kind)."""
     eval_runtime: RuntimeHandle | None = None
@@ -372,6 +413,7 @@ class EvaluateRequest(BaseModel):
 
 class EvaluateResult(BaseModel):
     reward: float
+    """Finite and within the evaluator's `reward_range` (clamped; `detail` says so)."""
     detail: str
     log_key: str | None = None
     trace_rewards: dict[str, float] = Field(default_factory=dict)

@@ -16,6 +16,7 @@ from activities.evaluators.swebench import (
     SweEvaluation,
     apply_patch,
     build_test_command,
+    eval_prepare_request,
     evaluate_swebench,
     extract_patch,
     filter_patch,
@@ -42,6 +43,7 @@ from polar.swe import (
     instance_to_task,
     load_instances,
 )
+from tests.support.eval_runtimes import python_with_pytest, run_harness
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples" / "swe" / "instances.jsonl"
@@ -49,8 +51,9 @@ IDS = ["polar-tasks__textkit-1", "polar-tasks__intervals-1", "polar-tasks__numer
 
 
 def _git(cwd: Path, *args: str) -> str:
+    # the workspaces of a local runtime belong to its unprivileged user
     return subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "safe.directory=*", *args],
         cwd=cwd, check=True, capture_output=True, text=True,
     ).stdout  # fmt: skip
 
@@ -163,9 +166,15 @@ def test_filter_patch_drops_junk() -> None:
     assert b"__pycache__" not in kept and kept.startswith(b"diff --git a/src/a.py")
 
 
+@pytest.fixture(scope="module")
+def pytest_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return python_with_pytest(tmp_path_factory.mktemp("py"))
+
+
 @pytest.fixture
-async def local(tmp_path: Path) -> AsyncIterator[LocalRuntime]:
-    yield LocalRuntime(tmp_path / "runtimes")
+async def local(tmp_path: Path, pytest_bin: Path) -> AsyncIterator[LocalRuntime]:
+    """The local runtime, its `python` one with pytest (as a repository's image has it)."""
+    yield LocalRuntime(tmp_path / "runtimes", python_dir=pytest_bin)
 
 
 async def _prepare(runtime: LocalRuntime, sid: str, url: Path, ref: str) -> RuntimeHandle:
@@ -202,8 +211,12 @@ async def test_extract_patch_is_binary_safe_and_filters_junk(
     # the harness committed part of its work, and junk with it
     (ws / "tests" / "test_more.py").write_text("def test_more():\n    assert True\n")
     (ws / "build.pyc").write_bytes(b"\x00\x01")
-    _git(ws, "add", "-f", "tests/test_more.py", "build.pyc")
-    _git(ws, "commit", "-qm", "wip")
+    await run_harness(  # as the harness, in its runtime
+        local,
+        handle,
+        "git add -f tests/test_more.py build.pyc && "
+        "git -c user.name=t -c user.email=t@t commit -qm wip",
+    )
 
     patch, files, dropped = await extract_patch(local, handle, inst.base_commit)
     assert sorted(files) == [
@@ -265,12 +278,14 @@ async def test_apply_fallbacks(local: LocalRuntime, tmp_path: Path) -> None:
         b"diff --git a/nope.txt b/nope.txt\n--- a/nope.txt\n+++ b/nope.txt\n@@ -1 +1 @@\n-a\n+b\n"
     )
 
-    for patch, expected, check in (
-        (three_way, "git apply --3way", lambda t: "line FIFTEEN" in t and "line 12\n" in t),
-        (fuzzy, "patch --fuzz", lambda t: "line twelve" in t),
-        (garbage, None, lambda t: t == "".join(lines)),
+    for i, (patch, expected, check) in enumerate(
+        (
+            (three_way, "git apply --3way", lambda t: "line FIFTEEN" in t and "line 12\n" in t),
+            (fuzzy, "patch --fuzz", lambda t: "line twelve" in t),
+            (garbage, None, lambda t: t == "".join(lines)),
+        )
     ):
-        handle = await _prepare(local, f"apply-{expected}", repo, base)
+        handle = await _prepare(local, f"apply-{i}", repo, base)
         strategy, attempts = await apply_patch(local, handle, patch)
         assert strategy == expected, attempts
         ws = Path(handle.workdir)
@@ -333,12 +348,10 @@ async def _grade(
     (ws / ".codex").mkdir()
     (ws / ".codex" / "config.toml").write_text("model = 'policy'\n")
     spec = SweBenchSpec.model_validate({**evaluator_fields(inst), **spec_update})
-    request = PrepareRequest(
-        session_id=f"{session.session_id}-eval",
-        task_id="t",
-        runtime=RuntimeSpec(),
-        source=GitSource(url=str(source), ref=inst.base_commit),
-    )
+    request = eval_prepare_request(  # the instance's install runs while preparing
+        session.session_id, "t", GitSource(url=str(source), ref=inst.base_commit),
+        RuntimeSpec(), "local", EvaluatorSpec(kind="swebench", swebench=spec),
+    )  # fmt: skip
     async with fresh_runtime(runtime, request) as eval_handle:
         evaluation = await evaluate_swebench(
             runtime, session, runtime, eval_handle, spec, timeout_s=120
@@ -437,14 +450,21 @@ async def _grade_with_budget(
 
 
 async def test_sessions_graded_end_to_end(
-    polar: PolarClient, storage: Storage, swe_dir: Path, instances: dict[str, SweInstance]
+    polar: PolarClient,
+    storage: Storage,
+    docker_image: str,
+    swe_dir: Path,
+    instances: dict[str, SweInstance],
 ) -> None:
+    """Docker sessions (the image has pytest; a local runtime's Python may not)."""
     inst = instances["polar-tasks__textkit-1"]
     patches = swe_dir / "patches" / inst.instance_id
 
     def task(name: str, variant: str):
+        patch = (patches / f"{variant}.patch").read_text()
         command = (
-            f"git apply {patches / f'{variant}.patch'} && python -m pytest -q >/dev/null 2>&1; "
+            f"git apply <<'POLAR_EOF'\n{patch}POLAR_EOF\n"
+            "python -m pytest -q >/dev/null 2>&1; "
             "mkdir -p .codex && echo 'model = \"policy\"' > .codex/config.toml"
         )
         return instance_to_task(
@@ -452,6 +472,7 @@ async def test_sessions_graded_end_to_end(
             harness={"kind": "command", "command": command},
             source_root=swe_dir / "repos",
             task_id=f"swe-e2e-{name}",
+            runtime={"kind": "docker", "image": docker_image, "cpus": 1, "memory": "1g"},
             timeouts={"evaluate_s": 180, "heartbeat_s": 20},
         )
 

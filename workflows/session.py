@@ -2,9 +2,10 @@
 
 prepare_runtime (init queue) → run_harness (run queue) → build_trajectory →
 evaluate → score_traces (postrun queue) → teardown (init queue, always).
-An evaluator that grades in a fresh runtime (swebench) has it prepared by
-`prepare_eval_runtime` (init queue) while the harness runs, off the critical
-path; it is torn down with the session's runtime, whatever happens.
+Every evaluator grades in a fresh runtime (the task's source plus the
+session's changes), prepared by `prepare_eval_runtime` (init queue, with the
+instance's install) while the harness runs, off the critical path; it is torn
+down with the session's runtime, whatever happens.
 Activities are referenced by name only; all I/O lives in `activities/`.
 """
 
@@ -47,9 +48,12 @@ with workflow.unsafe.imports_passed_through():
 
 T = TypeVar("T")
 
-# the evaluator's fresh runtime is prepared while the harness runs (histories before it replay)
+# the evaluator's fresh runtime is prepared while the harness runs, behind one patch id per
+# evaluator kind (histories recorded before each replay without it)
 EVAL_PREWARM_PATCH = "eval-runtime-prewarm"
-EVALUATORS_WITH_FRESH_RUNTIME = frozenset({"swebench"})
+COMMAND_EVAL_PREWARM_PATCH = "command-eval-fresh-runtime"
+EVAL_PREWARM_PATCHES = {"swebench": EVAL_PREWARM_PATCH, "command": COMMAND_EVAL_PREWARM_PATCH}
+EVALUATORS_WITH_FRESH_RUNTIME = frozenset(EVAL_PREWARM_PATCHES)
 
 HARNESS_STATUS = {
     "completed": SessionStatus.COMPLETED,
@@ -146,9 +150,8 @@ class Session:
             )
             lap(Stage.PREPARE)
 
-            if task.evaluator.kind in EVALUATORS_WITH_FRESH_RUNTIME and workflow.patched(
-                EVAL_PREWARM_PATCH
-            ):
+            patch_id = EVAL_PREWARM_PATCHES.get(task.evaluator.kind)
+            if patch_id is not None and workflow.patched(patch_id):
                 prewarm = self._start_prewarm(spec, queues.init, t.prepare_s)
 
             self._enter(Stage.RUN, f"running {task.harness.kind} harness on {runtime.host}")
@@ -299,7 +302,7 @@ class Session:
             PrepareRequest(
                 session_id=f"{spec.session_id}-eval",
                 task_id=task.task_id,
-                runtime=task.runtime,
+                runtime=task.evaluator.eval_runtime_spec(task.runtime),  # with its install
                 source=task.source,
             ),
             result_type=RuntimeHandle,

@@ -1,4 +1,11 @@
-"""The `command` evaluator: run a command in the session's runtime; exit 0 → reward 1.
+"""The `command` evaluator: run a command where the harness never was; exit 0 → reward 1.
+
+The command runs in the evaluator's fresh runtime (activities/evaluators/fresh.py):
+the task's source, prepared again, plus the session's changes (a binary diff
+of its workspace against the baseline recorded when it was prepared), minus
+the paths the task declares `protected`, which keep the task's own copy. A
+session whose changes cannot be read (its harness broke the workspace's git)
+or do not apply gets reward 0, with the reason in the detail.
 
 The command sees `POLAR_TRACES_FILE` (the session's traces, JSONL, one Trace a
 line) and may write `POLAR_REWARD_FILE`, a JSON object overriding the exit-code
@@ -7,57 +14,89 @@ reward and giving per-trace rewards:
     {"reward": 0.5, "trace_rewards": {"<trace_id>": 1.0}, "detail": "why"}
 
 Traces it names get their own reward; the others get the session reward under
-the builder's reward policy.
+the builder's reward policy. Both files are in the evaluator runtime's scratch
+folder, which the session's harness cannot reach; the reward file is removed
+before the command runs and read after every process it left is killed.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
+from activities.evaluators.base import Evaluation, EvaluatorError, Tick, reap
+from activities.evaluators.fresh import carry_changes
 from activities.runtimes.base import Runtime
 from polar.models import EvaluatorSpec, RuntimeHandle
+
+__all__ = ["Evaluation", "InvalidRewardFile", "evaluate_command"]
 
 
 class InvalidRewardFile(ValueError):
     """The evaluator wrote a reward file that is not the documented JSON object."""
 
 
-@dataclass
-class Evaluation:
-    reward: float
-    detail: str
-    trace_rewards: dict[str, float] = field(default_factory=dict)
-
-
 async def evaluate_command(
-    runtime: Runtime,
-    handle: RuntimeHandle,
+    session_runtime: Runtime,
+    session_handle: RuntimeHandle,
+    eval_runtime: Runtime,
+    eval_handle: RuntimeHandle,
     spec: EvaluatorSpec,
     *,
     timeout_s: float,
-    traces_file: Path | None = None,
-    on_tick: Callable[[float], Awaitable[None] | None] | None = None,
+    traces: bytes | None = None,
+    on_tick: Tick = None,
 ) -> Evaluation:
-    """Run the evaluator command; reward by exit code unless it wrote a reward file."""
+    """Grade the session's changes with the evaluator command in the (fresh, prepared)
+    evaluator runtime. Raises EvaluatorError where the task cannot be graded at all."""
     assert spec.command
-    reward_file = runtime.scratch(handle) / "reward.json"
+    if session_handle.baseline is None:
+        raise EvaluatorError(
+            "the session's runtime has no git baseline to diff against (prepared by an older "
+            "worker, or git is missing in its runtime)"
+        )
+    changes = await carry_changes(
+        session_runtime, session_handle, session_handle.baseline, eval_runtime, eval_handle,
+        protected=spec.protected, timeout_s=timeout_s, on_tick=on_tick,
+    )  # fmt: skip
+    evaluation = Evaluation(0.0, "", report=changes.report(), patch=changes.patch)
+    if changes.extract_error is not None:
+        evaluation.detail = (
+            "the session's changes could not be read from its workspace (was its git "
+            f"removed or broken?): {changes.extract_error[:300]}"
+        )
+        return evaluation
+    if not changes.applied:
+        evaluation.detail = (
+            f"the session's changes did not apply in a fresh runtime "
+            f"({len(changes.attempts)} strategies tried)"
+        )
+        return evaluation
+
+    scratch = eval_runtime.scratch(eval_handle)
+    reward_file = scratch / "reward.json"
     reward_file.unlink(missing_ok=True)
     env = {"POLAR_REWARD_FILE": str(reward_file)}
-    if traces_file is not None:
+    if traces is not None:
+        traces_file = scratch / "traces.jsonl"
+        traces_file.write_bytes(traces)
         env["POLAR_TRACES_FILE"] = str(traces_file)
-    outcome = await runtime.run(
-        handle, spec.command, env=env, log_name="evaluate", timeout_s=timeout_s, on_tick=on_tick
-    )
+    outcome = await eval_runtime.run(
+        eval_handle, spec.command, env=env, log_name="evaluate", timeout_s=timeout_s,
+        on_tick=on_tick,
+    )  # fmt: skip
+    await reap(eval_runtime, eval_handle)
+    evaluation.report["exit_code"] = outcome.exit_code
     if outcome.timed_out:
-        return Evaluation(0.0, f"evaluation timed out after {timeout_s:.0f}s")
-    evaluation = Evaluation(
-        1.0 if outcome.exit_code == 0 else 0.0, f"evaluator exited {outcome.exit_code}"
-    )
+        evaluation.detail = f"evaluation timed out after {timeout_s:.0f}s"
+        return evaluation
+    evaluation.reward = 1.0 if outcome.exit_code == 0 else 0.0
+    evaluation.detail = f"evaluator exited {outcome.exit_code}"
+    if changes.protected_dropped:
+        evaluation.detail += f"; protected files kept: {', '.join(changes.protected_dropped[:5])}"
     if reward_file.exists():
         _apply_reward_file(evaluation, reward_file)
+        evaluation.report["reward_file"] = True
     return evaluation
 
 
@@ -75,4 +114,4 @@ def _apply_reward_file(evaluation: Evaluation, path: Path) -> None:
         if data.get("detail"):
             evaluation.detail = f"{evaluation.detail}; {data['detail']}"
     except (ValueError, TypeError) as exc:
-        raise InvalidRewardFile(f"evaluator reward file {path}: {exc}") from exc
+        raise InvalidRewardFile(f"evaluator reward file: {exc}") from exc

@@ -1,23 +1,40 @@
 """The `swebench` evaluator: grade a session's patch with its instance's tests.
 
-1. Extract the patch from the session's runtime: `git diff` of the workspace
-   against `base_commit` through a temporary index (`git add -A`), so new
-   files, deletions, commits the harness made and binary files are all in it;
-   junk (caches, `__pycache__`, harness config folders, `node_modules`,
-   `*.pyc`) is left out, both at `git add` and again on the diff.
-2. Apply it in a FRESH runtime of the same source at `base_commit` (prepared
-   and torn down through the runtime interface), with fallbacks: `git apply`,
-   `git apply --3way`, `git apply --reject`, `patch --fuzz=5`.
-3. Reset the test patch's files to `base_commit`, apply the test patch, run
-   the tests (the instance's `test_cmd`, default `python -m pytest -rA` on the
-   test files), parse per-test results with the `swebench` package's log
-   parsers and grade them with its `get_eval_tests_report`: reward 1 only if
-   every FAIL_TO_PASS test passes and every PASS_TO_PASS test still passes.
+1. The evaluator's fresh runtime (activities/evaluators/fresh.py) holds the
+   task's source at `base_commit`, with the instance's `install` already run
+   (a prepare action, while the harness ran).
+2. The session's patch (its workspace against `base_commit`, binary-safe,
+   junk left out; activities/evaluators/patches.py) is applied there, minus
+   task-owned files: the graded test files (and the `__init__.py` of their
+   folders), the task's `protected` globs, and `PROTECTED`: files that
+   configure or hook into pytest (`conftest.py`, `pytest.ini`, `tox.ini`,
+   `sitecustomize.py`, `*.pth`, modules shadowing pytest or Polar's plugin).
+   `setup.cfg` and `pyproject.toml` often carry real fixes (metadata,
+   dependencies) and are kept, but if the patch changes their pytest section
+   (`[tool:pytest]`, `[tool.pytest...]`) the file is restored whole. The
+   report lists all of them as `protected_files_dropped`.
+3. The test patch's files are reset to `base_commit`, the test patch applied,
+   the tests run (`test_cmd`, default `python -m pytest -rA -p
+   no:cacheprovider` on the test files), every process they left is killed.
+4. Per-test results come from pytest itself: Polar's plugin
+   (pytest_results.py, loaded through `PYTEST_PLUGINS` from the scratch folder,
+   outside the workspace) writes each report to a file in scratch; colour,
+   `-rA` and whatever the code under test prints do not matter. Only an
+   instance that sets `log_parser` (a test command that is not pytest) has
+   its log parsed, with that swebench parser: the trusting mode. Grading is
+   SWE-bench's `get_eval_tests_report`: reward 1 only if every FAIL_TO_PASS
+   test passes and every PASS_TO_PASS test still passes, and the run is
+   consistent (the test command exited 0 or 1, every pytest session finished,
+   an exit code 1 came with a failure, an exit code 0 without one).
 
 The report (JSON) says which tests passed and failed and flags an empty
-patch, a patch that did not apply, a test timeout and an evaluator error
-(the instance itself is broken: no git workspace, a test patch or install
-that fails; the activity fails the session rather than give a reward).
+patch, a patch that did not apply, a test timeout and an evaluator error:
+the instance itself is broken (its base commit or test patch, tests that
+never ran pytest, none of its FAIL_TO_PASS / PASS_TO_PASS tests reported by
+a clean pytest run); the activity fails the session rather than give a reward.
+
+Residual trust: the code under test runs inside pytest's process, so a
+patch that rewrites pytest's own reporting from package code is not caught.
 
 Every step runs through `Runtime.run` with files exchanged through
 `Runtime.scratch`, so it works the same on the local and container runtimes.
@@ -25,133 +42,63 @@ Every step runs through `Runtime.run` with files exchanged through
 
 from __future__ import annotations
 
-import codecs
-import contextlib
-import fnmatch
+import configparser
 import shlex
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+import tomllib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
 from typing import Any
 
-from activities.evaluators.command import Evaluation
+from activities.evaluators.base import GIT, Evaluation, EvaluatorError, Tick, reap, run_in
+from activities.evaluators.fresh import (
+    carry_changes,
+    eval_prepare_request,
+    fresh_runtime,
+)
+from activities.evaluators.patches import (
+    APPLY_STRATEGIES,
+    apply_patch,
+    extract_patch,
+    filter_patch,
+    is_junk,
+    patch_files,
+    split_patch,
+)
+from activities.evaluators.statuses import PytestRun, read_results
 from activities.runtimes.base import Runtime
-from polar.models import PrepareRequest, RuntimeHandle, RuntimeSpec, Source, SweBenchSpec
+from polar.models import RuntimeHandle, SweBenchSpec
 
-Tick = Callable[[float], Awaitable[None] | None] | None
+__all__ = [
+    "EvaluatorError", "SweEvaluation", "apply_patch", "build_test_command", "eval_prepare_request",
+    "evaluate_swebench", "extract_patch", "filter_patch", "fresh_runtime", "is_junk",
+    "split_patch",
+]  # fmt: skip
 
 DEFAULT_TEST_CMD = "python -m pytest -rA -p no:cacheprovider"
+PLUGIN_MODULE = "polar_pytest_results"
 
-# path components that are never part of a fix
-JUNK_DIRS = frozenset({
-    "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".hypothesis", ".tox",
-    ".nox", ".eggs", ".ipynb_checkpoints", "node_modules", ".venv", ".cache",
-    ".codex", ".claude", ".qwen", ".pi", ".gemini", ".polar",
-})  # fmt: skip
-JUNK_FILES = ("*.pyc", "*.pyo", "*.egg-info", ".coverage", ".coverage.*", ".DS_Store")
-
-# (name, command): tried in order until one exits 0; the workspace is reset between them
-APPLY_STRATEGIES = (
-    ("git apply", "git apply --verbose --whitespace=nowarn {patch}"),
-    ("git apply --3way", "git apply --verbose --3way --whitespace=nowarn {patch}"),
-    ("git apply --reject", "git apply --verbose --reject --whitespace=nowarn {patch}"),
-    ("patch --fuzz", "patch --batch --forward --no-backup-if-mismatch --fuzz=5 -p1 -i {patch}"),
-)
-RESET = "git reset --quiet --hard HEAD && git clean -fdq"
-
-# git must not read anything the harness may have left in the repo's config
-GIT = (
-    "git -c core.quotepath=false -c core.fsmonitor=false -c core.hooksPath=/dev/null "
-    "-c diff.noprefix=false -c diff.mnemonicprefix=false -c color.ui=false"
-)
-
-
-class EvaluatorError(RuntimeError):
-    """The instance cannot be graded (not a git workspace, test patch or install fails)."""
+# task-owned whatever the instance says: pytest's configuration and hooks, and modules that
+# would shadow pytest or Polar's plugin from the repository root (first on sys.path)
+PROTECTED = (
+    "**/conftest.py", "**/pytest.ini", "**/.pytest.ini", "**/pytest.toml", "**/.pytest.toml",
+    "**/tox.ini", "**/sitecustomize.py", "**/usercustomize.py", "**/*.pth",
+    "pytest.py", "pytest/**", "_pytest/**", "pluggy/**", "py.py",
+    f"**/{PLUGIN_MODULE}.py", f"**/{PLUGIN_MODULE}/**",
+)  # fmt: skip
+# kept, unless the patch changes their pytest section
+PYTEST_SECTION_FILES = ("setup.cfg", "pyproject.toml")
 
 
 @dataclass
 class SweEvaluation(Evaluation):
     """The outcome, its JSON report, and the files worth keeping as artifacts."""
 
-    report: dict[str, Any] = field(default_factory=dict)
-    patch: bytes = b""
     test_log: bytes = b""
 
 
-# --------------------------------------------------------------------------- patches
-
-
-def is_junk(path: str, extra: Sequence[str] = ()) -> bool:
-    """Whether a changed path is junk (caches, harness config, build output)."""
-    parts = path.strip("/").split("/")
-    if any(part in JUNK_DIRS or fnmatch.fnmatch(part, "*.egg-info") for part in parts):
-        return True
-    name = parts[-1]
-    if any(fnmatch.fnmatch(name, pattern) for pattern in JUNK_FILES):
-        return True
-    return any(fnmatch.fnmatch(path, pattern) for pattern in extra)
-
-
-def _exclude_pathspecs(extra: Sequence[str]) -> list[str]:
-    specs = [f":(exclude,glob)**/{d}/**" for d in sorted(JUNK_DIRS)]
-    specs += [f":(exclude,glob)**/{p}{tail}" for p in JUNK_FILES for tail in ("", "/**")]
-    specs += [f":(exclude,glob){p}" for p in extra]
-    return specs
-
-
-def _unquote(path: bytes) -> str:
-    if path.startswith(b'"') and path.endswith(b'"'):
-        raw = codecs.escape_decode(path[1:-1])[0]
-        assert isinstance(raw, bytes)
-        return raw.decode("utf-8", "surrogateescape")
-    return path.decode("utf-8", "surrogateescape")
-
-
-def _header_path(header: bytes) -> str:
-    """The path of a `diff --git a/X b/X` header (renames off, so both sides agree)."""
-    rest = header[len(b"diff --git ") :].rstrip(b"\r\n")
-    if rest.startswith(b'"'):
-        end = rest.index(b'"', 1)
-        while rest[end - 1 : end] == b"\\":
-            end = rest.index(b'"', end + 1)
-        first = _unquote(rest[: end + 1])
-    else:
-        first = rest[: (len(rest) - 1) // 2].decode("utf-8", "surrogateescape")
-    return first[2:] if first.startswith(("a/", "b/")) else first
-
-
-def split_patch(patch: bytes) -> list[tuple[str, bytes]]:
-    """A git diff split into (path, chunk) per file; text before the first file is dropped."""
-    chunks: list[tuple[str, bytes]] = []
-    current: list[bytes] = []
-    for line in patch.splitlines(keepends=True):
-        if line.startswith(b"diff --git "):
-            if current:
-                chunks.append((_header_path(current[0]), b"".join(current)))
-            current = [line]
-        elif current:
-            current.append(line)
-    if current:
-        chunks.append((_header_path(current[0]), b"".join(current)))
-    return chunks
-
-
-def filter_patch(patch: bytes, extra: Sequence[str] = ()) -> tuple[bytes, list[str], list[str]]:
-    """(patch without junk files, kept paths, dropped paths)."""
-    kept, kept_paths, dropped = [], [], []
-    for path, chunk in split_patch(patch):
-        if is_junk(path, extra):
-            dropped.append(path)
-        else:
-            kept.append(chunk)
-            kept_paths.append(path)
-    return b"".join(kept), kept_paths, dropped
-
-
-def patch_files(patch: str) -> list[str]:
-    """The paths a (text) patch touches."""
-    return [path for path, _ in split_patch(patch.encode())]
+# --------------------------------------------------------------------------- tests
 
 
 def default_test_files(spec: SweBenchSpec) -> list[str]:
@@ -174,18 +121,41 @@ def build_test_command(spec: SweBenchSpec) -> str:
     return f"{cmd} {quoted}".strip()
 
 
+def protected_paths(spec: SweBenchSpec, extra: Sequence[str] = ()) -> list[str]:
+    """Globs of what the session's patch may not change: PROTECTED, the task's own, the graded
+    test files (those run, those of the test ids, the test patch's) and their `__init__.py`."""
+    tests = [*(spec.test_files or []), *default_test_files(spec), *patch_files(spec.test_patch)]
+    inits = [  # a test folder's package file runs before its tests (package code does not count)
+        f"{folder}/__init__.py"
+        for test in tests
+        for folder in PurePosixPath(test).parents
+        if "test" in folder.name.lower()
+    ]
+    return list(dict.fromkeys([*PROTECTED, *extra, *tests, *inits]))
+
+
+def pytest_env_prefix(plugin_dir: Path, results: Path) -> str:
+    """Shell lines that load Polar's results plugin into every pytest the test command runs."""
+    return (
+        f'export PYTHONPATH={shlex.quote(str(plugin_dir))}"${{PYTHONPATH:+:$PYTHONPATH}}"\n'
+        f'export PYTEST_PLUGINS="{PLUGIN_MODULE}${{PYTEST_PLUGINS:+,$PYTEST_PLUGINS}}"\n'
+        'export PYTEST_ADDOPTS="${PYTEST_ADDOPTS:+$PYTEST_ADDOPTS }'
+        '-p no:cacheprovider --color=no"\n'
+        f"export POLAR_PYTEST_RESULTS={shlex.quote(str(results))}\n"
+    )
+
+
 # --------------------------------------------------------------------------- grading
 
 
 def parse_test_log(log: str, spec: SweBenchSpec) -> dict[str, str]:
-    """Per-test status (PASSED, FAILED, ERROR, SKIPPED, XFAIL) with swebench's parsers."""
+    """Trusting mode: per-test status from the log, with the instance's swebench parser."""
     from swebench.harness.log_parsers import PARSER_REGISTRY
 
-    if spec.log_parser:
-        parser = PARSER_REGISTRY[spec.log_parser]
-    else:
-        parser = _repo_parsers().get(spec.repo, PARSER_REGISTRY["parse_log_pytest"])
-    return parser(log, None)
+    assert spec.log_parser
+    if spec.log_parser not in PARSER_REGISTRY:
+        raise EvaluatorError(f"unknown log_parser {spec.log_parser!r}")
+    return PARSER_REGISTRY[spec.log_parser](log, None)
 
 
 def _repo_parsers() -> dict[str, Callable[..., dict[str, str]]]:
@@ -199,6 +169,14 @@ def _repo_parsers() -> dict[str, Callable[..., dict[str, str]]]:
             if name.startswith("MAP_REPO_TO_PARSER") and isinstance(value, dict):
                 parsers.update(value)
     return parsers
+
+
+def _parser_hint(spec: SweBenchSpec) -> str:
+    parser = _repo_parsers().get(spec.repo)
+    name = getattr(parser, "__name__", "")
+    if name and name not in ("parse_log_pytest", "parse_log_pytest_v2"):
+        return f"; for {spec.repo}, set log_parser to {name!r} (trusting mode)"
+    return "; a test command that is not pytest needs log_parser (trusting mode)"
 
 
 def grade(status: dict[str, str], spec: SweBenchSpec) -> dict[str, dict[str, list[str]]]:
@@ -221,131 +199,132 @@ def is_resolved(tests: dict[str, dict[str, list[str]]], spec: SweBenchSpec) -> b
     )
 
 
+def reported_graded_tests(status: dict[str, str], spec: SweBenchSpec) -> list[str]:
+    """The FAIL_TO_PASS / PASS_TO_PASS tests the run reported at all."""
+    try:
+        from swebench.harness.grading import _resolve_case
+    except ImportError:  # older swebench: exact ids
+
+        def _resolve_case(case: str, sm: dict[str, str]) -> str | None:
+            return case if case in sm else None
+
+    graded = [*spec.fail_to_pass, *spec.pass_to_pass]
+    return [t for t in graded if _resolve_case(t, status) is not None]
+
+
+def inconsistency(code: int | None, run: PytestRun | None) -> str | None:
+    """Why a run whose graded tests all passed still does not count, or None."""
+    if code not in (0, 1):
+        return f"every graded test passed, but the test command exited {code}"
+    if run is None:
+        return None
+    if not run.complete:
+        return "a pytest session did not finish (the test process died or was stopped)"
+    if any(status not in (0, 1) for status in run.exit_statuses):
+        return f"pytest ended with exit status {run.exit_statuses}"
+    if code == 1 and not run.any_failure:
+        return "the test command exited 1 but pytest reported no failure"
+    if code == 0 and run.any_failure:
+        return "the test command exited 0 although pytest reported failures"
+    return None
+
+
+def _pytest_config(name: str, text: str | None) -> Any:
+    """The pytest section of a setup.cfg or pyproject.toml (None: the file is absent)."""
+    if text is None:
+        return None
+    try:
+        if name == "pyproject.toml":
+            return tomllib.loads(text).get("tool", {}).get("pytest")
+        parser = configparser.RawConfigParser()
+        parser.read_string(text)
+        return dict(parser["tool:pytest"]) if parser.has_section("tool:pytest") else None
+    except (tomllib.TOMLDecodeError, configparser.Error, AttributeError) as exc:
+        return ("unreadable", str(exc))
+
+
 # --------------------------------------------------------------------------- runtime steps
 
 
 class _Clock:
     def __init__(self, budget_s: float) -> None:
+        self.budget_s = budget_s
         self.deadline = time.monotonic() + budget_s
 
     def left(self, floor: float = 1.0) -> float:
         return max(floor, self.deadline - time.monotonic())
 
 
-async def _run(
-    runtime: Runtime,
-    handle: RuntimeHandle,
-    command: str,
-    log_name: str,
-    timeout_s: float,
-    on_tick: Tick = None,
-) -> tuple[int | None, bool, str]:
-    """(exit code, timed out, stdout+stderr) of one command in a runtime."""
-    outcome = await runtime.run(
-        handle, command, env={}, log_name=log_name, timeout_s=timeout_s, on_tick=on_tick
+async def _check_workspace(runtime: Runtime, handle: RuntimeHandle, spec: SweBenchSpec) -> None:
+    """The evaluator's workspace is a git checkout holding `base_commit` (prepare checked it
+    out, before the install); EvaluatorError where it is not."""
+    base = shlex.quote(spec.base_commit)
+    check = (
+        f"{GIT} rev-parse --is-inside-work-tree >/dev/null && {GIT} cat-file -e {base}^{{commit}}"
     )
-    text = ""
-    for path in runtime.log_paths(handle, log_name):
-        if path.exists():
-            text += path.read_text(errors="replace")
-    return outcome.exit_code, outcome.timed_out, text
-
-
-async def extract_patch(
-    runtime: Runtime,
-    handle: RuntimeHandle,
-    base_commit: str,
-    *,
-    timeout_s: float = 300,
-    exclude: Sequence[str] = (),
-    on_tick: Tick = None,
-) -> tuple[bytes, list[str], list[str]]:
-    """(patch, files, dropped junk files): the workspace against `base_commit`, binary-safe."""
-    scratch = runtime.scratch(handle)
-    out, index = scratch / "swebench-model.patch", scratch / "swebench.index"
-    out.unlink(missing_ok=True)
-    base = shlex.quote(base_commit)
-    excludes = " ".join(shlex.quote(s) for s in _exclude_pathspecs(exclude))
-    command = f"""set -eu
-{GIT} rev-parse --is-inside-work-tree >/dev/null
-{GIT} cat-file -e {base}^{{commit}}
-idx={shlex.quote(str(index))}; rm -f "$idx"
-src=$({GIT} rev-parse --git-path index)
-if [ -f "$src" ]; then cp "$src" "$idx"; fi
-export GIT_INDEX_FILE="$idx"
-[ -f "$src" ] || {GIT} read-tree {base}
-{GIT} add -A -- . {excludes}
-{GIT} diff --cached --binary --full-index --no-renames --no-ext-diff {base} \
-  > {shlex.quote(str(out))}
-rm -f "$idx"
-"""
-    code, timed_out, log = await _run(
-        runtime, handle, command, "swebench-extract", timeout_s, on_tick
-    )
-    if timed_out or code != 0 or not out.exists():
-        why = "timed out" if timed_out else f"exited {code}"
-        raise EvaluatorError(f"extracting the patch {why}: {log.strip()[-2000:]}")
-    return filter_patch(out.read_bytes(), exclude)
-
-
-async def apply_patch(
-    runtime: Runtime,
-    handle: RuntimeHandle,
-    patch: bytes,
-    *,
-    name: str = "model",
-    timeout_s: float = 300,
-    strategies: Sequence[tuple[str, str]] = APPLY_STRATEGIES,
-    on_tick: Tick = None,
-) -> tuple[str | None, list[dict[str, Any]]]:
-    """Apply `patch` in the workspace: (strategy that worked or None, attempts)."""
-    path = runtime.scratch(handle) / f"swebench-{name}.patch"
-    path.write_bytes(patch)
-    attempts: list[dict[str, Any]] = []
-    for i, (strategy, template) in enumerate(strategies):
-        if i:
-            await _run(runtime, handle, RESET, f"swebench-apply-{name}-reset{i}", timeout_s)
-        command = template.format(patch=shlex.quote(str(path)))
-        code, timed_out, log = await _run(
-            runtime, handle, command, f"swebench-apply-{name}-{i}", timeout_s, on_tick
-        )
-        attempts.append({"strategy": strategy, "exit_code": code, "log": log[-2000:]})
-        if code == 0 and not timed_out:
-            return strategy, attempts
-    await _run(runtime, handle, RESET, f"swebench-apply-{name}-reset", timeout_s)
-    return None, attempts
-
-
-@contextlib.asynccontextmanager
-async def fresh_runtime(
-    runtime: Runtime, request: PrepareRequest, prewarmed: RuntimeHandle | None = None
-) -> AsyncIterator[RuntimeHandle]:
-    """A runtime prepared for the evaluator (or the `prewarmed` one, prepared earlier for
-    `request`), torn down whatever happens."""
-    handle: RuntimeHandle | None = prewarmed
-    try:
-        if handle is None:
-            handle = await runtime.prepare(request)
-        yield handle
-    finally:
-        await runtime.teardown(
-            handle
-            or RuntimeHandle(kind=runtime.kind, session_id=request.session_id, workdir="", host="")
+    code, _, log = await run_in(runtime, handle, check, "swebench-base", 60)
+    if code != 0:
+        raise EvaluatorError(
+            f"the evaluator's workspace is not a git checkout with {spec.base_commit}: "
+            f"{log.strip()[-1000:]}"
         )
 
 
-def eval_prepare_request(
-    session_id: str,
-    task_id: str,
-    source: Source | None,
-    runtime_spec: RuntimeSpec | None,
-    kind: str,
-) -> PrepareRequest:
-    """The PrepareRequest of a session's evaluator runtime (same source, `-eval` id)."""
-    spec = runtime_spec or RuntimeSpec.model_validate({"kind": kind})
-    return PrepareRequest(
-        session_id=f"{session_id}-eval", task_id=task_id, runtime=spec, source=source
-    )
+async def _restore_pytest_sections(
+    runtime: Runtime, handle: RuntimeHandle, files: Sequence[str]
+) -> list[str]:
+    """Restore (from the baseline) each setup.cfg / pyproject.toml whose pytest section the
+    patch changed; the files restored."""
+    candidates = [f for f in files if PurePosixPath(f).name in PYTEST_SECTION_FILES]
+    if not candidates:
+        return []
+    base = shlex.quote(handle.baseline or "HEAD")
+    out = runtime.scratch(handle) / "pytest-config"
+    lines = [f"rm -rf {shlex.quote(str(out))}", f"mkdir -p {shlex.quote(str(out))}"]
+    for i, f in enumerate(candidates):
+        q, dest = shlex.quote(f), shlex.quote(str(out / str(i)))
+        lines.append(f"{GIT} show {base}:{q} > {dest}.base 2>/dev/null || rm -f {dest}.base")
+        lines.append(f"if [ -f {q} ]; then cat -- {q} > {dest}.new; fi")
+    await run_in(runtime, handle, "\n".join(lines), "swebench-config", 60)
+
+    def text(path: Path) -> str | None:
+        return path.read_text(errors="replace") if path.exists() else None
+
+    changed = []
+    for i, f in enumerate(candidates):
+        name = PurePosixPath(f).name
+        before = _pytest_config(name, text(out / f"{i}.base"))
+        after = _pytest_config(name, text(out / f"{i}.new"))
+        if before != after:
+            changed.append((f, (out / f"{i}.base").exists()))
+    if changed:
+        restore = [
+            f"{GIT} checkout {base} -- {shlex.quote(f)}" if existed else f"rm -f {shlex.quote(f)}"
+            for f, existed in changed
+        ]
+        code, _, log = await run_in(runtime, handle, " && ".join(restore), "swebench-restore", 60)
+        if code != 0:
+            raise EvaluatorError(f"cannot restore the pytest configuration: {log.strip()}")
+    return [f"{f} (pytest section)" for f, _ in changed]
+
+
+async def _reset_test_files(runtime: Runtime, handle: RuntimeHandle, spec: SweBenchSpec) -> None:
+    """Put the files the test patch touches back to `base_commit`; files it creates are
+    removed first."""
+    files = patch_files(spec.test_patch)
+    if not files:
+        return
+    base = shlex.quote(spec.base_commit)
+    lines = []
+    for f in files:
+        q = shlex.quote(f)
+        lines.append(
+            f"if {GIT} cat-file -e {base}:{q} 2>/dev/null; then {GIT} checkout {base} -- {q}; "
+            f"else rm -rf -- {q}; fi"
+        )
+    code, _, log = await run_in(runtime, handle, "\n".join(lines), "swebench-reset-tests", 120)
+    if code != 0:
+        raise EvaluatorError(f"cannot reset the test files: {log.strip()}")
 
 
 # --------------------------------------------------------------------------- the evaluator
@@ -359,6 +338,7 @@ async def evaluate_swebench(
     spec: SweBenchSpec,
     *,
     timeout_s: float,
+    protected: Sequence[str] = (),
     on_tick: Tick = None,
 ) -> SweEvaluation:
     """Grade the session's workspace in the (fresh, prepared) evaluator runtime."""
@@ -376,9 +356,11 @@ async def evaluate_swebench(
         "evaluator_error": None,
         "patch_files": [],
         "dropped_files": [],
+        "protected_files_dropped": [],
         "patch_bytes": 0,
         "test_command": None,
         "tests_exit_code": None,
+        "results_from": f"log parser {spec.log_parser}" if spec.log_parser else "pytest plugin",
         "FAIL_TO_PASS": {"success": [], "failure": []},
         "PASS_TO_PASS": {"success": [], "failure": []},
         "test_status": {},
@@ -391,109 +373,131 @@ async def evaluate_swebench(
         return result
 
     try:
-        patch, files, dropped = await extract_patch(
-            session_runtime,
-            session_handle,
-            spec.base_commit,
-            timeout_s=clock.left(),
-            exclude=spec.exclude,
-            on_tick=on_tick,
-        )
-        result.patch = patch
-        report.update(patch_files=files, dropped_files=dropped, patch_bytes=len(patch))
-        if not patch.strip():
-            report["empty_patch"] = True
-            return done("empty patch: the session changed nothing (junk aside)")
-
-        head = await _run(eval_runtime, eval_handle, f"{GIT} rev-parse HEAD", "swebench-head", 60)
-        if head[0] != 0:
-            raise EvaluatorError(f"the evaluator workspace is not a git checkout: {head[2]}")
-        if not head[2].strip().startswith(spec.base_commit):
-            checkout = f"{GIT} checkout --quiet {shlex.quote(spec.base_commit)}"
-            code, _, log = await _run(eval_runtime, eval_handle, checkout, "swebench-checkout", 120)
-            if code != 0:
-                raise EvaluatorError(f"cannot check out {spec.base_commit}: {log.strip()}")
-        if spec.install:
-            code, timed_out, log = await _run(
-                eval_runtime, eval_handle, spec.install, "swebench-install", clock.left(), on_tick
+        await _check_workspace(eval_runtime, eval_handle, spec)
+        changes = await carry_changes(
+            session_runtime, session_handle, spec.base_commit, eval_runtime, eval_handle,
+            protected=protected_paths(spec, protected), exclude=spec.exclude,
+            timeout_s=clock.left(), on_tick=on_tick,
+        )  # fmt: skip
+        result.patch = changes.patch
+        report.update(changes.report())
+        if changes.extract_error is not None:
+            return done(
+                "the session's changes could not be read from its workspace (was its git "
+                f"removed or broken?): {changes.extract_error[:300]}"
             )
-            if code != 0 or timed_out:
-                raise EvaluatorError(f"install failed ({code}): {log.strip()[-2000:]}")
-
-        strategy, attempts = await apply_patch(
-            eval_runtime, eval_handle, patch, name="model", timeout_s=clock.left(), on_tick=on_tick
+        if changes.empty:
+            report["empty_patch"] = True
+            kept = changes.protected_dropped
+            why = f" (changes to protected files dropped: {_names(kept)})" if kept else ""
+            return done(f"empty patch: the session changed nothing (junk aside){why}")
+        if changes.strategy is None:
+            report["apply_log"] = changes.attempts[-1]["log"] if changes.attempts else ""
+            return done(f"patch did not apply ({len(changes.attempts)} strategies tried)")
+        report["protected_files_dropped"] += await _restore_pytest_sections(
+            eval_runtime, eval_handle, changes.files
         )
-        report["apply_attempts"] = [{k: a[k] for k in ("strategy", "exit_code")} for a in attempts]
-        if strategy is None:
-            report["patch_apply_failed"] = True
-            report["apply_log"] = attempts[-1]["log"] if attempts else ""
-            return done(f"patch did not apply ({len(attempts)} strategies tried)")
-        report.update(patch_applied=True, apply_strategy=strategy)
 
         if spec.test_patch.strip():
             await _reset_test_files(eval_runtime, eval_handle, spec)
             test_strategy, test_attempts = await apply_patch(
-                eval_runtime,
-                eval_handle,
-                spec.test_patch.encode(),
-                name="test",
-                timeout_s=clock.left(),
-                strategies=APPLY_STRATEGIES[:1],
-            )
+                eval_runtime, eval_handle, spec.test_patch.encode(), name="test",
+                timeout_s=clock.left(), strategies=APPLY_STRATEGIES[:1],
+                reset_to=eval_handle.baseline or "HEAD",
+            )  # fmt: skip
             if test_strategy is None:
                 raise EvaluatorError(f"the test patch does not apply: {test_attempts[-1]['log']}")
-
-        command = build_test_command(spec)
-        report["test_command"] = command
-        code, timed_out, log = await _run(
-            eval_runtime, eval_handle, command, "swebench-tests", clock.left(), on_tick
-        )
-        result.test_log = log.encode()
-        report["tests_exit_code"] = code
-        status = parse_test_log(log, spec)
-        tests = grade(status, spec)
-        report.update(test_status=status, **tests)
-        if timed_out:
-            report["tests_timed_out"] = True
-            return done(f"tests timed out after {timeout_s:.0f}s")
-        if is_resolved(tests, spec):
-            report.update(resolved=True, reward=1.0)
-            result.reward = 1.0
-            return done(
-                f"resolved: FAIL_TO_PASS {len(spec.fail_to_pass)}/{len(spec.fail_to_pass)}, "
-                f"PASS_TO_PASS {len(spec.pass_to_pass)}/{len(spec.pass_to_pass)}"
-            )
-        failed = [
-            f"{kind} failed: {_names(tests[kind]['failure'])}"
-            for kind in ("FAIL_TO_PASS", "PASS_TO_PASS")
-            if tests[kind]["failure"]
-        ]
-        return done("not resolved: " + ("; ".join(failed) or "tests did not run"))
+        return await _run_tests(eval_runtime, eval_handle, spec, clock, result, done, on_tick)
     except EvaluatorError as exc:
         report["evaluator_error"] = str(exc)
         return done(f"evaluator error: {str(exc)[:500]}")
+
+
+async def _run_tests(
+    runtime: Runtime,
+    handle: RuntimeHandle,
+    spec: SweBenchSpec,
+    clock: _Clock,
+    result: SweEvaluation,
+    done: Callable[[str], SweEvaluation],
+    on_tick: Tick,
+) -> SweEvaluation:
+    """Run the tests, kill what they left, grade what pytest (or the log parser) reported."""
+    report = result.report
+    command = build_test_command(spec)
+    report["test_command"] = command
+    scratch = runtime.scratch(handle)
+    results_file = scratch / "pytest-results.jsonl"
+    results_file.unlink(missing_ok=True)
+    if not spec.log_parser:
+        plugin_dir = scratch / "pytest-plugin"
+        plugin_dir.mkdir(exist_ok=True)
+        plugin = Path(__file__).with_name("pytest_results.py").read_bytes()
+        (plugin_dir / f"{PLUGIN_MODULE}.py").write_bytes(plugin)
+        command = pytest_env_prefix(plugin_dir, results_file) + command
+    code, timed_out, log = await run_in(
+        runtime, handle, command, "swebench-tests", clock.left(), on_tick
+    )
+    await reap(runtime, handle)
+    result.test_log = log.encode()
+    report["tests_exit_code"] = code
+
+    run: PytestRun | None = None
+    if spec.log_parser:
+        status = parse_test_log(log, spec)
+    else:
+        run = read_results(results_file)
+        status = run.status if run else {}
+        if run is not None:
+            report["collect_problems"] = run.collect_problems
+            report["pytest_sessions"] = {"started": run.started, "finished": run.finished,
+                                         "exit_statuses": run.exit_statuses}  # fmt: skip
+    tests = grade(status, spec)
+    report.update(test_status=status, **tests)
+    if timed_out:
+        report["tests_timed_out"] = True
+        return done(f"tests timed out (evaluation budget {clock.budget_s:.0f}s)")
+    if run is None and not spec.log_parser:
+        raise EvaluatorError(
+            f"the test command never started pytest with Polar's results plugin (exit code "
+            f"{code}){_parser_hint(spec)}: {log.strip()[-500:]}"
+        )
+    if not reported_graded_tests(status, spec):
+        if run is not None and (run.collect_problems or not run.complete):
+            why = _names(list(run.collect_problems)) if run.collect_problems else "none"
+            return done(
+                f"not resolved: the graded tests did not run (collection problems: {why}; "
+                f"pytest sessions started {run.started}, finished {run.finished}; exit {code})"
+            )
+        if spec.log_parser and code not in (0, 1):
+            return done(f"not resolved: no graded test reported, the tests exited {code}")
+        shown = _names(sorted(status)) if status else "no tests at all"
+        raise EvaluatorError(
+            f"none of the {len(spec.fail_to_pass)} FAIL_TO_PASS / {len(spec.pass_to_pass)} "
+            f"PASS_TO_PASS tests was reported by the test run (reported: {shown}); the "
+            f"instance's test ids or test command do not match its tests"
+            + (_parser_hint(spec) if not spec.log_parser else "")
+        )
+    if is_resolved(tests, spec):
+        why = inconsistency(code, run)
+        if why is not None:
+            report["inconsistent"] = why
+            return done(f"not resolved: {why}")
+        report.update(resolved=True, reward=1.0)
+        result.reward = 1.0
+        return done(
+            f"resolved: FAIL_TO_PASS {len(spec.fail_to_pass)}/{len(spec.fail_to_pass)}, "
+            f"PASS_TO_PASS {len(spec.pass_to_pass)}/{len(spec.pass_to_pass)}"
+        )
+    failed = [
+        f"{kind} failed: {_names(tests[kind]['failure'])}"
+        for kind in ("FAIL_TO_PASS", "PASS_TO_PASS")
+        if tests[kind]["failure"]
+    ]
+    return done("not resolved: " + ("; ".join(failed) or "graded tests skipped"))
 
 
 def _names(tests: list[str], limit: int = 5) -> str:
     """Test ids for a one-line detail (the report has them all)."""
     more = f" (+{len(tests) - limit} more)" if len(tests) > limit else ""
     return ", ".join(tests[:limit]) + more
-
-
-async def _reset_test_files(runtime: Runtime, handle: RuntimeHandle, spec: SweBenchSpec) -> None:
-    """Put the files the test patch touches back to `base_commit` (the model's edits to them
-    do not count); files the test patch creates are removed first."""
-    files = patch_files(spec.test_patch)
-    if not files:
-        return
-    base = shlex.quote(spec.base_commit)
-    lines = []
-    for f in files:
-        q = shlex.quote(f)
-        lines.append(
-            f"if {GIT} cat-file -e {base}:{q} 2>/dev/null; then {GIT} checkout {base} -- {q}; "
-            f"else rm -rf -- {q}; fi"
-        )
-    code, _, log = await _run(runtime, handle, "\n".join(lines), "swebench-reset-tests", 120)
-    if code != 0:
-        raise EvaluatorError(f"cannot reset the test files: {log.strip()}")

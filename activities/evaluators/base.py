@@ -1,0 +1,67 @@
+"""What every evaluator shares: its outcome, its errors, one command in a runtime."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from activities.runtimes.base import Runtime
+from polar.models import RuntimeHandle
+
+Tick = Callable[[float], Awaitable[None] | None] | None
+
+# git must not read anything the harness may have left in the repo's config; safe.directory
+# because the workspace may belong to another user than the one grading it
+GIT = (
+    "git -c safe.directory=* -c core.quotepath=false -c core.fsmonitor=false "
+    "-c core.hooksPath=/dev/null -c diff.noprefix=false -c diff.mnemonicprefix=false "
+    "-c color.ui=false"
+)
+# git stops looking for a repository at the workspace (a workspace without .git must not
+# find one in a folder above it)
+NO_GIT_ABOVE = 'export GIT_CEILING_DIRECTORIES="$(dirname "$(pwd -P)")"'
+
+
+class EvaluatorError(RuntimeError):
+    """The task cannot be graded (its instance or its evaluator is broken, not the session):
+    the session fails instead of getting a reward."""
+
+
+@dataclass
+class Evaluation:
+    """An evaluator's outcome; `report` (JSON) and `patch` are kept as artifacts."""
+
+    reward: float
+    detail: str
+    trace_rewards: dict[str, float] = field(default_factory=dict)
+    report: dict[str, Any] = field(default_factory=dict)
+    patch: bytes = b""
+
+
+async def run_in(
+    runtime: Runtime,
+    handle: RuntimeHandle,
+    command: str,
+    log_name: str,
+    timeout_s: float,
+    on_tick: Tick = None,
+    env: dict[str, str] | None = None,
+) -> tuple[int | None, bool, str]:
+    """(exit code, timed out, stdout+stderr) of one command in a runtime."""
+    outcome = await runtime.run(
+        handle, command, env=env or {}, log_name=log_name, timeout_s=timeout_s, on_tick=on_tick
+    )
+    text = ""
+    for path in runtime.log_paths(handle, log_name):
+        if path.exists():
+            text += path.read_text(errors="replace")
+    return outcome.exit_code, outcome.timed_out, text
+
+
+async def reap(runtime: Runtime, handle: RuntimeHandle) -> None:
+    """Kill what a command left running in the runtime, before reading what it wrote
+    (a runtime without `reap` yet is skipped)."""
+    kill = getattr(runtime, "reap", None)
+    if callable(kill):
+        await kill(handle)

@@ -1,0 +1,89 @@
+"""The baseline of a prepared workspace: the git commit its later changes are diffed against.
+
+Right after prepare (source in place, prepare actions done), the workspace's
+state is recorded as a commit, through `Runtime.run` so it works in every
+runtime:
+
+* a workspace that is not a git work tree (a `dir` source, no source) gets
+  `git init` and its files committed as HEAD (the harness sees a clean repo);
+* a git work tree keeps its HEAD; if prepare left changes (a built file, an
+  upload), they go into a commit on top of HEAD that HEAD does not move to.
+
+Author, committer and dates are fixed, so the same source prepared twice (the
+session's runtime and the evaluator's fresh one) has the same baseline id.
+The id goes into `RuntimeHandle.baseline`; the commit is also kept under
+`refs/polar/baseline` so git never prunes it. The evaluator diffs against the
+recorded id, never a ref, so a harness that moves refs or commits changes
+nothing. Junk (caches, virtualenvs, node_modules) stays out of the commit.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+from activities.evaluators.base import GIT, NO_GIT_ABOVE, Tick, run_in
+from activities.evaluators.patches import junk_excludes
+from activities.runtimes.base import Runtime
+from polar.models import RuntimeHandle
+
+BASELINE_REF = "refs/polar/baseline"
+IDENTITY = {
+    "GIT_AUTHOR_NAME": "Polar",
+    "GIT_AUTHOR_EMAIL": "polar@polar.invalid",
+    "GIT_AUTHOR_DATE": "2000-01-01T00:00:00+00:00",
+    "GIT_COMMITTER_NAME": "Polar",
+    "GIT_COMMITTER_EMAIL": "polar@polar.invalid",
+    "GIT_COMMITTER_DATE": "2000-01-01T00:00:00+00:00",
+}
+_MARK = re.compile(r"^polar-baseline=([0-9a-f]{40,64})$", re.MULTILINE)
+
+
+def baseline_script(index: str) -> str:
+    """The shell script that makes (if needed) and prints the baseline commit."""
+    return f"""set -eu
+{NO_GIT_ABOVE}
+fresh=
+if ! {GIT} rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  {GIT} -c init.defaultBranch=main init -q .
+  fresh=1
+fi
+idx={shlex.quote(index)}; rm -f "$idx"
+src=$({GIT} rev-parse --git-path index)
+if [ -f "$src" ]; then cp "$src" "$idx"; fi
+export GIT_INDEX_FILE="$idx"
+parent=$({GIT} rev-parse -q --verify 'HEAD^{{commit}}' || true)
+if [ -n "$parent" ] && [ ! -f "$src" ]; then {GIT} read-tree "$parent"; fi
+{GIT} add -A -- . {junk_excludes()}
+tree=$({GIT} write-tree)
+if [ -n "$parent" ] && [ "$tree" = "$({GIT} rev-parse "$parent^{{tree}}")" ]; then
+  commit=$parent
+elif [ -n "$parent" ]; then
+  commit=$(echo "polar: workspace after prepare" | {GIT} commit-tree "$tree" -p "$parent")
+else
+  commit=$(echo "polar: workspace after prepare" | {GIT} commit-tree "$tree")
+fi
+rm -f "$idx"
+unset GIT_INDEX_FILE
+{GIT} update-ref {BASELINE_REF} "$commit"
+if [ -n "$fresh" ]; then
+  {GIT} update-ref HEAD "$commit"
+  {GIT} read-tree "$commit"
+fi
+echo "polar-baseline=$commit"
+"""
+
+
+async def record_baseline(
+    runtime: Runtime, handle: RuntimeHandle, *, timeout_s: float = 600, on_tick: Tick = None
+) -> RuntimeHandle:
+    """`handle` with its `baseline` set; unchanged (baseline None) where the workspace cannot
+    have one (no git in the runtime): evaluators then say so."""
+    index = str(runtime.scratch(handle) / "baseline.index")
+    code, _, log = await run_in(
+        runtime, handle, baseline_script(index), "baseline", timeout_s, on_tick, env=IDENTITY
+    )
+    found = _MARK.search(log)
+    if code != 0 or found is None:
+        return handle
+    return handle.model_copy(update={"baseline": found.group(1)})

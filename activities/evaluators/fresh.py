@@ -1,0 +1,140 @@
+"""The evaluator's fresh runtime, and the session's changes carried into it.
+
+Every evaluator grades there, never in the session's runtime: a runtime
+prepared from the task's source (same spec, id `{session}-eval`, plus the
+evaluator's own install), with its baseline recorded, into which the
+session's changes (a binary diff of its workspace against its baseline,
+junk and task-owned files left out) are applied.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from activities.evaluators.base import Tick
+from activities.evaluators.baseline import record_baseline
+from activities.evaluators.patches import (
+    ExtractionFailed,
+    apply_patch,
+    drop_protected,
+    extract_patch,
+)
+from activities.runtimes.base import Runtime
+from polar.models import EvaluatorSpec, PrepareRequest, RuntimeHandle, RuntimeSpec, Source
+
+
+@contextlib.asynccontextmanager
+async def fresh_runtime(
+    runtime: Runtime,
+    request: PrepareRequest,
+    prewarmed: RuntimeHandle | None = None,
+    on_tick: Tick = None,
+) -> AsyncIterator[RuntimeHandle]:
+    """A runtime prepared for the evaluator, its baseline recorded (or the `prewarmed` one,
+    prepared earlier for `request`), torn down whatever happens."""
+    handle: RuntimeHandle | None = prewarmed
+    try:
+        if handle is None:
+            handle = await runtime.prepare(request)
+        if handle.baseline is None:
+            handle = await record_baseline(runtime, handle, on_tick=on_tick)
+        yield handle
+    finally:
+        await runtime.teardown(
+            handle
+            or RuntimeHandle(kind=runtime.kind, session_id=request.session_id, workdir="", host="")
+        )
+
+
+def eval_prepare_request(
+    session_id: str,
+    task_id: str,
+    source: Source | None,
+    runtime_spec: RuntimeSpec | None,
+    kind: str,
+    evaluator: EvaluatorSpec | None = None,
+) -> PrepareRequest:
+    """The PrepareRequest of a session's evaluator runtime (same source, `-eval` id, the
+    evaluator's install as a last prepare action)."""
+    spec = runtime_spec or RuntimeSpec.model_validate({"kind": kind})
+    if evaluator is not None:
+        spec = evaluator.eval_runtime_spec(spec)
+    return PrepareRequest(
+        session_id=f"{session_id}-eval", task_id=task_id, runtime=spec, source=source
+    )
+
+
+@dataclass
+class Changes:
+    """The session's changes and what became of them in the fresh runtime."""
+
+    patch: bytes = b""
+    files: list[str] = field(default_factory=list)
+    dropped_junk: list[str] = field(default_factory=list)
+    protected_dropped: list[str] = field(default_factory=list)
+    extract_error: str | None = None
+    strategy: str | None = None
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        return not self.patch.strip()
+
+    @property
+    def applied(self) -> bool:
+        return self.extract_error is None and (self.empty or self.strategy is not None)
+
+    def report(self) -> dict[str, Any]:
+        return {
+            "patch_files": self.files,
+            "dropped_files": self.dropped_junk,
+            "protected_files_dropped": self.protected_dropped,
+            "patch_bytes": len(self.patch),
+            "empty_patch": self.extract_error is None and self.empty,
+            "extract_error": self.extract_error,
+            "patch_applied": self.strategy is not None,
+            "patch_apply_failed": not self.empty and self.strategy is None,
+            "apply_strategy": self.strategy,
+            "apply_attempts": [{k: a[k] for k in ("strategy", "exit_code")} for a in self.attempts],
+        }
+
+
+async def carry_changes(
+    session_runtime: Runtime,
+    session_handle: RuntimeHandle,
+    base: str,
+    eval_runtime: Runtime,
+    eval_handle: RuntimeHandle,
+    *,
+    protected: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    timeout_s: float = 300,
+    on_tick: Tick = None,
+) -> Changes:
+    """Extract the session's changes against `base`, drop the protected files, apply the rest
+    in the evaluator's runtime (reset to its baseline if they do not apply)."""
+    changes = Changes()
+    try:
+        patch, files, changes.dropped_junk = await extract_patch(
+            session_runtime, session_handle, base,
+            timeout_s=timeout_s, exclude=exclude, on_tick=on_tick,
+        )  # fmt: skip
+    except ExtractionFailed as exc:
+        changes.extract_error = str(exc)
+        return changes
+    changes.patch, changes.files, changes.protected_dropped = drop_protected(patch, protected)
+    if changes.empty:
+        return changes
+    changes.strategy, changes.attempts = await apply_patch(
+        eval_runtime,
+        eval_handle,
+        changes.patch,
+        name="model",
+        timeout_s=timeout_s,
+        reset_to=eval_handle.baseline or "HEAD",
+        on_tick=on_tick,
+    )
+    return changes

@@ -1,0 +1,246 @@
+"""A session's changes as a patch: extract it from one runtime, filter it, apply it in another.
+
+* `extract_patch`: `git diff` of the workspace against a base commit through a
+  temporary index (`git add -A`), so new files, deletions, commits the harness
+  made and binary files are all in it; junk (caches, `__pycache__`, harness
+  config folders, `node_modules`, `*.pyc`) is left out, at `git add` and again
+  on the diff.
+* `drop_protected`: the harness's changes to task-owned paths (globs) are taken
+  out of the patch, so the fresh runtime keeps its own copy of them (and files
+  the harness added there never appear).
+* `apply_patch`: `git apply`, `git apply --3way`, `git apply --reject`,
+  `patch --fuzz=5`, the workspace reset to its baseline between tries.
+"""
+
+from __future__ import annotations
+
+import codecs
+import fnmatch
+import functools
+import re
+import shlex
+from collections.abc import Sequence
+from typing import Any
+
+from activities.evaluators.base import GIT, NO_GIT_ABOVE, EvaluatorError, Tick, run_in
+from activities.runtimes.base import Runtime
+from polar.models import RuntimeHandle
+
+# path components that are never part of a fix
+JUNK_DIRS = frozenset({
+    "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".hypothesis", ".tox",
+    ".nox", ".eggs", ".ipynb_checkpoints", "node_modules", ".venv", ".cache",
+    ".codex", ".claude", ".qwen", ".pi", ".gemini", ".polar", ".git",
+})  # fmt: skip
+JUNK_FILES = ("*.pyc", "*.pyo", "*.egg-info", ".coverage", ".coverage.*", ".DS_Store")
+
+# (name, command): tried in order until one exits 0; the workspace is reset between them
+APPLY_STRATEGIES = (
+    ("git apply", "git apply --verbose --whitespace=nowarn {patch}"),
+    ("git apply --3way", "git apply --verbose --3way --whitespace=nowarn {patch}"),
+    ("git apply --reject", "git apply --verbose --reject --whitespace=nowarn {patch}"),
+    ("patch --fuzz", "patch --batch --forward --no-backup-if-mismatch --fuzz=5 -p1 -i {patch}"),
+)
+
+
+class ExtractionFailed(EvaluatorError):
+    """The session's changes cannot be read from its workspace (its git is gone or broken)."""
+
+
+# --------------------------------------------------------------------------- paths
+
+
+def is_junk(path: str, extra: Sequence[str] = ()) -> bool:
+    """Whether a changed path is junk (caches, harness config, build output)."""
+    parts = path.strip("/").split("/")
+    if any(part in JUNK_DIRS or fnmatch.fnmatch(part, "*.egg-info") for part in parts):
+        return True
+    name = parts[-1]
+    if any(fnmatch.fnmatch(name, pattern) for pattern in JUNK_FILES):
+        return True
+    return any(fnmatch.fnmatch(path, pattern) for pattern in extra)
+
+
+@functools.lru_cache(maxsize=512)
+def _glob_regex(pattern: str) -> re.Pattern[str]:
+    out, i = "", 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out, i = out + "(?:.*/)?", i + 3
+        elif pattern.startswith("**", i):
+            out, i = out + ".*", i + 2
+        elif pattern[i] == "*":
+            out, i = out + "[^/]*", i + 1
+        elif pattern[i] == "?":
+            out, i = out + "[^/]", i + 1
+        elif pattern[i] == "[" and "]" in pattern[i + 2 :]:
+            end = pattern.index("]", i + 2)
+            body = pattern[i + 1 : end].replace("\\", "\\\\")
+            out, i = out + "[" + ("^" + body[1:] if body.startswith("!") else body) + "]", end + 1
+        else:
+            out, i = out + re.escape(pattern[i]), i + 1
+    return re.compile(out + r"\Z")
+
+
+def glob_match(path: str, pattern: str) -> bool:
+    """Whether repo-relative `path` matches `pattern`: `*` and `?` stay within one name,
+    `**/` is any number of folders (none included), `**` anything."""
+    return _glob_regex(pattern.lstrip("/")).match(path.strip("/")) is not None
+
+
+def _exclude_pathspecs(extra: Sequence[str]) -> list[str]:
+    specs = [f":(exclude,glob)**/{d}/**" for d in sorted(JUNK_DIRS - {".git"})]
+    specs += [f":(exclude,glob)**/{p}{tail}" for p in JUNK_FILES for tail in ("", "/**")]
+    specs += [f":(exclude,glob){p}" for p in extra]
+    return specs
+
+
+def junk_excludes(extra: Sequence[str] = ()) -> str:
+    """The junk as `git add` pathspecs, shell-quoted."""
+    return " ".join(shlex.quote(s) for s in _exclude_pathspecs(extra))
+
+
+def _clean_keeps_junk() -> str:
+    """`git clean` arguments that leave junk folders (a venv, node_modules) in place."""
+    names = sorted(JUNK_DIRS - {".git"}) + list(JUNK_FILES)
+    return " ".join(f"-e {shlex.quote(n)}" for n in names)
+
+
+# --------------------------------------------------------------------------- patch text
+
+
+def _unquote(path: bytes) -> str:
+    if path.startswith(b'"') and path.endswith(b'"'):
+        raw = codecs.escape_decode(path[1:-1])[0]
+        assert isinstance(raw, bytes)
+        return raw.decode("utf-8", "surrogateescape")
+    return path.decode("utf-8", "surrogateescape")
+
+
+def _header_path(header: bytes) -> str:
+    """The path of a `diff --git a/X b/X` header (renames off, so both sides agree)."""
+    rest = header[len(b"diff --git ") :].rstrip(b"\r\n")
+    if rest.startswith(b'"'):
+        end = rest.index(b'"', 1)
+        while rest[end - 1 : end] == b"\\":
+            end = rest.index(b'"', end + 1)
+        first = _unquote(rest[: end + 1])
+    else:
+        first = rest[: (len(rest) - 1) // 2].decode("utf-8", "surrogateescape")
+    return first[2:] if first.startswith(("a/", "b/")) else first
+
+
+def split_patch(patch: bytes) -> list[tuple[str, bytes]]:
+    """A git diff split into (path, chunk) per file; text before the first file is dropped."""
+    chunks: list[tuple[str, bytes]] = []
+    current: list[bytes] = []
+    for line in patch.splitlines(keepends=True):
+        if line.startswith(b"diff --git "):
+            if current:
+                chunks.append((_header_path(current[0]), b"".join(current)))
+            current = [line]
+        elif current:
+            current.append(line)
+    if current:
+        chunks.append((_header_path(current[0]), b"".join(current)))
+    return chunks
+
+
+def _partition(patch: bytes, drop: Any) -> tuple[bytes, list[str], list[str]]:
+    kept, kept_paths, dropped = [], [], []
+    for path, chunk in split_patch(patch):
+        if drop(path):
+            dropped.append(path)
+        else:
+            kept.append(chunk)
+            kept_paths.append(path)
+    return b"".join(kept), kept_paths, dropped
+
+
+def filter_patch(patch: bytes, extra: Sequence[str] = ()) -> tuple[bytes, list[str], list[str]]:
+    """(patch without junk files, kept paths, dropped paths)."""
+    return _partition(patch, lambda path: is_junk(path, extra))
+
+
+def drop_protected(patch: bytes, protected: Sequence[str]) -> tuple[bytes, list[str], list[str]]:
+    """(patch without the files matching a `protected` glob, kept paths, dropped paths)."""
+    return _partition(patch, lambda path: any(glob_match(path, g) for g in protected))
+
+
+def patch_files(patch: str) -> list[str]:
+    """The paths a (text) patch touches."""
+    return [path for path, _ in split_patch(patch.encode())]
+
+
+# --------------------------------------------------------------------------- runtime steps
+
+
+async def extract_patch(
+    runtime: Runtime,
+    handle: RuntimeHandle,
+    base_commit: str,
+    *,
+    timeout_s: float = 300,
+    exclude: Sequence[str] = (),
+    on_tick: Tick = None,
+) -> tuple[bytes, list[str], list[str]]:
+    """(patch, files, dropped junk files): the workspace against `base_commit`, binary-safe.
+
+    Raises ExtractionFailed when the workspace's git cannot produce it."""
+    scratch = runtime.scratch(handle)
+    out, index = scratch / "model.patch", scratch / "extract.index"
+    out.unlink(missing_ok=True)
+    base = shlex.quote(base_commit)
+    command = f"""set -eu
+{NO_GIT_ABOVE}
+{GIT} rev-parse --is-inside-work-tree >/dev/null
+{GIT} cat-file -e {base}^{{commit}}
+idx={shlex.quote(str(index))}; rm -f "$idx"
+src=$({GIT} rev-parse --git-path index)
+if [ -f "$src" ]; then cp "$src" "$idx"; fi
+export GIT_INDEX_FILE="$idx"
+[ -f "$src" ] || {GIT} read-tree {base}
+{GIT} add -A -- . {junk_excludes(exclude)}
+{GIT} diff --cached --binary --full-index --no-renames --no-ext-diff {base} \
+  > {shlex.quote(str(out))}
+rm -f "$idx"
+"""
+    code, timed_out, log = await run_in(runtime, handle, command, "extract", timeout_s, on_tick)
+    if timed_out or code != 0 or not out.exists():
+        why = "timed out" if timed_out else f"exited {code}"
+        raise ExtractionFailed(f"extracting the patch {why}: {log.strip()[-2000:]}")
+    return filter_patch(out.read_bytes(), exclude)
+
+
+async def apply_patch(
+    runtime: Runtime,
+    handle: RuntimeHandle,
+    patch: bytes,
+    *,
+    name: str = "model",
+    timeout_s: float = 300,
+    strategies: Sequence[tuple[str, str]] = APPLY_STRATEGIES,
+    reset_to: str = "HEAD",
+    on_tick: Tick = None,
+) -> tuple[str | None, list[dict[str, Any]]]:
+    """Apply `patch` in the workspace: (strategy that worked or None, attempts). Between
+    tries, and after the last failed one, the workspace goes back to commit `reset_to`."""
+    path = runtime.scratch(handle) / f"{name}-apply.patch"
+    path.write_bytes(patch)
+    reset = (
+        f"{GIT} read-tree --reset -u {shlex.quote(reset_to)} && "
+        f"{GIT} clean -fdq {_clean_keeps_junk()}"
+    )
+    attempts: list[dict[str, Any]] = []
+    for i, (strategy, template) in enumerate(strategies):
+        if i:
+            await run_in(runtime, handle, reset, f"apply-{name}-reset{i}", timeout_s)
+        command = template.format(patch=shlex.quote(str(path)))
+        code, timed_out, log = await run_in(
+            runtime, handle, command, f"apply-{name}-{i}", timeout_s, on_tick
+        )
+        attempts.append({"strategy": strategy, "exit_code": code, "log": log[-2000:]})
+        if code == 0 and not timed_out:
+            return strategy, attempts
+    await run_in(runtime, handle, reset, f"apply-{name}-reset", timeout_s)
+    return None, attempts
