@@ -43,7 +43,7 @@ log = logging.getLogger("polar.worker")
 
 SANDBOX_ENV = "POLAR_SANDBOX"
 """Set to the session id in every command's environment: how `reap` finds leftovers."""
-OWNED = ("workspace", "home", "scratch", "tmp")  # the harness user's; the rest is the worker's
+REAP_ROUNDS = 50  # most scans `reap` makes (a process may fork while it kills)
 
 
 class LocalRuntime:
@@ -203,12 +203,17 @@ class LocalRuntime:
         nothing: the kernel killed it when the namespace ended; this checks), then drop the
         symlinks it left in home and scratch, where the worker writes and reads next."""
         base = self._session_dir(handle.session_id)
-        pids = await asyncio.to_thread(pids_with_env, f"{SANDBOX_ENV}={handle.session_id}")
-        if pids:
-            if self.sandbox.mode in ("sealed", "pidns", "userns"):
-                log.warning("local session %s left processes %s alive: killed",
-                            handle.session_id, pids)  # fmt: skip
+        killed: list[int] = []
+        for _ in range(REAP_ROUNDS):
+            pids = await asyncio.to_thread(pids_with_env, f"{SANDBOX_ENV}={handle.session_id}")
+            if not pids:
+                break
             await asyncio.to_thread(kill_pids, pids)
+            killed += pids
+            await asyncio.sleep(0.05)
+        if killed and self.sandbox.mode in ("sealed", "pidns", "userns"):
+            log.warning("local session %s left processes alive: killed %s", handle.session_id,
+                        sorted(set(killed)))  # fmt: skip
         await asyncio.to_thread(_drop_symlinks, [base / "home", base / "scratch"])
 
     async def teardown(self, handle: RuntimeHandle) -> None:
