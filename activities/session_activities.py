@@ -285,7 +285,7 @@ class SessionActivities:
                 f"preparing the evaluator's runtime failed: {exc}",
                 type="EvaluatorError",
                 non_retryable=True,
-            ) from exc
+            ) from None  # the session's error says this, not only the prepare action's
         except (InvalidSource, InvalidRuntime) as exc:
             raise ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True) from exc
         except InvalidRewardFile as exc:

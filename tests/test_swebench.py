@@ -509,11 +509,11 @@ async def test_sessions_graded_end_to_end(
 async def test_prewarmed_eval_runtime_is_torn_down_on_cancel(
     polar: PolarClient, swe_dir: Path, instances: dict[str, SweInstance]
 ) -> None:
-    """The evaluator's runtime, prepared while the harness runs, goes on every path: here the
-    session is cancelled mid-harness, after the prewarm finished."""
+    """The evaluator's runtime, prepared (its install included) while the harness runs, goes
+    on every path: here the session is cancelled mid-harness, after the prewarm finished."""
     inst = instances["polar-tasks__textkit-1"]
     spec = instance_to_task(
-        inst,
+        inst.model_copy(update={"install": "echo installed > installed.txt"}),
         harness={"kind": "command", "command": "sleep 60"},
         source_root=swe_dir / "repos",
         task_id="swe-prewarm-cancel",
@@ -526,7 +526,7 @@ async def test_prewarmed_eval_runtime_is_torn_down_on_cancel(
         status = await polar.status(run)
         if status.sessions and status.sessions[0].stage == "run":
             session_id = status.sessions[0].session_id
-            if (runtimes / f"{session_id}-eval" / "workspace" / ".git").exists():
+            if (runtimes / f"{session_id}-eval" / "workspace" / "installed.txt").exists():
                 break
         await asyncio.sleep(0.1)
     else:
@@ -544,3 +544,24 @@ async def test_prewarmed_eval_runtime_is_torn_down_on_cancel(
     ]
     assert scheduled.count("prepare_eval_runtime") == 1 and scheduled.count("teardown") == 2
     assert "evaluate" not in scheduled
+
+
+async def test_failing_install_is_an_evaluator_error(
+    polar: PolarClient, swe_dir: Path, instances: dict[str, SweInstance]
+) -> None:
+    """The instance's install runs while preparing the evaluator's runtime (prewarm, then again
+    in `evaluate`); when it fails the session ends in error, never with a reward."""
+    inst = instances["polar-tasks__textkit-1"].model_copy(
+        update={"install": "echo no such package >&2; exit 3"}
+    )
+    spec = instance_to_task(
+        inst,
+        harness={"kind": "command", "command": "true"},
+        source_root=swe_dir / "repos",
+        task_id="swe-install-fails",
+        timeouts={"heartbeat_s": 10, "max_attempts": 1},
+    )
+    (session,) = (await polar.wait(await polar.submit(spec), timeout_s=120)).sessions
+    assert session.status == SessionStatus.ERROR and session.reward is None, session
+    assert session.error and "preparing the evaluator's runtime failed" in session.error
+    assert "no such package" in session.error
