@@ -450,6 +450,8 @@ async def test_command_evaluator_grades_in_a_fresh_runtime(
     fixed, _ = await _command_session(rt, source, evaluator, "echo fixed > hello.txt", "c-fixed")
     assert fixed.reward == 1.0, fixed.detail
     assert fixed.report["patch_files"] == ["hello.txt"]
+    baselines = fixed.report["baselines"]  # a plain folder, prepared twice: the same commit
+    assert baselines["session"] == baselines["eval"] and len(baselines["session"]) == 40
     # the harness rewrites the test the evaluator runs: the task's own copy is run
     cheat = "echo wrong > hello.txt && echo 'exit 0' > tests/check.sh"
     honest, _ = await _command_session(rt, source, evaluator, cheat, "c-cheat")

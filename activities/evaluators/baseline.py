@@ -19,6 +19,7 @@ nothing. Junk (caches, virtualenvs, node_modules) stays out of the commit.
 
 from __future__ import annotations
 
+import logging
 import re
 import shlex
 
@@ -26,6 +27,8 @@ from activities.evaluators.base import GIT, NO_GIT_ABOVE, Tick, run_in
 from activities.evaluators.patches import junk_excludes
 from activities.runtimes.base import Runtime
 from polar.models import RuntimeHandle
+
+log = logging.getLogger("polar.worker")
 
 BASELINE_REF = "refs/polar/baseline"
 IDENTITY = {
@@ -80,10 +83,12 @@ async def record_baseline(
     """`handle` with its `baseline` set; unchanged (baseline None) where the workspace cannot
     have one (no git in the runtime): evaluators then say so."""
     index = str(runtime.scratch(handle) / "baseline.index")
-    code, _, log = await run_in(
+    code, _, output = await run_in(
         runtime, handle, baseline_script(index), "baseline", timeout_s, on_tick, env=IDENTITY
     )
-    found = _MARK.search(log)
+    found = _MARK.search(output)
     if code != 0 or found is None:
+        log.warning("no git baseline for %s (exit %s): %s", handle.session_id, code,
+                    output.strip()[-500:])  # fmt: skip
         return handle
     return handle.model_copy(update={"baseline": found.group(1)})

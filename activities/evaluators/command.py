@@ -60,6 +60,11 @@ async def evaluate_command(
         protected=spec.protected, timeout_s=timeout_s, on_tick=on_tick,
     )  # fmt: skip
     evaluation = Evaluation(0.0, "", report=changes.report(), patch=changes.patch)
+    # equal when both runtimes were prepared alike (fixed author and dates)
+    evaluation.report["baselines"] = {
+        "session": session_handle.baseline,
+        "eval": eval_handle.baseline,
+    }
     if changes.extract_error is not None:
         evaluation.detail = (
             "the session's changes could not be read from its workspace (was its git "
