@@ -7,10 +7,12 @@ noticed within the heartbeat timeout and the stage is retried elsewhere.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
+from collections.abc import Awaitable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -29,6 +31,12 @@ from activities.runtimes import (
     Runtime,
     get_runtime,
 )
+from activities.runtimes.channel import (
+    PLACEHOLDER_KEY,
+    SANDBOX_GATEWAY_URL,
+    GatewayRelay,
+    with_forwarder,
+)
 from polar.builders import BuildContext, UnknownBuilder, get_builder, reward_policy
 from polar.builders.rewards import assign_rewards
 from polar.models import (
@@ -46,12 +54,25 @@ from polar.session_keys import SessionIdentity, mint_session_key
 from polar.settings import Settings
 from polar.storage import Storage, artifact_key, traces_key
 
+T = TypeVar("T")
+
 CALL_COUNT_EVERY_S = 15.0
 """How often a running harness's heartbeat re-counts its recorded calls in S3."""
 
 
 def _heartbeat(**details: object) -> None:
     activity.heartbeat(details)
+
+
+async def heartbeating(work: Awaitable[T], every_s: float = 2.0, **details: object) -> T:
+    """Await `work` while heartbeating `details` every `every_s` (killing a fork bomb or
+    copying a big tree must not look like a dead worker)."""
+    task = asyncio.ensure_future(work)
+    while True:
+        done, _ = await asyncio.wait({task}, timeout=every_s)
+        if done:
+            return task.result()
+        _heartbeat(**details)
 
 
 def _home_in_runtime(runtime: Runtime, handle: RuntimeHandle) -> str | None:
@@ -100,6 +121,8 @@ class SessionActivities:
     # ------------------------------------------------------------------ run queue
     @activity.defn(name="run_harness")
     async def run_harness(self, request: HarnessRequest) -> HarnessResult:
+        """Run the harness in its sandbox, its only door the session's gateway channel; then
+        kill every process it left (reap) before its logs and work are read."""
         info = activity.info()
         runtime = self._runtime(request.runtime.kind)
         key = mint_session_key(
@@ -107,13 +130,15 @@ class SessionActivities:
             self.settings.session_secret,
         )
         home = runtime.home(request.runtime)
+        # sealed: the harness sees the gateway on its own loopback and holds no real key
+        channel = runtime.channel_in_sandbox(request.runtime)
         # host-run CLIs come from harness_bin_dir; a container runtime has them on its PATH
         local = request.runtime.kind == "local"
         ctx = HarnessContext(
             spec=request.harness,
             instruction=request.instruction,
-            gateway_url=self.settings.gateway_base_url,
-            api_key=key,
+            gateway_url=SANDBOX_GATEWAY_URL if channel else self.settings.gateway_base_url,
+            api_key=PLACEHOLDER_KEY if channel else key,
             session_id=request.session_id,
             task_id=request.task_id,
             bin_dir=self.settings.harness_bin_dir if local else None,
@@ -125,6 +150,8 @@ class SessionActivities:
         except (HarnessNotInstalled, ValueError) as exc:
             raise ApplicationError(str(exc), type="InvalidHarness", non_retryable=True) from exc
         command, env = launch.command, launch.env
+        if channel:
+            command = with_forwarder(command, channel)
         log_name = f"harness-attempt{info.attempt}"
 
         counted: dict[str, Any] = {"at": -CALL_COUNT_EVERY_S, "calls": None}
@@ -146,15 +173,28 @@ class SessionActivities:
                 step="harness running", elapsed_s=round(elapsed, 1), model_calls=counted["calls"]
             )
 
-        _heartbeat(step="harness starting", attempt=info.attempt)
-        outcome = await runtime.run(
-            request.runtime,
-            command,
-            env=env,
-            log_name=log_name,
-            timeout_s=request.budget_s,
-            on_tick=tick,
-        )
+        _heartbeat(step="harness starting", attempt=info.attempt, sealed=bool(channel))
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                if channel:
+                    relay = GatewayRelay(
+                        runtime.channel_dir(request.runtime), self.settings.gateway_base_url, key
+                    )
+                    await stack.enter_async_context(relay)
+                outcome = await runtime.run(
+                    request.runtime,
+                    command,
+                    env=env,
+                    log_name=log_name,
+                    timeout_s=request.budget_s,
+                    on_tick=tick,
+                )
+        finally:
+            # nothing the harness started outlives it: reaped before its work is read, also
+            # on cancellation (shielded), heartbeating all the while
+            await asyncio.shield(
+                heartbeating(runtime.reap(request.runtime), step="reaping the harness")
+            )
         stdout_key, stderr_key = await self._upload_logs(runtime, request.runtime, log_name)
         artifact_keys = []
         for name, path in await asyncio.to_thread(adapter.native_logs, home):
@@ -174,6 +214,7 @@ class SessionActivities:
             stderr_key=stderr_key,
             attempt=info.attempt,
             artifact_keys=artifact_keys,
+            detail=outcome.limit_exceeded,
         )
 
     async def _upload_logs(

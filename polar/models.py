@@ -372,6 +372,9 @@ class HarnessResult(BaseModel):
     artifact_keys: list[str] = Field(
         default_factory=list, description="the harness's native logs kept in S3"
     )
+    detail: str | None = Field(
+        default=None, description="why the runtime stopped the harness, e.g. a resource limit"
+    )
 
 
 class BuildRequest(BaseModel):
