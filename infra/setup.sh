@@ -49,8 +49,9 @@ if ! .venv-vllm/bin/python -c "import vllm" >/dev/null 2>&1; then
 fi
 
 # the harnesses' own small venv (the `local` runtime puts it first on their PATH, never the
-# project's): the provider SDKs only, on the system Python (the harness user cannot reach pyenv's)
-HARNESS_SDKS="openai>=1.50 anthropic>=0.40"
+# project's): the provider SDKs and pytest (local graders run a repo's tests), on the system Python
+# (the harness user cannot reach pyenv's)
+HARNESS_SDKS="openai>=1.50 anthropic>=0.40 pytest>=8"
 HSTAMP=.venv-harness/.polar-installed
 HPY=/usr/bin/python3; [[ -x $HPY ]] || HPY=$PY
 if [[ ! -x .venv-harness/bin/python || "$(cat $HSTAMP 2>/dev/null)" != "$HARNESS_SDKS" ]]; then

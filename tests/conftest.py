@@ -123,12 +123,12 @@ def docker_image(docker_engine: None, base_settings: Settings) -> str:
 def podman_image(docker_image: str) -> str:
     """The default session image in podman's stores (rootless, and root's when we are root):
     `docker save | podman load` from the local engine, skipped when the image id matches."""
-    from activities.runtimes.podman import load_from_docker, resolve_mode, user_namespaces_work
+    from activities.runtimes.podman import load_from_docker, resolve_mode, rootless_support
 
     if shutil.which("podman") is None:
         pytest.fail("podman is missing: run infra/setup.sh (apt-get install podman)")
     modes = {resolve_mode()[0]}
-    if user_namespaces_work()[0]:
+    if rootless_support()[0]:
         modes.add("rootless")
     if os.geteuid() == 0:
         modes.add("root")
@@ -154,7 +154,8 @@ def swe_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The bundled SWE-style tasks (infra/tasks/build_swe_tasks.py), built offline."""
     from tests.support.swe_tasks import load_task_builder
 
-    out = tmp_path_factory.mktemp("swe-tasks")
+    # harnesses of the tests read their patches from here (the local runtime's harness user)
+    out = open_for_harness(tmp_path_factory.mktemp("swe-tasks"), tmp_path_factory)
     load_task_builder().build(out)
     return out
 

@@ -52,7 +52,8 @@ async def test_harness_and_evaluator_run_in_an_isolated_workspace(
     }
     q = polar.settings.task_queue
     assert queues == {
-        "prepare_runtime": f"{q}-init", "run_harness": f"{q}-run",
+        "prepare_runtime": f"{q}-init", "prepare_eval_runtime": f"{q}-init",
+        "run_harness": f"{q}-run",
         "build_trajectory": f"{q}-postrun", "evaluate": f"{q}-postrun",
         "score_traces": f"{q}-postrun", "teardown": f"{q}-init",
     }  # fmt: skip

@@ -57,9 +57,11 @@ async def test_worker_metrics_endpoint_after_a_real_task(
         for family in text_string_to_metric_families(scraped.text)
         for s in family.samples
     }
-    for stage in ("prepare_runtime", "run_harness", "build_trajectory", "evaluate", "teardown"):
+    # 2 sessions; each also prepares and tears down its evaluator's fresh runtime
+    for stage, count in (("prepare_runtime", 2), ("prepare_eval_runtime", 2), ("run_harness", 2),
+                         ("build_trajectory", 2), ("evaluate", 2), ("teardown", 4)):  # fmt: skip
         key = ("polar_stage_seconds_count", (("stage", stage), ("status", "ok")))
-        assert samples[key] == 2, stage
+        assert samples[key] == count, stage
     assert samples[("polar_stage_in_progress", (("stage", "run_harness"),))] == 0
     temporal = {name for name, _ in samples if name.startswith("temporal_")}
     assert any("activity" in n for n in temporal), sorted(temporal)[:20]
