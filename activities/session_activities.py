@@ -204,6 +204,8 @@ class SessionActivities:
             artifact_keys.append(key)
         if outcome.timed_out:
             status = "timeout"
+        elif outcome.limit_exceeded:
+            status = "failed"  # past a resource limit: its work is not a completed run
         else:
             status = "completed" if outcome.exit_code == 0 else "failed"
         return HarnessResult(

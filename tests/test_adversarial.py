@@ -45,7 +45,7 @@ TEST_SUB = "from calc import sub\n\n\ndef test_sub():\n    assert sub(3, 1) == 2
 TEST_PATCH = """diff --git a/tests/test_calc.py b/tests/test_calc.py
 --- a/tests/test_calc.py
 +++ b/tests/test_calc.py
-@@ -3,3 +3,7 @@ from calc import sub
+@@ -3,3 +3,8 @@ from calc import sub
  
  def test_sub():
      assert sub(3, 1) == 2
@@ -58,8 +58,9 @@ TEST_PATCH = """diff --git a/tests/test_calc.py b/tests/test_calc.py
 # the command evaluator's grader reads pytest's junit XML, not its exit code (which the code
 # under test can force) nor its log
 JUNIT_GRADER = (
-    "python3 -m pytest -q -p no:cacheprovider --junitxml=/tmp/junit.xml tests/test_calc.py; "
-    "python3 -c \"import sys, xml.etree.ElementTree as E; r = E.parse('/tmp/junit.xml')"
+    'j="${TMPDIR:-/tmp}/junit.xml"; '
+    'python3 -m pytest -q -p no:cacheprovider --junitxml="$j" tests/test_calc.py; '
+    "J=$j python3 -c \"import os, sys, xml.etree.ElementTree as E; r = E.parse(os.environ['J'])"
     ".getroot(); s = r if r.tag == 'testsuite' else r[0]; "
     "sys.exit(int(s.get('failures')) + int(s.get('errors')) or int(s.get('tests')) < 2)\""
 )
@@ -175,6 +176,17 @@ def _report(storage: Storage, session: SessionResult) -> dict[str, Any]:
     return json.loads(lines[-1].removeprefix("ATTACK-REPORT "))
 
 
+def _evidence(storage: Storage, session: SessionResult) -> str:
+    """The grading's report and the patch it graded, for a failure message."""
+    parts = [session.evaluation or ""]
+    for name in ("swebench-tests.log", "swebench-model.patch"):
+        try:
+            parts.append(storage.get_bytes(artifact_key(session.session_id, name)).decode()[:3000])
+        except Exception as exc:  # noqa: BLE001 - evidence only
+            parts.append(f"{name}: {exc}")
+    return "\n".join(parts)
+
+
 async def _one(polar: PolarClient, spec: TaskSpec) -> SessionResult:
     result = await polar.wait(await polar.submit(spec), timeout_s=600)
     [session] = result.sessions
@@ -234,7 +246,7 @@ async def test_attacks_get_the_honest_reward(
         assert len(records) == 2 and {r.session_id for r in records} == {session.session_id}
     assert stack.storage.count_completions(victim.session_id) == 0
     # a wrong fix plus every attack on grading: not resolved; the honest fix: resolved
-    assert attacked_swe.reward == 0.0, attacked_swe.evaluation
+    assert attacked_swe.reward == 0.0, _evidence(stack.storage, attacked_swe)
     assert attacked_cmd.reward == 0.0, attacked_cmd.evaluation
     assert honest.reward == 1.0, honest.evaluation
 

@@ -264,7 +264,12 @@ class DockerRuntime:
         if pump.error is not None:
             raise pump.error
         code = await asyncio.to_thread(pump.exit_code)
-        return ProcessOutcome(code, False, time.monotonic() - started)
+        # what was written between the last tick and the exit counts too
+        exceeded = await asyncio.to_thread(watchdog.exceeded)
+        if exceeded:
+            with open(stderr, "a") as err:
+                err.write(f"polar: {exceeded}\n")
+        return ProcessOutcome(code, False, time.monotonic() - started, exceeded)
 
     def _start_exec(
         self, container: Any, argv: list[str], env: dict[str, str], workdir: str,
