@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -35,26 +34,11 @@ from polar.sdk import PolarClient
 from polar.session_keys import SessionIdentity, mint_session_key
 from polar.storage import Storage, artifact_key
 from proxy.app import create_app
+from tests.support.adversary.matrix import make_repo, swebench_evaluator
 from tests.support.scripted_backend import scripted_backend, serve_app, text
 
 pytestmark = pytest.mark.slow
 
-ATTACK = Path(__file__).parent / "support" / "adversary" / "attack.py"
-CALC = "def add(a, b):\n    return a - b  # BUG\n\n\ndef sub(a, b):\n    return a - b\n"
-TEST_SUB = "from calc import sub\n\n\ndef test_sub():\n    assert sub(3, 1) == 2\n"
-TEST_PATCH = """diff --git a/tests/test_calc.py b/tests/test_calc.py
---- a/tests/test_calc.py
-+++ b/tests/test_calc.py
-@@ -3,3 +3,8 @@ from calc import sub
- 
- def test_sub():
-     assert sub(3, 1) == 2
-+
-+
-+def test_add():
-+    from calc import add
-+    assert add(2, 2) == 4
-"""
 # the command evaluator's grader reads pytest's junit XML, not its exit code (which the code
 # under test can force) nor its log
 JUNIT_GRADER = (
@@ -108,24 +92,6 @@ async def sealed_stack(devstack: Any, storage: Storage) -> AsyncIterator[SealedS
                 yield SealedStack(polar, storage, ports, backend.url)
 
 
-def _repo(root: Path) -> tuple[Path, str]:
-    """A git repo with a bug in calc.add, its passing test_sub, and the harness's script."""
-    repo = root / "calc-repo"
-    (repo / "tests").mkdir(parents=True)
-    (repo / "tools").mkdir()
-    (repo / "calc.py").write_text(CALC)
-    (repo / "tests" / "test_calc.py").write_text(TEST_SUB)
-    (repo / "tools" / "attack.py").write_text(ATTACK.read_text())
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
-    subprocess.run([*git, "init", "-q"], cwd=repo, check=True)
-    subprocess.run([*git, "add", "-A"], cwd=repo, check=True)
-    subprocess.run([*git, "commit", "-qm", "base"], cwd=repo, check=True)
-    sha = subprocess.run(
-        ["git", "rev-parse", "HEAD"], cwd=repo, check=True, capture_output=True, text=True
-    ).stdout.strip()
-    return repo, sha
-
-
 def _runtime(kind: str, request: pytest.FixtureRequest, **limits: Any) -> dict[str, Any]:
     if kind == "docker":
         return {"kind": "docker", "image": request.getfixturevalue("docker_image"), **limits}
@@ -154,19 +120,6 @@ def _spec(
             "timeouts": {"harness_s": harness_s, "heartbeat_s": 20, "max_attempts": 1},
         }
     )
-
-
-def _swebench(sha: str) -> dict[str, Any]:
-    return {
-        "kind": "swebench",
-        "swebench": {
-            "instance_id": "calc-1",
-            "base_commit": sha,
-            "test_patch": TEST_PATCH,
-            "fail_to_pass": ["tests/test_calc.py::test_add"],
-            "pass_to_pass": ["tests/test_calc.py::test_sub"],
-        },
-    }
 
 
 def _report(storage: Storage, session: SessionResult) -> dict[str, Any]:
@@ -198,7 +151,7 @@ async def test_attacks_get_the_honest_reward(
     kind: str, sealed_stack: SealedStack, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     stack = sealed_stack
-    repo, sha = _repo(tmp_path)
+    repo, sha = make_repo(tmp_path)
     runtime = _runtime(kind, request)
     victim = SessionIdentity(f"victim-{uuid.uuid4().hex[:8]}", "victim-task")
     env = {
@@ -208,7 +161,7 @@ async def test_attacks_get_the_honest_reward(
     }
     tag = f"adv-{kind}-{uuid.uuid4().hex[:6]}"
     attacked_swe, attacked_cmd, honest = await asyncio.gather(
-        _one(stack.polar, _spec(f"{tag}-swe", repo, sha, runtime, _swebench(sha), env)),
+        _one(stack.polar, _spec(f"{tag}-swe", repo, sha, runtime, swebench_evaluator(sha), env)),
         _one(
             stack.polar,
             _spec(
@@ -226,7 +179,9 @@ async def test_attacks_get_the_honest_reward(
         ),
         _one(
             stack.polar,
-            _spec(f"{tag}-fix", repo, sha, runtime, _swebench(sha), env | {"ATTACK_FIX": "1"}),
+            _spec(
+                f"{tag}-fix", repo, sha, runtime, swebench_evaluator(sha), env | {"ATTACK_FIX": "1"}
+            ),
         ),
     )
     for session in (attacked_swe, attacked_cmd, honest):
@@ -256,7 +211,7 @@ async def test_disk_filler_and_fork_bomb_end_only_their_session(
     kind: str, sealed_stack: SealedStack, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     stack = sealed_stack
-    repo, sha = _repo(tmp_path)
+    repo, sha = make_repo(tmp_path)
     tag = f"adv-limits-{kind}-{uuid.uuid4().hex[:6]}"
     evaluator = {"kind": "command", "command": "true"}
     filler, bomb, bystander = await asyncio.gather(
@@ -286,7 +241,12 @@ async def test_disk_filler_and_fork_bomb_end_only_their_session(
         _one(
             stack.polar,
             _spec(
-                f"{tag}-ok", repo, sha, _runtime(kind, request), _swebench(sha), {"ATTACK_FIX": "1"}
+                f"{tag}-ok",
+                repo,
+                sha,
+                _runtime(kind, request),
+                swebench_evaluator(sha),
+                {"ATTACK_FIX": "1"},
             ),
         ),
     )

@@ -24,7 +24,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from bench.bench_scheduling import Bench
 from polar.models import RuntimeSpec, TaskSpec
 from polar.sdk import PolarClient
 from polar.session_keys import SessionIdentity, mint_session_key
@@ -66,11 +65,9 @@ def make_repo(root: Path) -> tuple[Path, str]:
     return repo, sha
 
 
-def rows(kind: str, repo: Path, sha: str, env: dict[str, str]) -> dict[str, dict[str, Any]]:
-    """Attack name → TaskSpec fields of its one session."""
-    limits = set(RuntimeSpec.model_fields)
-    runtime: dict[str, Any] = {"kind": kind}
-    swebench = {
+def swebench_evaluator(sha: str) -> dict[str, Any]:
+    """The calc repo's SWE-bench-style grading: test_add fails before the fix."""
+    return {
         "kind": "swebench",
         "swebench": {
             "instance_id": "calc-1",
@@ -80,6 +77,13 @@ def rows(kind: str, repo: Path, sha: str, env: dict[str, str]) -> dict[str, dict
             "pass_to_pass": ["tests/test_calc.py::test_sub"],
         },
     }
+
+
+def rows(kind: str, repo: Path, sha: str, env: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """Attack name → TaskSpec fields of its one session."""
+    limits = set(RuntimeSpec.model_fields)
+    runtime: dict[str, Any] = {"kind": kind}
+    swebench = swebench_evaluator(sha)
     command = {
         "kind": "command",
         "command": 'python3 -c "from calc import add; assert add(2, 2) == 4"',
@@ -115,7 +119,7 @@ def rows(kind: str, repo: Path, sha: str, env: dict[str, str]) -> dict[str, dict
     return out
 
 
-async def run(bench: Bench, kinds: list[str], root: Path) -> list[dict[str, Any]]:
+async def run(bench: Any, kinds: list[str], root: Path) -> list[dict[str, Any]]:
     s = bench.settings
     temporal = int(s.temporal_address.rsplit(":", 1)[1])
     s3 = int(str(s.s3_endpoint).rsplit(":", 1)[1])
@@ -237,6 +241,8 @@ def main() -> None:
     parser.add_argument("--runtimes", default="docker,local")
     parser.add_argument("--out", type=Path, default=Path("attack-matrix.json"))
     args = parser.parse_args()
+    from bench.bench_scheduling import Bench  # the benchmarks' stack, only for this script
+
     tmp = Path(tempfile.mkdtemp(prefix="polar-matrix-"))
     tmp.chmod(0o711)
     bench = Bench(tmp, slots=64, latency_s=0.001)
