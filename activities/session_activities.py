@@ -192,10 +192,16 @@ class SessionActivities:
         finally:
             # nothing the harness started outlives it: reaped before its work is read, also
             # on cancellation (shielded), heartbeating all the while
-            await asyncio.shield(
-                heartbeating(runtime.reap(request.runtime), step="reaping the harness")
-            )
+            reaped: BaseException | None = None
+            try:
+                await asyncio.shield(
+                    heartbeating(runtime.reap(request.runtime), step="reaping the harness")
+                )
+            except Exception as exc:  # noqa: BLE001 - the logs are kept first, then it fails
+                reaped = exc
         stdout_key, stderr_key = await self._upload_logs(runtime, request.runtime, log_name)
+        if reaped is not None:  # its work cannot be trusted: the attempt fails and is retried
+            raise RuntimeError(f"reaping the harness failed: {reaped}") from reaped
         artifact_keys = []
         for name, path in await asyncio.to_thread(adapter.native_logs, home):
             key = artifact_key(request.session_id, f"{log_name}/{name}")
