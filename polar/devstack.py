@@ -9,7 +9,7 @@ this module is dev-only.
 The Docker engine is a part only where `dockerd` is installed (infra/setup.sh
 installs Debian's docker.io): `up` starts it when no engine answers (system
 default socket and data root, so built images stay cached; no bridge and no
-iptables rules: sessions use host networking), then builds the local images
+iptables rules: sessions have no network, only their gateway channel), then builds the local images
 (infra/images/build.py, cached). An engine that already answers is used as
 is and never stopped by `down`.
 """
