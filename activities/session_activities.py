@@ -116,7 +116,10 @@ class SessionActivities:
     @activity.defn(name="teardown")
     async def teardown(self, handle: RuntimeHandle) -> None:
         _heartbeat(step="teardown")
-        await self._runtime(handle.kind).teardown(handle)
+        try:
+            await self._runtime(handle.kind).teardown(handle)
+        except InvalidRuntime as exc:  # e.g. a session id that is not a safe path
+            raise ApplicationError(str(exc), type="InvalidRuntime", non_retryable=True) from exc
 
     # ------------------------------------------------------------------ run queue
     @activity.defn(name="run_harness")

@@ -10,13 +10,57 @@ pydantic data converter.
 from __future__ import annotations
 
 import math
+import re
 import shlex
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
-ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+# --------------------------------------------------------------------------- ids
+
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$"
+"""Task and session ids (with `checked_id`'s no-'..' rule): they become file names and S3 key
+segments, so no '/', no leading '.' or '-', at most 200 characters."""
+TASK_ID_MAX = 128
+"""A task id leaves room for what its session ids add (`-{nonce}-s{i}`, `-eval`)."""
+
+
+class InvalidId(ValueError):
+    """A task or session id that is not safe as a file name or an S3 key segment."""
+
+
+def checked_id(value: object, what: str = "id") -> str:
+    """`value` if it is a safe id (ID_PATTERN, no '..'), else InvalidId naming it.
+
+    The one check for every place an id becomes a path or a key: storage keys,
+    runtime dirs, session keys, workflow input.
+    """
+    if not isinstance(value, str) or not re.fullmatch(ID_PATTERN, value) or ".." in value:
+        raise InvalidId(
+            f"invalid {what} {value!r:.80}: use 1-200 of A-Z a-z 0-9 . _ -, starting with a "
+            "letter or digit, without '..'"
+        )
+    return value
+
+
+def _session_id(value: str) -> str:
+    return checked_id(value, "session id")
+
+
+def _task_id(value: str) -> str:
+    return checked_id(value, "task id")
+
+
+SessionId = Annotated[str, AfterValidator(_session_id)]
+TaskId = Annotated[str, Field(max_length=TASK_ID_MAX), AfterValidator(_task_id)]
 
 
 class StrictModel(BaseModel):
@@ -244,7 +288,7 @@ class Timeouts(StrictModel):
 class TaskSpec(StrictModel):
     """One rollout task: N sessions (one GRPO group) of a harness on one problem."""
 
-    task_id: str = Field(pattern=ID_PATTERN)
+    task_id: TaskId
     instruction: str = ""
     num_sessions: int = Field(default=1, ge=1, le=1024)
     source: Source | None = None
@@ -305,7 +349,7 @@ class TaskSpec(StrictModel):
 class SessionSpec(BaseModel):
     """Input of one Session child workflow."""
 
-    session_id: str
+    session_id: SessionId
     index: int
     task: TaskSpec
 

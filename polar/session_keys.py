@@ -4,6 +4,8 @@ A key is `pk-<payload>.<mac>`: the payload names the session, task and
 activity attempt; the mac is an HMAC-SHA256 over it with the secret the
 workers (which mint keys) and the gateways (which verify them) share. The
 gateway needs no registry, and a harness cannot write into another session.
+The ids a key names are checked (`polar.models.checked_id`) when it is minted
+and when it is verified: a key never names a path outside its session.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import hashlib
 import hmac
 import json
 from dataclasses import dataclass
+
+from polar.models import InvalidId, checked_id
 
 PREFIX = "pk-"
 
@@ -41,7 +45,10 @@ def _mac(secret: str, payload: str) -> str:
 
 
 def mint_session_key(identity: SessionIdentity, secret: str) -> str:
-    """Sign a session identity into an API key a harness can send as its key."""
+    """Sign a session identity into an API key a harness can send as its key (InvalidId for
+    an unsafe session or task id)."""
+    checked_id(identity.session_id, "session id")
+    checked_id(identity.task_id, "task id")
     body = json.dumps(
         {"s": identity.session_id, "t": identity.task_id, "a": identity.attempt},
         separators=(",", ":"),
@@ -59,6 +66,12 @@ def verify_session_key(key: str, secret: str) -> SessionIdentity:
         raise InvalidSessionKey("session key signature does not verify")
     try:
         data = json.loads(_unb64(payload))
-        return SessionIdentity(str(data["s"]), str(data["t"]), int(data.get("a", 1)))
+        identity = SessionIdentity(str(data["s"]), str(data["t"]), int(data.get("a", 1)))
     except (ValueError, KeyError, TypeError) as exc:
         raise InvalidSessionKey("session key payload is malformed") from exc
+    try:
+        checked_id(identity.session_id, "session id")
+        checked_id(identity.task_id, "task id")
+    except InvalidId as exc:  # signed with the secret, yet not a safe id: refused all the same
+        raise InvalidSessionKey(f"session key names an {exc}") from None
+    return identity

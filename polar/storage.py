@@ -5,7 +5,9 @@
     sessions/{session_id}/artifacts/{name}                            harness logs, eval logs
     tasks/{task_id}/result.json                                       TaskResult
 
-Works against AWS S3 or any S3-compatible store (SeaweedFS in the dev stack).
+Works against AWS S3 or any S3-compatible store (SeaweedFS in the dev stack). Every key
+builder checks the ids it is given (`polar.models.checked_id`) and an artifact name's parts,
+so no id or name reaches outside its own prefix.
 """
 
 from __future__ import annotations
@@ -18,12 +20,12 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from polar.models import CompletionRecord, Trace
+from polar.models import CompletionRecord, InvalidId, Trace, checked_id
 from polar.settings import Settings, get_settings
 
 
 def session_prefix(session_id: str) -> str:
-    return f"sessions/{session_id}/"
+    return f"sessions/{checked_id(session_id, 'session id')}/"
 
 
 def completions_prefix(session_id: str) -> str:
@@ -31,7 +33,7 @@ def completions_prefix(session_id: str) -> str:
 
 
 def completion_key(session_id: str, record_id: str) -> str:
-    return f"{completions_prefix(session_id)}{record_id}.json"
+    return f"{completions_prefix(session_id)}{checked_id(record_id, 'record id')}.json"
 
 
 def traces_key(session_id: str, builder: str) -> str:
@@ -40,11 +42,16 @@ def traces_key(session_id: str, builder: str) -> str:
 
 
 def artifact_key(session_id: str, name: str) -> str:
+    """`name` may have folders (`harness-attempt1/session.jsonl`), never an empty, `.` or `..`
+    part."""
+    parts = name.split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        raise InvalidId(f"invalid artifact name {name!r:.80}")
     return f"{session_prefix(session_id)}artifacts/{name}"
 
 
 def task_result_key(task_id: str) -> str:
-    return f"tasks/{task_id}/result.json"
+    return f"tasks/{checked_id(task_id, 'task id')}/result.json"
 
 
 class Storage:

@@ -7,31 +7,19 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import Priority, TypedSearchAttributes
-from temporalio.exceptions import ApplicationError, CancelledError, ChildWorkflowError
+from temporalio.exceptions import CancelledError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
-    from pydantic import ValidationError
-
     import polar.builders  # noqa: F401  (TaskSpec validation looks builders up)
     from polar import search_attributes as sa
     from polar.models import SessionResult, SessionSpec, SessionStatus, TaskResult, TaskSpec
+    from workflows.inputs import parse_input
     from workflows.session import Session
 
 
 def parse_task_spec(raw: Any) -> TaskSpec:
     """Validate the workflow input, failing the workflow (not retrying) when it is invalid."""
-    try:
-        if isinstance(raw, TaskSpec):
-            return raw
-        return TaskSpec.model_validate(raw)
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}"
-            for err in exc.errors()
-        )
-        raise ApplicationError(
-            f"invalid TaskSpec: {problems}", type="InvalidTaskSpec", non_retryable=True
-        ) from None
+    return parse_input(TaskSpec, raw, "InvalidTaskSpec")
 
 
 def session_ids(task: TaskSpec, nonce: str) -> list[str]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.common import Priority, RetryPolicy
@@ -44,6 +44,7 @@ with workflow.unsafe.imports_passed_through():
         SessionStatus,
         Stage,
     )
+    from workflows.inputs import parse_input
     from workflows.queues import Queues
 
 T = TypeVar("T")
@@ -104,7 +105,10 @@ class Session:
         workflow.upsert_search_attributes(updates)
 
     @workflow.run
-    async def run(self, spec: SessionSpec) -> SessionResult:
+    async def run(self, raw: dict[str, Any]) -> SessionResult:
+        """`raw` is a SessionSpec; an invalid one (a session id that is not a safe path, say)
+        fails the workflow at once, non-retryable (`InvalidSessionSpec`), before any stage."""
+        spec = parse_input(SessionSpec, raw, "InvalidSessionSpec")
         task = spec.task
         t = task.timeouts
         queues = Queues.for_workflow_queue(workflow.info().task_queue)

@@ -58,7 +58,7 @@ from activities.runtimes.actions import run_prepare_actions
 from activities.runtimes.base import InvalidRuntime
 from activities.runtimes.channel import SANDBOX_DIR
 from activities.runtimes.limits import DISK_LABEL, ContainerLimits, writable_layer_bytes
-from activities.runtimes.local import materialise_source
+from activities.runtimes.local import materialise_source, session_dir
 from polar.models import PrepareRequest, RuntimeHandle, RuntimeSpec
 
 WORKSPACE = "/workspace"
@@ -97,7 +97,7 @@ class DockerRuntime:
 
     # ------------------------------------------------------------------ host side paths
     def _session_dir(self, session_id: str) -> Path:
-        return self.root / session_id
+        return session_dir(self.root, session_id)
 
     def home(self, handle: RuntimeHandle) -> Path:
         path = self._session_dir(handle.session_id) / "home"

@@ -23,7 +23,6 @@ import asyncio
 import functools
 import logging
 import os
-import re
 import shutil
 import socket
 import stat
@@ -35,7 +34,15 @@ from activities.process import ProcessOutcome, run_shell
 from activities.runtimes.actions import run_prepare_actions
 from activities.runtimes.base import InvalidRuntime, InvalidSource
 from activities.runtimes.local_sandbox import HARNESS_USER, SYSTEM_PATH, Sandbox, detect_sandbox
-from polar.models import ID_PATTERN, DirSource, GitSource, PrepareRequest, RuntimeHandle, Source
+from polar.models import (
+    DirSource,
+    GitSource,
+    InvalidId,
+    PrepareRequest,
+    RuntimeHandle,
+    Source,
+    checked_id,
+)
 from polar.processes import kill_pids, pids_with_env
 from polar.settings import get_settings
 
@@ -64,9 +71,7 @@ class LocalRuntime:
         return self._sandbox
 
     def _session_dir(self, session_id: str) -> Path:
-        if not re.fullmatch(ID_PATTERN, session_id):
-            raise InvalidRuntime(f"invalid session id {session_id!r}")
-        return self.root / session_id
+        return session_dir(self.root, session_id)
 
     def home(self, handle: RuntimeHandle) -> Path:
         return self._session_dir(handle.session_id) / "home"
@@ -225,6 +230,15 @@ class LocalRuntime:
         await self.reap(handle)
         if base.exists():
             await asyncio.to_thread(_rmtree, base)
+
+
+def session_dir(root: Path, session_id: str) -> Path:
+    """`root/session_id`, for a checked id only (InvalidRuntime otherwise): every runtime's
+    session dir, so no id reaches outside `root`."""
+    try:
+        return root / checked_id(session_id, "session id")
+    except InvalidId as exc:
+        raise InvalidRuntime(str(exc)) from None
 
 
 def _rmtree(path: Path) -> None:
