@@ -242,13 +242,13 @@ class SessionActivities:
     # ------------------------------------------------------------------ postrun queue
     @activity.defn(name="build_trajectory")
     async def build_trajectory(self, request: BuildRequest) -> BuildResult:
-        _heartbeat(step="loading completions")
-        records = await asyncio.to_thread(self.storage.list_completions, request.session_id)
-        try:
+        try:  # first: a builder that does not resolve fails at once, not retried
             builder = get_builder(request.builder.name)
             policy = reward_policy(request.builder.config)
         except (UnknownBuilder, ValueError) as exc:
             raise ApplicationError(str(exc), type="InvalidBuilder", non_retryable=True) from exc
+        _heartbeat(step="loading completions")
+        records = await asyncio.to_thread(self.storage.list_completions, request.session_id)
         _heartbeat(step="building", completions=len(records))
         ctx = BuildContext(
             session_id=request.session_id,

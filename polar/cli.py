@@ -159,10 +159,15 @@ def worker(
 
 
 def load_task_file(path: Path) -> TaskSpec:
-    """The TaskSpec in `path`; any unusable file is a clean message and exit code 2."""
+    """The TaskSpec in `path`; any unusable file (a builder that does not import included) is
+    a clean message and exit code 2."""
+    from polar.builders import UnknownBuilder, check_resolvable
+
     try:
-        return TaskSpec.model_validate_json(path.read_bytes())
-    except ValidationError as exc:
+        spec = TaskSpec.model_validate_json(path.read_bytes())
+        check_resolvable(spec.builder.name)
+        return spec
+    except (ValidationError, UnknownBuilder) as exc:
         console.print(f"invalid TaskSpec in {path}:", style="red", markup=False)
         console.print(str(exc), markup=False)
         raise typer.Exit(2) from exc

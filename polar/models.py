@@ -24,6 +24,8 @@ from pydantic import (
     model_validator,
 )
 
+from polar.host_paths import checked_host_path
+
 # --------------------------------------------------------------------------- ids
 
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$"
@@ -71,20 +73,71 @@ class StrictModel(BaseModel):
 
 # --------------------------------------------------------------------------- task spec
 
+MAX_TIMEOUT_S = 7 * 86400
+"""The longest any stage, action or container may be given (finite: timers must fit)."""
+_GIT_HELPER = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*::")
+
+
+def _git_arg(value: str, what: str) -> str:
+    """A git url or ref git cannot read as an option: not empty, no control characters or
+    surrounding blanks, no leading '-'."""
+    if not value or value != value.strip() or any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise ValueError(f"{what} {value!r:.80} must be non-empty, without control characters "
+                         "or surrounding blanks")  # fmt: skip
+    if value.startswith("-"):
+        raise ValueError(f"{what} {value!r:.80} starts with '-': git would read it as an option")
+    return value
+
 
 class DirSource(StrictModel):
-    """Copy a directory into the session's workspace."""
+    """Copy a directory of the worker host into the session's workspace: never `/` or a
+    system directory (polar/host_paths.py)."""
 
     type: Literal["dir"] = "dir"
-    path: str
+    path: str = Field(min_length=1)
+
+    @field_validator("path")
+    @classmethod
+    def _allowed_path(cls, v: str) -> str:
+        return checked_host_path(v, "source.path")
 
 
 class GitSource(StrictModel):
-    """Clone a git repository (URL or local path) and check out `ref`."""
+    """Clone a git repository and check out `ref` (a branch, tag or commit).
+
+    `url`: `https://`, `ssh://`, `git://`, `user@host:path`, or a local path
+    (checked like `source.path`). Refused: a url or ref starting with '-' (git
+    would read an option), remote helpers (`ext::`, `fd::`, any `<helper>::`,
+    which run commands), and `file://` URLs (give the local path instead: one
+    spelling for local repositories, checked one way).
+    """
 
     type: Literal["git"] = "git"
     url: str
     ref: str | None = None
+
+    @field_validator("url")
+    @classmethod
+    def _safe_url(cls, v: str) -> str:
+        _git_arg(v, "git url")
+        if _GIT_HELPER.match(v):
+            raise ValueError(
+                f"git url {v!r:.80} names a remote helper ('<transport>::', such as ext::), "
+                "which runs commands: use https://, ssh://, git:// or a local path"
+            )
+        if v.lower().startswith("file:"):
+            raise ValueError(
+                f"git url {v!r:.80}: file:// URLs are refused, give the repository's local "
+                "path instead (checked like source.path)"
+            )
+        return checked_host_path(v, "git url")
+
+    @field_validator("ref")
+    @classmethod
+    def _safe_ref(cls, v: str | None) -> str | None:
+        if v is not None and any(c.isspace() for c in _git_arg(v, "git ref")):
+            raise ValueError(f"git ref {v!r:.80} has blanks: not a branch, tag or commit")
+        return v
 
 
 Source = Annotated[DirSource | GitSource, Field(discriminator="type")]
@@ -97,8 +150,13 @@ class UploadAction(StrictModel):
     """
 
     type: Literal["upload"] = "upload"
-    src: str
+    src: str = Field(min_length=1, description="never / or a system directory (host_paths.py)")
     dest: str
+
+    @field_validator("src")
+    @classmethod
+    def _allowed_src(cls, v: str) -> str:
+        return checked_host_path(v, "upload src")
 
 
 class CommandAction(StrictModel):
@@ -107,11 +165,24 @@ class CommandAction(StrictModel):
     type: Literal["run"] = "run"
     command: str = Field(min_length=1)
     env: dict[str, str] = Field(default_factory=dict)
-    timeout_s: float = Field(default=600, gt=0)
+    timeout_s: float = Field(default=600, gt=0, le=MAX_TIMEOUT_S, allow_inf_nan=False)
     retries: int = Field(default=0, ge=0, le=10)
 
 
 PrepareAction = Annotated[UploadAction | CommandAction, Field(discriminator="type")]
+
+
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+MIN_SIZE, MAX_SIZE = 16 << 20, 1 << 50
+"""Bounds of a container's memory and disk limits (16m to 1 PiB)."""
+
+
+def parse_size(text: str) -> int:
+    """Bytes in a docker-style size: `512`, `64m`, `4g` (binary units)."""
+    match = re.fullmatch(r"([0-9]+)([bkmgBKMG]?)", text.strip())
+    if match is None:
+        raise ValueError(f"not a size: {text!r} (e.g. '512m', '4g')")
+    return int(match.group(1)) * _SIZE_UNITS[match.group(2).lower()]
 
 
 class RuntimeSpec(StrictModel):
@@ -131,7 +202,7 @@ class RuntimeSpec(StrictModel):
     kind: Literal["local", "docker", "podman"] = "local"
     image: str = Field(default="polar/runtime:py311", description="docker: the image to run")
     cpus: float | None = Field(
-        default=2.0, ge=0.01, le=512, description="containers: CPU limit (None: the default)"
+        default=2.0, ge=0.1, le=512, description="containers: CPU limit (None: the default)"
     )
     memory: str | None = Field(
         default="4g", pattern=r"^[0-9]+[bkmgBKMG]?$", description="containers: memory, e.g. '2g'"
@@ -145,9 +216,20 @@ class RuntimeSpec(StrictModel):
         description="containers: most bytes the session may write (its writable layer)",
     )
     wall_clock_s: float = Field(
-        default=4 * 3600, gt=0, le=7 * 86400, description="docker: the container's whole lifetime"
+        default=4 * 3600,
+        gt=0,
+        le=MAX_TIMEOUT_S,
+        allow_inf_nan=False,
+        description="docker: the container's whole lifetime",
     )
     prepare: list[PrepareAction] = Field(default_factory=list)
+
+    @field_validator("memory", "disk")
+    @classmethod
+    def _sane_size(cls, v: str | None) -> str | None:
+        if v is not None and not MIN_SIZE <= parse_size(v) <= MAX_SIZE:
+            raise ValueError(f"{v!r} is not between 16m and {MAX_SIZE >> 30}g")
+        return v
 
 
 class HarnessSpec(StrictModel):
@@ -224,6 +306,11 @@ class SweBenchSpec(StrictModel):
         default_factory=list, description="extra junk globs left out of the session's patch"
     )
 
+    @field_validator("base_commit")
+    @classmethod
+    def _safe_commit(cls, v: str) -> str:
+        return _git_arg(v, "swebench.base_commit")
+
 
 class EvaluatorSpec(StrictModel):
     """How a session is scored.
@@ -273,15 +360,20 @@ class EvaluatorSpec(StrictModel):
         return runtime.model_copy(update={"prepare": [*runtime.prepare, *actions]})
 
 
-class Timeouts(StrictModel):
-    """Per-stage limits in seconds. `harness_s` is the harness's own time budget."""
+def _stage_timeout(default: float) -> Any:
+    return Field(default=default, ge=1, le=MAX_TIMEOUT_S, allow_inf_nan=False)
 
-    prepare_s: float = Field(default=300, gt=0)
-    harness_s: float = Field(default=1800, gt=0)
-    build_s: float = Field(default=300, gt=0)
-    evaluate_s: float = Field(default=600, gt=0)
-    teardown_s: float = Field(default=120, gt=0)
-    heartbeat_s: float = Field(default=30, gt=0)
+
+class Timeouts(StrictModel):
+    """Per-stage limits in seconds, each from 1 s to 7 days. `harness_s` is the harness's
+    own time budget."""
+
+    prepare_s: float = _stage_timeout(300)
+    harness_s: float = _stage_timeout(1800)
+    build_s: float = _stage_timeout(300)
+    evaluate_s: float = _stage_timeout(600)
+    teardown_s: float = _stage_timeout(120)
+    heartbeat_s: float = _stage_timeout(30)
     max_attempts: int = Field(default=3, ge=1, le=20)
 
 

@@ -32,6 +32,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.common import Priority
 from temporalio.service import RPCError
 
+from polar.builders import check_resolvable
 from polar.models import SessionProgress, SessionResult, TaskResult, TaskSpec, Trace
 from polar.settings import Settings, get_settings
 from polar.storage import Storage
@@ -98,10 +99,20 @@ class PolarClient:
 
     # ------------------------------------------------------------------ submit
     async def submit(
-        self, spec: TaskSpec | dict[str, Any], workflow_id: str | None = None
+        self,
+        spec: TaskSpec | dict[str, Any],
+        workflow_id: str | None = None,
+        *,
+        resolve_builder: bool = True,
     ) -> TaskRun:
-        """Validate `spec` here (raising pydantic's ValidationError) and start its workflow."""
+        """Validate `spec` here (raising pydantic's ValidationError) and start its workflow.
+
+        A `module:function` builder must import here (UnknownBuilder, a ValueError naming
+        `builder.name`, otherwise); `resolve_builder=False` leaves that to the workers (the
+        build stage then fails the session, non-retryably)."""
         task = spec if isinstance(spec, TaskSpec) else TaskSpec.model_validate(spec)
+        if resolve_builder:
+            check_resolvable(task.builder.name)
         workflow_id = workflow_id or f"task-{task.task_id}-{uuid.uuid4().hex[:8]}"
         await self.client.start_workflow(
             "RolloutTask",

@@ -9,6 +9,7 @@ and exit code 2, never a traceback and never a submission.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from pydantic import ValidationError
 from typer.testing import CliRunner
 
 from polar.cli import app, load_task_file
+from polar.host_paths import FORBIDDEN_HOST_DIRS
 from polar.models import TaskSpec
 
 VALID: dict[str, Any] = {
@@ -140,3 +142,80 @@ def test_submit_cli_names_the_bad_field(tmp_path: Path) -> None:
     result = runner.invoke(app, ["submit", str(file), "--no-wait"])
     assert result.exit_code == 2
     assert "num_sessions" in result.output
+
+
+# --------------------------------------------------------------------------- injections
+
+BASE: dict[str, Any] = {"task_id": "t", "harness": {"command": "true"}}
+name_parts = st.text(alphabet="abcXYZ019_-", min_size=1, max_size=8)
+
+
+@st.composite
+def system_paths(draw: st.DrawFn) -> str:
+    """`/` or a path at or under a forbidden dir, spelled with extra slashes and `.` parts."""
+    top = draw(st.sampled_from(["/", *FORBIDDEN_HOST_DIRS]))
+    parts = draw(st.lists(st.just(".") if top == "/" else name_parts | st.just("."), max_size=3))
+    sep = draw(st.sampled_from(["/", "//", "/./"]))
+    return draw(st.sampled_from(["", "/"])) + top + "".join(sep + p for p in parts)
+
+
+def _refused(spec: dict[str, Any], field: str) -> list[str]:
+    """Validate `spec`, which must fail on `field` only; the error messages."""
+    with pytest.raises(ValidationError) as info:
+        TaskSpec.model_validate(spec)
+    errors = info.value.errors()
+    assert {".".join(map(str, e["loc"])) for e in errors} == {field}, errors
+    return [e["msg"] for e in errors]
+
+
+@given(path=system_paths(), where=st.sampled_from(["dir", "git", "upload"]))
+@settings(max_examples=200, deadline=None, derandomize=True)
+def test_system_paths_are_refused_wherever_a_task_names_a_host_path(path: str, where: str) -> None:
+    if where == "dir":
+        spec, field = BASE | {"source": {"type": "dir", "path": path}}, "source.dir.path"
+    elif where == "git":
+        spec, field = BASE | {"source": {"type": "git", "url": path}}, "source.git.url"
+    else:
+        upload = {"type": "upload", "src": path, "dest": "x"}
+        spec, field = BASE | {"runtime": {"prepare": [upload]}}, "runtime.prepare.0.upload.src"
+    (message,) = _refused(spec, field)
+    assert "a task may not read / or a system directory" in message
+
+
+@given(tail=st.text(max_size=20), where=st.sampled_from(["url", "ref"]))
+@settings(max_examples=150, deadline=None, derandomize=True)
+def test_git_arguments_that_are_options_are_refused(tail: str, where: str) -> None:
+    source = {"type": "git", "url": "https://example.com/r.git", where: "-" + tail}
+    (message,) = _refused(BASE | {"source": source}, f"source.git.{where}")
+    assert "-" in message
+
+
+@given(helper=st.from_regex(r"[A-Za-z][A-Za-z0-9+.-]{0,8}", fullmatch=True), rest=st.text())
+@settings(max_examples=150, deadline=None, derandomize=True)
+def test_remote_helper_urls_are_refused(helper: str, rest: str) -> None:
+    _refused(BASE | {"source": {"type": "git", "url": f"{helper}::{rest}"}}, "source.git.url")
+
+
+timeout_fields = st.sampled_from(
+    ["prepare_s", "harness_s", "build_s", "evaluate_s", "teardown_s", "heartbeat_s"]
+)
+
+
+@given(field=timeout_fields, value=st.floats(allow_nan=True, allow_infinity=True))
+@settings(max_examples=300, deadline=None, derandomize=True)
+def test_timeouts_are_finite_and_bounded(field: str, value: float) -> None:
+    spec = BASE | {"timeouts": {field: value}}
+    if math.isfinite(value) and 1 <= value <= 7 * 86400:
+        assert getattr(TaskSpec.model_validate(spec).timeouts, field) == value
+    else:
+        _refused(spec, f"timeouts.{field}")
+
+
+@given(cpus=st.floats(allow_nan=False, allow_infinity=False, max_value=1e6))
+@settings(max_examples=150, deadline=None, derandomize=True)
+def test_cpus_are_sane(cpus: float) -> None:
+    spec = BASE | {"runtime": {"cpus": cpus}}
+    if 0.1 <= cpus <= 512:
+        TaskSpec.model_validate(spec)
+    else:
+        _refused(spec, "runtime.cpus")

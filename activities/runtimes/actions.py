@@ -8,6 +8,7 @@ from pathlib import Path
 from temporalio import activity
 
 from activities.runtimes.base import InvalidRuntime, PrepareFailed, Runtime
+from polar.host_paths import resolved_problem
 from polar.models import CommandAction, PrepareAction, RuntimeHandle, UploadAction
 
 
@@ -21,11 +22,17 @@ async def run_prepare_actions(
     handle: RuntimeHandle,
     actions: list[PrepareAction],
     upload: Callable[[Path, str], Awaitable[None]],
+    forbidden: tuple[Path, ...] = (),
 ) -> None:
-    """Run `actions` in order; `upload(src, dest)` is the runtime's own copy-in."""
+    """Run `actions` in order; `upload(src, dest)` is the runtime's own copy-in. An upload's
+    `src` is checked once resolved: never / or a system directory (polar/host_paths.py), nor
+    under `forbidden` (the runtime's own session dirs)."""
     for index, action in enumerate(actions):
         if isinstance(action, UploadAction):
             src = Path(action.src)
+            problem = resolved_problem(src, forbidden)
+            if problem is not None:
+                raise InvalidRuntime(f"prepare upload: src {src} {problem}")
             if not src.exists():
                 raise InvalidRuntime(f"prepare upload: {src} does not exist")
             await upload(src, action.dest)

@@ -135,7 +135,11 @@ class DockerRuntime:
             await asyncio.to_thread(self._exec_checked, container, ["mkdir", "-p", *mkdirs])
             await asyncio.to_thread(self._put_source, container, request)
             await run_prepare_actions(
-                self, handle, spec.prepare, lambda src, dest: self._upload(container, src, dest)
+                self,
+                handle,
+                spec.prepare,
+                lambda src, dest: self._upload(container, src, dest),
+                forbidden=(self.root,),
             )
         except BaseException:
             with contextlib.suppress(Exception):
@@ -296,7 +300,8 @@ class DockerRuntime:
             return
         with tempfile.TemporaryDirectory(prefix="polar-src-") as tmp:
             workspace = Path(tmp) / "workspace"
-            materialise_source(request.source, workspace)  # dir copy or git clone at ref
+            # dir copy or git clone at ref
+            materialise_source(request.source, workspace, forbidden=(self.root,))
             _put_dir_contents(container, workspace, WORKSPACE)
 
     async def _upload(self, container: Any, src: Path, dest: str) -> None:

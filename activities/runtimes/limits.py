@@ -3,25 +3,16 @@
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from polar.models import RuntimeSpec
+from polar.models import RuntimeSpec, parse_size
 
 DISK_LABEL = "polar.disk-bytes"
 """Container label carrying the session's disk limit, for the watchdog of `run`."""
 
-_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
 _DEFAULTS = RuntimeSpec.model_fields
-
-
-def parse_size(text: str) -> int:
-    """Bytes in a docker-style size: `512`, `64m`, `4g` (binary units)."""
-    match = re.fullmatch(r"([0-9]+)([bkmgBKMG]?)", text.strip())
-    if match is None:
-        raise ValueError(f"not a size: {text!r} (e.g. '512m', '4g')")
-    return int(match.group(1)) * _UNITS[match.group(2).lower()]
+__all__ = ["DISK_LABEL", "ContainerLimits", "parse_size", "writable_layer_bytes"]
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from activities.process import ProcessOutcome, run_shell
 from activities.runtimes.actions import run_prepare_actions
 from activities.runtimes.base import InvalidRuntime, InvalidSource
 from activities.runtimes.local_sandbox import HARNESS_USER, SYSTEM_PATH, Sandbox, detect_sandbox
+from polar.host_paths import resolved_problem
 from polar.models import (
     DirSource,
     GitSource,
@@ -107,7 +108,7 @@ class LocalRuntime:
             await self._remove(request.session_id)
         await asyncio.to_thread(self._make_dirs, base, sandbox)
         workspace = base / "workspace"
-        await asyncio.to_thread(materialise_source, request.source, workspace)
+        await asyncio.to_thread(materialise_source, request.source, workspace, (self.root,))
         await asyncio.to_thread(self._own, [workspace])
         handle = RuntimeHandle(
             kind=self.kind,
@@ -115,7 +116,9 @@ class LocalRuntime:
             workdir=str(workspace),
             host=socket.gethostname(),
         )
-        await run_prepare_actions(self, handle, request.runtime.prepare, self._uploader(workspace))
+        await run_prepare_actions(
+            self, handle, request.runtime.prepare, self._uploader(workspace), (self.root,)
+        )
         return handle
 
     def _make_dirs(self, base: Path, sandbox: Sandbox) -> None:
@@ -291,22 +294,57 @@ def _usable_python_dir(path: Path) -> bool:
     return False
 
 
-def materialise_source(source: Source | None, workspace: Path) -> None:
-    """Fill `workspace` from a directory copy or a git clone (or leave it empty)."""
+def materialise_source(
+    source: Source | None, workspace: Path, forbidden: tuple[Path, ...] = ()
+) -> None:
+    """Fill `workspace` from a directory copy or a git clone (or leave it empty).
+
+    A host path (a dir source, a git source's local path) is checked once resolved: never /
+    or a system directory (polar/host_paths.py), nor under `forbidden` (the runtime's own
+    session dirs). Every git argument the task gives comes after `--` (the url), or is a ref
+    that cannot start with '-' (TaskSpec refuses it; checked here again) right before `--`.
+    """
     if source is None:
         workspace.mkdir(parents=True)
     elif isinstance(source, DirSource):
         src = Path(source.path)
+        _check_host_path(src, "source.path", forbidden)
         if not src.is_dir():
             raise InvalidSource(f"source directory {src} does not exist")
         shutil.copytree(src, workspace, symlinks=True)
     elif isinstance(source, GitSource):
-        _git(["clone", "--quiet", source.url, str(workspace)], Path.cwd())
+        local = _local_git_path(source.url)
+        if local is not None:
+            _check_host_path(local, "git url", forbidden)
+        _git(["clone", "--quiet", "--", source.url, str(workspace)], Path.cwd())
         if source.ref:
-            _git(["checkout", "--quiet", source.ref], workspace)
+            if source.ref.startswith("-"):
+                raise InvalidSource(f"git ref {source.ref!r} starts with '-'")
+            _git(["checkout", "--quiet", source.ref, "--"], workspace)
+
+
+def _local_git_path(url: str) -> Path | None:
+    """The host path a git url names (git's rule: no `://`, no `host:` before the first
+    `/`), or None for a remote."""
+    if "://" in url:
+        return None
+    colon, slash = url.find(":"), url.find("/")
+    if colon > 0 and (slash < 0 or colon < slash):
+        return None  # scp-like user@host:path
+    return Path(url)
+
+
+def _check_host_path(path: Path, what: str, forbidden: tuple[Path, ...]) -> None:
+    problem = resolved_problem(path, forbidden)
+    if problem is not None:
+        raise InvalidSource(f"{what} {path} {problem}: a task may not read it")
+
+
+GIT = ["git", "-c", "protocol.ext.allow=never", "-c", "core.hooksPath=/dev/null"]
+"""Every git call: no `ext::` transport (nor in submodules), no hooks."""
 
 
 def _git(args: list[str], cwd: Path) -> None:
-    proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([*GIT, *args], cwd=cwd, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
         raise InvalidSource(f"git {' '.join(args)} failed: {proc.stderr.strip()}")

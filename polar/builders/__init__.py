@@ -37,6 +37,7 @@ __all__ = [
     "Builder",
     "BuilderConfig",
     "UnknownBuilder",
+    "check_resolvable",
     "get_builder",
     "reward_policy",
     "validate_builder_config",
@@ -61,6 +62,15 @@ def get_builder(name: str) -> Builder:
     if not callable(builder):
         raise UnknownBuilder(f"builder {name!r} is not callable")
     return builder
+
+
+def check_resolvable(name: str) -> None:
+    """Raise UnknownBuilder naming the field if `name` does not resolve here (a
+    `module:function` that does not import): for submit, before any harness runs."""
+    try:
+        get_builder(name)
+    except UnknownBuilder as exc:
+        raise UnknownBuilder(f"builder.name: {exc}") from None
 
 
 def validate_builder_config(name: str, config: dict[str, Any]) -> None:

@@ -1,0 +1,104 @@
+"""The worker's own checks on what a task makes it read: host paths resolved, git arguments.
+
+TaskSpec refuses these at submit (tests/test_task_validation.py); the worker
+checks again right before it reads, where a symlink or a spec built without
+validation (`model_construct`) would slip past the TaskSpec.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from activities.runtimes import InvalidRuntime, InvalidSource
+from activities.runtimes.local import LocalRuntime, materialise_source
+from polar.models import DirSource, GitSource, PrepareRequest, RuntimeSpec
+
+
+def _git(cwd: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A local repository: main (a.txt = one), branch `feature` and tag `v1` (a.txt = two)."""
+    path = tmp_path / "repo"
+    path.mkdir()
+    _git(path, "init", "-q", "-b", "main")
+    _git(path, "config", "user.email", "t@example.com")
+    _git(path, "config", "user.name", "t")
+    (path / "a.txt").write_text("one\n")
+    _git(path, "add", ".")
+    _git(path, "commit", "-qm", "one")
+    _git(path, "checkout", "-qb", "feature")
+    (path / "a.txt").write_text("two\n")
+    _git(path, "commit", "-qam", "two")
+    _git(path, "tag", "v1")
+    _git(path, "checkout", "-q", "main")
+    return path
+
+
+def test_a_local_git_source_clones_at_a_branch_or_tag(repo: Path, tmp_path: Path) -> None:
+    for ref, content in ((None, "one\n"), ("feature", "two\n"), ("v1", "two\n")):
+        workspace = tmp_path / f"ws-{ref}"
+        materialise_source(GitSource(url=str(repo), ref=ref), workspace)
+        assert (workspace / "a.txt").read_text() == content
+
+
+def test_git_options_in_url_or_ref_never_run(repo: Path, tmp_path: Path) -> None:
+    """Specs built without validation: `--` keeps the url an argument, the ref is checked
+    before git runs, and the ext transport is off."""
+    marker = tmp_path / "pwned"
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOP-SECRET-LINE\n")
+    for url in (f"--upload-pack=touch {marker}", f"ext::sh -c touch% {marker}"):
+        with pytest.raises(InvalidSource, match="failed"):
+            materialise_source(GitSource.model_construct(url=url, ref=None), tmp_path / "w1")
+    assert not marker.exists()
+    bad_ref = GitSource.model_construct(url=str(repo), ref=f"--pathspec-from-file={secret}")
+    with pytest.raises(InvalidSource, match="starts with '-'") as info:
+        materialise_source(bad_ref, tmp_path / "w2")
+    assert "TOP-SECRET" not in str(info.value)
+
+
+@pytest.mark.parametrize("kind", ["dir", "git"])
+def test_a_source_symlinked_to_a_system_dir_is_refused(kind: str, tmp_path: Path) -> None:
+    link = tmp_path / "innocent"
+    link.symlink_to("/etc")
+    source = DirSource(path=str(link)) if kind == "dir" else GitSource(url=str(link))
+    with pytest.raises(InvalidSource, match="resolves to /etc, in the system directory /etc"):
+        materialise_source(source, tmp_path / "workspace")
+    assert not (tmp_path / "workspace").exists()
+
+
+def test_a_source_inside_the_runtimes_root_is_refused(tmp_path: Path) -> None:
+    """Another session's workspace (or channel) is not a source."""
+    other = tmp_path / "runtimes" / "other-session" / "workspace"
+    other.mkdir(parents=True)
+    with pytest.raises(InvalidSource, match="inside"):
+        materialise_source(
+            DirSource(path=str(other)), tmp_path / "workspace", (tmp_path / "runtimes",)
+        )
+
+
+async def test_an_upload_symlinked_to_a_system_file_is_refused(tmp_path: Path) -> None:
+    repo = tmp_path / "src"
+    repo.mkdir()
+    link = tmp_path / "notes.txt"
+    link.symlink_to("/etc/hostname")
+    runtime = LocalRuntime(tmp_path / "runtimes")
+    request = PrepareRequest(
+        session_id="s-upload",
+        task_id="t",
+        runtime=RuntimeSpec.model_validate(
+            {"prepare": [{"type": "upload", "src": str(link), "dest": "notes.txt"}]}
+        ),
+        source=DirSource(path=str(repo)),
+    )
+    with pytest.raises(InvalidRuntime, match="src .*notes.txt resolves to /etc/hostname"):
+        await runtime.prepare(request)
+    assert not (tmp_path / "runtimes" / "s-upload" / "workspace" / "notes.txt").exists()
