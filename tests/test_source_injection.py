@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from activities.runtimes import InvalidRuntime, InvalidSource
-from activities.runtimes.local import LocalRuntime, materialise_source
+from activities.runtimes.local import LocalRuntime, git_error, materialise_source
+from activities.runtimes.local import _git as _git_call
 from polar.models import DirSource, GitSource, PrepareRequest, RuntimeSpec
 
 
@@ -102,3 +103,27 @@ async def test_an_upload_symlinked_to_a_system_file_is_refused(tmp_path: Path) -
     with pytest.raises(InvalidRuntime, match="src .*notes.txt resolves to /etc/hostname"):
         await runtime.prepare(request)
     assert not (tmp_path / "runtimes" / "s-upload" / "workspace" / "notes.txt").exists()
+
+
+def test_a_git_error_is_only_gits_first_error_line(repo: Path, tmp_path: Path) -> None:
+    """A failed git call's message is git's own first error line, never what else it
+    printed (with an option in a ref, git once quoted a host file line by line)."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("".join(f"SECRET-{i}\n" for i in range(20)))
+    with pytest.raises(InvalidSource) as info:  # what the ref check now keeps from running
+        _git_call(["checkout", "--quiet", f"--pathspec-from-file={secret}"], repo)
+    message = str(info.value)
+    assert "\n" not in message and message.startswith("git checkout failed: error: pathspec")
+    assert sum(f"SECRET-{i}" in message for i in range(20)) <= 1
+    with pytest.raises(InvalidSource) as info:
+        materialise_source(GitSource(url=str(repo), ref="no-such-ref"), tmp_path / "w")
+    assert str(info.value) == ("git checkout failed: fatal: invalid reference: no-such-ref")
+    with pytest.raises(InvalidSource) as info:
+        materialise_source(GitSource(url=str(tmp_path / "missing")), tmp_path / "w2")
+    assert "\n" not in str(info.value) and str(info.value).startswith("git clone failed: fatal:")
+
+
+def test_git_error_masks_url_credentials() -> None:
+    stderr = "Cloning...\nfatal: unable to access 'https://bob:tok3n@example.com/r.git/': 403\n"
+    assert git_error(stderr) == "fatal: unable to access 'https://***@example.com/r.git/': 403"
+    assert git_error("") == "no error output"

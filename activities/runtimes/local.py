@@ -23,6 +23,7 @@ import asyncio
 import functools
 import logging
 import os
+import re
 import shutil
 import socket
 import stat
@@ -347,4 +348,14 @@ GIT = ["git", "-c", "protocol.ext.allow=never", "-c", "core.hooksPath=/dev/null"
 def _git(args: list[str], cwd: Path) -> None:
     proc = subprocess.run([*GIT, *args], cwd=cwd, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
-        raise InvalidSource(f"git {' '.join(args)} failed: {proc.stderr.strip()}")
+        raise InvalidSource(f"git {args[0]} failed: {git_error(proc.stderr)}")
+
+
+def git_error(stderr: str) -> str:
+    """Git's own first error line (`fatal:`/`error:`, else its first line), at most 300
+    characters, a URL's credentials masked: never more of what git printed, which can quote
+    host files, into a workflow's error."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    first = next((x for x in lines if x.startswith(("fatal:", "error:"))), None)
+    text = first or (lines[0] if lines else "no error output")
+    return re.sub(r"://[^/@\s]+@", "://***@", text)[:300]
