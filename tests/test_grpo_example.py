@@ -19,6 +19,7 @@ from examples.grpo.train import group_advantages, train
 from polar.devstack import DevStack, free_port
 from polar.sdk import PolarClient
 from polar.settings import Settings
+from tests.conftest import open_for_harness
 
 pytestmark = pytest.mark.slow
 ADMIN = "grpo-admin"
@@ -29,7 +30,8 @@ def grpo_settings(
     devstack: DevStack, model_dir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Settings]:
     """Its own vLLM (weight reload on) serving a writable copy of the model, and gateway."""
-    policy_dir = tmp_path_factory.mktemp("grpo") / "policy"
+    # the data dir holds local runtimes: reachable by their unprivileged harness user
+    policy_dir = open_for_harness(tmp_path_factory.mktemp("grpo"), tmp_path_factory) / "policy"
     shutil.copytree(model_dir, policy_dir)
     port = free_port(span=2)
     settings = devstack.settings.model_copy(

@@ -48,7 +48,8 @@ async def run_in(
     on_tick: Tick = None,
     env: dict[str, str] | None = None,
 ) -> tuple[int | None, bool, str]:
-    """(exit code, timed out, stdout+stderr) of one command in a runtime."""
+    """(exit code, timed out, stdout+stderr) of one command in a runtime; a command that broke
+    a resource limit (e.g. a patch that writes past the disk limit) has no exit code."""
     outcome = await runtime.run(
         handle, command, env=env or {}, log_name=log_name, timeout_s=timeout_s, on_tick=on_tick
     )
@@ -56,6 +57,8 @@ async def run_in(
     for path in runtime.log_paths(handle, log_name):
         if path.exists():
             text += path.read_text(errors="replace")
+    if outcome.limit_exceeded:
+        return None, outcome.timed_out, f"{text}\n{outcome.limit_exceeded}"
     return outcome.exit_code, outcome.timed_out, text
 
 

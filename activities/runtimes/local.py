@@ -75,11 +75,21 @@ class LocalRuntime:
     def _session_dir(self, session_id: str) -> Path:
         return session_dir(self.root, session_id)
 
+    def _handle_dir(self, handle: RuntimeHandle) -> Path:
+        """Where `prepare` put this session: the parent of its workspace (another worker of
+        the same host may have prepared it under its own data dir), else under our root."""
+        base = self._session_dir(handle.session_id)  # also checks the id
+        if handle.workdir:
+            prepared = Path(handle.workdir).parent
+            if prepared.name == handle.session_id and prepared.is_dir():
+                return prepared
+        return base
+
     def home(self, handle: RuntimeHandle) -> Path:
-        return self._session_dir(handle.session_id) / "home"
+        return self._handle_dir(handle) / "home"
 
     def scratch(self, handle: RuntimeHandle) -> Path:
-        path = self._session_dir(handle.session_id) / "scratch"
+        path = self._handle_dir(handle) / "scratch"
         if not path.exists():
             path.mkdir(parents=True)
             self._own([path])
@@ -87,15 +97,15 @@ class LocalRuntime:
 
     def tmp(self, handle: RuntimeHandle) -> Path:
         """The session's TMPDIR."""
-        return self._session_dir(handle.session_id) / "tmp"
+        return self._handle_dir(handle) / "tmp"
 
     def log_paths(self, handle: RuntimeHandle, log_name: str) -> tuple[Path, Path]:
-        logs = self._session_dir(handle.session_id) / "logs"
+        logs = self._handle_dir(handle) / "logs"
         return logs / f"{log_name}.stdout", logs / f"{log_name}.stderr"
 
     # ------------------------------------------------------------------ the gateway channel
     def channel_dir(self, handle: RuntimeHandle) -> Path:
-        return self._session_dir(handle.session_id) / "channel"
+        return self._handle_dir(handle) / "channel"
 
     def channel_in_sandbox(self, handle: RuntimeHandle) -> str | None:
         """The same path (the sandbox shares the file system); None when not sealed."""
@@ -106,7 +116,8 @@ class LocalRuntime:
         base = self._session_dir(request.session_id)
         sandbox = await asyncio.to_thread(lambda: self.sandbox)
         if base.exists():  # a retried prepare starts clean
-            await self._remove(request.session_id)
+            bare = RuntimeHandle(kind=self.kind, session_id=request.session_id, workdir="", host="")
+            await self._remove(bare)
         await asyncio.to_thread(self._make_dirs, base, sandbox)
         workspace = base / "workspace"
         await asyncio.to_thread(materialise_source, request.source, workspace, (self.root,))
@@ -211,7 +222,7 @@ class LocalRuntime:
         """Kill what a command of the session left alive (with a PID namespace there is
         nothing: the kernel killed it when the namespace ended; this checks), then drop the
         symlinks it left in home and scratch, where the worker writes and reads next."""
-        base = self._session_dir(handle.session_id)
+        base = self._handle_dir(handle)
         killed: list[int] = []
         for _ in range(REAP_ROUNDS):
             pids = await asyncio.to_thread(pids_with_env, f"{SANDBOX_ENV}={handle.session_id}")
@@ -226,11 +237,10 @@ class LocalRuntime:
         await asyncio.to_thread(_drop_symlinks, [base / "home", base / "scratch"])
 
     async def teardown(self, handle: RuntimeHandle) -> None:
-        await self._remove(handle.session_id)
+        await self._remove(handle)
 
-    async def _remove(self, session_id: str) -> None:
-        base = self._session_dir(session_id)
-        handle = RuntimeHandle(kind=self.kind, session_id=session_id, workdir="", host="")
+    async def _remove(self, handle: RuntimeHandle) -> None:
+        base = self._handle_dir(handle)
         await self.reap(handle)
         if base.exists():
             await asyncio.to_thread(_rmtree, base)
