@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shlex
 import statistics
 import sys
 import tempfile
@@ -69,7 +70,7 @@ def harness(calls: int) -> str:
         "    u.urlopen(r, timeout=60).read()\n"
         "open('hello.txt', 'a').write('fixed\\n')\n"
     )
-    return f"python3 -c {json.dumps(code)}"
+    return f"python3 -c {shlex.quote(code)}"
 
 
 async def components(tmp: Path, gateway: str, runs: int) -> dict[str, Any]:
@@ -147,6 +148,9 @@ async def sessions(bench: Bench, n: int, calls: int) -> dict[str, Any]:
         "latency_median_s": round(statistics.median(out["latencies"]), 3) if done else None,
         "stage_median_s": {k: round(statistics.median(v), 3) for k, v in stages.items()},
         "errors": out["errors"],
+        "all_graded_with_their_calls": all(
+            s.reward == 1.0 and s.num_completions == calls for s in done
+        ),
     }
 
 
