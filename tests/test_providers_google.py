@@ -230,3 +230,133 @@ def test_errors_are_typed_and_google_shaped(base_settings: Settings, storage: St
         assert body["error"]["code"] == code
     assert [r.status_code for r in records] == [502, 400]
     assert json.dumps(records[0].request)  # the original request is kept
+
+
+# ------------------------------------------------------------------ Google schemas as JSON Schema
+
+GEMINI_SCHEMA: dict[str, Any] = {
+    "type": "OBJECT",
+    "description": "A plan.",
+    "propertyOrdering": ["steps", "mode", "limit"],
+    "properties": {
+        "steps": {
+            "type": "ARRAY",
+            "minItems": "1",
+            "items": {
+                "type": "OBJECT",
+                "properties": {
+                    "cmd": {"type": "STRING", "format": "enum", "enum": ["ls", "cat"]},
+                    "at": {"type": "STRING", "format": "date-time", "nullable": True},
+                    "ratio": {"type": "NUMBER", "format": "double"},
+                },
+                "required": ["cmd"],
+            },
+        },
+        "mode": {"type": "STRING", "enum": ["fast", "slow"], "nullable": True},
+        "limit": {"anyOf": [{"type": "INTEGER"}, {"type": "BOOLEAN"}], "nullable": True},
+        "nullable": {"type": "TYPE_UNSPECIFIED", "example": 3},
+    },
+    "required": ["steps"],
+}
+
+JSON_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "A plan.",
+    "properties": {
+        "steps": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "type": "object",
+                "properties": {
+                    "cmd": {"type": "string", "enum": ["ls", "cat"]},
+                    "at": {"type": ["string", "null"], "format": "date-time"},
+                    "ratio": {"type": "number", "format": "double"},
+                },
+                "required": ["cmd"],
+            },
+        },
+        "mode": {"type": ["string", "null"], "enum": ["fast", "slow", None]},
+        "limit": {"anyOf": [{"type": "integer"}, {"type": "boolean"}, {"type": "null"}]},
+        "nullable": {},
+    },
+    "required": ["steps"],
+}
+
+
+def test_json_schema_normalises_gemini_schemas() -> None:
+    from polar.providers.google_generate import json_schema
+
+    assert json_schema(GEMINI_SCHEMA) == JSON_SCHEMA
+    assert json_schema(JSON_SCHEMA) == JSON_SCHEMA  # plain JSON Schema is a fixed point
+    snake = {"type": "ARRAY", "min_items": "2", "any_of": [{"type": "STRING"}]}
+    assert json_schema(snake) == {"type": "array", "minItems": 2, "anyOf": [{"type": "string"}]}
+    assert json_schema({"type": ["STRING", "NULL"]}) == {"type": ["string", "null"]}
+    assert json_schema({"type": "NULL", "nullable": True}) == {"type": "null"}
+
+
+def test_every_google_schema_field_is_normalised() -> None:
+    from polar.providers import CallContext, get_provider
+
+    google = get_provider("google_generate")
+    declarations = [
+        {"name": "a", "parameters": GEMINI_SCHEMA},
+        {"name": "b", "parametersJsonSchema": GEMINI_SCHEMA},
+    ]
+    for field in ("responseSchema", "responseJsonSchema"):
+        chat = google.to_chat(
+            {
+                "contents": [{"role": "user", "parts": [{"text": "plan"}]}],
+                "tools": [{"functionDeclarations": declarations}],
+                "generationConfig": {"responseMimeType": "application/json", field: GEMINI_SCHEMA},
+            },
+            CallContext(),
+        )
+        assert chat["response_format"]["json_schema"]["schema"] == JSON_SCHEMA
+        assert [t["function"]["parameters"] for t in chat["tools"]] == [JSON_SCHEMA] * 2
+
+
+@pytest.mark.slow
+def test_upper_case_schemas_reach_the_real_vllm(
+    gateway: str, base_settings: Settings, storage: Storage
+) -> None:
+    """Before: vLLM answered 400 "Invalid type: OBJECT"; now the gateway sends JSON Schema."""
+    import uuid
+
+    from polar.session_keys import SessionIdentity, mint_session_key
+
+    session = f"s-gschema-{uuid.uuid4().hex[:10]}"
+    key = mint_session_key(SessionIdentity(session, "task-gschema"), base_settings.session_secret)
+    client = client_for(gateway, key, api_version="v1beta")
+    schema = types.Schema(
+        type=types.Type.OBJECT,
+        properties={
+            "answer": types.Schema(type=types.Type.STRING, enum=["yes", "no"]),
+            "count": types.Schema(type=types.Type.INTEGER, nullable=True),
+        },
+        required=["answer"],
+    )
+    tool = types.Tool(
+        function_declarations=[
+            types.FunctionDeclaration(name="decide", parameters=schema),
+            types.FunctionDeclaration(name="decide_raw", parameters_json_schema=GEMINI_SCHEMA),
+        ]
+    )
+    settings = {"max_output_tokens": 12, "tools": [tool], "temperature": 0.0}
+    for extra in ({"response_schema": schema}, {"response_json_schema": GEMINI_SCHEMA}):
+        answer = client.models.generate_content(
+            model="policy",
+            contents="Is the sky blue?",
+            config=types.GenerateContentConfig(
+                response_mime_type="application/json",
+                automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
+                **settings,  # type: ignore[arg-type]
+                **extra,  # type: ignore[arg-type]
+            ),
+        )
+        assert answer.candidates
+    records = storage.list_completions(session)
+    assert [r.status_code for r in records] == [200, 200]
+    sent = records[0].normalized_request
+    assert sent["response_format"]["json_schema"]["schema"]["type"] == "object"
+    assert records[1].normalized_request["tools"][1]["function"]["parameters"] == JSON_SCHEMA

@@ -7,7 +7,7 @@ Request: `systemInstruction` -> a system message; `contents` (`user` /
 get one from their position (`call_{turn}_{part}`), and a response without
 one is matched to the earliest open call of that name, so the same history
 always renders the same prompt. `tools[].functionDeclarations` -> functions
-(Gemini's upper-case schema types lower-cased; `parametersJsonSchema` as is);
+(schemas, `parameters` and `parametersJsonSchema`, as JSON Schema: `json_schema`);
 other tools (`googleSearch`, `codeExecution`, ...) are dropped.
 `toolConfig.functionCallingConfig` -> `tool_choice`; `generationConfig`
 `maxOutputTokens`, `temperature`, `topP`, `topK`, `stopSequences`, `seed`,
@@ -76,27 +76,76 @@ def get(obj: Any, camel: str) -> Any:
     return obj.get(re.sub(r"(?<!^)([A-Z])", r"_\1", camel).lower())
 
 
+SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions")
+SCHEMA_ONE = ("items", "additionalProperties", "not")
+SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+SCHEMA_INTS = ("minItems", "maxItems", "minLength", "maxLength", "minProperties", "maxProperties")
+SCHEMA_DROPPED = ("propertyOrdering", "nullable", "example")
+_SNAKE = {
+    re.sub(r"([A-Z])", r"_\1", k).lower(): k
+    for k in (*SCHEMA_MAPS, *SCHEMA_ONE, *SCHEMA_LISTS, *SCHEMA_INTS, *SCHEMA_DROPPED)
+}
+
+
+def _schema_type(value: Any) -> Any:
+    """A type (or list of types) lower-cased; Google's `TYPE_UNSPECIFIED` is None."""
+    if isinstance(value, list):
+        kept = [_schema_type(v) for v in value]
+        return [v for v in kept if v is not None]
+    if not isinstance(value, str):
+        return value
+    lowered = value.lower()
+    return None if lowered == "type_unspecified" else lowered
+
+
+def _nullable(out: dict[str, Any]) -> dict[str, Any]:
+    """`out` that also accepts null: in its type, its enum, or as one more `anyOf` branch."""
+    kind = out.get("type")
+    if isinstance(kind, str):
+        out["type"] = [kind, "null"] if kind != "null" else kind
+    elif isinstance(kind, list) and "null" not in kind:
+        out["type"] = [*kind, "null"]
+    elif kind is None and isinstance(out.get("anyOf"), list):
+        out["anyOf"] = [*out["anyOf"], {"type": "null"}]
+    if isinstance(out.get("enum"), list) and None not in out["enum"]:
+        out["enum"] = [*out["enum"], None]
+    return out
+
+
 def json_schema(schema: Any) -> Any:
-    """A Gemini Schema as JSON Schema: types lower-cased, `nullable` folded into `type`."""
+    """A Gemini (OpenAPI-style) Schema as JSON Schema that vLLM's grammars accept.
+
+    Types lower-cased (`TYPE_UNSPECIFIED` dropped); `nullable: true` folded
+    into the type (`[t, "null"]`), the enum, or an `anyOf` null branch;
+    Google-only keys (`propertyOrdering`, `nullable`, `example`, `format:
+    enum`) dropped; int64 bounds sent as strings made integers; snake_case
+    keys camelCased; nested `properties` / `items` / `anyOf` ... recursed.
+    `enum`, `format`, `required`, `description` and the rest are kept. Plain
+    JSON Schema comes out unchanged, so it is safe on `*JsonSchema` fields too.
+    """
     if isinstance(schema, list):
         return [json_schema(s) for s in schema]
     if not isinstance(schema, dict):
         return schema
     out: dict[str, Any] = {}
-    for key, value in schema.items():
-        if key in ("propertyOrdering", "property_ordering", "nullable"):
+    for raw_key, value in schema.items():
+        key = _SNAKE.get(raw_key, raw_key)
+        if key in SCHEMA_DROPPED or (key == "format" and value == "enum"):
             continue
-        if key == "type" and isinstance(value, str):
-            out[key] = value.lower()
-        elif key == "properties" and isinstance(value, dict):
-            out[key] = {k: json_schema(v) for k, v in value.items()}
-        elif key in ("items", "anyOf", "any_of"):
-            out["anyOf" if key == "any_of" else key] = json_schema(value)
+        if key == "type":
+            kind = _schema_type(value)
+            if kind is not None and kind != []:
+                out[key] = kind
+        elif key in SCHEMA_MAPS and isinstance(value, dict):
+            out[key] = {name: json_schema(v) for name, v in value.items()}
+        elif key in SCHEMA_ONE or key in SCHEMA_LISTS:
+            out[key] = json_schema(value)
+        elif key in SCHEMA_INTS and isinstance(value, str) and value.isdigit():
+            out[key] = int(value)
         else:
             out[key] = value
-    if schema.get("nullable") and isinstance(out.get("type"), str):
-        out["type"] = [out["type"], "null"]
-    return out
+    nullable = schema.get("nullable")
+    return _nullable(out) if nullable is True or nullable == "true" else out
 
 
 # --------------------------------------------------------------------------- request
@@ -233,7 +282,7 @@ def map_tools(tools: Any) -> list[dict[str, Any]]:
             if isinstance(get(decl, "description"), str):
                 function["description"] = get(decl, "description")
             raw = get(decl, "parametersJsonSchema")
-            params = raw if isinstance(raw, dict) else json_schema(get(decl, "parameters"))
+            params = json_schema(raw if isinstance(raw, dict) else get(decl, "parameters"))
             function["parameters"] = params if isinstance(params, dict) else {"type": "object"}
             out.append({"type": "function", "function": function})
     if dropped:
@@ -278,7 +327,7 @@ def generation_settings(config: Any) -> dict[str, Any]:
             param="generationConfig.candidateCount",
         )
     if get(config, "responseMimeType") == "application/json":
-        schema = get(config, "responseJsonSchema") or json_schema(get(config, "responseSchema"))
+        schema = json_schema(get(config, "responseJsonSchema") or get(config, "responseSchema"))
         out["response_format"] = (
             {"type": "json_schema", "json_schema": {"name": "response", "schema": schema}}
             if isinstance(schema, dict)
