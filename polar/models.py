@@ -620,8 +620,22 @@ class SessionProgress(BaseModel):
 # --------------------------------------------------------------------------- records
 
 
+class SampledChoice(BaseModel):
+    """One choice of an answer with `n > 1`: what the upstream sampled for it."""
+
+    index: int
+    response_token_ids: list[int] | None = None
+    response_logprobs: list[float] | None = None
+    finish_reason: str | None = None
+
+
 class CompletionRecord(BaseModel):
-    """One model call as the gateway saw it, stored before the caller gets its answer."""
+    """One model call as the gateway saw it, stored before the caller gets its answer.
+
+    The top-level response fields are choice 0's. An answer of several
+    choices (`n`, `candidateCount`) also lists every choice in `choices`
+    (choice 0 included); a single-choice answer leaves it empty.
+    """
 
     session_id: str
     task_id: str
@@ -640,9 +654,23 @@ class CompletionRecord(BaseModel):
     response_logprobs: list[float] | None = None
     finish_reason: str | None = None
     has_token_ids: bool = False
+    choices: list[SampledChoice] = Field(default_factory=list)
     started_at: float
     finished_at: float
     gateway_id: str = ""
+
+    def sampled(self) -> list[SampledChoice]:
+        """Every choice the upstream sampled: `choices`, or choice 0 from the top-level fields."""
+        if self.choices:
+            return list(self.choices)
+        return [
+            SampledChoice(
+                index=0,
+                response_token_ids=self.response_token_ids,
+                response_logprobs=self.response_logprobs,
+                finish_reason=self.finish_reason,
+            )
+        ]
 
 
 class BreakKind(StrEnum):

@@ -136,7 +136,7 @@ class Gateway:
     ) -> None:
         usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
         prompt = len(ex.prompt_token_ids or []) or int(usage.get("prompt_tokens") or 0)
-        completion = len(ex.response_token_ids or []) or int(usage.get("completion_tokens") or 0)
+        completion = ex.sampled_tokens or int(usage.get("completion_tokens") or 0)
         self.metrics.tokens(provider, identity.session_id, identity.task_id, prompt, completion)
 
     async def _serve(

@@ -88,6 +88,7 @@ class Recorder:
             response_logprobs=ex.response_logprobs,
             finish_reason=ex.finish_reason,
             has_token_ids=ex.has_token_ids,
+            choices=ex.choices,
             started_at=call.started_at,
             finished_at=time.time(),
             gateway_id=self.gateway_id,

@@ -16,11 +16,12 @@ import itertools
 import json
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
+from polar.models import SampledChoice
 from polar.providers import APIError
 from polar.settings import Settings
 
@@ -60,13 +61,22 @@ class UpstreamAnswer:
 
 @dataclass
 class Extracted:
-    """The training data read out of an upstream answer (first choice)."""
+    """The training data read out of an upstream answer (top-level fields: the first choice)."""
 
     prompt_token_ids: list[int] | None = None
     response_token_ids: list[int] | None = None
     response_logprobs: list[float] | None = None
     finish_reason: str | None = None
     model: str | None = None
+    choices: list[SampledChoice] = field(default_factory=list)
+    """every choice, when the answer has several (`n > 1`); empty for one"""
+
+    @property
+    def sampled_tokens(self) -> int:
+        """Sampled ids over every choice."""
+        if not self.choices:
+            return len(self.response_token_ids or [])
+        return sum(len(c.response_token_ids or []) for c in self.choices)
 
     @property
     def has_token_ids(self) -> bool:
@@ -129,41 +139,60 @@ def _sglang_meta_logprobs(choice: dict[str, Any]) -> list[list[Any]] | None:
     return None
 
 
-def extract(body: dict[str, Any], kind: str) -> Extracted:
-    """Prompt ids, sampled ids, their logprobs and the finish reason of the first choice.
-
-    vLLM: top-level `prompt_token_ids`, `choices[0].token_ids`,
-    `choices[0].logprobs.content[].logprob`. SGLang: `choices[0].prompt_token_ids`,
-    `choices[0].token_ids`, `choices[0].meta_info.output_token_logprobs` as
-    `[logprob, id, text]`. Each falls back on the other's location; missing parts are None.
-    """
-    choices = body.get("choices")
-    choice: dict[str, Any] = choices[0] if isinstance(choices, list) and choices else {}
-    if not isinstance(choice, dict):
-        choice = {}
-    model = body.get("model") if isinstance(body.get("model"), str) else None
-    top_prompt = _int_list(body.get("prompt_token_ids"))
-    choice_prompt = _int_list(choice.get("prompt_token_ids"))
+def _sampled(choice: dict[str, Any], kind: str) -> SampledChoice:
+    """The sampled ids, their logprobs and the finish reason of one choice."""
     response_ids = _int_list(choice.get("token_ids"))
     meta = _sglang_meta_logprobs(choice)
     meta_logprobs = _float_list([e[0] for e in meta]) if meta is not None else None
     if kind == "sglang":
-        prompt_ids = choice_prompt if choice_prompt is not None else top_prompt
         if response_ids is None and meta is not None:
             response_ids = _int_list([e[1] for e in meta])
         logprobs = meta_logprobs if meta_logprobs is not None else _vllm_logprobs(choice)
     else:
-        prompt_ids = top_prompt if top_prompt is not None else choice_prompt
         logprobs = _vllm_logprobs(choice)
         if logprobs is None:
             logprobs = meta_logprobs
     finish = choice.get("finish_reason")
-    return Extracted(
-        prompt_token_ids=prompt_ids,
+    index = choice.get("index")
+    return SampledChoice(
+        index=index if type(index) is int else 0,
         response_token_ids=response_ids,
         response_logprobs=logprobs,
         finish_reason=finish if isinstance(finish, str) else None,
+    )
+
+
+def extract(body: dict[str, Any], kind: str) -> Extracted:
+    """Prompt ids, and the sampled ids, their logprobs and finish reason of each choice.
+
+    vLLM: top-level `prompt_token_ids`, `choices[i].token_ids`,
+    `choices[i].logprobs.content[].logprob`. SGLang: `choices[0].prompt_token_ids`,
+    `choices[i].token_ids`, `choices[i].meta_info.output_token_logprobs` as
+    `[logprob, id, text]`. Each falls back on the other's location; missing parts are None.
+    The top-level fields are the first choice's; `choices` lists them all when there are
+    several (`n > 1`), each at its position.
+    """
+    raw = body.get("choices")
+    choices = [c if isinstance(c, dict) else {} for c in raw] if isinstance(raw, list) else []
+    choice = choices[0] if choices else {}
+    model = body.get("model") if isinstance(body.get("model"), str) else None
+    top_prompt = _int_list(body.get("prompt_token_ids"))
+    choice_prompt = _int_list(choice.get("prompt_token_ids"))
+    if kind == "sglang":
+        prompt_ids = choice_prompt if choice_prompt is not None else top_prompt
+    else:
+        prompt_ids = top_prompt if top_prompt is not None else choice_prompt
+    sampled = [
+        _sampled(c, kind).model_copy(update={"index": i}) for i, c in enumerate(choices)
+    ] or [SampledChoice(index=0)]
+    first = sampled[0]
+    return Extracted(
+        prompt_token_ids=prompt_ids,
+        response_token_ids=first.response_token_ids,
+        response_logprobs=first.response_logprobs,
+        finish_reason=first.finish_reason,
         model=model,
+        choices=sampled if len(sampled) > 1 else [],
     )
 
 

@@ -404,10 +404,11 @@ def test_google_mapping_rules() -> None:
     assert (chat["max_tokens"], chat["top_k"], chat["seed"]) == (9, 3, 7)
     assert chat["response_format"] == {"type": "json_object"}
     assert json_schema({"anyOf": [{"type": "STRING"}]}) == {"anyOf": [{"type": "string"}]}
+    several = {"contents": [{"parts": [{"text": "a"}]}], "generationConfig": {"candidateCount": 2}}
+    assert provider.to_chat(several, CallContext())["n"] == 2  # each candidate recorded
     for bad in (
         {"contents": []},
         {"contents": [{"parts": [{"x": 1}]}]},
-        {"contents": [{"parts": [{"text": "a"}]}], "generationConfig": {"candidateCount": 2}},
         {"contents": [{"parts": [{"text": "a"}]}], "cachedContent": "c/1"},
     ):
         with pytest.raises(APIError) as caught:

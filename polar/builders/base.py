@@ -54,17 +54,32 @@ class BuilderConfig(StrictModel):
 
 @dataclass(frozen=True)
 class Prepared:
-    """A usable record with the token ids a builder needs."""
+    """One usable sampled choice of a record with the token ids a builder needs.
+
+    A record of `n` choices gives `n` of these: same prompt ids, each its own
+    response ids and logprobs.
+    """
 
     record: CompletionRecord
     prompt_ids: list[int]
     response_ids: list[int]
     logprobs: list[float]
     prompt_rebuilt: bool = False
+    choice: int = 0
+    finish_reason: str | None = None
 
     @property
     def messages(self) -> list[dict[str, Any]]:
         return list(self.record.normalized_request.get("messages") or [])
+
+    @property
+    def key(self) -> str:
+        """The record id, with the choice for a choice other than the first."""
+        return self.record.record_id + (f"-choice{self.choice}" if self.choice else "")
+
+    @property
+    def response_message(self) -> dict[str, Any] | None:
+        return response_message(self.record, self.choice)
 
 
 def usable(record: CompletionRecord) -> str | None:
@@ -74,20 +89,21 @@ def usable(record: CompletionRecord) -> str | None:
     """
     if record.error is not None:
         return f"{record.record_id}: failed call ({record.error})"
-    if record.response_token_ids is None or record.response_logprobs is None:
-        return f"{record.record_id}: upstream returned no response token ids or logprobs"
-    if len(record.response_token_ids) != len(record.response_logprobs):
-        return (
-            f"{record.record_id}: {len(record.response_token_ids)} response ids but "
-            f"{len(record.response_logprobs)} logprobs"
-        )
+    for choice in record.sampled():
+        where = record.record_id + (f" choice {choice.index}" if choice.index else "")
+        ids, logprobs = choice.response_token_ids, choice.response_logprobs
+        if ids is None or logprobs is None:
+            return f"{where}: upstream returned no response token ids or logprobs"
+        if len(ids) != len(logprobs):
+            return f"{where}: {len(ids)} response ids but {len(logprobs)} logprobs"
     return None
 
 
 def prepare_records(
     records: list[CompletionRecord], config: BuilderConfig
 ) -> tuple[list[Prepared], list[str]]:
-    """Usable records in call order with their ids, and the reasons for the others.
+    """Usable choices in call order (a record's choices in index order) with their ids,
+    and the reasons for the unusable records (a record is used whole or not at all).
 
     A record without prompt ids gets them from `polar.tokenization` when
     `config.tokenizer` is set and the rebuild agrees with the backend's count;
@@ -100,7 +116,6 @@ def prepare_records(
         if problem is not None:
             unusable.append(problem)
             continue
-        assert record.response_token_ids is not None and record.response_logprobs is not None
         prompt_ids = record.prompt_token_ids
         rebuilt = False
         if prompt_ids is None:
@@ -119,14 +134,17 @@ def prepare_records(
                 unusable.append(f"{record.record_id}: {result.problem}")
                 continue
             prompt_ids, rebuilt = result.ids, True
-        prepared.append(
+        prepared.extend(
             Prepared(
                 record=record,
                 prompt_ids=list(prompt_ids),
-                response_ids=list(record.response_token_ids),
-                logprobs=[float(x) for x in record.response_logprobs],
+                response_ids=list(choice.response_token_ids or []),
+                logprobs=[float(x) for x in choice.response_logprobs or []],
                 prompt_rebuilt=rebuilt,
+                choice=choice.index,
+                finish_reason=choice.finish_reason,
             )
+            for choice in record.sampled()
         )
     return prepared, unusable
 
@@ -142,10 +160,11 @@ def end_of_turn_ids(config: BuilderConfig) -> frozenset[int]:
     return frozenset()
 
 
-def response_message(record: CompletionRecord) -> dict[str, Any] | None:
-    """The assistant message the upstream answered with."""
+def response_message(record: CompletionRecord, choice: int = 0) -> dict[str, Any] | None:
+    """The assistant message the upstream answered with (in choice `choice`)."""
     choices = (record.response or {}).get("choices") or []
-    return choices[0].get("message") if choices else None
+    found = choices[choice] if 0 <= choice < len(choices) else None
+    return found.get("message") if isinstance(found, dict) else None
 
 
 def provenance(

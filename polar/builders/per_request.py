@@ -9,13 +9,14 @@ from polar.builders.base import (
     end_of_turn_ids,
     prepare_records,
     provenance,
-    response_message,
 )
 from polar.models import CompletionRecord, ReconstructionStats, Trace
 
 
 def build_per_request(records: list[CompletionRecord], ctx: BuildContext) -> BuildOutput:
-    """One Trace per usable record: prompt ids, sampled ids (mask 1) and their logprobs.
+    """One Trace per usable sampled choice: prompt ids, sampled ids (mask 1) and logprobs.
+
+    A call of `n` choices gives `n` traces with the same prompt ids.
 
     Config: `BuilderConfig` (tokenizer for missing prompt ids, reward policy).
     """
@@ -36,13 +37,13 @@ def build_per_request(records: list[CompletionRecord], ctx: BuildContext) -> Bui
         )
         out.traces.append(
             Trace(
-                trace_id=f"{ctx.session_id}/{record.record_id}",
+                trace_id=f"{ctx.session_id}/{item.key}",
                 prompt_ids=item.prompt_ids,
                 response_ids=item.response_ids,
                 loss_mask=[1] * len(item.response_ids),
                 response_logprobs=item.logprobs,
                 prompt_messages=item.messages,
-                response_message=response_message(record),
+                response_message=item.response_message,
                 tools=request.get("tools"),
                 provenance=provenance(ctx, [item], stats, config.reward),
             )

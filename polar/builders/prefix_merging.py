@@ -32,6 +32,11 @@ first difference) names the break in the new trace's `started_by`, and the
 new chain keeps that chain's sampled-turn structure for its first prompt, so
 that later drift there is still recognised.
 
+Several choices of one call (`n > 1`): the choice the next call's prompt
+carries is taken first and continues the chain; each other choice's prompt
+then ends inside that chain, so it starts its own trace (`branch`). Every
+sampled choice is in exactly one trace.
+
 Options (`PrefixMergingConfig`, on top of `BuilderConfig`):
 
 * `repair: "none"` (default): every break starts a new chain whose prompt is
@@ -72,7 +77,6 @@ from polar.builders.base import (
     end_of_turn_ids,
     prepare_records,
     provenance,
-    response_message,
 )
 from polar.models import BreakKind, ChainBreak, CompletionRecord, ReconstructionStats, Trace
 
@@ -207,13 +211,13 @@ def _classify(member: Prepared, item: Prepared, at_start: bool) -> tuple[BreakKi
     right after `member`'s own messages against `member`'s answer), None when
     they cannot.
     """
-    sampled = response_message(member.record)
+    sampled = member.response_message
     index = len(member.messages)
     sent = item.messages[index] if index < len(item.messages) else None
     same = None if sampled is None or sent is None else _same_turn(sampled, sent)
     if same is False:
         return BreakKind.BRANCH, same
-    if member.record.finish_reason == "length":
+    if member.finish_reason == "length":
         return BreakKind.TRUNCATED_TURN, same
     reasoning = sampled is not None and _has_reasoning(sampled)
     if reasoning and at_start:
@@ -279,7 +283,7 @@ def _align(chain: _Chain, item: Prepared, eos: frozenset[int]) -> _Match:
             match.stop = brk(kind, at, "non-sampled tokens differ")
             return match
         kind, same = _classify(member, item, at_start=at == j)
-        what = f"inside the response of {member.record.record_id}"
+        what = f"inside the response of {member.key}"
         if kind is BreakKind.BRANCH:
             match.stop = brk(kind, at, f"another assistant turn follows where {what} was")
             return match
@@ -308,6 +312,7 @@ def build_prefix_merging(records: list[CompletionRecord], ctx: BuildContext) -> 
     """
     config = PrefixMergingConfig.model_validate(ctx.config)
     prepared, unusable = prepare_records(records, config)
+    prepared = _followed_first(prepared)
     eos = end_of_turn_ids(config)
     repair = config.repair == "response_span"
     chains: list[_Chain] = []
@@ -341,7 +346,7 @@ def build_prefix_merging(records: list[CompletionRecord], ctx: BuildContext) -> 
             )
             started_by, segments = closest.brk, _first_segments(item.prompt_ids, closest)
         chain = _Chain(
-            trace_id=f"{ctx.session_id}/chain-{item.record.record_id}",
+            trace_id=f"{ctx.session_id}/chain-{item.key}",
             attempt=attempt,
             members=[],
             segments=segments,
@@ -355,6 +360,48 @@ def build_prefix_merging(records: list[CompletionRecord], ctx: BuildContext) -> 
         chain.append(item, [])
         chains.append(chain)
     return _output(chains, ctx, config, eos, unusable)
+
+
+def _follows(later: Prepared, choice: Prepared) -> bool:
+    """Whether `later`'s prompt carries `choice`'s answer: its sampled ids, or (re-rendered)
+    the same turn right after `choice`'s own messages."""
+    if later.record.attempt != choice.record.attempt:
+        return False
+    sampled = choice.prompt_ids + choice.response_ids
+    if later.prompt_ids[: len(sampled)] == sampled:
+        return True
+    message, index = choice.response_message, len(choice.messages)
+    sent = later.messages[index] if index < len(later.messages) else None
+    return (
+        message is not None
+        and isinstance(sent, dict)
+        and later.prompt_ids[: len(choice.prompt_ids)] == choice.prompt_ids
+        and _same_turn(message, sent)
+    )
+
+
+def _followed_first(prepared: list[Prepared]) -> list[Prepared]:
+    """`prepared` with each record's followed choice first, the others after it.
+
+    Of a call's several choices (`n > 1`) the harness carries on with one: the
+    choice that the first later call's prompt carries. Taken first, it continues
+    the chain; the other choices then branch off as their own traces.
+    """
+    out: list[Prepared] = []
+    i = 0
+    while i < len(prepared):
+        j = i
+        while j < len(prepared) and prepared[j].record is prepared[i].record:
+            j += 1
+        group, later = prepared[i:j], prepared[j:]
+        followed = (
+            next((c for item in later for c in group if _follows(item, c)), group[0])
+            if len(group) > 1
+            else group[0]
+        )
+        out += [followed] + [c for c in group if c is not followed]
+        i = j
+    return out
 
 
 def _first_segments(prompt: list[int], closest: _Match) -> list[_Segment]:
@@ -413,7 +460,7 @@ def _output(
                 loss_mask=chain.mask,
                 response_logprobs=chain.logprobs,
                 prompt_messages=first.messages,
-                response_message=response_message(last.record),
+                response_message=last.response_message,
                 tools=first.record.normalized_request.get("tools"),
                 provenance=provenance(ctx, chain.members, stats, config.reward),
             )

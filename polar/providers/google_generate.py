@@ -11,13 +11,15 @@ always renders the same prompt. `tools[].functionDeclarations` -> functions
 other tools (`googleSearch`, `codeExecution`, ...) are dropped.
 `toolConfig.functionCallingConfig` -> `tool_choice`; `generationConfig`
 `maxOutputTokens`, `temperature`, `topP`, `topK`, `stopSequences`, `seed`,
-penalties and JSON output are mapped. Field names are accepted in camelCase
+penalties, JSON output and `candidateCount` (-> `n`: every candidate is
+recorded, each its own trace) are mapped. Field names are accepted in camelCase
 or snake_case, as Google's own JSON parser does.
 
 Answer: a `GenerateContentResponse`; `:streamGenerateContent?alt=sse` gets
 `data:` chunks (thought text, text, function calls; the last chunk carries
-`finishReason` and `usageMetadata`), without `alt=sse` a JSON array of the
-same chunks. Errors are `{"error": {"code", "message", "status"}}`.
+`finishReason` and `usageMetadata`; several candidates stream one after the
+other, each ending on its `finishReason`), without `alt=sse` a JSON array of
+the same chunks. Errors are `{"error": {"code", "message", "status"}}`.
 """
 
 from __future__ import annotations
@@ -31,10 +33,8 @@ from typing import Any
 from polar.providers.base import (
     CallContext,
     ProviderAPI,
-    answer_message,
     arr,
     bad_request,
-    first_choice,
     malformed_is_400,
     new_id,
     parse_arguments,
@@ -321,11 +321,8 @@ def generation_settings(config: Any) -> dict[str, Any]:
     if stops:
         out["stop"] = stops
     count = get(config, "candidateCount")
-    if isinstance(count, int) and count > 1:
-        raise bad_request(
-            "candidateCount > 1 is not supported by this gateway",
-            param="generationConfig.candidateCount",
-        )
+    if isinstance(count, int) and not isinstance(count, bool) and count > 1:
+        out["n"] = count  # every candidate is recorded and becomes its own trace
     if get(config, "responseMimeType") == "application/json":
         schema = json_schema(get(config, "responseJsonSchema") or get(config, "responseSchema"))
         out["response_format"] = (
@@ -339,8 +336,9 @@ def generation_settings(config: Any) -> dict[str, Any]:
 # --------------------------------------------------------------------------- answer
 
 
-def answer_parts(answer: dict[str, Any]) -> list[dict[str, Any]]:
-    message = answer_message(answer)
+def choice_parts(choice: dict[str, Any]) -> list[dict[str, Any]]:
+    """The parts of one Chat choice's message: thought text, text, function calls."""
+    message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
     parts: list[dict[str, Any]] = []
     reasoning = reasoning_of(message)
     if reasoning:
@@ -361,6 +359,13 @@ def answer_parts(answer: dict[str, Any]) -> list[dict[str, Any]]:
     return parts or [{"text": ""}]
 
 
+def answer_choices(answer: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every choice of a Chat answer (one empty choice if it has none)."""
+    choices = answer.get("choices")
+    kept = [c for c in choices if isinstance(c, dict)] if isinstance(choices, list) else []
+    return kept or [{}]
+
+
 def _usage(answer: dict[str, Any]) -> dict[str, int]:
     prompt, completion = usage_of(answer)
     return {
@@ -370,34 +375,50 @@ def _usage(answer: dict[str, Any]) -> dict[str, int]:
     }
 
 
-def _chunk(
-    parts: list[dict[str, Any]], call: CallContext, response_id: str, **extra: Any
+def _candidate(parts: list[dict[str, Any]], index: int, finish: str | None) -> dict[str, Any]:
+    candidate: dict[str, Any] = {"content": {"role": "model", "parts": parts}, "index": index}
+    if finish is not None:
+        candidate["finishReason"] = finish
+    return candidate
+
+
+def _finish(choice: dict[str, Any]) -> str:
+    return FINISH.get(str(choice.get("finish_reason")), "STOP")
+
+
+def _response(
+    candidates: list[dict[str, Any]], call: CallContext, response_id: str, **extra: Any
 ) -> dict[str, Any]:
-    candidate: dict[str, Any] = {"content": {"role": "model", "parts": parts}, "index": 0}
-    chunk = {"candidates": [candidate], "modelVersion": call.model or "", "responseId": response_id}
-    if "finishReason" in extra:
-        candidate["finishReason"] = extra.pop("finishReason")
-    return chunk | extra
+    return {
+        "candidates": candidates,
+        "modelVersion": call.model or "",
+        "responseId": response_id,
+    } | extra
 
 
 def stream_chunks(answer: dict[str, Any], call: CallContext) -> list[dict[str, Any]]:
-    """The chunks of a streamed answer; the last carries finishReason and usage."""
-    pieces: list[list[dict[str, Any]]] = []
-    calls: list[dict[str, Any]] = []
-    for part in answer_parts(answer):
-        if "functionCall" in part:
-            calls.append(part)
-        else:
-            extra = {"thought": True} if part.get("thought") else {}
-            pieces.extend([{"text": p} | extra] for p in split_text(part["text"]) or [""])
-    if calls:
-        pieces.append(calls)
+    """The chunks of a streamed answer, candidate after candidate.
+
+    Each candidate's last chunk carries its finishReason; the last chunk also usage.
+    """
     response_id = new_id("")
-    finish = FINISH.get(str(first_choice(answer).get("finish_reason")), "STOP")
-    chunks = [_chunk(p, call, response_id) for p in pieces[:-1]]
-    chunks.append(
-        _chunk(pieces[-1], call, response_id, finishReason=finish, usageMetadata=_usage(answer))
-    )
+    chunks: list[dict[str, Any]] = []
+    for position, choice in enumerate(answer_choices(answer)):
+        pieces: list[list[dict[str, Any]]] = []
+        calls: list[dict[str, Any]] = []
+        for part in choice_parts(choice):
+            if "functionCall" in part:
+                calls.append(part)
+            else:
+                extra = {"thought": True} if part.get("thought") else {}
+                pieces.extend([{"text": p} | extra] for p in split_text(part["text"]) or [""])
+        if calls:
+            pieces.append(calls)
+        index = choice.get("index", position)
+        for k, piece in enumerate(pieces):
+            finish = _finish(choice) if k == len(pieces) - 1 else None
+            chunks.append(_response([_candidate(piece, index, finish)], call, response_id))
+    chunks[-1]["usageMetadata"] = _usage(answer)
     return chunks
 
 
@@ -443,14 +464,11 @@ class GoogleGenerate(ProviderAPI):
     def from_chat(
         self, answer: dict[str, Any], request: dict[str, Any], call: CallContext
     ) -> dict[str, Any]:
-        finish = FINISH.get(str(first_choice(answer).get("finish_reason")), "STOP")
-        return _chunk(
-            answer_parts(answer),
-            call,
-            new_id(""),
-            finishReason=finish,
-            usageMetadata=_usage(answer),
-        )
+        candidates = [
+            _candidate(choice_parts(choice), choice.get("index", position), _finish(choice))
+            for position, choice in enumerate(answer_choices(answer))
+        ]
+        return _response(candidates, call, new_id(""), usageMetadata=_usage(answer))
 
     def stream_events(
         self, answer: dict[str, Any], request: dict[str, Any], call: CallContext

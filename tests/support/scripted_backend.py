@@ -7,7 +7,8 @@ of the messages; response: the generated text plus an end-of-turn id), and
 logprobs are a deterministic function of position and id, so tests can
 assert the gateway recorded exactly what the backend produced. Like vLLM, it
 returns `prompt_token_ids` / `choices[0].token_ids` only when asked
-(`return_token_ids`) and `logprobs` only when asked (`logprobs`).
+(`return_token_ids`) and `logprobs` only when asked (`logprobs`). A request
+with `n > 1` is answered with `n` choices, one scripted reply each.
 
     with scripted_backend([text("hi"), tool_call("shell", {"cmd": "ls"})]) as backend:
         ... backend.url, backend.requests, backend.responses
@@ -101,6 +102,10 @@ class ScriptedBackend:
                    "code": reply.status_code}
             return reply.status_code, {"error": err}, reply.delay_s
         answer = render_answer(body, reply)
+        n = body.get("n")
+        if type(n) is int and n > 1:  # each further choice is the next scripted reply
+            more = [self.replies.popleft() for _ in range(min(n - 1, len(self.replies)))]
+            answer = merge_choices([answer] + [render_answer(body, r) for r in more])
         self.responses.append(answer)
         return 200, answer, reply.delay_s
 
@@ -142,6 +147,20 @@ def render_answer(body: dict[str, Any], reply: ScriptedReply) -> dict[str, Any]:
         with_ids=not reply.omit_token_ids,
         answer_id=f"chatcmpl-{uuid.uuid4().hex}",
     )
+
+
+def merge_choices(answers: list[dict[str, Any]]) -> dict[str, Any]:
+    """One answer of several choices (`n > 1`), as vLLM gives it: choice `i` is `answers[i]`'s."""
+    merged = answers[0] | {"choices": []}
+    for i, answer in enumerate(answers):
+        merged["choices"].append(answer["choices"][0] | {"index": i})
+    completion = sum(a["usage"]["completion_tokens"] for a in answers)
+    prompt = merged["usage"]["prompt_tokens"]
+    merged["usage"] = merged["usage"] | {
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+    return merged
 
 
 def vllm_chat_answer(

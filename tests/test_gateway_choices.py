@@ -1,0 +1,116 @@
+"""`n > 1` through the gateway: every choice recorded, answered, and made its own trace.
+
+OpenAI chat `n` and Google `candidateCount` against the scripted vLLM-shaped
+backend (one scripted reply per choice) and the real SeaweedFS; whole and
+streamed answers through the official SDKs; then both builders over the
+stored records.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from google.genai import types
+
+from polar.builders import BuildContext, get_builder
+from polar.models import CompletionRecord
+from polar.settings import Settings
+from polar.storage import Storage
+from tests.support import text
+from tests.test_builders_choices import assert_each_choice_once
+from tests.test_gateway import assert_recorded_exactly, stack
+from tests.test_providers_google import client_for
+
+QUESTION = [{"role": "user", "content": "Name a fruit."}]
+FRUITS = ["Apple.", "Banana.", "Cherry.", "Dates.", "Elder.", "Fig."]
+
+
+def assert_every_choice_recorded(record: CompletionRecord, answer: dict[str, Any]) -> None:
+    assert_recorded_exactly(record, answer)  # the top-level fields: choice 0
+    assert [c.index for c in record.choices] == [0, 1, 2]
+    for kept, choice in zip(record.choices, answer["choices"], strict=True):
+        assert kept.response_token_ids == choice["token_ids"]
+        assert kept.response_logprobs == [c["logprob"] for c in choice["logprobs"]["content"]]
+        assert kept.finish_reason == choice["finish_reason"]
+
+
+def assert_traced(records: list[CompletionRecord]) -> None:
+    """per_request: one trace per choice, each with its call's prompt; both: each choice once."""
+    for name in ("per_request", "prefix_merging"):
+        ctx = BuildContext(session_id="s", task_id="t", harness="command", builder=name)
+        out = get_builder(name)(records, ctx)
+        assert_each_choice_once(records, out)
+        if name == "per_request":
+            assert len(out.traces) == 3 * len(records)
+            prompts = [r.prompt_token_ids for r in records for _ in range(3)]
+            assert [t.prompt_ids for t in out.traces] == prompts
+
+
+def test_openai_n_every_choice_recorded_answered_and_traced(
+    base_settings: Settings, storage: Storage
+) -> None:
+    with stack(base_settings, [text(f) for f in FRUITS]) as (backend, gateway):
+        identity, key = gateway.session()
+        client = gateway.client(key)
+        whole = client.chat.completions.create(model="policy", messages=QUESTION, n=3)  # type: ignore[arg-type]
+        streamed: dict[int, str] = defaultdict(str)
+        finished: dict[int, str | None] = {}
+        for chunk in client.chat.completions.create(
+            model="policy",
+            messages=QUESTION,  # type: ignore[arg-type]
+            n=3,
+            stream=True,
+        ):
+            for choice in chunk.choices:
+                streamed[choice.index] += choice.delta.content or ""
+                if choice.finish_reason:
+                    finished[choice.index] = choice.finish_reason
+        records = storage.list_completions(identity.session_id)
+
+    assert [(c.index, c.message.content) for c in whole.choices] == list(enumerate(FRUITS[:3]))
+    assert dict(streamed) == dict(enumerate(FRUITS[3:]))
+    assert finished == {0: "stop", 1: "stop", 2: "stop"}
+    assert [r["n"] for r in backend.requests] == [3, 3]
+    assert len(records) == 2
+    for record, answer in zip(records, backend.responses, strict=True):
+        assert_every_choice_recorded(record, answer)
+    assert_traced(records)
+
+
+def test_google_candidate_count_behaves_the_same(base_settings: Settings, storage: Storage) -> None:
+    """Before: `candidateCount: 3` was refused with a 400; now it is `n = 3`."""
+    with stack(base_settings, [text(f) for f in FRUITS]) as (backend, gateway):
+        identity, key = gateway.session()
+        client = client_for(gateway.url, key, api_version="v1beta")
+        config = types.GenerateContentConfig(candidate_count=3)
+        whole = client.models.generate_content(model="policy", contents="Fruit?", config=config)
+        streamed: dict[int, str] = defaultdict(str)
+        finished: dict[int, Any] = {}
+        for chunk in client.models.generate_content_stream(
+            model="policy", contents="Fruit?", config=config
+        ):
+            for candidate in chunk.candidates or []:
+                assert candidate.index is not None and candidate.content is not None
+                streamed[candidate.index] += "".join(
+                    p.text or "" for p in candidate.content.parts or []
+                )
+                if candidate.finish_reason:
+                    finished[candidate.index] = candidate.finish_reason
+        records = storage.list_completions(identity.session_id)
+
+    candidates = whole.candidates or []
+    assert (
+        [(c.index, c.content.parts[0].text) for c in candidates]
+        == list(  # type: ignore[union-attr,index]
+            enumerate(FRUITS[:3])
+        )
+    )
+    assert {c.finish_reason for c in candidates} == {types.FinishReason.STOP}
+    assert dict(streamed) == dict(enumerate(FRUITS[3:]))
+    assert set(finished.values()) == {types.FinishReason.STOP} and len(finished) == 3
+    assert [r["n"] for r in backend.requests] == [3, 3]
+    assert [r.provider for r in records] == ["google_generate"] * 2
+    for record, answer in zip(records, backend.responses, strict=True):
+        assert_every_choice_recorded(record, answer)
+    assert_traced(records)
