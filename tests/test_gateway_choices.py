@@ -8,16 +8,21 @@ stored records.
 
 from __future__ import annotations
 
+import uuid
 from collections import defaultdict
 from typing import Any
 
+import pytest
 from google.genai import types
+from openai import OpenAI
 
 from polar.builders import BuildContext, get_builder
 from polar.models import CompletionRecord
+from polar.session_keys import SessionIdentity, mint_session_key
 from polar.settings import Settings
 from polar.storage import Storage
 from tests.support import text
+from tests.support.tap import Tap
 from tests.test_builders_choices import assert_each_choice_once
 from tests.test_gateway import assert_recorded_exactly, stack
 from tests.test_providers_google import client_for
@@ -113,4 +118,46 @@ def test_google_candidate_count_behaves_the_same(base_settings: Settings, storag
     assert [r.provider for r in records] == ["google_generate"] * 2
     for record, answer in zip(records, backend.responses, strict=True):
         assert_every_choice_recorded(record, answer)
+    assert_traced(records)
+
+
+@pytest.mark.slow
+def test_n_through_the_real_vllm(
+    gateway: str, tap: Tap, storage: Storage, base_settings: Settings
+) -> None:
+    """OpenAI `n=3` and Google `candidateCount: 3` to the real vLLM: what it sampled, all of it."""
+    session = f"s-choices-{uuid.uuid4().hex[:10]}"
+    key = mint_session_key(SessionIdentity(session, "task-choices"), base_settings.session_secret)
+    openai_client = OpenAI(base_url=f"{gateway}/v1", api_key=key, max_retries=0, timeout=120)
+    whole = openai_client.chat.completions.create(
+        model="policy",
+        messages=QUESTION,  # type: ignore[arg-type]
+        n=3,
+        max_tokens=6,
+        temperature=1.0,
+    )
+    google = client_for(gateway, key, api_version="v1beta")
+    config = types.GenerateContentConfig(candidate_count=3, max_output_tokens=6, temperature=1.0)
+    candidates = google.models.generate_content(model="policy", contents="Hi", config=config)
+    records = storage.list_completions(session)
+
+    assert len(whole.choices) == 3 and len(candidates.candidates or []) == 3
+    assert [r.status_code for r in records] == [200, 200]
+    answers = {
+        ex.response["id"]: ex.response
+        for ex in tap.exchanges
+        if ex.status_code == 200 and ex.response is not None and "id" in ex.response
+    }
+    for record in records:
+        answer = answers[(record.response or {})["id"]]
+        assert record.prompt_token_ids == answer["prompt_token_ids"]
+        assert [
+            (c.response_token_ids, c.response_logprobs, c.finish_reason) for c in record.choices
+        ] == [
+            (c["token_ids"], [i["logprob"] for i in c["logprobs"]["content"]], c["finish_reason"])
+            for c in answer["choices"]
+        ]
+    assert [c.message.content for c in whole.choices] == [
+        c["message"]["content"] for c in answers[whole.id]["choices"]
+    ]
     assert_traced(records)
