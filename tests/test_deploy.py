@@ -38,12 +38,17 @@ def helm(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(HELM), *args], capture_output=True, text=True, timeout=60)
 
 
-def test_compose_config_renders() -> None:
+def compose_config() -> dict:
+    """The compose file as `docker-compose config` renders it with the example env."""
     cmd = [*compose_cmd(), "--env-file", str(DEPLOY / ".env.example"), "-f",
            str(DEPLOY / "compose.yaml"), "config"]  # fmt: skip
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=DEPLOY)
     assert out.returncode == 0, out.stderr
-    config = yaml.safe_load(out.stdout)
+    return yaml.safe_load(out.stdout)
+
+
+def test_compose_config_renders() -> None:
+    config = compose_config()
     services = config["services"]
     assert {"postgresql", "temporal", "temporal-ui", "seaweedfs", "gateway"} <= set(services)
     assert services["temporal"]["environment"]["DB"] == "postgres12"
@@ -74,11 +79,7 @@ def test_compose_seals_sessions() -> None:
     """No host networking; the workers that start session containers get the engine and the
     runtimes dir at its host path (the engine resolves the channel dir's bind-mount source on
     the host); PostgreSQL sits only on the internal network."""
-    cmd = [*compose_cmd(), "--env-file", str(DEPLOY / ".env.example"), "-f",
-           str(DEPLOY / "compose.yaml"), "config"]  # fmt: skip
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=DEPLOY)
-    assert out.returncode == 0, out.stderr
-    config = yaml.safe_load(out.stdout)
+    config = compose_config()
     services = config["services"]
     assert all(s.get("network_mode") != "host" for s in services.values())
     assert config["networks"]["backend"]["internal"] is True
