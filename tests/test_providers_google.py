@@ -360,3 +360,23 @@ def test_upper_case_schemas_reach_the_real_vllm(
     sent = records[0].normalized_request
     assert sent["response_format"]["json_schema"]["schema"]["type"] == "object"
     assert records[1].normalized_request["tools"][1]["function"]["parameters"] == JSON_SCHEMA
+
+
+def test_a_command_harness_env_alone_configures_the_sdk(
+    base_settings: Settings, storage: Storage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The `command` harness's environment is all a google-genai client needs: `genai.Client()`
+    with no arguments reaches the gateway and its call is recorded under the session."""
+    from activities.harnesses.command import gateway_env
+
+    with stack(base_settings, [text("Hello from the env.")]) as (backend, gateway):
+        identity, key = gateway.session()
+        env = gateway_env(gateway_url=gateway.url, api_key=key, model="gemini-policy",
+                          session_id=identity.session_id, task_id=identity.task_id)  # fmt: skip
+        for name in ("GOOGLE_GEMINI_BASE_URL", "GEMINI_API_KEY", "GOOGLE_API_KEY"):
+            monkeypatch.setenv(name, env[name])
+        client = genai.Client()
+        answer = client.models.generate_content(model=env["GEMINI_MODEL"], contents="Hi")
+        assert answer.text == "Hello from the env."
+        [record] = storage.list_completions(identity.session_id)
+        assert record.provider == "google_generate" and record.status_code == 200

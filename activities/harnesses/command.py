@@ -1,7 +1,8 @@
 """The `command` harness: any shell command that calls an LLM API.
 
 It runs in the session's workspace with the session's gateway URL and key in
-the environment under every name common clients read (OpenAI, Anthropic and
+the environment under every name common clients read (OpenAI, Anthropic,
+Google's `GOOGLE_GEMINI_BASE_URL` / `GEMINI_API_KEY` / `GOOGLE_API_KEY`, and
 POLAR_*), and the instruction in POLAR_INSTRUCTION. Extra `args` are appended
 to the command, shell-quoted.
 """
@@ -18,7 +19,8 @@ from polar.models import HarnessSpec
 def gateway_env(
     *, gateway_url: str, api_key: str, model: str, session_id: str, task_id: str
 ) -> dict[str, str]:
-    """Environment that points OpenAI-, Anthropic- and Polar-aware clients at the gateway."""
+    """Environment that points OpenAI-, Anthropic-, Google- and Polar-aware clients at the
+    gateway (each provider's conventional variables)."""
     base = gateway_url.rstrip("/")
     return {
         "OPENAI_BASE_URL": f"{base}/v1",
@@ -27,6 +29,11 @@ def gateway_env(
         "ANTHROPIC_BASE_URL": base,
         "ANTHROPIC_API_KEY": api_key,
         "ANTHROPIC_MODEL": model,
+        # google-genai reads the root (it adds /v1beta/models/...) and either key variable
+        "GOOGLE_GEMINI_BASE_URL": base,
+        "GEMINI_API_KEY": api_key,
+        "GOOGLE_API_KEY": api_key,
+        "GEMINI_MODEL": model,
         "POLAR_GATEWAY_URL": base,
         "POLAR_BASE_URL": f"{base}/v1",
         "POLAR_API_KEY": api_key,
