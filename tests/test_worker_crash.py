@@ -53,7 +53,14 @@ async def test_worker_killed_mid_harness_session_completes_without_loss(
 
     stack.start(first)  # a fresh worker process on the same queue
     try:
-        result = await polar.wait(run, timeout_s=240)
+        # 96 s alone; a loaded 2-core CI box has needed more than 240 s
+        result = await polar.wait(run, timeout_s=480)
+    except TimeoutError:
+        status = await polar.status(run)
+        log = (settings.data_dir / "run" / "worker.log").read_text(errors="replace")[-3000:]
+        raise AssertionError(
+            f"no result after 480 s; sessions: {status}; worker log: {log}"
+        ) from None
     finally:
         stack.stop("worker", quiet=True)
 
