@@ -35,6 +35,7 @@ from polar.session_keys import SessionIdentity, mint_session_key
 from polar.storage import Storage, artifact_key
 from proxy.app import create_app
 from tests.support.adversary.matrix import make_repo, swebench_evaluator
+from tests.support.container_sessions import skip_without_disk_watchdog
 from tests.support.scripted_backend import scripted_backend, serve_app, text
 
 pytestmark = pytest.mark.slow
@@ -210,6 +211,7 @@ async def test_attacks_get_the_honest_reward(
 async def test_disk_filler_and_fork_bomb_end_only_their_session(
     kind: str, sealed_stack: SealedStack, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
+    skip_without_disk_watchdog(kind)
     stack = sealed_stack
     repo, sha = make_repo(tmp_path)
     tag = f"adv-limits-{kind}-{uuid.uuid4().hex[:6]}"

@@ -31,7 +31,11 @@ from polar.models import (
     RuntimeSpec,
 )
 from polar.sdk import PolarClient
-from tests.support.container_sessions import fixed_and_wrong_sessions, small_repo
+from tests.support.container_sessions import (
+    fixed_and_wrong_sessions,
+    skip_without_disk_watchdog,
+    small_repo,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -228,6 +232,7 @@ async def test_reap_kills_what_a_command_left_behind(runtime: DockerRuntime) -> 
 async def test_disk_limit_stops_a_disk_filling_command(runtime: DockerRuntime) -> None:
     """Writing past the disk limit (many files, each under the file-size rlimit) is stopped by
     the watchdog; a single file past it is refused by the rlimit."""
+    skip_without_disk_watchdog("docker")
     handle = await runtime.prepare(_request("disk-1", disk="64m"))
     try:
         fill = "for i in $(seq 1000); do head -c 8M /dev/zero > f$i || exit 9; sleep 0.05; done"

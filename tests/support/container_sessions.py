@@ -59,3 +59,22 @@ async def fixed_and_wrong_sessions(
     print(f"two {label} sessions end to end: {time.monotonic() - started:.1f}s; "
           f"stages {fixed.stage_seconds}")  # fmt: skip
     return fixed, wrong
+
+
+def skip_without_disk_watchdog(kind: str) -> None:
+    """The disk limit past one file is a watchdog over the container's overlay upper dir; an
+    engine with another storage driver (vfs, a remote engine) has none: skip, saying so."""
+    import subprocess
+
+    import pytest
+
+    if kind == "docker":
+        import docker
+
+        driver = docker.from_env().info().get("Driver", "")
+    else:
+        fmt = "{{.Store.GraphDriverName}}"
+        proc = subprocess.run(["podman", "info", "--format", fmt], capture_output=True, text=True)
+        driver = proc.stdout.strip()
+    if driver not in ("overlay2", "overlay"):
+        pytest.skip(f"{kind} storage driver {driver!r} has no overlay upper dir to watch")
