@@ -1,8 +1,11 @@
-"""Trajectory-builder benchmark: rebuild time of a 200-call session, trace counts on harness runs.
+"""Trajectory-builder benchmark: rebuild time of a 200-call session, build time of drifting
+sessions against their length, trace counts on harness runs.
 
-    .venv/bin/python bench/bench_builders.py            # both parts; sessions from bench/data
+    .venv/bin/python bench/bench_builders.py            # all parts; sessions from bench/data
     .venv/bin/python bench/bench_builders.py --record   # re-record the four CLIs first
     .venv/bin/python bench/bench_builders.py --runs 9 --calls 200
+    .venv/bin/python bench/bench_builders.py --drift-calls 50 200 300 1000 --out X.json \\
+        --compare bench/results/builders-before.json   # plot against an earlier run
 
 (a) A 200-call session rendered by the tiny Qwen3-style tokenizer's chat
 template (tests/builders_support.TinyBackend): multi-turn tool use with
@@ -11,14 +14,26 @@ template drops earlier `<think>` blocks), two compactions. Each builder
 rebuilds it `--runs` times after one warm-up; the median and the minimum are
 reported, with the token counts.
 
-(b) Real harness sessions: Codex, Claude Code, Qwen Code and Pi driven through
+(b) Drifting sessions (tests/drifting_sessions.py): one agent whose harness
+changes every answer it sends back, so every turn breaks the chain:
+`think_dropped` (reasoning not sent back: the template renders the turn
+without its `<think>`) and `tool_args_reordered` (tool-call argument keys
+re-serialised in reverse order); compacted every 250 calls. prefix_merging
+builds each at `--drift-calls` sizes: the median of up to `--drift-runs` runs
+(one run once a run takes over 5 s); a size whose time, extrapolated as the
+cube of the calls from the previous size, would pass `--drift-cap` seconds is
+skipped and marked so.
+
+(c) Real harness sessions: Codex, Claude Code, Qwen Code and Pi driven through
 the gateway by the agent backend of tests/test_harness_clis.py (list, read,
 edit, check, answer), their CompletionRecords as the gateway stored them in S3,
 kept xz-compressed in bench/data/{harness}.jsonl.xz (`--record` re-records
 them; it needs infra/harnesses/install.sh). Reports traces per builder per harness and the
 pooled per_request / prefix_merging ratio.
 
-Prints a markdown table; writes bench/results/builders.json.
+Prints markdown tables; writes bench/results/builders.json and, beside it,
+builders.png (build time against calls, one line per drift variant; dashed:
+the `--compare` run).
 """
 
 from __future__ import annotations
@@ -50,9 +65,11 @@ from tests.builders_support import (  # noqa: E402
     assistant_text,
     tool_result,
 )
+from tests.drifting_sessions import DRIFT_VARIANTS, drifting_session  # noqa: E402
 
 DATA = REPO / "bench" / "data"
 RESULTS = REPO / "bench" / "results" / "builders.json"
+DRIFT_CALLS = (50, 200, 300, 1000)
 BUILDERS = ("per_request", "prefix_merging")
 # harness kind -> the name of its recorded session file in bench/data/
 HARNESS_ORDER = {"codex": "codex", "claude_code": "claude", "qwen_code": "qwen", "pi": "pi"}
@@ -165,7 +182,82 @@ def bench_rebuild(tokenizer_dir: Path, calls: int, runs: int) -> dict[str, Any]:
     return result
 
 
-# --------------------------------------------------------------------------- (b) harness sessions
+# --------------------------------------------------------------------------- (b) drifting sessions
+
+
+def bench_drift(tokenizer_dir: Path, sizes: list[int], runs: int, cap_s: float) -> dict[str, Any]:
+    """prefix_merging build time of each drift variant at each size (see the module docstring)."""
+    from polar.tokenization import load_tokenizer
+
+    tokenizer = load_tokenizer(str(tokenizer_dir))
+    variants: dict[str, list[dict[str, Any]]] = {}
+    for variant in DRIFT_VARIANTS:
+        rows: list[dict[str, Any]] = []
+        previous: tuple[int, float] | None = None
+        for calls in sorted(sizes):
+            row: dict[str, Any] = {"calls": calls}
+            rows.append(row)
+            if previous is not None:
+                estimate = previous[1] * (calls / previous[0]) ** 3
+                if estimate > cap_s:
+                    row["skipped"] = f"estimated {estimate:.0f} s (cube of calls) > {cap_s:.0f} s"
+                    continue  # the larger sizes are compared with the same smaller one
+            records = drifting_session(TinyBackend(tokenizer), calls, variant)
+            prompts = [len(r.prompt_token_ids or []) for r in records]
+            times: list[float] = []
+            while len(times) < runs and sum(times) < 5.0:
+                started = time.perf_counter()
+                out = run_builder("prefix_merging", records, tokenizer_dir)
+                times.append(time.perf_counter() - started)
+            row.update(
+                prompt_tokens_total=sum(prompts),
+                prompt_tokens_max=max(prompts),
+                runs=len(times),
+                median_s=statistics.median(times),
+                min_s=min(times),
+                **token_counts(out),
+                breaks=out.breaks,
+            )
+            previous = (calls, min(times))
+            print(f"  {variant} {calls} calls: {row['median_s']:.3f} s", file=sys.stderr)
+        variants[variant] = rows
+    return {"variants": variants, "cap_s": cap_s}
+
+
+def plot_drift(result: dict[str, Any], path: Path, compare: dict[str, Any] | None) -> None:
+    """Build time against calls, one line per drift variant (dashed: the compared run)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    runs = [("after" if compare else "", result, "-")]
+    if compare is not None and "drift" in compare:
+        runs.append(("before", compare, "--"))
+    for label, run, style in runs:
+        for i, (variant, rows) in enumerate(run["drift"]["variants"].items()):
+            done = [r for r in rows if "median_s" in r]
+            ax.plot(
+                [r["calls"] for r in done],
+                [r["median_s"] for r in done],
+                style,
+                marker="o",
+                color=f"C{i}",
+                label=f"{variant} {label}".strip(),
+            )
+    ax.set_xlabel("calls in the session")
+    ax.set_ylabel("prefix_merging build time (s)")
+    ax.set_yscale("log")
+    ax.set_title("Drifting sessions: every turn breaks the chain")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# --------------------------------------------------------------------------- (c) harness sessions
 
 
 def slim(record: CompletionRecord) -> dict[str, Any]:
@@ -203,6 +295,7 @@ def record_harnesses(out_dir: Path) -> dict[str, str]:
         session_secret="bench-secret",
     )
     stack = DevStack(settings, with_model=False, workers=0, die_with_parent=True)
+    settings = stack.settings  # with the stack's generated S3 keys
     stack.start(stack.seaweedfs())
     outcome: dict[str, str] = {}
     try:
@@ -290,6 +383,24 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {name} | {b['median_s'] * 1000:.1f} ms | {b['min_s'] * 1000:.1f} ms | "
             f"{b['traces']} | {b['trace_tokens']:,} | {b['sampled_tokens']:,} | {breaks} |"
         )
+    d = result["drift"]["variants"]
+    lines += [
+        "",
+        "### prefix_merging on drifting sessions (every turn breaks the chain)",
+        "",
+        "| variant | calls | build (median) | runs | traces | prompt tokens (all calls) | breaks |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for variant, rows in d.items():
+        for row in rows:
+            if "skipped" in row:
+                lines.append(f"| {variant} | {row['calls']} | skipped: {row['skipped']} | | | | |")
+                continue
+            breaks = ", ".join(f"{k} {v}" for k, v in sorted(row["breaks"].items())) or "-"
+            lines.append(
+                f"| {variant} | {row['calls']} | {row['median_s']:.3f} s | {row['runs']} | "
+                f"{row['traces']} | {row['prompt_tokens_total']:,} | {breaks} |"
+            )
     r = result["ratio"]
     lines += [
         "",
@@ -315,6 +426,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=200, help="calls in the long session")
     parser.add_argument("--runs", type=int, default=5, help="timed rebuilds per builder")
+    parser.add_argument(
+        "--drift-calls", type=int, nargs="+", default=list(DRIFT_CALLS),
+        help="sizes of the drifting sessions",
+    )  # fmt: skip
+    parser.add_argument("--drift-runs", type=int, default=3, help="timed builds per drift size")
+    parser.add_argument(
+        "--drift-cap", type=float, default=180.0,
+        help="skip a drift size whose extrapolated build time passes this many seconds",
+    )  # fmt: skip
+    parser.add_argument("--compare", type=Path, help="an earlier results JSON to plot against")
     parser.add_argument("--record", action="store_true", help="re-record the harness sessions")
     parser.add_argument("--data", type=Path, default=DATA, help="recorded sessions (*.jsonl)")
     parser.add_argument("--out", type=Path, default=RESULTS, help="results JSON")
@@ -330,14 +451,18 @@ def main() -> None:
         },
         "date": time.strftime("%Y-%m-%d"),
         "rebuild": bench_rebuild(TINY_MODEL, args.calls, args.runs),
+        "drift": bench_drift(TINY_MODEL, args.drift_calls, args.drift_runs, args.drift_cap),
         "ratio": bench_ratio(args.data, TINY_MODEL),
     }
     if recorded is not None:
         result["recorded"] = recorded
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
+    compare = json.loads(args.compare.read_text()) if args.compare else None
+    plot = args.out.with_suffix(".png")
+    plot_drift(result, plot, compare)
     print(markdown(result))
-    print(f"\nresults: {args.out}")
+    print(f"\nresults: {args.out}, plot: {plot}")
 
 
 if __name__ == "__main__":
