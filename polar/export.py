@@ -57,12 +57,13 @@ import json
 import math
 import shutil
 from collections import defaultdict
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from polar import export_layouts as lay
 from polar.builders.base import response_message
 from polar.models import CompletionRecord, SessionStatus, Trace
 
@@ -85,7 +86,15 @@ class ExportFormat(StrEnum):
     JSONL = "jsonl"
     HF = "hf"
     SFT = "sft"
+    VERL = "verl"
+    TRL = "trl"
+    SLIME = "slime"
     ALL = "all"
+
+
+FORMAT_ORDER = [f for f in ExportFormat if f != ExportFormat.ALL]
+NEEDS_RECORDS = {ExportFormat.SFT, ExportFormat.TRL}
+"""Formats that read merged traces' CompletionRecords (their last call's messages)."""
 
 
 # --------------------------------------------------------------------------- RL rows
@@ -112,6 +121,7 @@ def rl_row(trace: Trace) -> dict[str, Any]:
         "reward_policy": prov.reward_policy,
         "record_ids": list(prov.record_ids),
         "completion_seqs": list(prov.completion_seqs),
+        "policy_version": prov.policy_version,
     }
 
 
@@ -138,6 +148,7 @@ def rl_features() -> Features:
             "reward_policy": text,
             "record_ids": List(text),
             "completion_seqs": List(Value("int64")),
+            "policy_version": Value("int64"),
         }
     )
 
@@ -233,23 +244,50 @@ class _Conversation:
         )
 
 
-def _conversation(trace: Trace, records: RecordIndex | None) -> _Conversation | None:
-    """The conversation of the trace's last call, or None when it cannot be known."""
+def last_call(
+    trace: Trace, records: RecordIndex | None
+) -> tuple[list[dict[str, Any]], dict[str, Any], list[dict[str, Any]] | None] | None:
+    """(request messages, answer, tools) of the trace's last call, or None when unknown.
+
+    The answer is the trace's own (`trace.response_message`: the sampled choice
+    the trace holds, so each choice of an `n > 1` call gives its own answer).
+    """
     prov = trace.provenance
     last = (prov.session_id, prov.record_ids[-1]) if prov.record_ids else None
     record = records.get(last) if records is not None and last is not None else None
     if record is not None:
-        answer = response_message(record)
+        answer = trace.response_message or response_message(record)
         if answer is None:
             return None
         request = record.normalized_request
-        prompt = list(request.get("messages") or [])
-        return _Conversation(trace, prompt, clean_message(answer), request.get("tools"))
-    if len(trace.provenance.record_ids) == 1 and trace.response_message is not None:
-        return _Conversation(
-            trace, list(trace.prompt_messages), clean_message(trace.response_message), trace.tools
-        )
+        return list(request.get("messages") or []), clean_message(answer), request.get("tools")
+    if len(prov.record_ids) == 1 and trace.response_message is not None:
+        return list(trace.prompt_messages), clean_message(trace.response_message), trace.tools
     return None
+
+
+def _conversation(trace: Trace, records: RecordIndex | None) -> _Conversation | None:
+    """The conversation of the trace's last call, or None when it cannot be known."""
+    call = last_call(trace, records)
+    return None if call is None else _Conversation(trace, *call)
+
+
+def prompt_completion(
+    trace: Trace, records: RecordIndex | None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
+    """(prompt, completion) messages: the first call's messages, then everything after them
+    up to the last answer; None when the last call is unknown or does not extend the first."""
+    call = last_call(trace, records)
+    if call is None:
+        return None
+    messages, answer, _ = call
+    prompt = list(trace.prompt_messages)
+    if len(trace.provenance.record_ids) == 1:
+        return messages, [answer]
+    key = [json.dumps(m, sort_keys=True, default=str) for m in prompt]
+    if [json.dumps(m, sort_keys=True, default=str) for m in messages[: len(prompt)]] != key:
+        return None
+    return prompt, [*(clean_message(m) for m in messages[len(prompt) :]), answer]
 
 
 @dataclass
@@ -361,14 +399,100 @@ class ExportSummary:
 
 
 def expand_formats(formats: Iterable[ExportFormat | str]) -> list[ExportFormat]:
-    chosen = {ExportFormat(f) for f in formats}
+    """The chosen formats, in a fixed order (`all`: every one; `a,b`: several)."""
+    names = [n.strip() for f in formats for n in str(f).split(",") if n.strip()]
+    chosen = {ExportFormat(n) for n in names}
     if ExportFormat.ALL in chosen:
-        return [ExportFormat.JSONL, ExportFormat.HF, ExportFormat.SFT]
-    return [f for f in (ExportFormat.JSONL, ExportFormat.HF, ExportFormat.SFT) if f in chosen]
+        return list(FORMAT_ORDER)
+    return [f for f in FORMAT_ORDER if f in chosen]
+
+
+def by_session(traces: Iterable[Trace]) -> Iterator[list[Trace]]:
+    """Consecutive traces of one session, one session at a time.
+
+    A session whose traces are not consecutive is refused (its SFT view and
+    slime rollout id need them together).
+    """
+    done: set[str] = set()
+    group: list[Trace] = []
+    for trace in traces:
+        sid = trace.provenance.session_id
+        if group and group[0].provenance.session_id != sid:
+            done.add(group[0].provenance.session_id)
+            yield group
+            group = []
+        if sid in done:
+            raise ValueError(f"traces of session {sid} are not consecutive: group them by session")
+        group.append(trace)
+    if group:
+        yield group
+
+
+class _Sinks:
+    """The open writers of the chosen formats, fed one session's traces at a time."""
+
+    def __init__(self, chosen: list[ExportFormat], out: Path, records: RecordIndex | None):
+        self.records = records
+        self.sinks: dict[ExportFormat, lay.RowSink] = {}
+        self.files: dict[str, str] = {}
+        self._group, self._rollout = lay.Ordinals(), lay.Ordinals()
+        self._index = 0
+        self._hf_tmp = out / f".{HF_DIR}.arrow"
+        paths = {
+            ExportFormat.JSONL: out / RL_JSONL,
+            ExportFormat.SFT: out / SFT_JSONL,
+            ExportFormat.TRL: out / lay.TRL_JSONL,
+            ExportFormat.SLIME: out / lay.SLIME_JSONL,
+        }
+        for fmt in chosen:
+            if fmt in paths:
+                self.sinks[fmt] = lay.JsonlSink(paths[fmt])
+                self.files[fmt.value] = str(paths[fmt])
+            elif fmt == ExportFormat.VERL:
+                self.sinks[fmt] = lay.ParquetSink(out / lay.VERL_PARQUET, lay.verl_schema())
+                self.files[fmt.value] = str(out / lay.VERL_PARQUET)
+            elif fmt == ExportFormat.HF:
+                self.sinks[fmt] = lay.ArrowSink(self._hf_tmp, rl_features())
+                self.files[fmt.value] = str(out / HF_DIR)
+
+    def write(self, trace: Trace) -> None:
+        for fmt, sink in self.sinks.items():
+            if fmt in (ExportFormat.JSONL, ExportFormat.HF):
+                sink.write(rl_row(trace))
+            elif fmt == ExportFormat.VERL:
+                sink.write(lay.verl_row(trace))
+            elif fmt == ExportFormat.TRL:
+                sink.write(lay.trl_row(trace, prompt_completion(trace, self.records)))
+            elif fmt == ExportFormat.SLIME:
+                prov = trace.provenance
+                single = len(prov.record_ids) == 1 and trace.response_message is not None
+                text = _text((trace.response_message or {}).get("content")) if single else ""
+                sink.write(
+                    lay.slime_row(
+                        trace,
+                        index=self._index,
+                        group_index=self._group(prov.task_id),
+                        rollout_id=self._rollout(prov.session_id),
+                        response_text=text,
+                    )
+                )
+        self._index += 1
+
+    def close(self, out: Path) -> None:
+        for sink in self.sinks.values():
+            sink.close()
+        if ExportFormat.HF in self.sinks:
+            from datasets import Dataset
+
+            target = out / HF_DIR
+            if target.exists():
+                shutil.rmtree(target)
+            save_dataset(Dataset.from_file(str(self._hf_tmp)), target)  # memory-mapped
+            self._hf_tmp.unlink()
 
 
 def export_traces(
-    traces: Sequence[Trace],
+    traces: Iterable[Trace],
     out: Path,
     formats: Iterable[ExportFormat | str] = (ExportFormat.ALL,),
     *,
@@ -379,36 +503,40 @@ def export_traces(
 ) -> ExportSummary:
     """Write `traces` under `out` in the chosen formats and a manifest; what was written.
 
+    Streams: `traces` (any iterable, each session's traces consecutive) is read
+    once, a session at a time, and every format is written as it goes.
     Overwrites this module's files under `out` (`traces.jsonl`, `dataset/`,
-    `sft.jsonl`, `manifest.json`), nothing else.
+    `sft.jsonl`, `verl.parquet`, `trl.jsonl`, `slime.jsonl`, `manifest.json`),
+    nothing else.
     """
     chosen = expand_formats(formats)
     out.mkdir(parents=True, exist_ok=True)
     summary = ExportSummary(
-        out=str(out),
-        formats=[f.value for f in chosen],
-        traces=len(traces),
-        sessions=len({t.provenance.session_id for t in traces} | set(rewards or {})),
+        out=str(out), formats=[f.value for f in chosen], traces=0, sessions=0,
         source=dict(source or {}),
-    )
+    )  # fmt: skip
+    sessions: set[str] = set(rewards or {})
+    sinks = _Sinks(chosen, out, records)
+    try:
+        for group in by_session(traces):
+            sessions.add(group[0].provenance.session_id)
+            for trace in group:
+                sinks.write(trace)
+            summary.traces += len(group)
+            sft = sinks.sinks.get(ExportFormat.SFT)
+            if sft is not None:
+                view = sft_rows(group, min_reward=min_reward, rewards=rewards, records=records)
+                for row in view.rows:
+                    sft.write(row)
+                summary.sft_rows += len(view.rows)
+                summary.resolved_sessions += len(view.resolved_sessions)
+                summary.sft_skipped += len(view.skipped)
+    finally:
+        sinks.close(out)
+    summary.sessions = len(sessions)
     if ExportFormat.JSONL in chosen or ExportFormat.HF in chosen:
-        rows = [rl_row(t) for t in traces]
-        summary.rl_rows = len(rows)
-        if ExportFormat.JSONL in chosen:
-            write_jsonl(rows, out / RL_JSONL)
-            summary.files["jsonl"] = str(out / RL_JSONL)
-        if ExportFormat.HF in chosen:
-            target = out / HF_DIR
-            if target.exists():
-                shutil.rmtree(target)
-            save_dataset(rl_dataset(rows), target)
-            summary.files["hf"] = str(target)
-    if ExportFormat.SFT in chosen:
-        view = sft_rows(traces, min_reward=min_reward, rewards=rewards, records=records)
-        summary.sft_rows = write_jsonl(view.rows, out / SFT_JSONL)
-        summary.resolved_sessions = len(view.resolved_sessions)
-        summary.sft_skipped = len(view.skipped)
-        summary.files["sft"] = str(out / SFT_JSONL)
+        summary.rl_rows = summary.traces
+    summary.files = sinks.files
     (out / MANIFEST).write_text(json.dumps(summary.as_dict(), indent=2) + "\n")
     return summary
 

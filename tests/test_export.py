@@ -9,10 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import datasets
+import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
 from polar import export as ex
+from polar import export_layouts as lay
 from polar.builders import BuildContext, get_builder
 from polar.builders.base import response_message
 from polar.builders.rewards import assign_rewards
@@ -29,6 +31,7 @@ from tests.builders_support import (
     tokenizer_dir_fixture,  # noqa: F401  (the tokenizer_dir fixture)
     tool_result,
 )
+from tests.test_builders_choices import several
 
 # (session, reward, status): resolved, failed evaluation, harness failed, not evaluated
 SESSIONS = [
@@ -37,6 +40,9 @@ SESSIONS = [
     ("s3", 1.0, SessionStatus.HARNESS_FAILED),
     ("s4", None, SessionStatus.ERROR),
 ]
+
+
+POLICY_VERSION = 7
 
 
 def agent_steps(backend: TinyBackend, messages: list[dict[str, Any]], steps: int, tag: str) -> None:
@@ -98,6 +104,8 @@ def build(
         )
         out = get_builder(builder)(session_records(records, sid), ctx)
         assign_rewards(out.traces, reward, status)
+        for trace in out.traces:
+            trace.provenance.policy_version = POLICY_VERSION
         traces += out.traces
     return traces
 
@@ -146,6 +154,7 @@ def test_rl_rows_round_trip_exactly_through_jsonl_and_datasets(
             prov.session_id, "t1", "command", builder,
         )  # fmt: skip
         assert row["model"] == "policy" and row["reward_policy"] == "broadcast"
+        assert row["policy_version"] == POLICY_VERSION
         assert row["record_ids"] == prov.record_ids
         assert row["completion_seqs"] == prov.completion_seqs
         # every mask-1 token is a token the backend sampled, in order, with its logprob
@@ -175,6 +184,77 @@ def test_an_empty_export_still_has_the_schema(tmp_path: Path) -> None:
     assert (tmp_path / ex.SFT_JSONL).read_text() == ""
     dataset = datasets.load_from_disk(str(tmp_path / ex.HF_DIR))
     assert len(dataset) == 0 and dataset.features == ex.rl_features()
+
+
+# --------------------------------------------------------------------------- n > 1 calls
+
+
+@pytest.fixture
+def three_choices(tokenizer_dir: Path) -> list[CompletionRecord]:
+    """A call answered with n=3 choices between two plain calls; the next call carries on
+    with choice 1 ("Banana.")."""
+    from polar.tokenization import load_tokenizer
+
+    backend = TinyBackend(load_tokenizer(str(tokenizer_dir)))
+    question = [SYSTEM, {"role": "user", "content": "Name a fruit."}]
+    backend.call(question, "Let me think.")
+    history = [*question, {"role": "assistant", "content": "Let me think."},
+               {"role": "user", "content": "Go on."}]  # fmt: skip
+    several(backend, history, ["Apple.", "Banana.", "Cherry."])
+    carried = [{"role": "assistant", "content": "Banana."}, {"role": "user", "content": "Why?"}]
+    backend.call(history + carried, "It is yellow.")
+    assert [len(r.sampled()) for r in backend.records] == [1, 3, 1]
+    return backend.records
+
+
+@pytest.mark.parametrize("builder", ["per_request", "prefix_merging"])
+def test_every_choice_of_an_n3_call_is_exported_in_every_format(
+    builder: str, three_choices: list[CompletionRecord], tokenizer_dir: Path, tmp_path: Path
+) -> None:
+    sessions = [("s1", 1.0, SessionStatus.COMPLETED)]
+    traces = build(three_choices, builder, tokenizer_dir, sessions)
+    index = ex.index_records(session_records(three_choices, "s1"))
+    summary = ex.export_traces(traces, tmp_path, ["all"], records=index)
+    assert summary.traces == len(traces) == (5 if builder == "per_request" else 3)
+    n3 = three_choices[1]
+    choice_spans = [(c.response_token_ids, c.response_logprobs) for c in n3.sampled()]
+    # token formats: each choice's sampled ids and logprobs are trained in exactly one row
+    rl = read_jsonl(tmp_path / ex.RL_JSONL)
+    verl = pq.read_table(tmp_path / lay.VERL_PARQUET).to_pylist()
+    trl = read_jsonl(tmp_path / lay.TRL_JSONL)
+    slime = read_jsonl(tmp_path / lay.SLIME_JSONL)
+    for rows, ids, mask, logprobs in (
+        ([(r["input_ids"][r["prompt_length"]:], r["loss_mask"][r["prompt_length"]:],
+           r["response_logprobs"]) for r in rl], 0, 1, 2),
+        ([(r["response_ids"], r["response_mask"], r["response_logprobs"]) for r in verl], 0, 1, 2),
+        ([(r["input_ids"], r["completion_mask"], r["rollout_logprobs"]) for r in trl], 0, 1, 2),
+        ([(r["tokens"][len(r["tokens"]) - r["response_length"]:], r["loss_mask"],
+           r["rollout_log_probs"]) for r in slime], 0, 1, 2),
+    ):  # fmt: skip
+        trained = [
+            [(t, lp) for t, m, lp in zip(row[ids], row[mask], row[logprobs], strict=True) if m]
+            for row in rows
+        ]
+        for span_ids, span_logprobs in choice_spans:
+            span = list(zip(span_ids or [], span_logprobs or [], strict=True))
+            holders = [t for t in trained if any(t[i:i + len(span)] == span
+                                                 for i in range(len(t)))]  # fmt: skip
+            assert len(holders) == 1, (builder, span_ids)
+    # message formats: each choice is its own answer, not choice 0 repeated
+    answers = {"Apple.", "Banana.", "Cherry."}
+    sft = read_jsonl(tmp_path / ex.SFT_JSONL)
+    last = {r["messages"][-1]["content"] for r in sft}
+    assert last == {"Apple.", "Cherry.", "It is yellow."}  # Banana is carried on, not dropped
+    carried_on = next(r for r in sft if r["messages"][-1]["content"] == "It is yellow.")
+    assert {"role": "assistant", "content": "Banana."} in carried_on["messages"]
+    completions = [[m["content"] for m in r["completion"] if m["role"] == "assistant"] for r in trl]
+    assert all(c is not None for c in completions)
+    assert {c[-1] for c in completions if c[-1] in answers} >= {"Apple.", "Cherry."}
+    assert sum("Banana." in c for c in completions) == 1
+    n3_rows = [r for r in trl if r["record_ids"] == [n3.record_id]]
+    expected_n3 = 3 if builder == "per_request" else 2  # merged: Banana continues a chain
+    assert len(n3_rows) == expected_n3
+    assert all(r["prompt"] == n3.normalized_request["messages"] for r in n3_rows)
 
 
 # --------------------------------------------------------------------------- SFT view
