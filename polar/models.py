@@ -506,7 +506,12 @@ class HarnessResult(BaseModel):
     stderr_key: str
     attempt: int
     artifact_keys: list[str] = Field(
-        default_factory=list, description="the harness's native logs kept in S3"
+        default_factory=list,
+        description="the harness's native logs and $POLAR_ARTIFACTS_DIR files kept in S3",
+    )
+    artifacts_skipped: list[str] = Field(
+        default_factory=list,
+        description="files of $POLAR_ARTIFACTS_DIR not kept, and why (symlink, size, count)",
     )
     detail: str | None = Field(
         default=None, description="why the runtime stopped the harness, e.g. a resource limit"

@@ -4,7 +4,9 @@ It runs in the session's workspace with the session's gateway URL and key in
 the environment under every name common clients read (OpenAI, Anthropic,
 Google's `GOOGLE_GEMINI_BASE_URL` / `GEMINI_API_KEY` / `GOOGLE_API_KEY`, and
 POLAR_*), and the instruction in POLAR_INSTRUCTION. Extra `args` are appended
-to the command, shell-quoted.
+to the command, shell-quoted. What it writes under `$POLAR_ARTIFACTS_DIR` (an
+empty directory in its HOME) is kept with the session's logs in S3
+(activities/harnesses/artifacts.py).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
+from activities.harnesses.artifacts import ARTIFACTS_ENV, ARTIFACTS_SUBDIR
 from activities.harnesses.base import HarnessContext, Launch, polar_env
 from polar.models import HarnessSpec
 
@@ -57,11 +60,14 @@ def command_harness(
 
 
 class CommandAdapter:
-    """The generic harness: the task's own command line; no config files, no native logs."""
+    """The generic harness: the task's own command line; no config files, no native logs, an
+    artifacts directory (`$POLAR_ARTIFACTS_DIR`) whose files are kept."""
 
     kind = "command"
 
     def prepare(self, home: Path, workdir: str, ctx: HarnessContext) -> Launch:
+        (home / ARTIFACTS_SUBDIR).mkdir(parents=True, exist_ok=True)
+        home_rt = (ctx.home_in_runtime or str(home)).rstrip("/")
         base_env = gateway_env(
             gateway_url=ctx.gateway_url,
             api_key=ctx.api_key,
@@ -70,6 +76,7 @@ class CommandAdapter:
             task_id=ctx.task_id,
         )
         base_env |= polar_env(ctx)
+        base_env[ARTIFACTS_ENV] = f"{home_rt}/{ARTIFACTS_SUBDIR}"
         command, env = command_harness(ctx.spec, instruction=ctx.instruction, base_env=base_env)
         return Launch(command=command, env=env)
 

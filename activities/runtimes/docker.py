@@ -337,7 +337,7 @@ class DockerRuntime:
                             continue
                         member.name = str(PurePosixPath(*parts))
                         members.append(member)
-                    tar.extractall(fresh, members=members, filter="data")
+                    tar.extractall(fresh, members=members, filter=_data_or_skip)
                 shutil.rmtree(path)
                 fresh.rename(path)
 
@@ -389,6 +389,15 @@ class _Pump(threading.Thread):
     def run(self) -> None:
         try:
             with open(self.out, "ab") as out, open(self.err, "ab") as err:
+def _data_or_skip(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
+    """tarfile's `data` filter, leaving out (instead of failing on) what it refuses: a link
+    the harness made to an absolute path or out of the dir is not brought to the worker."""
+    try:
+        return tarfile.data_filter(member, dest)
+    except tarfile.FilterError:
+        return None
+
+
                 stream = self.client.api.exec_start(self.exec_id, stream=True, demux=True)
                 for chunk_out, chunk_err in stream:
                     if chunk_out:
