@@ -24,6 +24,7 @@ from activities.evaluators.fresh import eval_prepare_request, fresh_runtime
 from activities.evaluators.rewards import InvalidReward, check_rewards
 from activities.evaluators.swebench import SweEvaluation, evaluate_swebench
 from activities.harnesses import HarnessContext, HarnessNotInstalled, get_adapter
+from activities.harnesses.artifacts import ARTIFACTS_SUBDIR, collect_artifacts
 from activities.runtimes import (
     InvalidRuntime,
     InvalidSource,
@@ -288,6 +289,12 @@ class SessionActivities:
             request.session_id,
             request.task_id,
             request.source,
+        # what the harness wrote under $POLAR_ARTIFACTS_DIR (bounded, symlinks not followed)
+        kept = await asyncio.to_thread(collect_artifacts, home / ARTIFACTS_SUBDIR)
+        for name, data in kept.files:
+            key = artifact_key(request.session_id, f"{log_name}/artifacts/{name}")
+            await asyncio.to_thread(self.storage.put_bytes, key, data)
+            artifact_keys.append(key)
             request.runtime_spec,
             request.runtime.kind,
             request.evaluator,
@@ -302,6 +309,7 @@ class SessionActivities:
 
         def tick(elapsed: float) -> None:
             _heartbeat(step="evaluating", elapsed_s=round(elapsed, 1))
+            artifacts_skipped=kept.notes(),
 
         _heartbeat(step="preparing the evaluator runtime", prewarmed=prewarmed is not None)
         started = time.monotonic()
