@@ -273,7 +273,12 @@ def result(workflow_id: str, as_json: Annotated[bool, typer.Option("--json")] = 
 def export(
     out: Annotated[Path, typer.Option(help="output directory")],
     workflow_id: Annotated[str | None, typer.Argument(help="the task's workflow id")] = None,
-    fmt: Annotated[str, typer.Option("--format", help="jsonl | hf | sft | all")] = "all",
+    fmt: Annotated[
+        str,
+        typer.Option(
+            "--format", help="jsonl | hf | sft | verl | trl | slime | all, or several: jsonl,verl"
+        ),
+    ] = "all",
     min_reward: Annotated[float, typer.Option(help="SFT view: least session reward")] = 1.0,
     traces: Annotated[
         list[str] | None,
@@ -281,18 +286,20 @@ def export(
     ] = None,
     timeout: Annotated[float | None, typer.Option(help="seconds to wait for the task")] = None,
 ) -> None:
-    """Write a task's traces for trainers: JSONL, a Hugging Face dataset, an SFT view."""
+    """Write a task's traces for trainers: JSONL, a Hugging Face dataset, an SFT view, and
+    verl, TRL and slime layouts (polar/export.py, polar/export_layouts.py)."""
     from polar import export as ex
 
     try:
         formats = ex.expand_formats([fmt])
     except ValueError as exc:
-        console.print(f"[red]--format must be one of {[f.value for f in ex.ExportFormat]}[/red]")
+        names = [f.value for f in ex.ExportFormat]
+        console.print(f"[red]--format must be one of {names}, or several joined by ','[/red]")
         raise typer.Exit(2) from exc
     if (workflow_id is None) == (not traces):
         console.print("[red]give either a workflow id or --traces[/red]")
         raise typer.Exit(2)
-    sft = ex.ExportFormat.SFT in formats
+    sft = bool(ex.NEEDS_RECORDS.intersection(formats))
 
     async def from_workflow(wid: str) -> ex.Collected:
         from polar.sdk import PolarClient

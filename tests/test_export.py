@@ -257,6 +257,86 @@ def test_every_choice_of_an_n3_call_is_exported_in_every_format(
     assert all(r["prompt"] == n3.normalized_request["messages"] for r in n3_rows)
 
 
+# --------------------------------------------------------------------------- trainer layouts
+
+VERL_AGENT_LOOP_OUTPUT = {"prompt_ids", "response_ids", "response_mask", "response_logprobs",
+                          "reward_score", "num_turns", "extra_fields"}  # fmt: skip
+"""Fields of verl 0.9.1 `verl.experimental.agent_loop.agent_loop.AgentLoopOutput` we fill
+(its others: `routed_experts`, multi-modal ones, `metrics`, all optional or defaulted)."""
+SLIME_SAMPLE_FIELDS = {
+    "group_index", "index", "rollout_id", "prompt", "tokens", "multimodal_inputs",
+    "multimodal_train_inputs", "multimodal_train_input_id", "apply_chat_template_kwargs",
+    "response", "response_length", "label", "reward", "loss_mask", "weight_versions",
+    "rollout_log_probs", "rollout_top_p_token_ids", "rollout_top_p_token_offsets",
+    "rollout_routed_experts", "remove_sample", "teacher_log_probs", "status", "metadata",
+    "generate_function_path", "custom_rm_path", "train_metadata", "session_id",
+    "non_generation_time", "spec_info", "prefix_cache_info",
+}  # fmt: skip
+"""`slime.utils.types.Sample` fields (THUDM/slime 624b824a, slime/utils/types.py)."""
+SLIME_STATUSES = {"pending", "completed", "truncated", "aborted", "failed"}
+
+
+def test_trainer_layouts_keep_ids_masks_logprobs_reward_and_version(
+    records: list[CompletionRecord], tokenizer_dir: Path, tmp_path: Path
+) -> None:
+    traces = build(records, "prefix_merging", tokenizer_dir)
+    ex.export_traces(traces, tmp_path, ["verl,trl,slime"], records=all_records(records))
+    assert not (tmp_path / ex.RL_JSONL).exists()  # only what was asked for
+    verl_file = pq.ParquetFile(tmp_path / lay.VERL_PARQUET)
+    assert verl_file.schema_arrow == lay.verl_schema()
+    verl = verl_file.read().to_pylist()
+    trl = read_jsonl(tmp_path / lay.TRL_JSONL)
+    slime = read_jsonl(tmp_path / lay.SLIME_JSONL)
+    assert len(verl) == len(trl) == len(slime) == len(traces)
+    sessions = [t.provenance.session_id for t in traces]
+    for trace, v, t, s in zip(traces, verl, trl, slime, strict=True):
+        p = len(trace.prompt_ids)
+        full = trace.prompt_ids + trace.response_ids
+        assert set(v) == VERL_AGENT_LOOP_OUTPUT
+        assert (v["prompt_ids"], v["response_ids"]) == (trace.prompt_ids, trace.response_ids)
+        assert v["response_mask"] == trace.loss_mask
+        assert v["response_logprobs"] == trace.response_logprobs  # exact float64
+        assert v["reward_score"] == trace.reward
+        assert v["extra_fields"]["policy_version"] == POLICY_VERSION
+        assert v["extra_fields"]["status"] == trace.status
+        assert (t["input_ids"], t["completion_mask"]) == (full, [0] * p + trace.loss_mask)
+        assert t["rollout_logprobs"] == [0.0] * p + trace.response_logprobs
+        assert (t["reward"], t["policy_version"]) == (trace.reward, POLICY_VERSION)
+        assert t["prompt"] == trace.prompt_messages and t["completion"] is not None
+        assert t["completion"][-1] == ex.clean_message(trace.response_message or {})
+        assert set(s) <= SLIME_SAMPLE_FIELDS and s["status"] in SLIME_STATUSES
+        assert (s["tokens"], s["response_length"]) == (full, len(trace.response_ids))
+        assert s["loss_mask"] == trace.loss_mask
+        assert s["rollout_log_probs"] == trace.response_logprobs
+        assert (s["reward"], s["weight_versions"]) == (trace.reward, [str(POLICY_VERSION)])
+        assert s["rollout_id"] == sorted(set(sessions), key=sessions.index).index(
+            trace.provenance.session_id
+        )  # a session's samples share a rollout id, as slime averages them together
+        assert s["group_index"] == 0  # one task: one group
+    assert [s["status"] for s in slime if s["session_id"] != "s1"] == [
+        {"s2": "completed", "s3": "failed", "s4": "aborted"}[sid] for sid in sessions if sid != "s1"
+    ]
+    assert [s["index"] for s in slime] == list(range(len(traces)))
+
+
+def test_parquet_is_written_in_row_groups_and_sessions_must_be_consecutive(
+    records: list[CompletionRecord], tokenizer_dir: Path, tmp_path: Path
+) -> None:
+    traces = build(records, "per_request", tokenizer_dir)
+    sink = lay.ParquetSink(tmp_path / "x.parquet", lay.verl_schema(), row_group=8)
+    for trace in traces:
+        sink.write(lay.verl_row(trace))
+    sink.close()
+    meta = pq.ParquetFile(tmp_path / "x.parquet").metadata
+    assert meta.num_rows == len(traces) and meta.num_row_groups == -(-len(traces) // 8)
+    shuffled = [traces[0], traces[-1], traces[1]]  # s1, s4, s1
+    with pytest.raises(ValueError, match="session s1 are not consecutive"):
+        ex.export_traces(iter(shuffled), tmp_path / "bad", ["jsonl"])
+    # a generator is read once, session by session
+    summary = ex.export_traces((t for t in traces), tmp_path / "gen", ["all"])
+    assert (summary.traces, summary.sessions) == (len(traces), 4)
+
+
 # --------------------------------------------------------------------------- SFT view
 
 
