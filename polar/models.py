@@ -480,6 +480,20 @@ class RuntimeHandle(BaseModel):
     """The workspace's git commit right after prepare (made by Polar when the source is not a
     git work tree): what the session's changes are diffed against. None: prepared by older
     code, or the workspace has no git."""
+    host_id: str | None = None
+    """The host holding the runtime (`POLAR_HOST_ID` of the worker that prepared it); None:
+    prepared by older code."""
+    host_queue: str | None = None
+    """That host's queue prefix (`{queue}-host-{host_id}`): later stages that touch the
+    runtime go to its `-init`/`-run`/`-postrun` queues. None: the shared queues."""
+
+
+class TeardownResult(BaseModel):
+    """What teardown found: `found` False means there was no runtime to remove."""
+
+    session_id: str
+    host_id: str
+    found: bool
 
 
 class PrepareRequest(BaseModel):
@@ -496,6 +510,9 @@ class HarnessRequest(BaseModel):
     harness: HarnessSpec
     instruction: str
     budget_s: float
+    attempt_base: int = 0
+    """Added to the activity's attempt number: a re-issued run stage (another placement of the
+    session) records its calls and logs under attempts of its own."""
 
 
 class HarnessResult(BaseModel):
@@ -593,6 +610,12 @@ class SessionResult(BaseModel):
     evaluation: str | None = None
     error: str | None = None
     stage_seconds: dict[str, float] = Field(default_factory=dict)
+    hosts: list[str] = Field(default_factory=list)
+    """The hosts that held the session's runtime, in order (more than one: a host was lost
+    and the session went on elsewhere)."""
+    warnings: list[str] = Field(default_factory=list)
+    """What went wrong without failing the session (a lost host, a runtime teardown could not
+    find or reach)."""
 
 
 class TaskResult(BaseModel):

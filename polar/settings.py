@@ -7,10 +7,12 @@ AWS S3 and a vLLM/SGLang fleet.
 
 from __future__ import annotations
 
+import re
+import socket
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -27,6 +29,19 @@ class Settings(BaseSettings):
     temporal_ui_port: int = 8233
     task_queue: str = Field(
         default="polar", description="workflow queue; stages use {queue}-init/-run/-postrun"
+    )
+
+    # host identity: a session's runtime lives on one host; its later stages follow it there
+    host_id: str = Field(
+        default_factory=socket.gethostname,
+        description="stable id of this host (default: the hostname); its queues are "
+        "{queue}-host-{host_id}[-init|-run|-postrun]",
+    )
+    sweep_interval_s: float = Field(
+        default=300.0,
+        ge=0,
+        description="how often a worker removes its host's runtimes of closed sessions; 0: "
+        "only at start",
     )
 
     # worker pool caps
@@ -111,10 +126,22 @@ class Settings(BaseSettings):
 
     @property
     def upstream_url_list(self) -> list[str]:
+    @field_validator("host_id")
+    @classmethod
+    def _safe_host_id(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}", value):
+            raise ValueError(
+                f"host_id {value!r}: 1-63 of letters, digits, '_', '.', '-' (a task queue name)"
+            )
+        return value
+
         return [u.strip().rstrip("/") for u in self.upstream_urls.split(",") if u.strip()]
 
 
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
-    """The process-wide settings, read once from the environment."""
-    return Settings()
+    """The process-wide settings, read once from the environment; secrets it leaves unset
+    come from the data dir's dev stack, if one generated them (polar.credentials)."""
+    from polar.credentials import with_dev_secrets
+
+    return with_dev_secrets(Settings())

@@ -5,6 +5,13 @@ Workflows run on `{queue}`; their activities go to `{queue}-init`,
 its own concurrency cap. Deriving the names keeps workflows deterministic
 (no settings read at run time) and lets one deployment run several
 independent Polar queues side by side.
+
+A session's runtime lives on one host, so every stage that touches it after
+`prepare_runtime` goes to that host's own queues (Temporal's worker-specific
+task queue pattern): `{queue}-host-{host_id}` (liveness probe) and
+`{queue}-host-{host_id}-init`, `-run`, `-postrun`, one per stage pool so each
+pool keeps its cap on every host. `prepare_runtime` (shared init queue) returns
+the prefix in its RuntimeHandle (`host_queue`).
 """
 
 from __future__ import annotations
@@ -30,3 +37,29 @@ class Queues:
             "run": self.run,
             "postrun": self.postrun,
         }
+
+
+def host_queue_prefix(queue: str, host_id: str) -> str:
+    """The queue prefix of host `host_id` for the workflow queue `queue`."""
+    return f"{queue}-host-{host_id}"
+
+
+@dataclass(frozen=True)
+class HostQueues:
+    """One host's queues: `probe` (is the host alive?) and one per stage pool."""
+
+    probe: str
+    init: str
+    run: str
+    postrun: str
+
+    @classmethod
+    def for_prefix(cls, prefix: str) -> HostQueues:
+        return cls(prefix, f"{prefix}-init", f"{prefix}-run", f"{prefix}-postrun")
+
+    @classmethod
+    def for_host(cls, queue: str, host_id: str) -> HostQueues:
+        return cls.for_prefix(host_queue_prefix(queue, host_id))
+
+    def by_stage(self) -> dict[str, str]:
+        return {"init": self.init, "run": self.run, "postrun": self.postrun}

@@ -6,12 +6,27 @@ Every evaluator grades in a fresh runtime (the task's source plus the
 session's changes), prepared by `prepare_eval_runtime` (init queue, with the
 instance's install) while the harness runs, off the critical path; it is torn
 down with the session's runtime, whatever happens.
+
+Stages follow the runtime: `prepare_runtime` runs on the shared init queue and
+returns the host holding the runtime and that host's queue prefix
+(workflows/queues.py); `prepare_eval_runtime`, `run_harness`, `evaluate` and
+`teardown` then go to that host's `-init`/`-run`/`-postrun` queues, with a
+schedule-to-start timeout. Build and score only touch S3 and stay shared. A
+host-queue stage not started in time (or a run whose heartbeat stopped) makes
+the workflow probe the host (`host_alive` on its probe queue): a busy host gets
+the stage again; a silent one is lost, and the session is prepared again on
+another host as a new placement (its run attempts numbered on, so its records
+stay apart), up to `max_attempts` placements, else it ends `error` naming the
+lost host. The lost host's runtimes get a release on its queue (run if it comes
+back while the session lives) and its sweep (activities/host_sweep.py).
 Activities are referenced by name only; all I/O lives in `activities/`.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -45,7 +60,7 @@ with workflow.unsafe.imports_passed_through():
         Stage,
     )
     from workflows.inputs import parse_input
-    from workflows.queues import Queues
+    from workflows.queues import HostQueues, Queues
 
 T = TypeVar("T")
 
@@ -55,6 +70,9 @@ EVAL_PREWARM_PATCH = "eval-runtime-prewarm"
 COMMAND_EVAL_PREWARM_PATCH = "command-eval-fresh-runtime"
 EVAL_PREWARM_PATCHES = {"swebench": EVAL_PREWARM_PATCH, "command": COMMAND_EVAL_PREWARM_PATCH}
 EVALUATORS_WITH_FRESH_RUNTIME = frozenset(EVAL_PREWARM_PATCHES)
+# stages that touch the runtime follow it to its host's queues; a lost host means another
+# placement (histories recorded before it use the shared queues throughout)
+HOST_QUEUES_PATCH = "host-queues"
 
 HARNESS_STATUS = {
     "completed": SessionStatus.COMPLETED,
@@ -81,6 +99,10 @@ class Session:
         self._current = Stage.PENDING
         self._status: SessionStatus | None = None
         self._detail = ""
+        self._host_wait = timedelta(seconds=60)
+        self._probe_wait = timedelta(seconds=10)
+        self._run_issued = 0  # run stages issued so far: each gets attempts of its own
+        self._started = 0.0
 
     @workflow.query(name="progress")
     def progress(self) -> SessionProgress:
@@ -119,168 +141,289 @@ class Session:
             non_retryable_error_types=["InvalidSource", "InvalidBuilder"],
         )
         self._heartbeat = timedelta(seconds=t.heartbeat_s)
+        self._host_wait = timedelta(seconds=max(60.0, 4 * t.heartbeat_s))
+        self._probe_wait = timedelta(seconds=max(10.0, 2 * t.heartbeat_s))
         if task.priority:  # None keeps the commands earlier code issued
             self._priority = Priority(priority_key=task.priority)
-        result = SessionResult(
-            session_id=spec.session_id,
-            task_id=task.task_id,
-            index=spec.index,
-            status=SessionStatus.ERROR,
-            harness=task.harness.kind,
-        )
-        started = workflow.time()
-        runtime: RuntimeHandle | None = None
-        prewarm: workflow.ActivityHandle[RuntimeHandle] | None = None
-
-        def lap(stage: Stage) -> None:
-            nonlocal started
-            now = workflow.time()
-            result.stage_seconds[stage.value] = round(now - started, 3)
-            started = now
-
-        try:
-            self._enter(Stage.PREPARE, f"preparing {task.runtime.kind} runtime")
-            runtime = await self._stage(
-                "prepare_runtime",
-                PrepareRequest(
-                    session_id=spec.session_id,
-                    task_id=task.task_id,
-                    runtime=task.runtime,
-                    source=task.source,
-                ),
-                RuntimeHandle,
-                queues.init,
-                t.prepare_s,
+        # stages that touch the runtime go to its host's queues (histories before: shared)
+        hosted = workflow.patched(HOST_QUEUES_PATCH)
+        hosts: list[str] = []
+        warnings: list[str] = []
+        placement = 0
+        while True:
+            result = SessionResult(
+                session_id=spec.session_id,
+                task_id=task.task_id,
+                index=spec.index,
+                status=SessionStatus.ERROR,
+                harness=task.harness.kind,
+                hosts=hosts,
+                warnings=warnings,
             )
-            lap(Stage.PREPARE)
-
-            patch_id = EVAL_PREWARM_PATCHES.get(task.evaluator.kind)
-            if patch_id is not None and workflow.patched(patch_id):
-                prewarm = self._start_prewarm(spec, queues.init, t.prepare_s)
-
-            self._enter(Stage.RUN, f"running {task.harness.kind} harness on {runtime.host}")
+            placed = _Placed(hosted=hosted)
             try:
-                harness = await self._stage(
-                    "run_harness",
-                    HarnessRequest(
-                        session_id=spec.session_id,
-                        task_id=task.task_id,
-                        runtime=runtime,
-                        harness=task.harness,
-                        instruction=task.instruction,
-                        budget_s=t.harness_s,
-                    ),
-                    HarnessResult,
-                    queues.run,
-                    t.harness_s + 120,  # backstop: the budget is enforced inside
-                )
-                result.status = HARNESS_STATUS[harness.status]
-                result.harness_exit_code = harness.exit_code
+                await self._place(spec, result, queues, placed)
+                break
+            except _HostLost as lost:
+                placement += 1
+                warnings.append(f"host {lost.host_id} lost ({lost.detail})")
+                self._give_up(spec, placed, queues.init, t.teardown_s)
+                if placement < t.max_attempts:
+                    workflow.logger.warning("session %s: %s; preparing it again elsewhere",
+                                            spec.session_id, warnings[-1])  # fmt: skip
+                    continue
+                result.status = SessionStatus.ERROR
+                result.error = f"{lost.stage}: host {lost.host_id} lost ({lost.detail})"
+                placed.runtime = placed.prewarm = None  # only the session is closed
+                break
             except ActivityError as exc:
                 if is_cancelled_exception(exc):
-                    raise
-                timed_out = (
-                    isinstance(exc.cause, TimeoutError)
-                    and exc.cause.type == TimeoutType.START_TO_CLOSE
-                )
-                result.status = SessionStatus.TIMEOUT if timed_out else SessionStatus.ERROR
-                result.error = f"run_harness: {_error_text(exc)}"
-            lap(Stage.RUN)
-
-            # whatever the harness did, its recorded calls become traces and get scored
-            self._enter(Stage.BUILD, f"building traces with {task.builder.name}")
-            build = await self._stage(
-                "build_trajectory",
-                BuildRequest(
-                    session_id=spec.session_id,
-                    task_id=task.task_id,
-                    harness=task.harness.kind,
-                    builder=task.builder,
-                    policy_version=task.policy_version,
-                ),
-                BuildResult,
-                queues.postrun,
-                t.build_s,
-            )
-            result.traces_key = build.traces_key
-            result.num_completions = build.num_completions
-            result.num_traces = build.num_traces
-            result.num_response_tokens = build.num_response_tokens
-            result.trace_bytes = build.trace_bytes
-            result.trace_breaks = build.breaks
-            lap(Stage.BUILD)
-
-            trace_rewards: dict[str, float] = {}
-            if task.evaluator.kind != "none":
-                self._enter(Stage.EVALUATE, f"evaluating with {task.evaluator.kind}")
-                eval_runtime = await self._prewarmed(prewarm)
-                evaluation = await self._stage(
-                    "evaluate",
-                    EvaluateRequest(
-                        session_id=spec.session_id,
-                        task_id=task.task_id,
-                        runtime=runtime,
-                        evaluator=task.evaluator,
-                        budget_s=t.evaluate_s,
-                        traces_key=build.traces_key,
-                        source=task.source,
-                        runtime_spec=task.runtime,
-                        eval_runtime=eval_runtime,
-                    ),
-                    EvaluateResult,
-                    queues.postrun,
-                    t.evaluate_s + 60,
-                )
-                result.reward = evaluation.reward
-                result.evaluation = evaluation.detail
-                trace_rewards = evaluation.trace_rewards
-                lap(Stage.EVALUATE)
-
-            build = await self._stage(
-                "score_traces",
-                RewardRequest(
-                    traces_key=build.traces_key,
-                    reward=result.reward,
-                    status=result.status,
-                    trace_rewards=trace_rewards,
-                ),
-                BuildResult,
-                queues.postrun,
-                t.build_s,
-            )
-            result.trace_bytes = build.trace_bytes
-        except ActivityError as exc:
-            if is_cancelled_exception(exc):
-                return await self._cancelled(
-                    spec, result, runtime, queues.init, t.teardown_s, prewarm
-                )
-            result.status = SessionStatus.ERROR
-            result.error = f"{self._current.value}: {_error_text(exc)}"
-        except asyncio.CancelledError:
-            return await self._cancelled(spec, result, runtime, queues.init, t.teardown_s, prewarm)
+                    return await self._cancelled(spec, result, placed, queues.init, t.teardown_s)
+                result.status = SessionStatus.ERROR
+                result.error = f"{self._current.value}: {_error_text(exc)}"
+                break
+            except asyncio.CancelledError:
+                return await self._cancelled(spec, result, placed, queues.init, t.teardown_s)
         self._finish(result)
-        await self._teardown(spec, runtime, queues.init, t.teardown_s, prewarm)
-        lap(Stage.TEARDOWN)
+        await self._teardown(spec, result, placed, queues.init, t.teardown_s)
+        self._lap(result, Stage.TEARDOWN)
         self._enter(Stage.DONE, f"{result.status.value}, reward {result.reward}")
         return result
+
+    def _lap(self, result: SessionResult, stage: Stage) -> None:
+        now = workflow.time()
+        result.stage_seconds[stage.value] = round(now - self._started, 3)
+        self._started = now
+
+    async def _place(
+        self, spec: SessionSpec, result: SessionResult, queues: Queues, placed: _Placed
+    ) -> None:
+        """One placement of the session: prepare a runtime (shared init queue), then every
+        stage on its host; `_HostLost` if that host stops answering."""
+        task = spec.task
+        t = task.timeouts
+        self._started = workflow.time()
+        self._enter(Stage.PREPARE, f"preparing {task.runtime.kind} runtime")
+        runtime = await self._stage(
+            "prepare_runtime",
+            PrepareRequest(
+                session_id=spec.session_id,
+                task_id=task.task_id,
+                runtime=task.runtime,
+                source=task.source,
+            ),
+            RuntimeHandle,
+            queues.init,
+            t.prepare_s,
+        )
+        placed.runtime = runtime
+        if placed.hosted and runtime.host_queue:
+            placed.host = HostQueues.for_prefix(runtime.host_queue)
+            result.hosts.append(runtime.host_id or runtime.host)
+        on = placed.host or queues  # a runtime from older code: the shared queues
+        self._lap(result, Stage.PREPARE)
+
+        patch_id = EVAL_PREWARM_PATCHES.get(task.evaluator.kind)
+        if patch_id is not None and workflow.patched(patch_id):
+            placed.prewarm = self._start_prewarm(spec, on.init, t.prepare_s, placed.host)
+
+        self._enter(Stage.RUN, f"running {task.harness.kind} harness on {runtime.host}")
+        try:
+
+            def harness_request(issue: int) -> HarnessRequest:
+                base = self._run_issued * t.max_attempts
+                self._run_issued += 1
+                return HarnessRequest(
+                    session_id=spec.session_id,
+                    task_id=task.task_id,
+                    runtime=runtime,
+                    harness=task.harness,
+                    instruction=task.instruction,
+                    budget_s=t.harness_s,
+                    attempt_base=base,
+                )
+
+            harness = await self._on_host(
+                "run_harness",
+                harness_request,
+                HarnessResult,
+                on.run,
+                t.harness_s + 120,  # backstop: the budget is enforced inside
+                placed,
+            )
+            result.status = HARNESS_STATUS[harness.status]
+            result.harness_exit_code = harness.exit_code
+        except ActivityError as exc:
+            if is_cancelled_exception(exc):
+                raise
+            timed_out = (
+                isinstance(exc.cause, TimeoutError) and exc.cause.type == TimeoutType.START_TO_CLOSE
+            )
+            result.status = SessionStatus.TIMEOUT if timed_out else SessionStatus.ERROR
+            result.error = f"run_harness: {_error_text(exc)}"
+        self._lap(result, Stage.RUN)
+
+        # whatever the harness did, its recorded calls become traces and get scored
+        self._enter(Stage.BUILD, f"building traces with {task.builder.name}")
+        build = await self._stage(
+            "build_trajectory",
+            BuildRequest(
+                session_id=spec.session_id,
+                task_id=task.task_id,
+                harness=task.harness.kind,
+                builder=task.builder,
+                policy_version=task.policy_version,
+            ),
+            BuildResult,
+            queues.postrun,
+            t.build_s,
+        )
+        result.traces_key = build.traces_key
+        result.num_completions = build.num_completions
+        result.num_traces = build.num_traces
+        result.num_response_tokens = build.num_response_tokens
+        result.trace_bytes = build.trace_bytes
+        result.trace_breaks = build.breaks
+        self._lap(result, Stage.BUILD)
+
+        trace_rewards: dict[str, float] = {}
+        if task.evaluator.kind != "none":
+            self._enter(Stage.EVALUATE, f"evaluating with {task.evaluator.kind}")
+            eval_runtime = await self._prewarmed(placed.prewarm)
+
+            def evaluate_request(issue: int) -> EvaluateRequest:
+                return EvaluateRequest(
+                    session_id=spec.session_id,
+                    task_id=task.task_id,
+                    runtime=runtime,
+                    evaluator=task.evaluator,
+                    budget_s=t.evaluate_s,
+                    traces_key=build.traces_key,
+                    source=task.source,
+                    runtime_spec=task.runtime,
+                    # issued again: it may have started, so it prepares a fresh one
+                    eval_runtime=eval_runtime if issue == 0 else None,
+                )
+
+            evaluation = await self._on_host(
+                "evaluate",
+                evaluate_request,
+                EvaluateResult,
+                on.postrun,
+                t.evaluate_s + 60,
+                placed,
+            )
+            result.reward = evaluation.reward
+            result.evaluation = evaluation.detail
+            trace_rewards = evaluation.trace_rewards
+            self._lap(result, Stage.EVALUATE)
+
+        build = await self._stage(
+            "score_traces",
+            RewardRequest(
+                traces_key=build.traces_key,
+                reward=result.reward,
+                status=result.status,
+                trace_rewards=trace_rewards,
+            ),
+            BuildResult,
+            queues.postrun,
+            t.build_s,
+        )
+        result.trace_bytes = build.trace_bytes
+
+    async def _on_host(
+        self,
+        name: str,
+        request: Callable[[int], object],
+        result_type: type[T],
+        queue: str,
+        timeout_s: float,
+        placed: _Placed,
+    ) -> T:
+        """A stage on the runtime's host: not started there within the host wait (or its last
+        attempt's heartbeat lost), the host is probed; alive, a stage that never started is
+        issued again (the host is only busy); silent, `_HostLost`."""
+        issue = 0
+        while True:
+            try:
+                return await self._stage(
+                    name,
+                    request(issue),
+                    result_type,
+                    queue,
+                    timeout_s,
+                    schedule_to_start=self._host_wait if placed.host else None,
+                )
+            except ActivityError as exc:
+                silence = _silence(exc)
+                if placed.host is None or silence is None:
+                    raise
+                if not await self._alive(placed.host.probe):
+                    raise _HostLost(_host_of(placed), name, _error_text(exc)) from None
+                if silence != TimeoutType.SCHEDULE_TO_START:
+                    raise  # the host is up: the stage itself stopped answering
+                issue += 1
+
+    async def _alive(self, probe_queue: str) -> bool:
+        """Whether a worker of the host answers on its probe queue within the probe wait."""
+        try:
+            await workflow.execute_activity(
+                "host_alive",
+                task_queue=probe_queue,
+                schedule_to_start_timeout=self._probe_wait,
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=RetryPolicy(maximum_attempts=1),
+                priority=self._priority,
+            )
+        except ActivityError as exc:
+            if is_cancelled_exception(exc):
+                raise
+            return False
+        return True
+
+    def _give_up(self, spec: SessionSpec, placed: _Placed, queue: str, timeout_s: float) -> None:
+        """Leave a lost host's runtimes behind: a release sent to its queue (not awaited) runs
+        if the host comes back while the session lives; its sweep removes them otherwise."""
+        if placed.prewarm is not None and not placed.prewarm.done():
+            placed.prewarm.cancel()
+        if placed.runtime is None or placed.host is None:
+            return
+        eval_handle = placed.runtime.model_copy(
+            update={"session_id": f"{spec.session_id}-eval", "workdir": ""}
+        )
+        for handle in (placed.runtime, eval_handle):
+            workflow.start_activity(
+                "release_runtime",
+                handle,
+                task_queue=placed.host.init,
+                start_to_close_timeout=timedelta(seconds=timeout_s),
+                retry_policy=RetryPolicy(maximum_attempts=5),
+                priority=self._priority,
+            )
 
     async def _cancelled(
         self,
         spec: SessionSpec,
         result: SessionResult,
-        runtime: RuntimeHandle | None,
+        placed: _Placed,
         queue: str,
         timeout_s: float,
-        prewarm: workflow.ActivityHandle[RuntimeHandle] | None = None,
     ) -> SessionResult:
         """Mark the session cancelled, tear its runtime down, end the workflow as cancelled."""
         result.status = SessionStatus.CANCELLED
         self._finish(result)
-        await self._teardown(spec, runtime, queue, timeout_s, prewarm)
+        await self._teardown(spec, result, placed, queue, timeout_s)
         raise asyncio.CancelledError("session cancelled")
 
     async def _stage(
-        self, name: str, arg: object, result_type: type[T], queue: str, timeout_s: float
+        self,
+        name: str,
+        arg: object,
+        result_type: type[T],
+        queue: str,
+        timeout_s: float,
+        schedule_to_start: timedelta | None = None,
     ) -> T:
         """Run one stage activity with the session's heartbeat timeout and retry policy."""
         return await workflow.execute_activity(
@@ -288,6 +431,7 @@ class Session:
             arg,
             result_type=result_type,
             task_queue=queue,
+            schedule_to_start_timeout=schedule_to_start,
             start_to_close_timeout=timedelta(seconds=timeout_s),
             heartbeat_timeout=self._heartbeat,
             retry_policy=self._retry,
@@ -297,9 +441,10 @@ class Session:
         )
 
     def _start_prewarm(
-        self, spec: SessionSpec, queue: str, timeout_s: float
+        self, spec: SessionSpec, queue: str, timeout_s: float, host: HostQueues | None = None
     ) -> workflow.ActivityHandle[RuntimeHandle]:
-        """Start preparing the evaluator's fresh runtime (`{session}-eval`); not awaited here."""
+        """Start preparing the evaluator's fresh runtime (`{session}-eval`) on the session's
+        host; not awaited here."""
         task = spec.task
         return workflow.start_activity(
             "prepare_eval_runtime",
@@ -311,6 +456,7 @@ class Session:
             ),
             result_type=RuntimeHandle,
             task_queue=queue,
+            schedule_to_start_timeout=self._host_wait if host else None,
             start_to_close_timeout=timedelta(seconds=timeout_s),
             heartbeat_timeout=self._heartbeat,
             retry_policy=self._retry,
@@ -335,42 +481,104 @@ class Session:
     async def _teardown(
         self,
         spec: SessionSpec,
-        runtime: RuntimeHandle | None,
+        result: SessionResult,
+        placed: _Placed,
         queue: str,
         timeout_s: float,
-        prewarm: workflow.ActivityHandle[RuntimeHandle] | None = None,
     ) -> None:
-        """Release the runtime (and the prewarmed evaluator runtime, if one was started);
-        runs on success, failure and cancellation alike."""
+        """Release the runtime (and the prewarmed evaluator runtime, if one was started) on
+        the host holding them; runs on success, failure and cancellation alike. What teardown
+        could not do is in the result's warnings."""
         self._enter(Stage.TEARDOWN, "releasing the runtime")
-        handle = runtime or RuntimeHandle(
+        on = placed.host.init if placed.host else queue
+        handle = placed.runtime or RuntimeHandle(
             kind=spec.task.runtime.kind, session_id=spec.session_id, workdir="", host=""
         )
-        await self._release(handle, queue, timeout_s)
+        if placed.runtime is None:  # nothing prepared (or left on a lost host): close only
+            on = queue
+        await self._release(result, handle, on, timeout_s, placed)
+        prewarm = placed.prewarm
         if prewarm is None:
             return
         if not prewarm.done():  # still preparing: stop it, then remove what it made
             prewarm.cancel()
         try:
             eval_handle = await prewarm
+            if placed.host:  # the evaluator may have removed it already: not an error
+                eval_handle = eval_handle.model_copy(update={"workdir": ""})
         except (ActivityError, asyncio.CancelledError):
             eval_handle = RuntimeHandle(
                 kind=spec.task.runtime.kind,
                 session_id=f"{spec.session_id}-eval",
                 workdir="",
                 host="",
+                host_id=placed.runtime.host_id if placed.runtime else None,
             )
-        await self._release(eval_handle, queue, timeout_s)
+        await self._release(result, eval_handle, on, timeout_s, placed)
 
-    async def _release(self, handle: RuntimeHandle, queue: str, timeout_s: float) -> None:
+    async def _release(
+        self,
+        result: SessionResult,
+        handle: RuntimeHandle,
+        queue: str,
+        timeout_s: float,
+        placed: _Placed,
+    ) -> None:
+        hosted = placed.host is not None and queue == placed.host.init
         try:
             await workflow.execute_activity(
                 "teardown",
                 handle,
                 task_queue=queue,
+                schedule_to_start_timeout=self._host_wait if hosted else None,
                 start_to_close_timeout=timedelta(seconds=timeout_s),
                 retry_policy=RetryPolicy(maximum_attempts=5),
                 priority=self._priority,
             )
         except ActivityError as exc:
-            workflow.logger.warning("teardown of %s failed: %s", handle.session_id, exc)
+            if (
+                hosted
+                and _silence(exc)
+                and placed.host
+                and not await self._alive(placed.host.probe)
+            ):
+                note = f"host {_host_of(placed)} lost: its sweep removes {handle.session_id}"
+            else:
+                note = f"teardown of {handle.session_id} failed: {_error_text(exc)}"
+            workflow.logger.warning(note)
+            if placed.hosted:  # histories before it had no warnings
+                result.warnings.append(note)
+
+
+@dataclass
+class _Placed:
+    """One placement of a session: its runtime, the host holding it, the evaluator prewarm."""
+
+    hosted: bool
+    runtime: RuntimeHandle | None = None
+    host: HostQueues | None = None
+    prewarm: workflow.ActivityHandle[RuntimeHandle] | None = None
+
+
+class _HostLost(Exception):
+    """The host holding the session's runtime stopped answering during `stage`."""
+
+    def __init__(self, host_id: str, stage: str, detail: str) -> None:
+        super().__init__(f"{stage}: host {host_id} lost ({detail})")
+        self.host_id, self.stage, self.detail = host_id, stage, detail
+
+
+def _silence(exc: ActivityError) -> TimeoutType | None:
+    """SCHEDULE_TO_START or HEARTBEAT when the activity failed for want of a worker."""
+    cause = exc.cause
+    if isinstance(cause, TimeoutError) and cause.type in (
+        TimeoutType.SCHEDULE_TO_START,
+        TimeoutType.HEARTBEAT,
+    ):
+        return cause.type
+    return None
+
+
+def _host_of(placed: _Placed) -> str:
+    runtime = placed.runtime
+    return (runtime.host_id or runtime.host) if runtime else "?"

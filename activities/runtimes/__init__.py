@@ -10,16 +10,28 @@ from activities.runtimes.local import LocalRuntime
 __all__ = ["InvalidRuntime", "InvalidSource", "PrepareFailed", "Runtime", "get_runtime"]
 
 
-def get_runtime(kind: str, data_dir: Path) -> Runtime:
-    """The runtime implementation for `kind`."""
+def get_runtime(
+    kind: str,
+    data_dir: Path,
+    *,
+    namespace: str | None = None,
+    host_id: str | None = None,
+    deployment: str | None = None,
+) -> Runtime:
+    """The runtime implementation for `kind`; a worker passes its `namespace` (its task
+    queue: container names), `host_id` and `deployment` (labels its sweep finds)."""
     if kind == "local":
-        return LocalRuntime(data_dir / "runtimes")
+        return LocalRuntime(data_dir / "runtimes", host_id=host_id)
     if kind == "docker":
         from activities.runtimes.docker import DockerRuntime  # the docker SDK only when used
 
-        return DockerRuntime(data_dir / "runtimes")
+        return DockerRuntime(
+            data_dir / "runtimes", namespace=namespace, host_id=host_id, deployment=deployment
+        )
     if kind == "podman":
         from activities.runtimes.podman import PodmanRuntime
 
-        return PodmanRuntime(data_dir / "runtimes")
+        return PodmanRuntime(
+            data_dir / "runtimes", namespace=namespace, host_id=host_id, deployment=deployment
+        )
     raise ValueError(f"unknown runtime kind {kind!r}")

@@ -30,6 +30,15 @@ so the Runtime protocol (write a config or an input file, run, read a result
 file) is the same as for the local runtime. Teardown always removes the
 container (by its name, so it works from a bare handle) and the host dir.
 
+Container names: a worker's runtime is built with its deployment's `namespace`
+(the task queue), so the name is `polar-{namespace}-{session_id}` on every
+worker of it, whatever its data dir: one engine shared by several workers finds
+any of their containers. Labels say whose container it is (`polar.session`,
+`polar.namespace`, `polar.host`, `polar.deployment`: Temporal address,
+namespace and queue), which is how a host's sweep finds its own
+(`list_sessions`). A runtime made without a namespace (tests, benchmarks) uses
+a hash of its root instead, so runs sharing an engine never collide.
+
 The engine is the one `DOCKER_HOST` names (default: the local socket).
 """
 
@@ -58,36 +67,73 @@ from activities.runtimes.actions import run_prepare_actions
 from activities.runtimes.base import InvalidRuntime
 from activities.runtimes.channel import SANDBOX_DIR
 from activities.runtimes.limits import DISK_LABEL, ContainerLimits, writable_layer_bytes
-from activities.runtimes.local import materialise_source, session_dir
+from activities.runtimes.local import materialise_source, session_dir, session_dirs
 from polar.models import PrepareRequest, RuntimeHandle, RuntimeSpec
 
 WORKSPACE = "/workspace"
 LABEL = "polar.session"
+NAMESPACE_LABEL = "polar.namespace"
+HOST_LABEL = "polar.host"
+DEPLOYMENT_LABEL = "polar.deployment"
 DEADLINE_ENV = "POLAR_DEADLINE"
 # the main process: sleep until the wall-clock deadline (survives a reap's restart)
 MAIN_COMMAND = ["sh", "-c", f'exec sleep "$(( ${DEADLINE_ENV} - $(date +%s) ))"']
 
 
-def container_name(session_id: str, root: Path) -> str:
-    """A docker-safe, deterministic container name for a session of the worker data dir `root`.
+def _safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", text)
 
-    The data dir's hash keeps two stacks (e.g. a dev stack and a test run)
-    sharing one engine from colliding on equal session ids.
-    """
-    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", session_id)
-    tag = hashlib.sha256(str(root).encode()).hexdigest()[:8]
-    return f"polar-{tag}-{safe}"[:200]
+
+def container_name(session_id: str, namespace: str) -> str:
+    """A docker-safe, deterministic container name for a session of `namespace` (the
+    deployment's task queue): the same on every worker, whatever its data dir."""
+    return f"polar-{_safe(namespace)}-{_safe(session_id)}"[:200]
+
+
+def root_namespace(root: Path) -> str:
+    """The namespace of a runtime made without one: a hash of its root (tests, benchmarks)."""
+    return hashlib.sha256(str(root).encode()).hexdigest()[:8]
 
 
 class DockerRuntime:
     kind = "docker"
 
-    def __init__(self, root: Path, client: docker.DockerClient | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        client: docker.DockerClient | None = None,
+        *,
+        namespace: str | None = None,
+        host_id: str | None = None,
+        deployment: str | None = None,
+    ) -> None:
         self.root = root.resolve()
         self._client = client
+        self.namespace = namespace or root_namespace(self.root)
+        self.host_id = host_id or socket.gethostname()
+        self.deployment = deployment or self.namespace
 
     def container_name(self, session_id: str) -> str:
-        return container_name(session_id, self.root)
+        return container_name(session_id, self.namespace)
+
+    def labels(self, session_id: str) -> dict[str, str]:
+        """Whose container it is: the session, the deployment namespace, the host."""
+        return {LABEL: session_id, NAMESPACE_LABEL: self.namespace, HOST_LABEL: self.host_id,
+                DEPLOYMENT_LABEL: self.deployment}  # fmt: skip
+
+    async def list_sessions(self) -> set[str]:
+        """Session ids with a container of this deployment and host, or a session dir here."""
+
+        def listed() -> set[str]:
+            filters = {"label": [f"{DEPLOYMENT_LABEL}={self.deployment}",
+                                 f"{HOST_LABEL}={self.host_id}"]}  # fmt: skip
+            found = {
+                c.labels.get(LABEL, "")
+                for c in self.client.containers.list(all=True, filters=filters)
+            }
+            return (found - {""}) | session_dirs(self.root)
+
+        return await asyncio.to_thread(listed)
 
     @property
     def client(self) -> docker.DockerClient:
@@ -127,7 +173,7 @@ class DockerRuntime:
             kind=self.kind,
             session_id=request.session_id,
             workdir=WORKSPACE,
-            host=socket.gethostname(),
+            host=self.host_id,
         )
         try:
             container = await asyncio.to_thread(self._create, request.session_id, spec)
@@ -160,7 +206,7 @@ class DockerRuntime:
             spec.image,
             MAIN_COMMAND,
             name=self.container_name(session_id),
-            labels={LABEL: session_id, DISK_LABEL: str(limits.disk_bytes)},
+            labels=self.labels(session_id) | {DISK_LABEL: str(limits.disk_bytes)},
             environment={DEADLINE_ENV: str(int(time.time() + max(1.0, spec.wall_clock_s)))},
             detach=True,
             init=True,
@@ -195,20 +241,26 @@ class DockerRuntime:
         container.wait(timeout=60)
         container.start()
 
-    async def teardown(self, handle: RuntimeHandle) -> None:
-        await self._remove_container(handle.session_id)
+    async def teardown(self, handle: RuntimeHandle) -> bool:
+        """Remove the container and the session dir; whether there was either to remove."""
+        removed = await self._remove_container(handle.session_id)
         base = self._session_dir(handle.session_id)
         if base.exists():
             await asyncio.to_thread(shutil.rmtree, base, True)
+            removed = True
+        return removed
 
-    async def _remove_container(self, session_id: str) -> None:
-        def remove() -> None:
-            with contextlib.suppress(NotFound):
+    async def _remove_container(self, session_id: str) -> bool:
+        def remove() -> bool:
+            try:
                 self.client.containers.get(self.container_name(session_id)).remove(
                     force=True, v=True
                 )
+            except NotFound:
+                return False
+            return True
 
-        await asyncio.to_thread(remove)
+        return await asyncio.to_thread(remove)
 
     def _container(self, handle: RuntimeHandle) -> Any:
         return self.client.containers.get(self.container_name(handle.session_id))

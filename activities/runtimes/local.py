@@ -59,11 +59,17 @@ class LocalRuntime:
     kind = "local"
 
     def __init__(
-        self, root: Path, *, sandbox: Sandbox | None = None, python_dir: Path | None = None
+        self,
+        root: Path,
+        *,
+        sandbox: Sandbox | None = None,
+        python_dir: Path | None = None,
+        host_id: str | None = None,
     ) -> None:
         self.root = root.resolve()
         self._sandbox = sandbox
         self.python_dir = python_dir or get_settings().harness_python_dir
+        self.host_id = host_id or socket.gethostname()
 
     @property
     def sandbox(self) -> Sandbox:
@@ -126,7 +132,7 @@ class LocalRuntime:
             kind=self.kind,
             session_id=request.session_id,
             workdir=str(workspace),
-            host=socket.gethostname(),
+            host=self.host_id,
         )
         await run_prepare_actions(
             self, handle, request.runtime.prepare, self._uploader(workspace), (self.root,)
@@ -236,14 +242,21 @@ class LocalRuntime:
                         sorted(set(killed)))  # fmt: skip
         await asyncio.to_thread(_drop_symlinks, [base / "home", base / "scratch"])
 
-    async def teardown(self, handle: RuntimeHandle) -> None:
-        await self._remove(handle)
+    async def teardown(self, handle: RuntimeHandle) -> bool:
+        """Remove the session dir (its processes first); whether there was one."""
+        return await self._remove(handle)
 
-    async def _remove(self, handle: RuntimeHandle) -> None:
+    async def _remove(self, handle: RuntimeHandle) -> bool:
         base = self._handle_dir(handle)
         await self.reap(handle)
         if base.exists():
             await asyncio.to_thread(_rmtree, base)
+            return True
+        return False
+
+    async def list_sessions(self) -> set[str]:
+        """Session ids with a session dir under this runtime's root."""
+        return await asyncio.to_thread(session_dirs, self.root)
 
 
 def session_dir(root: Path, session_id: str) -> Path:
@@ -253,6 +266,19 @@ def session_dir(root: Path, session_id: str) -> Path:
         return root / checked_id(session_id, "session id")
     except InvalidId as exc:
         raise InvalidRuntime(str(exc)) from None
+
+
+def session_dirs(root: Path) -> set[str]:
+    """The session ids with a dir under `root` (names that are not valid ids are skipped)."""
+    if not root.is_dir():
+        return set()
+    found = set()
+    for child in root.iterdir():
+        try:
+            found.add(checked_id(child.name, "session id"))
+        except InvalidId:
+            continue
+    return found
 
 
 def _rmtree(path: Path) -> None:

@@ -54,8 +54,16 @@ from docker.errors import APIError, NotFound
 
 from activities.runtimes.base import InvalidRuntime
 from activities.runtimes.channel import SANDBOX_DIR
-from activities.runtimes.docker import DEADLINE_ENV, LABEL, MAIN_COMMAND, DockerRuntime
+from activities.runtimes.docker import (
+    DEADLINE_ENV,
+    DEPLOYMENT_LABEL,
+    HOST_LABEL,
+    LABEL,
+    MAIN_COMMAND,
+    DockerRuntime,
+)
 from activities.runtimes.limits import DISK_LABEL, ContainerLimits
+from activities.runtimes.local import session_dirs
 from polar.models import RuntimeSpec
 
 RUNNER = "polar-runner"
@@ -204,8 +212,16 @@ def load_from_docker(image: str, mode: str | None = None) -> bool:
 class PodmanRuntime(DockerRuntime):
     kind = "podman"
 
-    def __init__(self, root: Path, mode: str | None = None) -> None:
-        super().__init__(root)
+    def __init__(
+        self,
+        root: Path,
+        mode: str | None = None,
+        *,
+        namespace: str | None = None,
+        host_id: str | None = None,
+        deployment: str | None = None,
+    ) -> None:
+        super().__init__(root, namespace=namespace, host_id=host_id, deployment=deployment)
         self.mode, self.mode_reason = resolve_mode(mode)
         self.podman = Podman(self.mode)
         self._runner_ready = False
@@ -231,8 +247,10 @@ class PodmanRuntime(DockerRuntime):
         channel = self._session_dir(session_id) / "channel"
         deadline = int(time.time() + max(1.0, spec.wall_clock_s))
         nofile_soft, nofile_hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        labels = [arg for key, value in self.labels(session_id).items()
+                  for arg in ("--label", f"{key}={value}")]  # fmt: skip
         args = [
-            "run", "--detach", "--name", name, "--label", f"{LABEL}={session_id}",
+            "run", "--detach", "--name", name, *labels,
             "--label", f"{DISK_LABEL}={limits.disk_bytes}", "--env", f"{DEADLINE_ENV}={deadline}",
             "--init", "--network", "none", "--volume", f"{channel}:{SANDBOX_DIR}:ro",
             "--workdir", "/", "--security-opt", "no-new-privileges",
@@ -254,11 +272,23 @@ class PodmanRuntime(DockerRuntime):
             raise APIError(f"podman run failed ({proc.returncode}): {err}")
         return _Container(self.podman, name)
 
-    async def _remove_container(self, session_id: str) -> None:
+    async def _remove_container(self, session_id: str) -> bool:
         name = self.container_name(session_id)
-        await asyncio.to_thread(
+        proc = await asyncio.to_thread(
             self.podman.run, "rm", "--force", "--ignore", "--volumes", "--time", "0", name
         )
+        return bool(proc.stdout.strip())  # `rm --ignore` names what it removed
+
+    async def list_sessions(self) -> set[str]:
+        """Session ids with a container of this deployment and host, or a session dir here."""
+        self._ready()
+        proc = await asyncio.to_thread(
+            self.podman.run, "ps", "--all", "--format", f'{{{{index .Labels "{LABEL}"}}}}',
+            "--filter", f"label={DEPLOYMENT_LABEL}={self.deployment}",
+            "--filter", f"label={HOST_LABEL}={self.host_id}",
+        )  # fmt: skip
+        found = set(proc.stdout.decode().split())
+        return found | await asyncio.to_thread(session_dirs, self.root)
 
     def _container(self, handle: Any) -> _Container:
         return _Container(self.podman, self.container_name(handle.session_id))
