@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
 from temporalio.testing import ActivityEnvironment
 
 from activities.session_activities import SessionActivities
+from polar.advantages import trace_advantages
 from polar.builders import get_builder
 from polar.builders.rewards import assign_rewards, trace_reward
 from polar.models import (
@@ -128,3 +130,52 @@ async def test_build_and_score_activities(name: str) -> None:
     traces = storage.traces[built.traces_key]
     assert [t.reward for t in traces] == [pytest.approx(1 / n)] * n
     assert {t.provenance.reward_policy for t in traces} == {"session_normalized"}
+
+
+# (session, status, reward, calls): one group of four outcomes
+MIXED_GROUP = [
+    ("ok", SessionStatus.COMPLETED, 1.0, 3),
+    ("wrong", SessionStatus.COMPLETED, 0.0, 1),
+    ("slow", SessionStatus.TIMEOUT, 0.5, 2),
+    ("broken", SessionStatus.ERROR, None, 2),
+]
+
+
+def mixed_group(policy: str) -> list[Trace]:
+    """Every session of MIXED_GROUP built by per_request and scored under `policy`."""
+    traces: list[Trace] = []
+    for sid, status, reward, calls in MIXED_GROUP:
+        ctx = dataclasses.replace(context("per_request", reward=policy), session_id=sid)
+        out = get_builder("per_request")(three_calls()[:calls], ctx)
+        assign_rewards(out.traces, reward, status)
+        traces += out.traces
+    return traces
+
+
+@pytest.mark.parametrize("policy", ["broadcast", "session_normalized"])
+def test_a_mixed_group_gets_the_promised_advantages(policy: str) -> None:
+    traces = mixed_group(policy)
+    got = trace_advantages(traces)
+    # baseline: the three sessions the evaluator graded (timeout included), error left out
+    std = (((1.0 - 0.5) ** 2 + (0.0 - 0.5) ** 2 + 0.0) / 3) ** 0.5
+    session = {"ok": 0.5 / (std + 1e-6), "wrong": -0.5 / (std + 1e-6), "slow": 0.0}
+    calls = {sid: n for sid, _, _, n in MIXED_GROUP}
+    for trace in traces:
+        sid = trace.provenance.session_id
+        if sid == "broken":
+            assert got[trace.trace_id] is None  # never a 0-reward sample
+            continue
+        share = calls[sid] if policy == "session_normalized" else 1
+        assert got[trace.trace_id] == pytest.approx(session[sid] / share, rel=1e-12)
+    assert session["ok"] == pytest.approx(6**0.5 / 2, rel=1e-5)  # 1.2247…
+    # each session's traces together carry its advantage once under session_normalized
+    if policy == "session_normalized":
+        total = sum(a for t in traces if t.provenance.session_id == "ok"
+                    for a in [got[t.trace_id]] if a is not None)  # fmt: skip
+        assert total == pytest.approx(session["ok"])
+    # the session rewards a TaskResult reports give the same answer
+    rewards = {sid: r for sid, _, r, _ in MIXED_GROUP}
+    assert trace_advantages(traces, rewards) == got
+    # a group with a single graded session has no signal; unscored stays None
+    lone = [t for t in traces if t.provenance.session_id in ("ok", "broken")]
+    assert {trace_advantages(lone)[t.trace_id] for t in lone} == {0.0, None}

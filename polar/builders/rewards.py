@@ -18,6 +18,9 @@ policy; masks are left as built (every sampled token is real policy output),
 and each trace carries the session `status` so a trainer can drop, down-weight
 or keep them. Sessions whose evaluator did not run (`error`, `cancelled`, or
 no evaluator) get reward None: a trainer must not treat them as 0.
+
+Group advantages under these policies (graded sessions in the baseline, unscored
+ones None, `session_normalized` advantages split like the reward): polar/advantages.py.
 """
 
 from __future__ import annotations
