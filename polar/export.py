@@ -8,7 +8,14 @@
   (so they round-trip exactly as the backend reported them).
 * `sft.jsonl`: the SFT view (`sft_rows`): one conversation (`messages`,
   `tools`) per distinct conversation of a resolved session.
+* `verl.parquet`, `trl.jsonl`, `slime.jsonl`: trainer-native layouts
+  (polar/export_layouts.py).
 * `manifest.json`: where the traces came from, what was written, the counts.
+
+Every format is streamed: `export_traces` reads its traces once, a session at
+a time, and writes rows as it goes. A call of `n > 1` choices gives one trace
+per choice (the builders), hence one row per choice in every format; the SFT
+and TRL views render each trace's own choice.
 
 RL row columns: `trace_id`; `input_ids` (= prompt ids + response ids);
 `loss_mask` aligned with `input_ids` (0 over the prompt and interstitial
@@ -17,7 +24,7 @@ part (`input_ids[prompt_length:]`, 0.0 where the mask is 0); `prompt_length`,
 `response_length`; `reward` (None: not evaluated, never 0); `status` (the
 session's terminal status); provenance flattened: `session_id`, `task_id`,
 `harness`, `builder`, `model`, `reward_policy`, `record_ids`,
-`completion_seqs`. Every trace is exported whatever its status or reward: a
+`completion_seqs`, `policy_version`. Every trace is exported whatever its status or reward: a
 trainer filters on `status` and `reward`.
 
 How trainers read the columns (`p = prompt_length`):
@@ -37,7 +44,7 @@ How trainers read the columns (`p = prompt_length`):
 | | `loss_mask` (response part only) | `loss_mask[p:]` |
 | | `rollout_log_probs` | `response_logprobs` |
 | | `reward`, `metadata` | `reward`, provenance columns |
-| | `status` | `completed` → COMPLETED, other statuses → ABORTED |
+| | `status` | `completed` → COMPLETED, `harness_failed`/`timeout` → FAILED, others → ABORTED |
 
 SFT view: a session is resolved when its reward is at least `min_reward`
 (default 1.0) and its status is `completed`. Each of its traces gives the
