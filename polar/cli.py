@@ -22,6 +22,8 @@ from polar.settings import Settings, get_settings
 app = typer.Typer(help="Polar: rollouts of real agent harnesses on Temporal.", no_args_is_help=True)
 dev = typer.Typer(help="The embedded dev stack (Temporal, SeaweedFS, vLLM, gateway, worker).")
 app.add_typer(dev, name="dev")
+keys_app = typer.Typer(help="Session keys, for running a harness by hand against a gateway.")
+app.add_typer(keys_app, name="key")
 # a pipe or CI log gets wide lines instead of 80 columns of wrapped ids
 console = Console(width=None if sys.stdout.isatty() else 160)
 
@@ -444,6 +446,56 @@ def generate(
         console.print(f"{err['instance_id']}: {err['error']}", style="yellow", markup=False)
     for kind, path in summary.files.items():
         console.print(f"  {kind}: {path}")
+
+
+# ---------------------------------------------------------------------------- keys
+
+
+@keys_app.command("mint")
+def key_mint(
+    session_id: Annotated[str, typer.Option(help="the session the key records calls into")],
+    task_id: Annotated[str, typer.Option(help="the task the session belongs to")],
+    ttl_s: Annotated[float, typer.Option(help="seconds the key stays valid")] = 24 * 3600.0,
+    gateway_url: Annotated[
+        str | None, typer.Option(help="the gateway's root as the harness reaches it")
+    ] = None,
+    model: Annotated[str, typer.Option(help="model name the harness is told to use")] = "policy",
+    key_only: Annotated[bool, typer.Option("--key-only", help="print the key alone")] = False,
+) -> None:
+    """Mint a session key with the configured secret (POLAR_SESSION_SECRET) and print the
+    `export` lines of every provider's variables pointed at the gateway, for a harness run
+    by hand: eval "$(polar key mint --session-id s1 --task-id t1)"."""
+    import math
+    import shlex
+
+    from activities.harnesses.command import gateway_env
+    from polar.session_keys import SessionIdentity, mint_session_key
+
+    errors, plain = Console(stderr=True), {"markup": False, "soft_wrap": True}
+    if not (math.isfinite(ttl_s) and ttl_s > 0):
+        errors.print(f"--ttl-s must be a positive number of seconds, not {ttl_s}", **plain)
+        raise typer.Exit(2)
+    settings = get_settings()
+    try:
+        api_key = mint_session_key(
+            SessionIdentity(session_id, task_id), settings.session_secret, ttl_s=ttl_s
+        )
+    except ValueError as exc:  # an unsafe id (InvalidId), no secret
+        errors.print(f"cannot mint a session key: {exc}", **plain)
+        raise typer.Exit(2) from None
+    if key_only:
+        print(api_key)
+        return
+    env = gateway_env(
+        gateway_url=gateway_url or settings.gateway_base_url,
+        api_key=api_key,
+        model=model,
+        session_id=session_id,
+        task_id=task_id,
+    )
+    print(f"# session {session_id} of task {task_id}; the key is valid for {ttl_s:g} s")
+    for name, value in env.items():
+        print(f"export {name}={shlex.quote(value)}")
 
 
 @app.command()

@@ -7,15 +7,23 @@ artifacts in S3 under `harness-attempt1/artifacts/`, named in the harness result
 like native logs, and nothing the links point at leaves the host. The reader
 itself (activities/harnesses/artifacts.py) is checked on a real directory for
 its bounds and for every kind of entry it must not follow.
+
+`polar key mint` (a subprocess, as a user runs it) makes a key that a running
+gateway accepts, and the `export` lines it prints are all a stock OpenAI client
+needs to record a call into that session.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
+import httpx
 import pytest
 
 from activities.harnesses.artifacts import ARTIFACTS_ENV, ARTIFACTS_SUBDIR, collect_artifacts
@@ -23,7 +31,12 @@ from activities.harnesses.base import HarnessContext
 from activities.harnesses.command import CommandAdapter
 from polar.models import HarnessResult, HarnessSpec, SessionStatus, TaskSpec
 from polar.sdk import PolarClient
+from polar.settings import Settings
 from polar.storage import Storage, artifact_key, session_prefix
+from tests.support import text
+from tests.test_gateway import stack
+
+POLAR = [sys.executable, "-m", "polar.cli"]
 
 # writes two files (one in a subdir), then plants links the worker must not follow and a
 # FIFO that would block a plain read
@@ -189,3 +202,100 @@ async def test_artifacts_reach_s3_and_host_files_behind_links_do_not(
     else:  # the sync out of the container brought neither the links nor the FIFO
         assert harness.artifacts_skipped == []
     print(f"{kind}: kept {keys}; skipped {harness.artifacts_skipped}")
+
+
+# ---------------------------------------------------------------------------- polar key mint
+
+
+def _mint(settings: Settings, *args: str, secret: str | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("POLAR_")}
+    env |= {"POLAR_DATA_DIR": str(settings.data_dir)}
+    if secret is not None:
+        env["POLAR_SESSION_SECRET"] = secret
+    return subprocess.run(
+        [*POLAR, "key", "mint", *args], env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def _exports(stdout: str) -> dict[str, str]:
+    """The variables of the printed `export NAME=value` lines, as a shell would set them."""
+    env = {}
+    for line in stdout.splitlines():
+        if line.startswith("export "):
+            name, _, value = line.removeprefix("export ").partition("=")
+            env[name] = shlex.split(value)[0]
+    return env
+
+
+# a stock OpenAI client configured by the environment alone
+CLIENT = (
+    "import os; from openai import OpenAI; "
+    "r = OpenAI(max_retries=0).chat.completions.create(model=os.environ['OPENAI_MODEL'], "
+    "messages=[{'role': 'user', 'content': 'hi'}]); print(r.choices[0].message.content)"
+)
+
+
+def test_a_minted_key_is_accepted_by_a_running_gateway(
+    base_settings: Settings, storage: Storage
+) -> None:
+    session_id = f"byo-{uuid.uuid4().hex[:8]}"
+    with stack(base_settings, [text("hello from the gateway")]) as (_, gateway):
+        secret = gateway.settings.session_secret
+        assert secret
+        minted = _mint(
+            base_settings, "--session-id", session_id, "--task-id", "byo-task",
+            "--ttl-s", "600", "--gateway-url", gateway.url, secret=secret,
+        )  # fmt: skip
+        assert minted.returncode == 0, minted.stderr
+        env = _exports(minted.stdout)
+        assert env["OPENAI_BASE_URL"] == f"{gateway.url}/v1"
+        assert env["GOOGLE_GEMINI_BASE_URL"] == env["ANTHROPIC_BASE_URL"] == gateway.url
+        assert env["POLAR_SESSION_ID"] == session_id and env["POLAR_TASK_ID"] == "byo-task"
+        key = env["OPENAI_API_KEY"]
+        assert key.startswith("pk-") and env["GEMINI_API_KEY"] == env["POLAR_API_KEY"] == key
+        clean = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "POLAR_"))}
+        called = subprocess.run(
+            [sys.executable, "-c", CLIENT], env=clean | env,
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert called.returncode == 0, called.stderr
+        assert called.stdout.strip() == "hello from the gateway"
+        [record] = storage.list_completions(session_id)
+        assert record.task_id == "byo-task" and record.status_code == 200
+
+        # the same CLI with another secret: a key this gateway refuses
+        forged = _mint(
+            base_settings, "--session-id", session_id, "--task-id", "byo-task",
+            "--key-only", secret="another-secret-0123456789abcdef0123456789",
+        )  # fmt: skip
+        assert forged.returncode == 0, forged.stderr
+        refused = httpx.post(
+            f"{gateway.url}/v1/chat/completions",
+            headers={"Authorization": f"Bearer {forged.stdout.strip()}"},
+            json={"model": "policy", "messages": [{"role": "user", "content": "hi"}]},
+            timeout=30,
+        )
+        assert refused.status_code == 401, refused.text
+        assert len(storage.list_completions(session_id)) == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--session-id", "../etc", "--task-id", "t"], "invalid session id '../etc'"),
+        (["--session-id", "s", "--task-id", "t", "--ttl-s", "0"], "--ttl-s must be a positive"),
+        (["--session-id", "s", "--task-id", "t", "--ttl-s", "inf"], "--ttl-s must be a positive"),
+    ],
+)
+def test_key_mint_refuses_bad_input_with_a_clear_error(
+    base_settings: Settings, args: list[str], message: str
+) -> None:
+    got = _mint(base_settings, *args, secret="a-secret-0123456789abcdef0123456789abcdef")
+    assert got.returncode == 2 and got.stdout == ""
+    assert message in got.stderr and "Traceback" not in got.stderr
+
+
+def test_key_mint_without_a_secret_says_so(tmp_path: Path) -> None:
+    got = _mint(Settings(data_dir=tmp_path), "--session-id", "s", "--task-id", "t")
+    assert got.returncode == 2 and got.stdout == ""
+    assert "no session secret: set POLAR_SESSION_SECRET" in got.stderr
