@@ -190,6 +190,7 @@ class Bench:
         )
         self.gateway_url = f"{self.settings.gateway_base_url}/v1"
         self.stack = DevStack(self.settings, with_model=False, die_with_parent=True)
+        self.settings = self.stack.settings  # with the stack's generated S3 keys
         self.litellm_venv = litellm_venv
         self.litellm_port = ll_port
         # without a database LiteLLM has no virtual keys: every session sends the master key

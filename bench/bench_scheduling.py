@@ -160,6 +160,7 @@ class Bench:
             log_format="text",
         )
         self.stack = DevStack(self.settings, with_model=False, die_with_parent=True)
+        self.settings = self.stack.settings  # with the stack's generated S3 keys
         self.slots, self.latency_s = slots, latency_s
         self.started: list[str] = []
         self.workers = 0

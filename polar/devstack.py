@@ -17,6 +17,7 @@ is and never stopped by `down`.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 import shutil
@@ -33,6 +34,7 @@ from urllib.parse import urlparse
 import httpx
 
 from polar import search_attributes
+from polar.credentials import dev_secrets_path, with_dev_secrets
 from polar.processes import die_with_parent
 from polar.settings import Settings
 
@@ -147,7 +149,8 @@ class DevStack:
         `with_docker`: `up` ensures a Docker engine and the local images (default:
         when `dockerd` is installed).
         """
-        self.settings = settings
+        # secrets the settings leave unset: generated once per data dir (polar.credentials)
+        self.settings = settings = with_dev_secrets(settings, create=True)
         self.with_docker = (
             shutil.which("dockerd") is not None if with_docker is None else with_docker
         )
@@ -222,9 +225,25 @@ class DevStack:
             "-s3", f"-s3.port={port}", "-s3.port.iceberg=0", "-s3.port.lance=0",
             "-volume.max=0", "-master.volumeSizeLimitMB=256", "-master.telemetry=false",
         ]  # fmt: skip
+        if s.s3_access_key and s.s3_secret_key:  # S3 answers only to the stack's own keys
+            argv.append(f"-s3.config={self._s3_identities(s.s3_access_key, s.s3_secret_key)}")
 
         ready = http_ready(f"http://{host}:{port}/", any_answer=True)
         return Service("seaweedfs", argv, ready, start_timeout_s=60)
+
+    def _s3_identities(self, access_key: str, secret_key: str) -> Path:
+        """SeaweedFS's S3 identity file (0600, beside the dev secrets) for one admin key."""
+        path = dev_secrets_path(self.settings.data_dir).with_name("seaweedfs-s3.json")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        identity = {
+            "name": "polar",
+            "credentials": [{"accessKey": access_key, "secretKey": secret_key}],
+            "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+        }
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            json.dump({"identities": [identity]}, out)
+        return path
 
     def vllm(self) -> Service:
         s = self.settings

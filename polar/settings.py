@@ -53,8 +53,10 @@ class Settings(BaseSettings):
     s3_endpoint: str | None = "http://127.0.0.1:8333"
     s3_bucket: str = "polar"
     s3_region: str = "us-east-1"
-    s3_access_key: str = "polar"
-    s3_secret_key: str = "polar-secret"
+    s3_access_key: str | None = Field(
+        default=None, description="unset: boto3's own chain (role, AWS_* env); dev: generated"
+    )
+    s3_secret_key: str | None = None
 
     # gateway
     gateway_host: str = "127.0.0.1"
@@ -62,9 +64,10 @@ class Settings(BaseSettings):
     gateway_url: str | None = Field(
         default=None, description="URL harnesses reach the gateway at; default from host/port"
     )
-    session_secret: str = Field(
-        default="polar-dev-secret-change-me",
-        description="HMAC secret shared by workers (which mint session keys) and gateways",
+    session_secret: str | None = Field(
+        default=None,
+        description="HMAC secret shared by workers (which mint session keys) and gateways; "
+        "required (the dev stack generates one per data dir, polar.credentials)",
     )
     upstream_urls: str = Field(
         default="http://127.0.0.1:8000/v1", description="comma-separated OpenAI-compatible bases"
@@ -77,6 +80,9 @@ class Settings(BaseSettings):
     admin_token: str | None = Field(
         default=None,
         description="bearer token of the gateway's /admin endpoints; unset: they answer 403",
+    )
+    closed_check_s: float = Field(
+        default=2.0, description="how long the gateway trusts that a session is still open"
     )
     pause_hold_s: float = Field(
         default=300.0, description="how long a paused gateway holds a new call before a 503"
@@ -120,12 +126,6 @@ class Settings(BaseSettings):
         "local session's PATH (infra/setup.sh); never the worker's venv",
     )
 
-    @property
-    def gateway_base_url(self) -> str:
-        return self.gateway_url or f"http://{self.gateway_host}:{self.gateway_port}"
-
-    @property
-    def upstream_url_list(self) -> list[str]:
     @field_validator("host_id")
     @classmethod
     def _safe_host_id(cls, value: str) -> str:
@@ -135,6 +135,12 @@ class Settings(BaseSettings):
             )
         return value
 
+    @property
+    def gateway_base_url(self) -> str:
+        return self.gateway_url or f"http://{self.gateway_host}:{self.gateway_port}"
+
+    @property
+    def upstream_url_list(self) -> list[str]:
         return [u.strip().rstrip("/") for u in self.upstream_urls.split(",") if u.strip()]
 
 

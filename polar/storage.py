@@ -3,6 +3,7 @@
     sessions/{session_id}/completions/{seq:020d}-{gateway}-{n}.json   CompletionRecord
     sessions/{session_id}/traces/{builder}.jsonl                      Trace per line
     sessions/{session_id}/artifacts/{name}                            harness logs, eval logs
+    sessions/{session_id}/closed/{attempt-N|session}                  its keys refused from then
     tasks/{task_id}/result.json                                       TaskResult
 
 Works against AWS S3 or any S3-compatible store (SeaweedFS in the dev stack). Every key
@@ -48,6 +49,15 @@ def artifact_key(session_id: str, name: str) -> str:
     if any(part in ("", ".", "..") for part in parts):
         raise InvalidId(f"invalid artifact name {name!r:.80}")
     return f"{session_prefix(session_id)}artifacts/{name}"
+
+
+def closed_prefix(session_id: str) -> str:
+    return f"{session_prefix(session_id)}closed/"
+
+
+def closed_key(session_id: str, attempt: int | None = None) -> str:
+    """The marker that closes one attempt's keys, or (attempt None) every key of the session."""
+    return closed_prefix(session_id) + ("session" if attempt is None else f"attempt-{attempt}")
 
 
 def task_result_key(task_id: str) -> str:
@@ -129,6 +139,15 @@ class Storage:
             for k in self.list_keys(completions_prefix(session_id))
         ]
         return sorted(records, key=lambda r: (r.seq, r.record_id))
+
+    def mark_closed(self, session_id: str, attempt: int | None = None) -> None:
+        """From now on the gateway refuses the keys of this attempt (None: of the session)."""
+        self.put_bytes(closed_key(session_id, attempt), b"", "text/plain")
+
+    def closed_markers(self, session_id: str) -> set[str]:
+        """The closing markers of a session: `session` and/or `attempt-N` names."""
+        prefix = closed_prefix(session_id)
+        return {k[len(prefix) :] for k in self.list_keys(prefix)}
 
     def count_completions(self, session_id: str) -> int:
         return len(self.list_keys(completions_prefix(session_id)))

@@ -45,6 +45,7 @@ from proxy.limits import BodyLimit
 from proxy.metrics import GatewayMetrics
 from proxy.openapi import install_openapi
 from proxy.recorder import Recorder
+from proxy.sessions import SessionGate
 from proxy.tokens import TokenCounter, chat_template_counter, count_tokens
 from proxy.upstream import Extracted, UpstreamClient, UpstreamError, strip_training_fields
 
@@ -100,6 +101,7 @@ class Gateway:
         self.model_name = settings.upstream_model or DEFAULT_MODEL
         self.metrics = GatewayMetrics(settings.metrics_max_sessions)
         self.admission = Admission(settings.pause_hold_s, self.metrics)
+        self.sessions = SessionGate(self.recorder.storage, settings.closed_check_s)
 
     async def serve(
         self, provider: ProviderAPI, request: Request, identity: SessionIdentity, call: CallContext
@@ -142,6 +144,7 @@ class Gateway:
     async def _serve(
         self, provider: ProviderAPI, request: Request, identity: SessionIdentity, call: CallContext
     ) -> Response:
+        await self.sessions.check(identity)  # a closed session's key records nothing
         body = await read_json(request)
         pending = self.recorder.start(identity, body, provider=provider.name)
         chat = provider.to_chat(body, call)

@@ -14,7 +14,12 @@ from collections.abc import Mapping
 from fastapi import Request
 
 from polar.providers import APIError
-from polar.session_keys import InvalidSessionKey, SessionIdentity, verify_session_key
+from polar.session_keys import (
+    ExpiredSessionKey,
+    InvalidSessionKey,
+    SessionIdentity,
+    verify_session_key,
+)
 
 KEY_HEADERS = ("x-polar-session-key", "authorization", "x-api-key", "x-goog-api-key")
 KEY_QUERY = "key"
@@ -38,9 +43,10 @@ def candidate_keys(headers: Mapping[str, str], query: Mapping[str, str] | None =
 
 
 def resolve_session(
-    headers: Mapping[str, str], secret: str, query: Mapping[str, str] | None = None
+    headers: Mapping[str, str], secret: str | None, query: Mapping[str, str] | None = None
 ) -> SessionIdentity:
-    """The session named by the request's key; 401 `invalid_api_key` if none verifies."""
+    """The session named by the request's key; 401 `invalid_api_key` if none verifies
+    (`expired_api_key` when the only valid one has expired)."""
     keys = candidate_keys(headers, query)
     if not keys:
         raise APIError(
@@ -50,11 +56,20 @@ def resolve_session(
             "or 'X-Polar-Session-Key'.",
             code="invalid_api_key",
         )
+    expired: ExpiredSessionKey | None = None
     for key in keys:
         try:
             return verify_session_key(key, secret)
+        except ExpiredSessionKey as exc:
+            expired = expired or exc
         except InvalidSessionKey:
             continue
+    if expired is not None:
+        raise APIError(
+            401,
+            f"Your API key has expired: {expired}. Keys live for their session's budget.",
+            code="expired_api_key",
+        )
     shown = keys[0][:8] + "..." if len(keys[0]) > 8 else "***"
     raise APIError(
         401,

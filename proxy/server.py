@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uvicorn
 
+from polar.credentials import refuse_weak_secrets
 from polar.logs import configure_logging
 from polar.settings import Settings
 from proxy.app import create_app
@@ -11,6 +12,7 @@ from proxy.app import create_app
 
 def serve(settings: Settings) -> None:
     """Serve the gateway on `settings.gateway_host:gateway_port` until interrupted."""
+    refuse_weak_secrets(settings, "gateway")
     configure_logging(settings.log_format)
     app = create_app(settings)
     uvicorn.run(

@@ -69,6 +69,7 @@ async def run(out: Path) -> None:
             s3_endpoint=f"http://127.0.0.1:{base + 30}",
         )
         stack = DevStack(settings, with_model=False, workers=0, die_with_parent=True)
+        settings = stack.settings  # with the stack's generated secrets
         stack.start(stack.temporal())
         stack.start(stack.seaweedfs())
         from polar.storage import Storage

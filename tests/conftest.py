@@ -8,6 +8,7 @@ session fixtures, started only by the tests that need them.
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import stat
 import subprocess
@@ -63,7 +64,10 @@ def base_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
         s3_bucket="polar-test",
         gateway_port=base + 40,
         vllm_port=base + 41,
-        session_secret="test-secret",
+        # real secrets, as a deployment must have (polar.credentials refuses weak ones)
+        session_secret=secrets.token_urlsafe(32),
+        s3_access_key=f"polar-test-{secrets.token_hex(4)}",
+        s3_secret_key=secrets.token_urlsafe(32),
     )
 
 

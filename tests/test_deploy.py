@@ -38,17 +38,27 @@ def helm(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(HELM), *args], capture_output=True, text=True, timeout=60)
 
 
-def compose_config() -> dict:
-    """The compose file as `docker-compose config` renders it with the example env."""
-    cmd = [*compose_cmd(), "--env-file", str(DEPLOY / ".env.example"), "-f",
+def new_env(tmp_path: Path) -> Path:
+    """A .env made the documented way (`new-env.sh`: the example plus generated secrets)."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    out = tmp_path / ".env"
+    made = subprocess.run(["bash", str(DEPLOY / "new-env.sh"), str(out)], capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    return out
+
+
+def compose_config(env_file: Path) -> dict:
+    """The compose file as `docker-compose config` renders it with `env_file`."""
+    cmd = [*compose_cmd(), "--env-file", str(env_file), "-f",
            str(DEPLOY / "compose.yaml"), "config"]  # fmt: skip
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=DEPLOY)
     assert out.returncode == 0, out.stderr
     return yaml.safe_load(out.stdout)
 
 
-def test_compose_config_renders() -> None:
-    config = compose_config()
+def test_compose_config_renders(tmp_path: Path) -> None:
+    config = compose_config(new_env(tmp_path))
     services = config["services"]
     assert {"postgresql", "temporal", "temporal-ui", "seaweedfs", "gateway"} <= set(services)
     assert services["temporal"]["environment"]["DB"] == "postgres12"
@@ -75,11 +85,11 @@ def _binds(service: dict) -> dict[str, str]:
     return binds
 
 
-def test_compose_seals_sessions() -> None:
+def test_compose_seals_sessions(tmp_path: Path) -> None:
     """No host networking; the workers that start session containers get the engine and the
     runtimes dir at its host path (the engine resolves the channel dir's bind-mount source on
     the host); PostgreSQL sits only on the internal network."""
-    config = compose_config()
+    config = compose_config(new_env(tmp_path))
     services = config["services"]
     assert all(s.get("network_mode") != "host" for s in services.values())
     assert config["networks"]["backend"]["internal"] is True
@@ -97,11 +107,37 @@ def test_compose_seals_sessions() -> None:
 
 
 def test_compose_refuses_missing_secrets() -> None:
-    cmd = [*compose_cmd(), "-f", str(DEPLOY / "compose.yaml"), "config", "-q"]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=DEPLOY,
-                         env={"PATH": "/usr/local/bin:/usr/bin:/bin"})  # fmt: skip
-    assert out.returncode != 0
-    assert "POSTGRES_PASSWORD" in out.stderr or "POLAR_" in out.stderr
+    # the example as shipped has no secrets: it does not render, nor without any env at all
+    for env_args in (["--env-file", str(DEPLOY / ".env.example")], []):
+        cmd = [*compose_cmd(), *env_args, "-f", str(DEPLOY / "compose.yaml"), "config", "-q"]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=DEPLOY,
+                             env={"PATH": "/usr/local/bin:/usr/bin:/bin"})  # fmt: skip
+        assert out.returncode != 0
+        assert "POSTGRES_PASSWORD" in out.stderr or "POLAR_" in out.stderr
+
+
+def _env_values(path: Path) -> dict[str, str]:
+    lines = [line for line in path.read_text().splitlines() if "=" in line and line[0] != "#"]
+    return dict(line.split("=", 1) for line in lines)
+
+
+def test_new_env_generates_distinct_secrets_and_never_overwrites(tmp_path: Path) -> None:
+    first, second = new_env(tmp_path / "a"), new_env(tmp_path / "b")
+    values = [_env_values(f) for f in (first, second)]
+    for name in ("POLAR_SESSION_SECRET", "POLAR_ADMIN_TOKEN", "POLAR_S3_SECRET_KEY"):
+        assert len(values[0][name]) >= 32 and values[0][name] != values[1][name]
+    assert first.stat().st_mode & 0o077 == 0
+    again = subprocess.run(["bash", str(DEPLOY / "new-env.sh"), str(first)], capture_output=True)
+    assert again.returncode != 0
+
+
+def test_compose_s3_identity_comes_from_the_environment(tmp_path: Path) -> None:
+    env = new_env(tmp_path)
+    seaweed = compose_config(env)["services"]["seaweedfs"]
+    secret = _env_values(env)["POLAR_S3_SECRET_KEY"]
+    assert seaweed["environment"]["S3_SECRET_KEY"] == secret
+    assert "-s3.config=/tmp/s3.json" in " ".join(seaweed["command"])
+    assert not any("s3.json" in str(v) for v in seaweed.get("volumes", []))
 
 
 def test_helm_lint() -> None:
@@ -189,6 +225,18 @@ def test_helm_session_pools_get_the_engine_at_host_paths() -> None:
         assert "volumes" not in pod and "volumeMounts" not in pod["containers"][0]
 
 
-def test_helm_requires_the_session_secret() -> None:
-    out = helm("template", "prod", str(CHART))
-    assert out.returncode != 0 and "sessionSecret is required" in out.stderr
+def test_helm_generates_missing_secrets_and_refuses_placeholders() -> None:
+    rendered = [helm("template", "prod", str(CHART), "--set", "s3.secretKey=k3y" + "x" * 20)
+                for _ in range(2)]  # fmt: skip
+    secrets = []
+    for out in rendered:
+        assert out.returncode == 0, out.stderr
+        (secret,) = [d for d in yaml.safe_load_all(out.stdout) if d and d["kind"] == "Secret"]
+        secrets.append(secret["stringData"])
+    for name in ("POLAR_SESSION_SECRET", "POLAR_ADMIN_TOKEN"):
+        assert len(secrets[0][name]) == 48 and secrets[0][name] != secrets[1][name]
+    placeholder = helm("template", "prod", str(CHART), "--set", "s3.secretKey=k3y",
+                       "--set", "sessionSecret=change-me-a-long-random-string")  # fmt: skip
+    assert placeholder.returncode != 0 and "placeholder" in placeholder.stderr
+    no_s3 = helm("template", "prod", str(CHART))
+    assert no_s3.returncode != 0 and "s3.secretKey is required" in no_s3.stderr

@@ -45,6 +45,9 @@ class MemoryStorage:
         self.records.append(record)
         return f"memory/{len(self.records)}"
 
+    def closed_markers(self, session_id: str) -> set[str]:
+        return set()  # no session of these tests ever closes
+
 
 class EndlessBackend(ScriptedBackend):
     """A scripted backend that always has one more plain-text reply."""

@@ -467,7 +467,8 @@ def test_upstream_timeout_gives_504(base_settings: Settings, storage: Storage) -
 
 
 def test_unrecorded_answer_is_never_given(base_settings: Settings, storage: Storage) -> None:
-    broken = Storage(base_settings.model_copy(update={"s3_bucket": "polar-no-such-bucket"}))
+    # S3 refuses every write: keys it does not know
+    broken = Storage(base_settings.model_copy(update={"s3_secret_key": "not-the-real-key"}))
     with (
         scripted_backend([text("you must not see this")]) as backend,
         running_gateway(base_settings, [backend.url], storage=broken) as gateway,

@@ -181,7 +181,7 @@ async def test_metrics_after_real_calls(base_settings: Settings, storage: Storag
 
 
 async def test_recording_failures_are_counted(base_settings: Settings, storage: Storage) -> None:
-    broken = Storage(base_settings.model_copy(update={"s3_bucket": "polar-no-such-bucket"}))
+    broken = Storage(base_settings.model_copy(update={"s3_secret_key": "not-the-real-key"}))
     with gateway(base_settings, [text("lost")], storage=broken) as (url, settings):
         _, key = session_key(settings)
         async with httpx.AsyncClient(timeout=30) as client:

@@ -7,6 +7,7 @@ storage key builders, each runtime's session dir and the gateway's key check.
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from pathlib import Path
 
@@ -91,7 +92,8 @@ async def test_runtime_session_dirs_refuse_traversal_ids(kind: type, tmp_path: P
 
 def _signed(session_id: str, task_id: str, secret: str) -> str:
     """A key signed with the real secret that names any ids (mint refuses unsafe ones)."""
-    payload = _b64(json.dumps({"s": session_id, "t": task_id, "a": 1}).encode())
+    body = {"s": session_id, "t": task_id, "a": 1, "e": int(time.time()) + 3600}
+    payload = _b64(json.dumps(body).encode())
     return f"pk-{payload}.{_mac(secret, payload)}"
 
 
