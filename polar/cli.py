@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -130,12 +132,25 @@ def dev_model() -> None:
 # ---------------------------------------------------------------------------- processes
 
 
+@contextlib.contextmanager
+def refused_cleanly() -> Iterator[None]:
+    """A process that refuses to start (weak secrets) says why and exits 2, no traceback."""
+    from polar.credentials import WeakSecret
+
+    try:
+        yield
+    except WeakSecret as exc:
+        console.print(f"[red]{exc}[/red]", soft_wrap=True)
+        raise typer.Exit(2) from None
+
+
 @app.command()
 def gateway() -> None:
     """Run the gateway proxy in the foreground."""
     from proxy.server import serve
 
-    serve(get_settings())
+    with refused_cleanly():
+        serve(get_settings())
 
 
 @app.command()
@@ -154,7 +169,8 @@ def worker(
     caps = {"max_init": max_init, "max_run": max_run, "max_postrun": max_postrun}
     settings = get_settings().model_copy(update={k: v for k, v in caps.items() if v is not None})
     configure_logging(settings.log_format)
-    asyncio.run(run_worker(settings, tuple(q.strip() for q in queues.split(",") if q.strip())))
+    with refused_cleanly():
+        asyncio.run(run_worker(settings, tuple(q.strip() for q in queues.split(",") if q.strip())))
 
 
 # ---------------------------------------------------------------------------- tasks
