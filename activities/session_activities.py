@@ -50,10 +50,12 @@ from polar.models import (
     PrepareRequest,
     RewardRequest,
     RuntimeHandle,
+    TeardownResult,
 )
-from polar.session_keys import SessionIdentity, mint_session_key
+from polar.session_keys import EXPIRY_MARGIN_S, SessionIdentity, mint_session_key
 from polar.settings import Settings
 from polar.storage import Storage, artifact_key, traces_key
+from workflows.queues import host_queue_prefix
 
 T = TypeVar("T")
 
@@ -82,6 +84,19 @@ def _home_in_runtime(runtime: Runtime, handle: RuntimeHandle) -> str | None:
     return view(handle) if callable(view) else None
 
 
+def worker_runtime(kind: str, settings: Settings) -> Runtime:
+    """The runtime of `kind` as this worker's settings make it: named by the deployment's
+    task queue (one engine finds any worker's container), labelled with this host."""
+    deployment = f"{settings.temporal_address}/{settings.temporal_namespace}/{settings.task_queue}"
+    return get_runtime(
+        kind,
+        Path(settings.data_dir),
+        namespace=settings.task_queue,
+        host_id=settings.host_id,
+        deployment=deployment,
+    )
+
+
 class SessionActivities:
     """Activities bound to one worker's settings and S3 client."""
 
@@ -90,7 +105,26 @@ class SessionActivities:
         self.storage = storage
 
     def _runtime(self, kind: str) -> Runtime:
-        return get_runtime(kind, Path(self.settings.data_dir))
+        return worker_runtime(kind, self.settings)
+
+    def _on_this_host(self, handle: RuntimeHandle) -> RuntimeHandle:
+        """`handle` stamped with this host's id and queue prefix: where later stages go."""
+        return handle.model_copy(
+            update={
+                "host_id": self.settings.host_id,
+                "host_queue": host_queue_prefix(self.settings.task_queue, self.settings.host_id),
+            }
+        )
+
+    def _check_host(self, handle: RuntimeHandle, stage: str) -> None:
+        """A stage that touches a runtime runs on the host holding it, or fails loudly."""
+        if handle.host_id is not None and handle.host_id != self.settings.host_id:
+            raise ApplicationError(
+                f"{stage}: the runtime of {handle.session_id} is on host {handle.host_id!r}, "
+                f"not on this one ({self.settings.host_id!r})",
+                type="WrongHost",
+                non_retryable=True,
+            )
 
     # ------------------------------------------------------------------ init queue
     @activity.defn(name="prepare_runtime")
@@ -106,7 +140,8 @@ class SessionActivities:
             _heartbeat(step="recording the workspace baseline", elapsed_s=round(elapsed, 1))
 
         # the commit the session's changes are diffed against (git init for a plain folder)
-        return await record_baseline(runtime, handle, on_tick=tick)
+        handle = await record_baseline(runtime, handle, on_tick=tick)
+        return self._on_this_host(handle)  # later stages come to this host's queues
 
     @activity.defn(name="prepare_eval_runtime")
     async def prepare_eval_runtime(self, request: PrepareRequest) -> RuntimeHandle:
@@ -115,12 +150,46 @@ class SessionActivities:
         return await self.prepare_runtime(request)
 
     @activity.defn(name="teardown")
-    async def teardown(self, handle: RuntimeHandle) -> None:
+    async def teardown(self, handle: RuntimeHandle) -> TeardownResult:
+        """Close the session (the gateway refuses its keys from now on), then release its
+        runtime. Only a session's final teardown: a runtime given up for a new attempt is
+        released without closing the session (its attempt closed when its run ended)."""
         _heartbeat(step="teardown")
+        self._check_host(handle, "teardown")
+        await asyncio.to_thread(self.storage.mark_closed, handle.session_id)
+        return await self._remove_runtime(handle)
+
+    @activity.defn(name="release_runtime")
+    async def release_runtime(self, handle: RuntimeHandle) -> TeardownResult:
+        """Remove a runtime the session gave up (its host was lost; it went on elsewhere),
+        without closing the session; sent to that host's queue, it runs if the host returns."""
+        _heartbeat(step="releasing a given-up runtime")
+        self._check_host(handle, "release_runtime")
+        return await self._remove_runtime(handle)
+
+    async def _remove_runtime(self, handle: RuntimeHandle) -> TeardownResult:
+        """Tear `handle` down; a prepared runtime (it has a workdir) that is not here is a
+        non-retryable `RuntimeNotFound`, never a quiet success."""
         try:
-            await self._runtime(handle.kind).teardown(handle)
+            found = await self._runtime(handle.kind).teardown(handle)
         except InvalidRuntime as exc:  # e.g. a session id that is not a safe path
             raise ApplicationError(str(exc), type="InvalidRuntime", non_retryable=True) from exc
+        if not found and handle.workdir:
+            raise ApplicationError(
+                f"teardown: no {handle.kind} runtime of {handle.session_id} on host "
+                f"{self.settings.host_id!r} (prepared on {handle.host_id or handle.host!r}); "
+                "nothing was removed",
+                type="RuntimeNotFound",
+                non_retryable=True,
+            )
+        return TeardownResult(
+            session_id=handle.session_id, host_id=self.settings.host_id, found=found
+        )
+
+    @activity.defn(name="host_alive")
+    async def host_alive(self) -> str:
+        """This host's id: answered from its probe queue, it shows the host is up."""
+        return self.settings.host_id
 
     # ------------------------------------------------------------------ run queue
     @activity.defn(name="run_harness")
@@ -128,10 +197,14 @@ class SessionActivities:
         """Run the harness in its sandbox, its only door the session's gateway channel; then
         kill every process it left (reap) before its logs and work are read."""
         info = activity.info()
+        self._check_host(request.runtime, "run_harness")
+        # a re-issued run stage (another placement) counts on from its own base
+        attempt = request.attempt_base + info.attempt
         runtime = self._runtime(request.runtime.kind)
-        key = mint_session_key(
-            SessionIdentity(request.session_id, request.task_id, info.attempt),
+        key = mint_session_key(  # valid for this run's budget, and closed when it ends
+            SessionIdentity(request.session_id, request.task_id, attempt),
             self.settings.session_secret,
+            ttl_s=request.budget_s + EXPIRY_MARGIN_S,
         )
         home = runtime.home(request.runtime)
         # sealed: the harness sees the gateway on its own loopback and holds no real key
@@ -156,7 +229,7 @@ class SessionActivities:
         command, env = launch.command, launch.env
         if channel:
             command = with_forwarder(command, channel)
-        log_name = f"harness-attempt{info.attempt}"
+        log_name = f"harness-attempt{attempt}"
 
         counted: dict[str, Any] = {"at": -CALL_COUNT_EVERY_S, "calls": None}
 
@@ -177,7 +250,7 @@ class SessionActivities:
                 step="harness running", elapsed_s=round(elapsed, 1), model_calls=counted["calls"]
             )
 
-        _heartbeat(step="harness starting", attempt=info.attempt, sealed=bool(channel))
+        _heartbeat(step="harness starting", attempt=attempt, sealed=bool(channel))
         try:
             async with contextlib.AsyncExitStack() as stack:
                 if channel:
@@ -203,6 +276,10 @@ class SessionActivities:
                 )
             except Exception as exc:  # noqa: BLE001 - the logs are kept first, then it fails
                 reaped = exc
+            # this run's key is done: a process that outlived it can no longer record calls
+            await asyncio.shield(
+                asyncio.to_thread(self.storage.mark_closed, request.session_id, attempt)
+            )
         stdout_key, stderr_key = await self._upload_logs(runtime, request.runtime, log_name)
         if reaped is not None:  # its work cannot be trusted: the attempt fails and is retried
             raise RuntimeError(f"reaping the harness failed: {reaped}") from reaped
@@ -230,7 +307,7 @@ class SessionActivities:
             duration_s=round(outcome.duration_s, 3),
             stdout_key=stdout_key,
             stderr_key=stderr_key,
-            attempt=info.attempt,
+            attempt=attempt,
             artifact_keys=artifact_keys,
             artifacts_skipped=kept.notes(),
             detail=outcome.limit_exceeded,
@@ -291,6 +368,7 @@ class SessionActivities:
         kind = request.evaluator.kind
         if kind not in ("command", "swebench"):
             raise ApplicationError(f"unknown evaluator {kind!r}", non_retryable=True)
+        self._check_host(request.runtime, "evaluate")
         runtime = self._runtime(request.runtime.kind)
         prepare = eval_prepare_request(
             request.session_id,
@@ -429,7 +507,12 @@ class SessionActivities:
     def all(self) -> dict[str, list[object]]:
         """Activities grouped by the stage queue that serves them."""
         return {
-            "init": [self.prepare_runtime, self.prepare_eval_runtime, self.teardown],
+            "init": [
+                self.prepare_runtime,
+                self.prepare_eval_runtime,
+                self.teardown,
+                self.release_runtime,
+            ],
             "run": [self.run_harness],
             "postrun": [self.build_trajectory, self.evaluate, self.score_traces],
         }

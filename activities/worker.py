@@ -3,6 +3,14 @@
 `polar worker --queues workflow,init,run,postrun` serves any subset, so pools
 can be split across hosts (e.g. many `run` workers near the runtimes, a few
 `postrun` workers). Every worker shares one Temporal and one S3.
+
+A worker serving a stage pool also serves that pool's queue of its own host
+(`{queue}-host-{host_id}-init/-run/-postrun`, workflows/queues.py), where the
+stages that touch a runtime it prepared come, with the pool's cap (its own
+slots: a host's `-run` queue runs at most `max_run` harnesses), and the host's
+probe queue (`{queue}-host-{host_id}`: `host_alive`). A `polar worker` also
+sweeps its host's runtimes of closed sessions at start and on a timer
+(activities/host_sweep.py).
 """
 
 from __future__ import annotations
@@ -19,16 +27,19 @@ from pathlib import Path
 from temporalio.client import Client
 from temporalio.worker import Interceptor, Worker
 
+from activities.host_sweep import sweep_forever
 from activities.observability import StageInterceptor, start_observability
 from activities.session_activities import SessionActivities
+from polar.credentials import refuse_weak_secrets
 from polar.settings import Settings
 from polar.storage import Storage
 from polar.temporal_client import connect
-from workflows.queues import Queues
+from workflows.queues import HostQueues, Queues
 from workflows.rollout_task import RolloutTask
 from workflows.session import Session
 
 STAGES = ("workflow", "init", "run", "postrun")
+PROBE_SLOTS = 16  # host_alive answers at once, whatever the stage pools are doing
 log = logging.getLogger("polar.worker")
 
 
@@ -42,25 +53,32 @@ def build_workers(
     if interceptors is None:
         interceptors = (StageInterceptor(),)
     queues = Queues.for_workflow_queue(settings.task_queue).by_stage()
-    acts = SessionActivities(settings, Storage(settings)).all()
+    host = HostQueues.for_host(settings.task_queue, settings.host_id)
+    activities = SessionActivities(settings, Storage(settings))
+    acts = activities.all()
     caps = {"init": settings.max_init, "run": settings.max_run, "postrun": settings.max_postrun}
     workers: list[Worker] = []
+
+    def activity_worker(queue: str, served: list[object], cap: int) -> Worker:
+        return Worker(
+            client,
+            task_queue=queue,
+            activities=served,
+            max_concurrent_activities=cap,
+            graceful_shutdown_timeout=timedelta(seconds=10),
+            interceptors=list(interceptors),
+        )
+
     for stage in stages:
         if stage == "workflow":
             workers.append(
                 Worker(client, task_queue=queues["workflow"], workflows=[RolloutTask, Session])
             )
-        else:
-            workers.append(
-                Worker(
-                    client,
-                    task_queue=queues[stage],
-                    activities=acts[stage],
-                    max_concurrent_activities=caps[stage],
-                    graceful_shutdown_timeout=timedelta(seconds=10),
-                    interceptors=list(interceptors),
-                )
-            )
+        else:  # the shared queue, and this host's queue of the same pool
+            workers.append(activity_worker(queues[stage], acts[stage], caps[stage]))
+            workers.append(activity_worker(host.by_stage()[stage], acts[stage], caps[stage]))
+    if set(stages) - {"workflow"}:
+        workers.append(activity_worker(host.probe, [activities.host_alive], PROBE_SLOTS))
     return workers
 
 
@@ -81,6 +99,7 @@ async def run_worker(settings: Settings, stages: tuple[str, ...] = STAGES) -> No
     unknown = set(stages) - set(STAGES)
     if unknown:
         raise ValueError(f"unknown queues {sorted(unknown)}; choose from {STAGES}")
+    refuse_weak_secrets(settings, "worker")
     Storage(settings).ensure_bucket()
     obs = start_observability(settings)  # metrics_port 0: None
     client = await connect(settings, runtime=obs.runtime if obs else None)
@@ -95,6 +114,9 @@ async def run_worker(settings: Settings, stages: tuple[str, ...] = STAGES) -> No
         if obs:
             poller = asyncio.create_task(obs.metrics.poll_queue_depths(client, settings))
             stack.callback(poller.cancel)
+        if set(stages) - {"workflow"}:  # this host's runtimes of closed sessions go
+            sweeper = asyncio.create_task(sweep_forever(client, settings))
+            stack.callback(sweeper.cancel)
         ready = os.environ.get("POLAR_WORKER_READY_FILE")
         if ready:
             Path(ready).write_text(str(os.getpid()))
