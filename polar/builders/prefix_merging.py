@@ -32,6 +32,15 @@ first difference) names the break in the new trace's `started_by`, and the
 new chain keeps that chain's sampled-turn structure for its first prompt, so
 that later drift there is still recognised.
 
+Finding the chain: each attempt's chains are indexed by their views in a
+radix tree (`_ChainIndex`). A prompt is walked down it once; the chains whose
+view it starts with lie on its path, and the others hang off the path at the
+length of their common prefix with it, so they are met latest first
+difference first and only the few that decide are walked segment by segment.
+A session whose every turn breaks the chain builds in time about linear in
+its tokens, not in the cube of its calls; the choice is the one a comparison
+with every chain would make (tests/test_builders_drift.py).
+
 Several choices of one call (`n > 1`): the choice the next call's prompt
 carries is taken first and continues the chain; each other choice's prompt
 then ends inside that chain, so it starts its own trace (`branch`). Every
@@ -64,7 +73,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+from bisect import bisect_right
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any, Literal
 
 from pydantic import Field
@@ -78,6 +90,7 @@ from polar.builders.base import (
     prepare_records,
     provenance,
 )
+from polar.builders.progress import report_progress
 from polar.models import BreakKind, ChainBreak, CompletionRecord, ReconstructionStats, Trace
 
 
@@ -91,8 +104,11 @@ class PrefixMergingConfig(BuilderConfig):
     )
 
 
-@dataclass
+@dataclass(slots=True)
 class _Segment:
+    """Never changed once made (chains split from one another share them): a repair replaces
+    the segment."""
+
     view: list[int]
     """the tokens a prompt last showed here (for a response: sampled, or as re-rendered)"""
     sampled_by: Prepared | None = None
@@ -100,7 +116,7 @@ class _Segment:
     chain split from another, that chain's); None for context"""
 
 
-@dataclass
+@dataclass(eq=False)
 class _Chain:
     trace_id: str
     attempt: int
@@ -114,19 +130,160 @@ class _Chain:
     last_used: int
     repairs: list[ChainBreak] = field(default_factory=list)
     template_eos: int = 0
+    ends: list[int] = field(default_factory=list)
+    """where each segment ends in the view (the running sum of the segments' lengths)"""
+    node: _Node | None = None
+    """where the view ends in the attempt's `_ChainIndex`"""
+
+    def __post_init__(self) -> None:
+        if len(self.ends) != len(self.segments):
+            self.ends = list(accumulate(len(s.view) for s in self.segments))
 
     def append(self, item: Prepared, tail: list[int]) -> None:
         """Add `tail` (mask 0) and `item`'s sampled response (mask 1) to the chain."""
         if tail:
-            self.segments.append(_Segment(list(tail)))
+            self._add(_Segment(list(tail)))
             self.response += tail
             self.mask += [0] * len(tail)
             self.logprobs += [0.0] * len(tail)
         self.members.append(item)
-        self.segments.append(_Segment(list(item.response_ids), item))
+        self._add(_Segment(list(item.response_ids), item))
         self.response += item.response_ids
         self.mask += [1] * len(item.response_ids)
         self.logprobs += item.logprobs
+
+    def _add(self, segment: _Segment) -> None:
+        self.ends.append((self.ends[-1] if self.ends else 0) + len(segment.view))
+        self.segments.append(segment)
+
+    def repair(self, views: dict[int, list[int]]) -> None:
+        """Show the segments at `views`' indexes as re-rendered there."""
+        for index, view in views.items():
+            self.segments[index] = _Segment(view, self.segments[index].sampled_by)
+        if views:
+            first = min(views)
+            start = self.ends[first - 1] if first else 0
+            rest = accumulate((len(s.view) for s in self.segments[first:]), initial=start)
+            self.ends[first:] = list(rest)[1:]
+
+
+@dataclass(eq=False)
+class _Node:
+    """A node of a `_ChainIndex`: the tokens on the edge into it, the chains whose view ends
+    here."""
+
+    label: list[int]
+    depth: int
+    """the length of the views that end here"""
+    parent: _Node | None
+    children: dict[int, _Node] = field(default_factory=dict)
+    chains: list[_Chain] = field(default_factory=list)
+
+
+@dataclass
+class _Walk:
+    """A prompt walked down a `_ChainIndex` as far as it matches."""
+
+    path: list[_Node]
+    """the nodes whose views are prefixes of the prompt, from the root down"""
+    partial: _Node | None
+    """the child of the last path node whose edge the prompt left (or ended on) part-way"""
+    depth: int
+    """how far the prompt matches: the longest common prefix with any chain's view"""
+
+
+class _ChainIndex:
+    """The views of one attempt's chains in a radix tree (a trie with whole runs of tokens on
+    its edges).
+
+    A prompt is walked down once: the chains on its path are those it extends, and the
+    chains hanging off the path at a depth share exactly that many leading tokens with it,
+    so chains are met in the order of their common prefix with the prompt without comparing
+    the prompt with each.
+    """
+
+    def __init__(self) -> None:
+        self.root = _Node(label=[], depth=0, parent=None)
+
+    def walk(self, prompt: list[int]) -> _Walk:
+        node, depth, path = self.root, 0, [self.root]
+        while depth < len(prompt):
+            child = node.children.get(prompt[depth])
+            if child is None:
+                break
+            label = child.label
+            if prompt[depth : depth + len(label)] != label:
+                return _Walk(path, child, depth + _common_prefix(prompt, depth, label))
+            node, depth = child, depth + len(label)
+            path.append(node)
+        return _Walk(path, None, depth)
+
+    def groups(self, walk: _Walk) -> Iterator[tuple[int, list[_Chain]]]:
+        """Chains that do not end on the walk's path, grouped by their common prefix with the
+        prompt, with its length: the longest first."""
+        if walk.partial is not None:
+            yield walk.depth, _chains_under([walk.partial])
+        on_path = walk.partial
+        for node in reversed(walk.path):
+            yield node.depth, _chains_under([c for c in node.children.values() if c is not on_path])
+            on_path = node
+
+    def place(self, chain: _Chain, view: list[int], walk: _Walk) -> None:
+        """Move `chain`'s mark to where `view` ends (`view` extends the walked prompt)."""
+        node, depth = walk.path[-1], walk.path[-1].depth
+        while depth < len(view):
+            child = node.children.get(view[depth])
+            if child is None:
+                child = _Node(label=view[depth:], depth=len(view), parent=node)
+                node.children[view[depth]] = child
+                node, depth = child, len(view)
+                break
+            k = _common_prefix(view, depth, child.label)
+            if k < len(child.label):
+                child = self._split(child, k)
+            node, depth = child, depth + k
+        old = chain.node
+        if old is node:
+            return
+        node.chains.append(chain)
+        chain.node = node
+        if old is not None:
+            old.chains.remove(chain)
+            self._tidy(old)
+
+    def _split(self, node: _Node, at: int) -> _Node:
+        """Put a node `at` tokens into `node`'s edge; return it."""
+        parent = node.parent
+        assert parent is not None
+        middle = _Node(label=node.label[:at], depth=parent.depth + at, parent=parent)
+        parent.children[middle.label[0]] = middle
+        node.label = node.label[at:]
+        node.parent = middle
+        middle.children[node.label[0]] = node
+        return middle
+
+    def _tidy(self, node: _Node) -> None:
+        """Drop a node no view ends at or below; fold a node into its only child."""
+        parent = node.parent
+        if parent is None or node.chains:
+            return
+        if not node.children:
+            del parent.children[node.label[0]]
+            self._tidy(parent)
+        elif len(node.children) == 1:
+            (child,) = node.children.values()
+            child.label = node.label + child.label
+            child.parent = parent
+            parent.children[child.label[0]] = child
+
+
+def _chains_under(nodes: list[_Node]) -> list[_Chain]:
+    found: list[_Chain] = []
+    while nodes:
+        node = nodes.pop()
+        found += node.chains
+        nodes += node.children.values()
+    return found
 
 
 @dataclass
@@ -144,6 +301,8 @@ class _Match:
     """what stopped the walk before the chain's end"""
     consumed: list[_Segment] = field(default_factory=list)
     """the segments walked, with the prompt's tokens as view"""
+    shared: int = 0
+    """how many of `consumed` are the chain's own segments as they are, from its start"""
     repaired_views: dict[int, list[int]] = field(default_factory=dict)
 
     def extends(self, repair: bool) -> bool:
@@ -155,9 +314,15 @@ class _Match:
         return self.drifts[0] if self.drifts else self.stop
 
 
-def _common_prefix(prompt: list[int], start: int, view: list[int]) -> int:
+def _common_prefix(prompt: list[int], start: int, view: list[int], chunk: int = 256) -> int:
+    """How many leading tokens of `view` `prompt` repeats from `start` (compared a chunk at a
+    time, then token by token inside the first chunk that differs)."""
     n = min(len(prompt) - start, len(view))
+    if prompt[start : start + n] == view[:n]:
+        return n
     i = 0
+    while i + chunk < n and prompt[start + i : start + i + chunk] == view[i : i + chunk]:
+        i += chunk
     while i < n and prompt[start + i] == view[i]:
         i += 1
     return i
@@ -243,12 +408,14 @@ def _rerendered_end(
     return (end + 1 if sampled and sampled[-1] in eos else end), ""
 
 
-def _align(chain: _Chain, item: Prepared, eos: frozenset[int]) -> _Match:
+def _align(chain: _Chain, item: Prepared, eos: frozenset[int], common: int = 0) -> _Match:
     """Walk `item`'s prompt along the chain's segments, locating re-rendered sampled turns.
 
     The walk stops at the first difference it cannot explain as the same
     sampled turn re-rendered (other context, another turn, the prompt's end,
-    or a turn whose re-rendered end cannot be located).
+    or a turn whose re-rendered end cannot be located). `common`: a number of
+    leading tokens the prompt is known to share with the chain's view; the
+    segments inside them are taken as they are, without comparing.
     """
     prompt = item.prompt_ids
     record = item.record
@@ -264,11 +431,15 @@ def _align(chain: _Chain, item: Prepared, eos: frozenset[int]) -> _Match:
             detail=detail,
         )
 
-    j = 0
-    for index, segment in enumerate(chain.segments):
+    start = bisect_right(chain.ends, common)  # the segments wholly inside `common`
+    match.consumed = chain.segments[:start]
+    match.shared = start
+    j = chain.ends[start - 1] if start else 0
+    for index in range(start, len(chain.segments)):
+        segment = chain.segments[index]
         view = segment.view
         if prompt[j : j + len(view)] == view:
-            match.consumed.append(_Segment(view, segment.sampled_by))
+            match.consumed.append(segment)
             j += len(view)
             continue
         at = j + _common_prefix(prompt, j, view)
@@ -316,21 +487,16 @@ def build_prefix_merging(records: list[CompletionRecord], ctx: BuildContext) -> 
     eos = end_of_turn_ids(config)
     repair = config.repair == "response_span"
     chains: list[_Chain] = []
+    indexes: dict[int, _ChainIndex] = {}
     for step, item in enumerate(prepared):
-        attempt = item.record.attempt
-        matches = [_align(c, item, eos) for c in chains if c.attempt == attempt]
-        clean = [m for m in matches if m.extends(repair=False)]
-        repairable = [m for m in matches if m.extends(repair)]
-        best: _Match | None = None
-        if clean:
-            best = max(clean, key=lambda m: (m.walked or 0, m.chain.last_used))
-        elif repairable:
-            best = max(repairable, key=lambda m: (m.first_change, m.walked or 0, m.chain.last_used))
+        report_progress(step, len(prepared))
+        index = indexes.setdefault(item.record.attempt, _ChainIndex())
+        walk = index.walk(item.prompt_ids)
+        best, closest = _choose(index, walk, item, eos, repair)
         if best is not None:
             chain = best.chain
             assert best.walked is not None
-            for index, view in best.repaired_views.items():
-                chain.segments[index].view = view
+            chain.repair(best.repaired_views)
             chain.repairs += [d.model_copy(update={"repaired": True}) for d in best.drifts]
             tail = item.prompt_ids[best.walked :]
             previous = chain.members[-1].response_ids
@@ -338,28 +504,60 @@ def build_prefix_merging(records: list[CompletionRecord], ctx: BuildContext) -> 
                 chain.template_eos += 1  # the turn had no sampled end: the template wrote it
             chain.append(item, tail)
             chain.last_used = step
-            continue
-        started_by, segments = None, [_Segment(list(item.prompt_ids))]
-        if matches:  # the chain it came closest to continuing says why it could not
-            closest = max(
-                matches, key=lambda m: (m.walked is not None, m.first_change, m.chain.last_used)
+        else:
+            started_by, segments = None, [_Segment(list(item.prompt_ids))]
+            ends = [len(item.prompt_ids)]
+            if closest is not None:  # the chain it came closest to continuing says why not
+                started_by = closest.brk
+                segments, ends = _first_segments(item.prompt_ids, closest)
+            chain = _Chain(
+                trace_id=f"{ctx.session_id}/chain-{item.key}",
+                attempt=item.record.attempt,
+                members=[],
+                segments=segments,
+                prompt=list(item.prompt_ids),
+                response=[],
+                mask=[],
+                logprobs=[],
+                started_by=started_by,
+                last_used=step,
+                ends=ends,
             )
-            started_by, segments = closest.brk, _first_segments(item.prompt_ids, closest)
-        chain = _Chain(
-            trace_id=f"{ctx.session_id}/chain-{item.key}",
-            attempt=attempt,
-            members=[],
-            segments=segments,
-            prompt=list(item.prompt_ids),
-            response=[],
-            mask=[],
-            logprobs=[],
-            started_by=started_by,
-            last_used=step,
-        )
-        chain.append(item, [])
-        chains.append(chain)
+            chain.append(item, [])
+            chains.append(chain)
+        index.place(chain, item.prompt_ids + item.response_ids, walk)
+    report_progress(len(prepared), len(prepared))
     return _output(chains, ctx, config, eos, unusable)
+
+
+def _choose(
+    index: _ChainIndex, walk: _Walk, item: Prepared, eos: frozenset[int], repair: bool
+) -> tuple[_Match | None, _Match | None]:
+    """The chain `item` continues (a match), else the one it came closest to continuing.
+
+    Continued: of the chains whose view the prompt starts with, the longest, then the most
+    recently extended; else, repairing, of the chains it walks through with re-rendered
+    turns only, the one with the latest first difference, then the longest walk, then the
+    most recently extended. Closest: a chain it walks through with re-rendered turns only
+    before any other, then the latest first difference, then the most recently extended.
+    The index meets chains by their first difference, latest first, so the search stops
+    at the first group that holds a chain walked through.
+    """
+    for node in reversed(walk.path):
+        if node.chains:
+            chain = max(node.chains, key=lambda c: c.last_used)
+            return _align(chain, item, eos, common=node.depth), None
+    deepest: list[_Match] = []
+    for depth, group in index.groups(walk):
+        matches = [_align(c, item, eos, common=depth) for c in group]
+        if not deepest:
+            deepest = matches
+        walked = [m for m in matches if m.walked is not None]
+        if walked and repair:
+            return max(walked, key=lambda m: (m.walked or 0, m.chain.last_used)), None
+        if walked:
+            return None, max(walked, key=lambda m: m.chain.last_used)
+    return None, max(deepest, key=lambda m: m.chain.last_used) if deepest else None
 
 
 def _follows(later: Prepared, choice: Prepared) -> bool:
@@ -404,18 +602,22 @@ def _followed_first(prepared: list[Prepared]) -> list[Prepared]:
     return out
 
 
-def _first_segments(prompt: list[int], closest: _Match) -> list[_Segment]:
-    """Segments of a split-off chain's first prompt (all mask 0 in its trace).
+def _first_segments(prompt: list[int], closest: _Match) -> tuple[list[_Segment], list[int]]:
+    """Segments of a split-off chain's first prompt (all mask 0 in its trace), with their ends.
 
     The part the prompt shares with the chain it split from keeps that chain's
     structure, so that a later drift inside a sampled response there is still
     recognised (and, opted in, repaired) in the new chain.
     """
     segments = list(closest.consumed)
-    shared = sum(len(s.view) for s in segments)
+    start = closest.chain.ends[closest.shared - 1] if closest.shared else 0
+    rest = (len(s.view) for s in segments[closest.shared :])
+    ends = closest.chain.ends[: closest.shared] + list(accumulate(rest, initial=start))[1:]
+    shared = ends[-1] if ends else 0
     if shared < len(prompt):
         segments.append(_Segment(prompt[shared:]))
-    return segments
+        ends.append(len(prompt))
+    return segments, ends
 
 
 def _output(
