@@ -181,6 +181,7 @@ class Bench:
             s3_bucket="polar-bench",
             gateway_host="127.0.0.1",
             gateway_port=gw_port,
+            admin_port=free_port(),
             gateway_url=None,
             upstream_urls=self.upstream_url,
             upstream_kind="vllm",

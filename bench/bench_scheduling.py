@@ -151,6 +151,7 @@ class Bench:
             s3_bucket="polar-bench",
             gateway_host="127.0.0.1",
             gateway_port=base + 40,
+            admin_port=base + 42,
             gateway_url=None,
             upstream_urls=f"{self.backend}/v1",
             upstream_kind="vllm",

@@ -274,7 +274,11 @@ class DevStack:
         s = self.settings
         argv = [sys.executable, "-m", "polar.cli", "gateway"]
 
-        ready = http_ready(f"{s.gateway_base_url}/health")
+        admin, model = http_ready(f"{s.admin_base_url}/health"), http_ready(s.gateway_base_url)
+
+        def ready() -> bool:  # both listeners answer
+            return admin() and model()
+
         return Service("gateway", argv, ready, env=self.env(), start_timeout_s=60)
 
     def worker(self, index: int = 0) -> Service:

@@ -69,6 +69,13 @@ class Settings(BaseSettings):
         description="HMAC secret shared by workers (which mint session keys) and gateways; "
         "required (the dev stack generates one per data dir, polar.credentials)",
     )
+    admin_host: str = Field(
+        default="127.0.0.1", description="the gateway's admin listener (never the model port)"
+    )
+    admin_port: int = Field(
+        default=8401,
+        description="admin, metrics, health and docs of the gateway (POLAR_ADMIN_PORT)",
+    )
     upstream_urls: str = Field(
         default="http://127.0.0.1:8000/v1", description="comma-separated OpenAI-compatible bases"
     )
@@ -138,6 +145,12 @@ class Settings(BaseSettings):
     @property
     def gateway_base_url(self) -> str:
         return self.gateway_url or f"http://{self.gateway_host}:{self.gateway_port}"
+
+    @property
+    def admin_base_url(self) -> str:
+        """Where the gateway's admin listener answers (/admin, /metrics, /health, /docs)."""
+        host = "127.0.0.1" if self.admin_host in ("0.0.0.0", "::") else self.admin_host
+        return f"http://{host}:{self.admin_port}"
 
     @property
     def upstream_url_list(self) -> list[str]:

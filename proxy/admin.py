@@ -1,4 +1,8 @@
-"""Pausing inference for a weight update: admission control and the `/admin` endpoints.
+"""The gateway's admin listener, and pausing inference for a weight update.
+
+The admin app (`create_admin_app`) answers on POLAR_ADMIN_PORT, apart from the
+model port harnesses reach: `/admin/*` below, `/metrics` (Prometheus),
+`/health`, and the model API's `/openapi.json` and `/docs`.
 
     POST /admin/pause[?drain_s=S]   stop admitting model calls; answer once the
                                     in-flight ones have finished (or S seconds passed)
@@ -19,14 +23,18 @@ import asyncio
 import hmac
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from polar.providers import APIError
 from polar.settings import Settings
+from proxy.errors import install_error_handlers
 from proxy.metrics import GatewayMetrics
 
 log = logging.getLogger("polar.gateway")
@@ -153,3 +161,37 @@ def admin_routes(admission: Admission, settings: Settings) -> APIRouter:
         return admission.status()
 
     return router
+
+
+def create_admin_app(
+    settings: Settings,
+    admission: Admission,
+    registry: CollectorRegistry,
+    health: Callable[[], dict[str, Any]],
+    *,
+    model_schema: Callable[[], dict[str, Any]],
+) -> FastAPI:
+    """The gateway's admin listener: /admin/*, /metrics, /health, and the model API's docs
+    (/openapi.json, /docs). Served on POLAR_ADMIN_PORT, never on the port harnesses reach."""
+    app = FastAPI(title="Polar gateway admin", openapi_url=None, docs_url=None, redoc_url=None)
+    install_error_handlers(app)
+    app.include_router(admin_routes(admission, settings))
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/health")
+    async def healthy() -> dict[str, Any]:
+        return health()
+
+    @app.get("/openapi.json")
+    async def openapi() -> dict[str, Any]:
+        """The model API's schema (what harnesses call on the model port)."""
+        return model_schema()
+
+    @app.get("/docs", response_class=HTMLResponse)
+    async def docs() -> HTMLResponse:
+        return get_swagger_ui_html(openapi_url="/openapi.json", title="Polar gateway API")
+
+    return app

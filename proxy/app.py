@@ -13,9 +13,11 @@ Routes (each also without its `/v1` prefix, for harnesses whose base URL lacks i
     POST /v1/messages, /v1/messages/count_tokens         Anthropic Messages
     POST /v1beta/models/{model}:generateContent | :streamGenerateContent | :countTokens
     GET  /v1/models[/{id}], /v1beta/models[/{id}]        in the caller's shape
-    HEAD|GET /, /v1                                       probes
-    GET  /metrics                                         Prometheus (proxy.metrics)
-    POST /admin/pause, /admin/resume, GET /admin/status   weight-update pause (proxy.admin)
+    HEAD|GET /, /v1, /v1beta                              probes
+
+Nothing else answers on the model port. Admin, metrics, health and the docs
+are on the gateway's own admin listener (`POLAR_ADMIN_PORT`, `proxy.admin`),
+served from `app.state.admin_app` beside this app by `proxy.server`.
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from polar.logs import log_context
 from polar.providers import APIError, CallContext, ProviderAPI, get_provider
@@ -38,7 +39,7 @@ from polar.providers.google_generate import split_action
 from polar.session_keys import SessionIdentity
 from polar.settings import Settings
 from polar.storage import Storage
-from proxy.admin import Admission, admin_routes
+from proxy.admin import Admission, create_admin_app
 from proxy.auth import authenticate
 from proxy.errors import install_error_handlers, provider_for
 from proxy.limits import BodyLimit
@@ -256,7 +257,10 @@ def create_app(
         yield
         await gw.upstream.aclose()
 
-    app = FastAPI(title="Polar gateway", lifespan=lifespan)
+    # the model port: provider APIs and their probes only (no docs, schema, admin or metrics)
+    app = FastAPI(
+        title="Polar gateway", lifespan=lifespan, openapi_url=None, docs_url=None, redoc_url=None
+    )
     app.state.settings = settings
     app.state.upstream = gw.upstream
     app.state.recorder = gw.recorder
@@ -268,13 +272,8 @@ def create_app(
         app.include_router(api, prefix=prefix)
     for prefix in ("/v1beta", "/v1", ""):
         app.include_router(models, prefix=prefix)
-    app.include_router(admin_routes(gw.admission, settings))
     app.state.metrics = gw.metrics
     app.state.admission = gw.admission
-
-    @app.get("/metrics")
-    async def metrics() -> Response:
-        return Response(generate_latest(gw.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.api_route("/", methods=["GET", "HEAD"])
     @app.api_route("/v1", methods=["GET", "HEAD"])
@@ -282,8 +281,7 @@ def create_app(
     async def probe() -> dict[str, str]:
         return {"status": "ok", "service": "polar-gateway"}
 
-    @app.get("/health")
-    async def health() -> dict[str, Any]:
+    def health() -> dict[str, Any]:
         return {
             "status": "ok",
             "gateway_id": gw.recorder.gateway_id,
@@ -293,4 +291,7 @@ def create_app(
         }
 
     install_openapi(app)
+    app.state.admin_app = create_admin_app(
+        settings, gw.admission, gw.metrics.registry, health, model_schema=app.openapi
+    )
     return app

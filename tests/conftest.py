@@ -64,6 +64,7 @@ def base_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
         s3_bucket="polar-test",
         gateway_port=base + 40,
         vllm_port=base + 41,
+        admin_port=base + 42,
         # real secrets, as a deployment must have (polar.credentials refuses weak ones)
         session_secret=secrets.token_urlsafe(32),
         s3_access_key=f"polar-test-{secrets.token_hex(4)}",

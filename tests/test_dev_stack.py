@@ -30,6 +30,7 @@ def test_dev_up_is_idempotent_and_down_stops_everything(tmp_path: Path) -> None:
         "POLAR_TEMPORAL_UI_PORT": str(base + 1),
         "POLAR_S3_ENDPOINT": f"http://127.0.0.1:{base + 30}",
         "POLAR_GATEWAY_PORT": str(base + 40),
+        "POLAR_ADMIN_PORT": str(base + 42),
     }
     try:
         first = polar("dev", "up", "--no-model", env=env)
@@ -42,7 +43,7 @@ def test_dev_up_is_idempotent_and_down_stops_everything(tmp_path: Path) -> None:
             assert f"{part}: already running" in second.stdout
         status = polar("dev", "status", env=env).stdout
         assert "gateway" in status and "running (pid" in status
-        gateway = f"http://127.0.0.1:{env['POLAR_GATEWAY_PORT']}"
+        gateway = f"http://127.0.0.1:{env['POLAR_ADMIN_PORT']}"
         assert httpx.get(f"{gateway}/health").status_code == 200
         ui = httpx.get(f"http://127.0.0.1:{env['POLAR_TEMPORAL_UI_PORT']}/", timeout=10)
         assert ui.status_code == 200  # the Web UI is on

@@ -216,7 +216,7 @@ async def test_s3_unreachable_for_a_while_gateway_503s_then_nothing_lost(
 
 def _recording_failures(node: Node) -> float:
     try:
-        text = httpx.get(f"{node.gateway_url}/metrics", timeout=5).text
+        text = httpx.get(f"{node.admin_url}/metrics", timeout=5).text
     except httpx.HTTPError:
         return 0.0
     return sum(

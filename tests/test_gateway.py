@@ -353,11 +353,37 @@ def test_models_and_health(base_settings: Settings, storage: Storage) -> None:
     with stack(base_settings, []) as (_, gateway):
         _, key = gateway.session()
         models = gateway.client(key).models.list()
-        health = httpx.get(f"{gateway.url}/health")
         bare = httpx.get(f"{gateway.url}/models")
     assert [m.id for m in models.data] == ["policy"]
-    assert health.status_code == 200 and health.json()["status"] == "ok"
     assert bare.json()["data"][0]["id"] == "policy"
+
+
+def test_admin_metrics_health_and_docs_only_on_the_admin_port(
+    base_settings: Settings, storage: Storage
+) -> None:
+    """The model port harnesses reach serves the provider APIs and probes, nothing else;
+    admin, metrics (which name live sessions), health (which names upstreams) and the docs
+    answer on the admin listener."""
+    settings = base_settings.model_copy(
+        update={"upstream_urls": "http://127.0.0.1:9/v1", "admin_token": "a" * 32}
+    )
+    app = create_app(settings, storage)
+    admin_paths = ["/admin/status", "/metrics", "/health", "/docs", "/openapi.json", "/redoc"]
+    with serve_app(app) as url, serve_app(app.state.admin_app) as admin:
+        for path in [*admin_paths, "/v1/admin/status", "/v1/metrics", "/v1/health"]:
+            answer = httpx.get(f"{url}{path}")
+            assert answer.status_code == 404, (path, answer.text)
+            assert answer.json()["error"]["code"] == "not_found"  # in the caller's shape
+        assert httpx.get(f"{url}/v1").status_code == 200  # probes stay
+        auth = {"Authorization": f"Bearer {'a' * 32}"}
+        assert httpx.get(f"{admin}/admin/status", headers=auth).json()["paused"] is False
+        assert "polar_gateway_calls_total" in httpx.get(f"{admin}/metrics").text
+        health = httpx.get(f"{admin}/health").json()
+        assert health["status"] == "ok" and health["upstreams"] == ["http://127.0.0.1:9/v1"]
+        schema = httpx.get(f"{admin}/openapi.json").json()
+        assert "/v1/chat/completions" in schema["paths"]
+        assert "swagger" in httpx.get(f"{admin}/docs").text.lower()
+        assert httpx.post(f"{admin}/v1/chat/completions", json={}).status_code == 404
 
 
 def test_round_robin_and_failover(base_settings: Settings, storage: Storage) -> None:
@@ -537,20 +563,30 @@ async def test_unexpected_errors_are_openai_shaped_500s(
 
 def test_normalize_by_backend_kind() -> None:
     request = {
-        "model": "harness", "messages": MESSAGES, "stream": True,
-        "stream_options": {"include_usage": True}, "top_logprobs": 5,
+        "model": "harness",
+        "messages": MESSAGES,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "top_logprobs": 5,
     }
     vllm = normalize(request, "vllm", "policy")
     assert vllm["model"] == "policy" and vllm["top_logprobs"] == 5
     assert vllm["logprobs"] is True and vllm["return_token_ids"] is True
     assert "stream" not in vllm and "stream_options" not in vllm
     assert normalize({"messages": MESSAGES}, "vllm", None) == {
-        "messages": MESSAGES, "logprobs": True, "top_logprobs": 0, "return_token_ids": True,
+        "messages": MESSAGES,
+        "logprobs": True,
+        "top_logprobs": 0,
+        "return_token_ids": True,
     }
     sglang = normalize({"model": "m", "messages": MESSAGES}, "sglang", None)
     assert sglang == {
-        "model": "m", "messages": MESSAGES, "logprobs": True, "return_prompt_token_ids": True,
-        "return_token_ids": True, "return_meta_info": True,
+        "model": "m",
+        "messages": MESSAGES,
+        "logprobs": True,
+        "return_prompt_token_ids": True,
+        "return_token_ids": True,
+        "return_meta_info": True,
     }
     assert request["stream"] is True  # the caller's request is left as it was
     with pytest.raises(ValueError):
@@ -589,9 +625,16 @@ def test_extract_sglang_and_strip() -> None:
 def test_stream_rendering_shape() -> None:
     assert split_text("") == [] and "".join(split_text("abcdefghij")) == "abcdefghij"
     answer = {
-        "id": "chatcmpl-1", "created": 1, "model": "policy",
-        "choices": [{"index": 0, "finish_reason": "stop",
-                     "message": {"role": "assistant", "content": "hello world"}}],
+        "id": "chatcmpl-1",
+        "created": 1,
+        "model": "policy",
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "stop",
+                "message": {"role": "assistant", "content": "hello world"},
+            }
+        ],
         "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
     }
     events = list(render_chat_stream(answer, include_usage=False))

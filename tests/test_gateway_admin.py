@@ -33,12 +33,14 @@ MESSAGES = [{"role": "user", "content": "hi"}]
 @contextmanager
 def gateway(
     base_settings: Settings, replies: list[Any], storage: Storage | None = None, **overrides: Any
-) -> Iterator[tuple[str, Settings]]:
+) -> Iterator[tuple[str, str, Settings]]:
+    """The model port's URL, the admin listener's URL, and the settings."""
     with scripted_backend(replies) as backend:
         update = {"upstream_urls": backend.url, "admin_token": TOKEN} | overrides
         settings = base_settings.model_copy(update=update)
-        with serve_app(create_app(settings, storage)) as url:
-            yield url, settings
+        app = create_app(settings, storage)
+        with serve_app(app) as url, serve_app(app.state.admin_app) as admin:
+            yield url, admin, settings
 
 
 def session_key(settings: Settings, task_id: str = "task-admin") -> tuple[str, str]:
@@ -60,18 +62,18 @@ async def test_pause_drains_in_flight_holds_new_calls_and_resume_releases_them(
     base_settings: Settings, storage: Storage
 ) -> None:
     replies = [text(f"slow {i}", delay_s=1.5) for i in range(3)] + [text("after resume")]
-    with gateway(base_settings, replies) as (url, settings):
+    with gateway(base_settings, replies) as (url, admin, settings):
         session_id, key = session_key(settings)
         async with httpx.AsyncClient(timeout=30) as client:
             slow = [asyncio.create_task(chat(client, url, key)) for _ in range(3)]
             for _ in range(100):
-                status = (await client.get(f"{url}/admin/status", headers=ADMIN)).json()
+                status = (await client.get(f"{admin}/admin/status", headers=ADMIN)).json()
                 if status["in_flight"] == 3:
                     break
                 await asyncio.sleep(0.02)
             assert status["in_flight"] == 3 and not status["paused"]
 
-            paused = await client.post(f"{url}/admin/pause", headers=ADMIN)
+            paused = await client.post(f"{admin}/admin/pause", headers=ADMIN)
             assert paused.status_code == 200, paused.text
             body = paused.json()
             assert body["paused"] and body["drained"] == 3 and body["in_flight"] == 0
@@ -85,10 +87,10 @@ async def test_pause_drains_in_flight_holds_new_calls_and_resume_releases_them(
             held = asyncio.create_task(chat(client, url, key))
             await asyncio.sleep(0.5)
             assert not held.done(), "a call went through while paused"
-            status = (await client.get(f"{url}/admin/status", headers=ADMIN)).json()
+            status = (await client.get(f"{admin}/admin/status", headers=ADMIN)).json()
             assert status == status | {"paused": True, "held": 1, "in_flight": 0}
 
-            resumed = await client.post(f"{url}/admin/resume", headers=ADMIN)
+            resumed = await client.post(f"{admin}/admin/resume", headers=ADMIN)
             assert resumed.json()["released"] == 1 and not resumed.json()["paused"]
             answer = await asyncio.wait_for(held, 10)
             assert answer.status_code == 200
@@ -100,10 +102,10 @@ async def test_pause_drains_in_flight_holds_new_calls_and_resume_releases_them(
 async def test_held_call_times_out_with_503_in_callers_shape(
     base_settings: Settings, storage: Storage
 ) -> None:
-    with gateway(base_settings, [text("never")], pause_hold_s=0.3) as (url, settings):
+    with gateway(base_settings, [text("never")], pause_hold_s=0.3) as (url, admin, settings):
         session_id, key = session_key(settings)
         async with httpx.AsyncClient(timeout=30) as client:
-            assert (await client.post(f"{url}/admin/pause", headers=ADMIN)).json()["drained"] == 0
+            assert (await client.post(f"{admin}/admin/pause", headers=ADMIN)).json()["drained"] == 0
             answer = await client.post(
                 f"{url}/v1/messages",
                 json={"model": "p", "max_tokens": 16, "messages": MESSAGES},
@@ -112,22 +114,22 @@ async def test_held_call_times_out_with_503_in_callers_shape(
             assert answer.status_code == 503
             body = answer.json()
             assert body["type"] == "error" and "paused" in body["error"]["message"]
-            await client.post(f"{url}/admin/resume", headers=ADMIN)
+            await client.post(f"{admin}/admin/resume", headers=ADMIN)
     assert storage.list_completions(session_id) == []  # never reached upstream
 
 
 async def test_admin_endpoints_need_the_admin_token(base_settings: Settings) -> None:
-    with gateway(base_settings, []) as (url, _):
+    with gateway(base_settings, []) as (url, admin, _):
         async with httpx.AsyncClient(timeout=10) as client:
-            assert (await client.post(f"{url}/admin/pause")).status_code == 401
+            assert (await client.post(f"{admin}/admin/pause")).status_code == 401
             wrong = {"Authorization": "Bearer nope"}
-            assert (await client.post(f"{url}/admin/pause", headers=wrong)).status_code == 403
-            assert (await client.get(f"{url}/admin/status", headers=wrong)).status_code == 403
-            ok = await client.get(f"{url}/admin/status", headers={"X-Admin-Token": TOKEN})
+            assert (await client.post(f"{admin}/admin/pause", headers=wrong)).status_code == 403
+            assert (await client.get(f"{admin}/admin/status", headers=wrong)).status_code == 403
+            ok = await client.get(f"{admin}/admin/status", headers={"X-Admin-Token": TOKEN})
             assert ok.status_code == 200 and ok.json()["paused"] is False
-    with gateway(base_settings, [], admin_token=None) as (url, _):
+    with gateway(base_settings, [], admin_token=None) as (url, admin, _):
         async with httpx.AsyncClient(timeout=10) as client:
-            disabled = await client.post(f"{url}/admin/pause", headers=ADMIN)
+            disabled = await client.post(f"{admin}/admin/pause", headers=ADMIN)
             assert disabled.status_code == 403
             assert disabled.json()["error"]["code"] == "admin_disabled"
 
@@ -142,7 +144,7 @@ def _samples(exposition: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], f
 
 async def test_metrics_after_real_calls(base_settings: Settings, storage: Storage) -> None:
     replies = [text("one"), text("two"), error(400, "bad"), text("three")]
-    with gateway(base_settings, replies, metrics_max_sessions=1) as (url, settings):
+    with gateway(base_settings, replies, metrics_max_sessions=1) as (url, admin, settings):
         first, key = session_key(settings, "task-metrics")
         second, key2 = session_key(settings, "task-metrics")
         async with httpx.AsyncClient(timeout=30) as client:
@@ -155,7 +157,7 @@ async def test_metrics_after_real_calls(base_settings: Settings, storage: Storag
                 headers={"x-api-key": key2, "anthropic-version": "2023-06-01"},
             )
             assert answer.status_code == 200
-            scraped = await client.get(f"{url}/metrics")
+            scraped = await client.get(f"{admin}/metrics")
     assert scraped.status_code == 200
     m = _samples(scraped.text)
     chat_ok = ("polar_gateway_calls_total", (("provider", "openai_chat"), ("status", "200")))
@@ -182,11 +184,11 @@ async def test_metrics_after_real_calls(base_settings: Settings, storage: Storag
 
 async def test_recording_failures_are_counted(base_settings: Settings, storage: Storage) -> None:
     broken = Storage(base_settings.model_copy(update={"s3_secret_key": "not-the-real-key"}))
-    with gateway(base_settings, [text("lost")], storage=broken) as (url, settings):
+    with gateway(base_settings, [text("lost")], storage=broken) as (url, admin, settings):
         _, key = session_key(settings)
         async with httpx.AsyncClient(timeout=30) as client:
             assert (await chat(client, url, key)).status_code == 503
-            m = _samples((await client.get(f"{url}/metrics")).text)
+            m = _samples((await client.get(f"{admin}/metrics")).text)
     assert m[("polar_gateway_recording_failures_total", ())] == 1
     assert m[("polar_gateway_calls_total", (("provider", "openai_chat"), ("status", "503")))] == 1
 
@@ -195,7 +197,7 @@ def test_json_logs_carry_session_and_task_ids(
     base_settings: Settings, storage: Storage, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Gateway log lines written while serving a call carry its session and task ids."""
-    with gateway(base_settings, [text("hello")]) as (url, settings):
+    with gateway(base_settings, [text("hello")]) as (url, admin, settings):
         session_id, key = session_key(settings, "task-logs")
         with caplog.at_level(logging.INFO, logger="polar.gateway"):
             caplog.handler.addFilter(ContextFilter())

@@ -33,7 +33,7 @@ def grpo_settings(
     # the data dir holds local runtimes: reachable by their unprivileged harness user
     policy_dir = open_for_harness(tmp_path_factory.mktemp("grpo"), tmp_path_factory) / "policy"
     shutil.copytree(model_dir, policy_dir)
-    port = free_port(span=2)
+    port = free_port(span=3)
     settings = devstack.settings.model_copy(
         update={
             "model_dir": policy_dir,
@@ -42,6 +42,7 @@ def grpo_settings(
             "vllm_python": model_dir.parents[2] / ".venv-vllm" / "bin" / "python",
             "upstream_urls": f"http://127.0.0.1:{port}/v1",
             "gateway_port": port + 1,
+            "admin_port": port + 2,
             "admin_token": ADMIN,
             "task_queue": f"polar-grpo-{uuid.uuid4().hex[:6]}",
             "data_dir": policy_dir.parent / "data",

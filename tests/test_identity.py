@@ -94,7 +94,11 @@ def _run_cli(args: list[str], env: dict[str, str], timeout: float = 60) -> tuple
 def test_processes_refuse_to_start_with_a_weak_secret(
     process: str, secret: str | None, tmp_path: Path
 ) -> None:
-    env = {"POLAR_DATA_DIR": str(tmp_path), "POLAR_GATEWAY_PORT": str(free_port())}
+    env = {
+        "POLAR_DATA_DIR": str(tmp_path),
+        "POLAR_GATEWAY_PORT": str(free_port()),
+        "POLAR_ADMIN_PORT": str(free_port()),
+    }
     if secret is not None:
         env["POLAR_SESSION_SECRET"] = secret
     code, out = _run_cli([process], env)
@@ -133,6 +137,7 @@ async def test_a_gateway_with_a_real_secret_starts(tmp_path: Path) -> None:
     env = {
         "POLAR_DATA_DIR": str(tmp_path),
         "POLAR_GATEWAY_PORT": str(port),
+        "POLAR_ADMIN_PORT": str(free_port()),
         "POLAR_SESSION_SECRET": uuid.uuid4().hex + uuid.uuid4().hex,
     }
     clean = {k: v for k, v in os.environ.items() if not k.startswith("POLAR_")}
@@ -143,9 +148,11 @@ async def test_a_gateway_with_a_real_secret_starts(tmp_path: Path) -> None:
     try:
         probe = f"http://127.0.0.1:{port}/v1"
         await wait_for(lambda: _answers(probe), timeout_s=60, what="the gateway's probe")
+        assert httpx.get(f"http://127.0.0.1:{port}/health").status_code == 404  # admin port only
     finally:
         proc.terminate()
-        proc.wait(timeout=30)
+        out = proc.communicate(timeout=30)[0].decode(errors="replace")
+    assert proc.returncode in (0, -15), out[-2000:]
 
 
 def _answers(url: str) -> bool:

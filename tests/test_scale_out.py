@@ -69,4 +69,4 @@ async def test_two_workers_two_gateways_share_sessions(devstack: DevStack, tmp_p
 def _gateway_id(node: Node) -> str:
     import httpx
 
-    return httpx.get(f"{node.gateway_url}/health", timeout=5).json()["gateway_id"]
+    return httpx.get(f"{node.admin_url}/health", timeout=5).json()["gateway_id"]

@@ -129,12 +129,12 @@ class Policy:
 
 
 async def sync_weights(
-    policy: Policy, policy_dir: Path, *, gateway_url: str, admin_token: str, vllm_url: str
+    policy: Policy, policy_dir: Path, *, admin_url: str, admin_token: str, vllm_url: str
 ) -> None:
     """Pause the gateway (drain in-flight calls), reload vLLM's weights in place, resume."""
     headers = {"Authorization": f"Bearer {admin_token}"}
     async with httpx.AsyncClient(timeout=600) as http:
-        (await http.post(f"{gateway_url}/admin/pause", headers=headers)).raise_for_status()
+        (await http.post(f"{admin_url}/admin/pause", headers=headers)).raise_for_status()
         try:
             await asyncio.to_thread(policy.save, policy_dir)
             reload = await http.post(
@@ -145,7 +145,7 @@ async def sync_weights(
             # cached prompt KV was computed by the old weights: drop it
             (await http.post(f"{vllm_url}/reset_prefix_cache")).raise_for_status()
         finally:
-            (await http.post(f"{gateway_url}/admin/resume", headers=headers)).raise_for_status()
+            (await http.post(f"{admin_url}/admin/resume", headers=headers)).raise_for_status()
 
 
 async def train(
@@ -195,7 +195,7 @@ async def train(
         await sync_weights(
             policy,
             policy_dir,
-            gateway_url=polar.settings.gateway_base_url,
+            admin_url=polar.settings.admin_base_url,
             admin_token=admin_token,
             vllm_url=vllm_url,
         )

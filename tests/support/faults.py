@@ -77,13 +77,19 @@ class Node:
     def __init__(self, base: Settings, data_dir: Path, name: str, **overrides: Any) -> None:
         self.name = name
         data_dir.mkdir(parents=True, exist_ok=True)
-        update = {"data_dir": data_dir, "gateway_port": free_port(), "log_format": "text"}
+        update = {"data_dir": data_dir, "gateway_port": free_port(), "admin_port": free_port(),
+                  "log_format": "text"}  # fmt: skip
         self.settings = base.model_copy(update=update | overrides)
         self.stack = DevStack(self.settings, with_model=False, workers=0, die_with_parent=True)
 
     @property
     def gateway_url(self) -> str:
         return self.settings.gateway_base_url
+
+    @property
+    def admin_url(self) -> str:
+        """The gateway's admin listener (/metrics, /health, /admin)."""
+        return self.settings.admin_base_url
 
     def start_gateway(self) -> None:
         self.stack.start(self.stack.gateway(), log=lambda _: None)
