@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -39,6 +39,7 @@ from activities.runtimes.channel import (
     with_forwarder,
 )
 from polar.builders import BuildContext, UnknownBuilder, get_builder, reward_policy
+from polar.builders.progress import listening
 from polar.builders.rewards import assign_rewards
 from polar.models import (
     BuildRequest,
@@ -67,15 +68,20 @@ def _heartbeat(**details: object) -> None:
     activity.heartbeat(details)
 
 
-async def heartbeating(work: Awaitable[T], every_s: float = 2.0, **details: object) -> T:
-    """Await `work` while heartbeating `details` every `every_s` (killing a fork bomb or
-    copying a big tree must not look like a dead worker)."""
+async def heartbeating(
+    work: Awaitable[T],
+    every_s: float = 2.0,
+    progress: Callable[[], Mapping[str, object]] | None = None,
+    **details: object,
+) -> T:
+    """Await `work` while heartbeating `details` (and what `progress()` says then) every
+    `every_s` (killing a fork bomb or copying a big tree must not look like a dead worker)."""
     task = asyncio.ensure_future(work)
     while True:
         done, _ = await asyncio.wait({task}, timeout=every_s)
         if done:
             return task.result()
-        _heartbeat(**details)
+        _heartbeat(**details, **(progress() if progress is not None else {}))
 
 
 def _home_in_runtime(runtime: Runtime, handle: RuntimeHandle) -> str | None:
@@ -332,8 +338,22 @@ class SessionActivities:
             policy = reward_policy(request.builder.config)
         except (UnknownBuilder, ValueError) as exc:
             raise ApplicationError(str(exc), type="InvalidBuilder", non_retryable=True) from exc
+        # reading and building run in threads, heartbeating their progress (a long session
+        # must not look like a dead worker)
+        progress: dict[str, int] = {}
+
+        def read(done: int, total: int) -> None:
+            progress.update(records_read=done, records=total)
+
+        def built(done: int, total: int) -> None:
+            progress.update(calls_built=done, calls=total)
+
         _heartbeat(step="loading completions")
-        records = await asyncio.to_thread(self.storage.list_completions, request.session_id)
+        records = await heartbeating(
+            asyncio.to_thread(self.storage.list_completions, request.session_id, read),
+            step="loading completions",
+            progress=lambda: progress,
+        )
         _heartbeat(step="building", completions=len(records))
         ctx = BuildContext(
             session_id=request.session_id,
@@ -342,7 +362,12 @@ class SessionActivities:
             builder=request.builder.name,
             config=request.builder.config,
         )
-        output = await asyncio.to_thread(builder, records, ctx)
+        with listening(built):  # asyncio.to_thread carries the listener into the thread
+            output = await heartbeating(
+                asyncio.to_thread(builder, records, ctx),
+                step="building",
+                progress=lambda: {"completions": len(records), **progress},
+            )
         for trace in output.traces:  # score_traces applies it; custom builders need not
             trace.provenance.reward_policy = policy
             trace.provenance.policy_version = request.policy_version

@@ -14,7 +14,7 @@ so no id or name reaches outside its own prefix.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import boto3
@@ -132,12 +132,17 @@ class Storage:
         self.put_bytes(key, record.model_dump_json().encode(), "application/json")
         return key
 
-    def list_completions(self, session_id: str) -> list[CompletionRecord]:
-        """All completion records of a session, in call order."""
-        records = [
-            CompletionRecord.model_validate_json(self.get_bytes(k))
-            for k in self.list_keys(completions_prefix(session_id))
-        ]
+    def list_completions(
+        self, session_id: str, on_read: Callable[[int, int], None] | None = None
+    ) -> list[CompletionRecord]:
+        """All completion records of a session, in call order; `on_read(read, total)` is
+        called after each record read (the build activity heartbeats with it)."""
+        keys = self.list_keys(completions_prefix(session_id))
+        records: list[CompletionRecord] = []
+        for key in keys:
+            records.append(CompletionRecord.model_validate_json(self.get_bytes(key)))
+            if on_read is not None:
+                on_read(len(records), len(keys))
         return sorted(records, key=lambda r: (r.seq, r.record_id))
 
     def mark_closed(self, session_id: str, attempt: int | None = None) -> None:

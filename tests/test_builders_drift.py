@@ -1,4 +1,5 @@
-"""prefix_merging found by its chain index equals the old scan over every chain.
+"""prefix_merging found by its chain index equals the old scan over every chain; the build
+activity heartbeats its progress.
 
 `quadratic_reference` is the matcher as it was before the index: each call
 walked along every earlier chain of its attempt (`_align` from the start) and
@@ -10,12 +11,16 @@ sessions also keep the fidelity invariants.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from temporalio.testing import ActivityEnvironment
 
+from activities.session_activities import SessionActivities
 from polar.builders import BuildContext, BuildOutput, get_builder
 from polar.builders.base import end_of_turn_ids, prepare_records
 from polar.builders.prefix_merging import (
@@ -28,8 +33,9 @@ from polar.builders.prefix_merging import (
     _output,
     _Segment,
 )
-from polar.builders.progress import listening
-from polar.models import BreakKind, CompletionRecord
+from polar.builders.progress import listening, report_progress
+from polar.models import BreakKind, BuilderSpec, BuildRequest, CompletionRecord
+from polar.settings import Settings
 from tests.builders_support import (
     TinyBackend,
     check_invariants,
@@ -170,3 +176,73 @@ def test_the_builder_reports_its_progress(tok: Any, tokenizer_dir: Path) -> None
     assert seen == [(n, 6) for n in range(7)]
     get_builder("prefix_merging")(records, context("prefix_merging"))  # no listener: no report
     assert len(seen) == 7
+
+
+# --------------------------------------------------------------------------- heartbeats
+
+BUILD_SEEN = threading.Event()
+"""Set when the build activity heartbeated the waiting builder's progress."""
+
+
+def waiting_builder(records: list[CompletionRecord], ctx: BuildContext) -> BuildOutput:
+    """A builder (by import path) that reports one call built, then waits for its heartbeat."""
+    report_progress(1, len(records))
+    assert BUILD_SEEN.wait(60), "no heartbeat carried the build's progress"
+    report_progress(len(records), len(records))
+    return get_builder("per_request")(records, ctx)
+
+
+class WaitingStorage:
+    """Storage that reads two records, then waits until a heartbeat says so."""
+
+    def __init__(self, records: list[CompletionRecord]) -> None:
+        self.records = records
+        self.read_seen = threading.Event()
+        self.traces: dict[str, int] = {}
+
+    def list_completions(
+        self, session_id: str, on_read: Callable[[int, int], None] | None = None
+    ) -> list[CompletionRecord]:
+        assert on_read is not None
+        on_read(2, len(self.records))
+        assert self.read_seen.wait(60), "no heartbeat carried the reading progress"
+        on_read(len(self.records), len(self.records))
+        return list(self.records)
+
+    def put_traces(self, key: str, traces: list[Any]) -> int:
+        self.traces[key] = len(traces)
+        return 1
+
+
+async def test_the_build_activity_heartbeats_what_it_has_read_and_built(
+    tok: Any,
+) -> None:
+    records = drifting_session(TinyBackend(tok), 5, "think_dropped")
+    storage = WaitingStorage(records)
+    BUILD_SEEN.clear()
+    beats: list[dict[str, Any]] = []
+
+    def on_heartbeat(*details: Any) -> None:
+        beat = details[0]
+        beats.append(beat)
+        if beat.get("step") == "loading completions" and beat.get("records_read") == 2:
+            storage.read_seen.set()
+        if beat.get("step") == "building" and beat.get("calls_built") == 1:
+            BUILD_SEEN.set()
+
+    env = ActivityEnvironment()
+    env.on_heartbeat = on_heartbeat
+    acts = SessionActivities(Settings(), storage)  # type: ignore[arg-type]
+    spec = BuilderSpec(name="tests.test_builders_drift:waiting_builder")
+    request = BuildRequest(session_id="s1", task_id="t1", harness="command", builder=spec)
+    built = await env.run(acts.build_trajectory, request)
+    assert built.num_traces == 5
+    assert {"step": "loading completions", "records_read": 2, "records": 5} in beats
+    assert {
+        "step": "building",
+        "completions": 5,
+        "records_read": 5,
+        "records": 5,
+        "calls_built": 1,
+        "calls": 5,
+    } in beats
