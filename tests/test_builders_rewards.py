@@ -95,7 +95,9 @@ class MemoryStorage:
         self.records = records
         self.traces: dict[str, list[Trace]] = {}
 
-    def list_completions(self, session_id: str) -> list[CompletionRecord]:
+    def list_completions(self, session_id: str, on_read: Any = None) -> list[CompletionRecord]:
+        if on_read is not None:
+            on_read(len(self.records), len(self.records))
         return list(self.records)
 
     def put_traces(self, key: str, traces: list[Trace]) -> int:
