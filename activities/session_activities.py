@@ -39,6 +39,7 @@ from activities.runtimes.channel import (
     with_forwarder,
 )
 from polar.builders import BuildContext, UnknownBuilder, get_builder, reward_policy
+from polar.builders.base import count_unseen, unseen_records
 from polar.builders.progress import listening
 from polar.builders.rewards import assign_rewards
 from polar.models import (
@@ -354,7 +355,11 @@ class SessionActivities:
             step="loading completions",
             progress=lambda: progress,
         )
-        _heartbeat(step="building", completions=len(records))
+        # a sample the harness never saw (caller hung up, or resent because its answer never
+        # arrived) is no training data, whatever the builder
+        unseen = unseen_records(records)
+        seen = [r for r in records if r.record_id not in unseen]
+        _heartbeat(step="building", completions=len(seen), unseen=len(unseen))
         ctx = BuildContext(
             session_id=request.session_id,
             task_id=request.task_id,
@@ -364,7 +369,7 @@ class SessionActivities:
         )
         with listening(built):  # asyncio.to_thread carries the listener into the thread
             output = await heartbeating(
-                asyncio.to_thread(builder, records, ctx),
+                asyncio.to_thread(builder, seen, ctx),
                 step="building",
                 progress=lambda: {"completions": len(records), **progress},
             )
@@ -381,6 +386,7 @@ class SessionActivities:
             trace_bytes=size,
             unusable_completions=len(output.unusable),
             breaks=dict(output.breaks),
+            unseen_completions=count_unseen(unseen),
         )
 
     @activity.defn(name="evaluate")

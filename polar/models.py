@@ -553,6 +553,11 @@ class BuildResult(BaseModel):
     breaks: dict[str, int] = Field(
         default_factory=dict, description="chain breaks by BreakKind (prefix_merging)"
     )
+    unseen_completions: dict[str, int] = Field(
+        default_factory=dict,
+        description="records left out because the harness never saw their answer, by reason "
+        "(client_disconnected, resent)",
+    )
 
 
 class EvaluateRequest(BaseModel):
@@ -606,6 +611,8 @@ class SessionResult(BaseModel):
     traces_key: str | None = None
     trace_breaks: dict[str, int] = Field(default_factory=dict)
     """Why the builder started new traces, by break kind (prefix_merging)."""
+    unseen_completions: dict[str, int] = Field(default_factory=dict)
+    """Records not trained on because the harness never saw their answer, by reason."""
     harness_exit_code: int | None = None
     evaluation: str | None = None
     error: str | None = None
@@ -686,6 +693,11 @@ class CompletionRecord(BaseModel):
     started_at: float
     finished_at: float
     gateway_id: str = ""
+    client_disconnected: bool = Field(
+        default=False,
+        description="the caller hung up before its answer was sent: the harness never saw "
+        "this sample, so no builder trains on it",
+    )
 
     def sampled(self) -> list[SampledChoice]:
         """Every choice the upstream sampled: `choices`, or choice 0 from the top-level fields."""

@@ -23,6 +23,7 @@ served from `app.state.admin_app` beside this app by `proxy.server`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -52,6 +53,7 @@ from proxy.upstream import Extracted, UpstreamClient, UpstreamError, strip_train
 
 log = logging.getLogger("polar.gateway")
 DEFAULT_MODEL = "policy"
+CLIENT_CLOSED = 499  # the status a call gets when its caller hung up before the answer
 STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 Identity = Annotated[SessionIdentity, Depends(authenticate)]
 
@@ -80,6 +82,13 @@ def call_context(
         model=model,
         action=action,
     )
+
+
+async def _caller_hangs_up(request: Request) -> None:
+    """Return when the caller disconnects (its body has been read: the next ASGI message is
+    the disconnect, which the server sends only if the caller goes before its answer)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 def _stream(events: list[str], media_type: str) -> StreamingResponse:
@@ -150,8 +159,25 @@ class Gateway:
         pending = self.recorder.start(identity, body, provider=provider.name)
         chat = provider.to_chat(body, call)
         normalized = self.upstream.normalize(chat)
+        upstream = asyncio.ensure_future(self.upstream.complete(normalized))
+        hung_up = asyncio.ensure_future(_caller_hangs_up(request))
         try:
-            answer = await self.upstream.complete(normalized)
+            await asyncio.wait({upstream, hung_up}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            hung_up.cancel()
+        gone = hung_up.done() and not hung_up.cancelled()
+        if gone and not upstream.done():  # nobody will read it: stop the sampling
+            upstream.cancel()
+            with contextlib.suppress(BaseException):
+                await upstream
+            await self.recorder.record(
+                pending, normalized, response=None, status_code=CLIENT_CLOSED,
+                error="the client disconnected before the answer", client_disconnected=True,
+            )  # fmt: skip
+            self.metrics.client_disconnects.inc()
+            return Response(status_code=CLIENT_CLOSED)
+        try:
+            answer = upstream.result()
         except UpstreamError as exc:
             await self.recorder.record(
                 pending,
@@ -159,6 +185,7 @@ class Gateway:
                 response=exc.upstream_body,
                 status_code=exc.status_code,
                 error=exc.message,
+                client_disconnected=gone,
             )
             raise
         extracted = self.upstream.extract(answer.body)
@@ -168,7 +195,10 @@ class Gateway:
             response=answer.body,
             extracted=extracted,
             status_code=answer.status_code,
+            client_disconnected=gone,
         )
+        if gone:
+            self.metrics.client_disconnects.inc()
         self._count_tokens(provider.name, identity, answer.body, extracted)
         reply = strip_training_fields(answer.body, chat)
         if provider.wants_stream(body, call):

@@ -83,6 +83,11 @@ class GatewayMetrics:
             "Completions that could not be written to S3 (answered 503)",
             registry=r,
         )
+        self.client_disconnects = Counter(
+            "polar_gateway_client_disconnects",
+            "Calls whose caller hung up before the answer (recorded as unseen, never trained)",
+            registry=r,
+        )
         self.in_flight = Gauge("polar_gateway_in_flight", "Model calls in progress", registry=r)
         self.held = Gauge("polar_gateway_held", "Calls held while paused", registry=r)
         self.paused = Gauge("polar_gateway_paused", "1 while the gateway is paused", registry=r)

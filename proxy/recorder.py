@@ -68,6 +68,7 @@ class Recorder:
         extracted: Extracted | None = None,
         status_code: int = 200,
         error: str | None = None,
+        client_disconnected: bool = False,
     ) -> CompletionRecord:
         ex = extracted or Extracted()
         return CompletionRecord(
@@ -92,6 +93,7 @@ class Recorder:
             started_at=call.started_at,
             finished_at=time.time(),
             gateway_id=self.gateway_id,
+            client_disconnected=client_disconnected,
         )
 
     async def write(self, record: CompletionRecord) -> str:
@@ -99,8 +101,9 @@ class Recorder:
         try:
             return await asyncio.to_thread(self.storage.put_completion, record)
         except Exception as exc:
-            log.error("could not record %s of session %s: %s",
-                      record.record_id, record.session_id, exc)
+            log.error(
+                "could not record %s of session %s: %s", record.record_id, record.session_id, exc
+            )
             raise APIError(
                 503,
                 "the gateway could not record this completion; retry later",
@@ -117,11 +120,17 @@ class Recorder:
         extracted: Extracted | None = None,
         status_code: int = 200,
         error: str | None = None,
+        client_disconnected: bool = False,
     ) -> CompletionRecord:
         """Build and store the record of a finished (or failed) call."""
         record = self.build(
-            call, normalized, response=response, extracted=extracted,
-            status_code=status_code, error=error,
+            call,
+            normalized,
+            response=response,
+            extracted=extracted,
+            status_code=status_code,
+            error=error,
+            client_disconnected=client_disconnected,
         )
         await self.write(record)
         return record

@@ -284,6 +284,7 @@ class Session:
         result.num_response_tokens = build.num_response_tokens
         result.trace_bytes = build.trace_bytes
         result.trace_breaks = build.breaks
+        result.unseen_completions = build.unseen_completions
         self._lap(result, Stage.BUILD)
 
         trace_rewards: dict[str, float] = {}

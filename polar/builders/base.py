@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import bisect
+import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -10,6 +13,7 @@ from pydantic import Field
 from polar.models import CompletionRecord, ReconstructionStats, StrictModel, Trace, TraceProvenance
 
 RewardPolicy = Literal["broadcast", "session_normalized"]
+UnseenReason = Literal["client_disconnected", "resent"]
 
 
 @dataclass(frozen=True)
@@ -182,3 +186,42 @@ def provenance(
         reward_policy=reward,
         reconstruction=stats,
     )
+
+
+def _request_digest(record: CompletionRecord) -> str:
+    body = json.dumps(record.request, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.blake2b(body.encode(), digest_size=16).hexdigest()
+
+
+def unseen_records(records: list[CompletionRecord]) -> dict[str, UnseenReason]:
+    """Records whose answer the harness never saw, by record id, with the reason.
+
+    * `client_disconnected`: the caller hung up before the gateway answered.
+    * `resent`: the same attempt sent the identical request again right after this one
+      finished, with no other call of the session started in between: its answer never
+      arrived (e.g. the gateway died after writing the record, and the SDK retried).
+      Of a run of identical requests only the last is kept.
+    """
+    ordered = sorted(records, key=lambda r: (r.seq, r.record_id))
+    unseen: dict[str, UnseenReason] = {
+        r.record_id: "client_disconnected" for r in ordered if r.client_disconnected
+    }
+    digests = {r.record_id: _request_digest(r) for r in ordered}
+    starts = [r.started_at for r in ordered]
+    for i, record in enumerate(ordered):
+        if record.record_id in unseen or record.error is not None:
+            continue
+        # the first call of the same attempt started once this one's record was written
+        j = bisect.bisect_left(starts, record.finished_at, lo=i + 1)
+        after = [r for r in ordered[j:] if r.attempt == record.attempt][:1]
+        if after and digests[after[0].record_id] == digests[record.record_id]:
+            unseen[record.record_id] = "resent"
+    return unseen
+
+
+def count_unseen(unseen: dict[str, UnseenReason]) -> dict[str, int]:
+    """How many records were left out, by reason (the build stats)."""
+    counts: dict[str, int] = {}
+    for reason in unseen.values():
+        counts[reason] = counts.get(reason, 0) + 1
+    return counts
