@@ -42,17 +42,21 @@ from polar.builders import BuildContext, UnknownBuilder, get_builder, reward_pol
 from polar.builders.base import count_unseen, unseen_records
 from polar.builders.progress import listening
 from polar.builders.rewards import assign_rewards
+from polar.host_paths import local_git_path, outside_roots, source_roots
 from polar.models import (
     BuildRequest,
     BuildResult,
+    DirSource,
     EvaluateRequest,
     EvaluateResult,
+    GitSource,
     HarnessRequest,
     HarnessResult,
     PrepareRequest,
     RewardRequest,
     RuntimeHandle,
     TeardownResult,
+    UploadAction,
 )
 from polar.session_keys import EXPIRY_MARGIN_S, SessionIdentity, mint_session_key
 from polar.settings import Settings
@@ -104,6 +108,25 @@ def worker_runtime(kind: str, settings: Settings) -> Runtime:
     )
 
 
+def check_source_roots(request: PrepareRequest, roots: tuple[Path, ...]) -> None:
+    """Every host path the task reads (source.path, a local git url, upload srcs) lies,
+    resolved, under a source root (InvalidSource otherwise, naming the field)."""
+    paths: list[tuple[str, Path]] = []
+    if isinstance(request.source, DirSource):
+        paths.append(("source.path", Path(request.source.path)))
+    elif isinstance(request.source, GitSource):
+        local = local_git_path(request.source.url)
+        if local is not None:
+            paths.append(("git url", local))
+    for index, action in enumerate(request.runtime.prepare):
+        if isinstance(action, UploadAction):
+            paths.append((f"runtime.prepare[{index}].src", Path(action.src)))
+    for what, path in paths:
+        problem = outside_roots(path, roots)
+        if problem is not None:
+            raise InvalidSource(f"{what} {path} {problem}")
+
+
 class SessionActivities:
     """Activities bound to one worker's settings and S3 client."""
 
@@ -139,6 +162,7 @@ class SessionActivities:
         _heartbeat(step="preparing", runtime=request.runtime.kind)
         runtime = self._runtime(request.runtime.kind)
         try:
+            check_source_roots(request, source_roots(self.settings.source_roots))
             handle = await runtime.prepare(request)
         except (InvalidSource, InvalidRuntime, PrepareFailed) as exc:
             raise ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True) from exc

@@ -152,6 +152,7 @@ class Bench:
             gateway_host="127.0.0.1",
             gateway_port=base + 40,
             admin_port=base + 42,
+            source_roots=tempfile.gettempdir(),  # the benchmarks' sources live in temp dirs
             gateway_url=None,
             upstream_urls=f"{self.backend}/v1",
             upstream_kind="vllm",

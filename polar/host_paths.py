@@ -2,9 +2,11 @@
 
 A task names host paths in `source.path` (a directory copied into the
 workspace), a git source's local `url` and an upload action's `src`; the
-harness then reads what they hold. The rule: not `/`, and not at or under a
+harness then reads what they hold. The rules: not `/`, not at or under a
 directory of FORBIDDEN_HOST_DIRS (system config and state, kernel interfaces,
-root's home, boot files, system programs and libraries). The TaskSpec checks an
+root's home, boot files, system programs and libraries), and, once resolved,
+under one of the worker's source roots (`POLAR_SOURCE_ROOTS`; default: the
+worker's working directory, the project it runs in). The TaskSpec checks an
 absolute path as written (submit fails); the worker checks every path again,
 resolved (symlinks followed, a relative one from its working directory), right
 before it reads it.
@@ -59,3 +61,36 @@ def resolved_problem(path: Path, forbidden: tuple[Path, ...] = ()) -> str | None
         if real.is_relative_to(top.resolve()):
             return f"resolves to {real}, inside {top}"
     return None
+
+
+def source_roots(configured: str | None) -> tuple[Path, ...]:
+    """The directories tasks may read host paths from: `configured` (comma-separated), or
+    the working directory when unset. `/` is never one."""
+    paths = [p.strip() for p in (configured or "").split(",") if p.strip()] or [os.getcwd()]
+    roots = tuple(Path(p).resolve() for p in paths)
+    if Path("/") in roots:
+        raise ValueError("POLAR_SOURCE_ROOTS may not contain /: name the directories")
+    return roots
+
+
+def outside_roots(path: Path, roots: tuple[Path, ...]) -> str | None:
+    """Why `path`, resolved, is outside every source root (None when it is inside one)."""
+    real = path.resolve()
+    if any(real == root or real.is_relative_to(root) for root in roots):
+        return None
+    shown = ", ".join(str(r) for r in roots)
+    return (
+        f"resolves to {real}, outside the source roots ({shown}): "
+        "a task reads host paths only under POLAR_SOURCE_ROOTS"
+    )
+
+
+def local_git_path(url: str) -> Path | None:
+    """The host path a git url names (git's rule: no `://`, no `host:` before the first
+    `/`), or None for a remote."""
+    if "://" in url:
+        return None
+    colon, slash = url.find(":"), url.find("/")
+    if colon > 0 and (slash < 0 or colon < slash):
+        return None  # scp-like user@host:path
+    return Path(url)

@@ -122,6 +122,12 @@ class Settings(BaseSettings):
         description="dev vLLM: enable its in-place weight reload (/collective_rpc, dev mode)",
     )
 
+    source_roots: str | None = Field(
+        default=None,
+        description="comma-separated dirs a task may read host paths from (source.path, a "
+        "local git url, upload src); unset: the worker's working directory",
+    )
+
     # harness CLIs (codex, claude, qwen, pi) for runtimes that run them on the worker's host
     harness_bin_dir: Path = Field(
         default=Path(__file__).resolve().parents[1] / "infra/harnesses/node_modules/.bin",

@@ -67,6 +67,7 @@ async def run(out: Path) -> None:
             temporal_address=f"127.0.0.1:{base}",
             temporal_ui_port=base + 1,
             s3_endpoint=f"http://127.0.0.1:{base + 30}",
+            source_roots=tmp,  # the demo repo is made in this temp dir
         )
         stack = DevStack(settings, with_model=False, workers=0, die_with_parent=True)
         settings = stack.settings  # with the stack's generated secrets

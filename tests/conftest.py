@@ -65,6 +65,8 @@ def base_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
         gateway_port=base + 40,
         vllm_port=base + 41,
         admin_port=base + 42,
+        # tasks of the suite read their sources from pytest's temp dirs and the checkout
+        source_roots=f"{tmp_path_factory.getbasetemp().parent},{REPO}",
         # real secrets, as a deployment must have (polar.credentials refuses weak ones)
         session_secret=secrets.token_urlsafe(32),
         s3_access_key=f"polar-test-{secrets.token_hex(4)}",

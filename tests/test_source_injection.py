@@ -7,15 +7,22 @@ validation (`model_construct`) would slip past the TaskSpec.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
+import tempfile
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from activities.runtimes import InvalidRuntime, InvalidSource
 from activities.runtimes.local import LocalRuntime, git_error, materialise_source
 from activities.runtimes.local import _git as _git_call
-from polar.models import DirSource, GitSource, PrepareRequest, RuntimeSpec
+from polar.host_paths import source_roots
+from polar.models import DirSource, GitSource, PrepareRequest, RuntimeSpec, TaskSpec
+from polar.sdk import PolarClient
 
 
 def _git(cwd: Path, *args: str) -> str:
@@ -127,3 +134,57 @@ def test_git_error_masks_url_credentials() -> None:
     stderr = "Cloning...\nfatal: unable to access 'https://bob:tok3n@example.com/r.git/': 403\n"
     assert git_error(stderr) == "fatal: unable to access 'https://***@example.com/r.git/': 403"
     assert git_error("") == "no error output"
+
+
+# ---------------------------------------------------------------- POLAR_SOURCE_ROOTS
+
+
+@pytest.fixture
+def outside_dir() -> Iterator[Path]:
+    """A readable directory outside the suite's source roots (pytest's temp dirs, the
+    checkout): what a task must not make the worker read."""
+    path = Path(tempfile.mkdtemp(prefix="polar-outside-", dir="/var/tmp"))
+    (path / "secret.txt").write_text("OUTSIDE-THE-ROOTS\n")
+    subprocess.run(["git", "init", "-q", str(path)], check=True)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def test_source_roots_default_to_the_working_directory_and_never_root(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert source_roots(None) == (tmp_path.resolve(),)
+    assert source_roots(f" {tmp_path} ,/srv ") == (tmp_path.resolve(), Path("/srv"))
+    with pytest.raises(ValueError, match="may not contain /"):
+        source_roots("/srv,/")
+
+
+@pytest.mark.parametrize("field", ["source.path", "git url", "upload src"])
+async def test_a_task_reading_outside_the_source_roots_is_refused(
+    polar: PolarClient, outside_dir: Path, tmp_path: Path, field: str
+) -> None:
+    inside = tmp_path / "repo"
+    inside.mkdir()
+    (inside / "README").write_text("inside\n")
+    spec: dict[str, Any] = {
+        "task_id": f"roots-{uuid.uuid4().hex[:6]}",
+        "source": {"type": "dir", "path": str(inside)},
+        "harness": {"command": "cat secret.txt || true"},
+        "timeouts": {"heartbeat_s": 5},
+    }
+    if field == "source.path":
+        spec["source"] = {"type": "dir", "path": str(outside_dir)}
+    elif field == "git url":
+        spec["source"] = {"type": "git", "url": str(outside_dir)}
+    else:
+        upload = {"type": "upload", "src": str(outside_dir / "secret.txt"), "dest": "secret.txt"}
+        spec["runtime"] = {"kind": "local", "prepare": [upload]}
+    result = await polar.wait(await polar.submit(TaskSpec.model_validate(spec)), timeout_s=120)
+    (session,) = result.sessions
+    assert session.status == "error"
+    assert "outside the source roots" in (session.error or ""), session.error
+    assert "OUTSIDE-THE-ROOTS" not in (session.error or "")
+    assert session.num_completions == 0

@@ -35,7 +35,7 @@ from activities.process import ProcessOutcome, run_shell
 from activities.runtimes.actions import run_prepare_actions
 from activities.runtimes.base import InvalidRuntime, InvalidSource
 from activities.runtimes.local_sandbox import HARNESS_USER, SYSTEM_PATH, Sandbox, detect_sandbox
-from polar.host_paths import resolved_problem
+from polar.host_paths import local_git_path, resolved_problem
 from polar.models import (
     DirSource,
     GitSource,
@@ -350,7 +350,7 @@ def materialise_source(
             raise InvalidSource(f"source directory {src} does not exist")
         shutil.copytree(src, workspace, symlinks=True)
     elif isinstance(source, GitSource):
-        local = _local_git_path(source.url)
+        local = local_git_path(source.url)
         if local is not None:
             _check_host_path(local, "git url", forbidden)
         _git(["clone", "--quiet", "--", source.url, str(workspace)], Path.cwd())
@@ -358,17 +358,6 @@ def materialise_source(
             if source.ref.startswith("-"):
                 raise InvalidSource(f"git ref {source.ref!r} starts with '-'")
             _git(["checkout", "--quiet", source.ref, "--"], workspace)
-
-
-def _local_git_path(url: str) -> Path | None:
-    """The host path a git url names (git's rule: no `://`, no `host:` before the first
-    `/`), or None for a remote."""
-    if "://" in url:
-        return None
-    colon, slash = url.find(":"), url.find("/")
-    if colon > 0 and (slash < 0 or colon < slash):
-        return None  # scp-like user@host:path
-    return Path(url)
 
 
 def _check_host_path(path: Path, what: str, forbidden: tuple[Path, ...]) -> None:
