@@ -101,6 +101,9 @@ class Settings(BaseSettings):
         default=32 * 1024 * 1024,
         description="largest request body the gateway reads (413 past it, while reading); 0: off",
     )
+    max_choices: int = Field(
+        default=16, ge=1, description="most choices (n, candidateCount) one call may sample"
+    )
     metrics_max_sessions: int = Field(
         default=1000,
         description="per-session token series the gateway keeps (most recent); 0: none",

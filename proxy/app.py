@@ -111,6 +111,7 @@ class Gateway:
         self.model_name = settings.upstream_model or DEFAULT_MODEL
         self.metrics = GatewayMetrics(settings.metrics_max_sessions)
         self.admission = Admission(settings.pause_hold_s, self.metrics)
+        self.max_choices = settings.max_choices
         self.sessions = SessionGate(self.recorder.storage, settings.closed_check_s)
 
     async def serve(
@@ -151,6 +152,22 @@ class Gateway:
         completion = ex.sampled_tokens or int(usage.get("completion_tokens") or 0)
         self.metrics.tokens(provider, identity.session_id, identity.task_id, prompt, completion)
 
+    def _check_choices(self, chat: dict[str, Any], provider: ProviderAPI) -> None:
+        """Every sampled choice becomes training data, so a call may ask for at most
+        `max_choices` of them (400 in the caller's shape past it)."""
+        n = chat.get("n", 1)
+        if n is None:
+            return
+        param = "candidateCount" if provider.name == "google_generate" else "n"
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= self.max_choices:
+            raise APIError(
+                400,
+                f"{param}={n!r}: this gateway samples between 1 and {self.max_choices} "
+                "choices per call (POLAR_MAX_CHOICES); each one is recorded and trained",
+                param=param,
+                code="invalid_value",
+            )
+
     async def _serve(
         self, provider: ProviderAPI, request: Request, identity: SessionIdentity, call: CallContext
     ) -> Response:
@@ -158,6 +175,7 @@ class Gateway:
         body = await read_json(request)
         pending = self.recorder.start(identity, body, provider=provider.name)
         chat = provider.to_chat(body, call)
+        self._check_choices(chat, provider)
         normalized = self.upstream.normalize(chat)
         upstream = asyncio.ensure_future(self.upstream.complete(normalized))
         hung_up = asyncio.ensure_future(_caller_hangs_up(request))

@@ -12,7 +12,9 @@ import uuid
 from collections import defaultdict
 from typing import Any
 
+import openai
 import pytest
+from google.genai import errors as genai_errors
 from google.genai import types
 from openai import OpenAI
 
@@ -161,3 +163,29 @@ def test_n_through_the_real_vllm(
         c["message"]["content"] for c in answers[whole.id]["choices"]
     ]
     assert_traced(records)
+
+
+def test_more_choices_than_the_cap_are_refused_in_the_callers_shape(
+    base_settings: Settings, storage: Storage
+) -> None:
+    """Every choice is trained on, so `n` (and `candidateCount`) is capped: a 400 that the
+    caller's SDK understands, nothing sent upstream, nothing recorded."""
+    with stack(base_settings, [text("never")], max_choices=4) as (backend, gateway):
+        identity, key = gateway.session()
+        with pytest.raises(openai.BadRequestError) as refused:
+            gateway.client(key).chat.completions.create(
+                model="p",
+                messages=QUESTION,  # type: ignore[arg-type]
+                n=5,
+            )
+        google = client_for(gateway.url, key, api_version="v1beta")
+        with pytest.raises(genai_errors.ClientError) as google_refused:
+            google.models.generate_content(
+                model="policy", contents="Fruit?",
+                config=types.GenerateContentConfig(candidate_count=9),
+            )  # fmt: skip
+        records = storage.list_completions(identity.session_id)
+    assert refused.value.status_code == 400 and "POLAR_MAX_CHOICES" in refused.value.message
+    assert (refused.value.body or {}).get("param") == "n"  # type: ignore[union-attr]
+    assert google_refused.value.code == 400 and "candidateCount=9" in str(google_refused.value)
+    assert backend.requests == [] and records == []
