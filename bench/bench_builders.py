@@ -388,7 +388,7 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         "### prefix_merging on drifting sessions (every turn breaks the chain)",
         "",
-        "| variant | calls | build (median) | runs | traces | prompt tokens (all calls) | breaks |",
+        "| variant | calls | build (median / min) | runs | traces | prompt tokens | breaks |",
         "|---|---|---|---|---|---|---|",
     ]
     for variant, rows in d.items():
@@ -398,7 +398,8 @@ def markdown(result: dict[str, Any]) -> str:
                 continue
             breaks = ", ".join(f"{k} {v}" for k, v in sorted(row["breaks"].items())) or "-"
             lines.append(
-                f"| {variant} | {row['calls']} | {row['median_s']:.3f} s | {row['runs']} | "
+                f"| {variant} | {row['calls']} | {row['median_s']:.3f} / {row['min_s']:.3f} s | "
+                f"{row['runs']} | "
                 f"{row['traces']} | {row['prompt_tokens_total']:,} | {breaks} |"
             )
     r = result["ratio"]
