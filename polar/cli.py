@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import json
 import os
@@ -10,7 +11,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from pydantic import ValidationError
@@ -21,7 +22,50 @@ from rich.table import Table
 from polar.models import TaskResult, TaskSpec
 from polar.settings import Settings, get_settings
 
-app = typer.Typer(help="Polar: rollouts of real agent harnesses on Temporal.", no_args_is_help=True)
+TEMPORAL_BRIDGE = "temporalio.bridge.temporal_sdk_bridge"
+"""The Temporal SDK's native module: loaded once a command has used a Temporal client."""
+
+
+def exit_process(code: int | str | None) -> NoReturn:
+    """End the `polar` process with `code` (SystemExit's meaning).
+
+    Once the Temporal SDK's native bridge is loaded, its Tokio threads may still
+    call into Python while the interpreter finalises, which aborts the process
+    after a complete result (exit 134, `Fatal Python error: PyGILState_Release`;
+    temporalio/sdk-python#300, the SDK has no way to close a client). Then the
+    exit handlers run and stdout and stderr are flushed as at a normal exit, and
+    the process ends without the finalisation (`os._exit`)."""
+    if TEMPORAL_BRIDGE not in sys.modules:
+        sys.exit(code)
+    if isinstance(code, str):  # SystemExit("message"): the message, exit 1
+        print(code, file=sys.stderr)
+    atexit._run_exitfuncs()  # what a normal exit runs before finalising (logging, finalizers)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe: nothing more can be said
+            continue
+    os._exit(code if isinstance(code, int) else 0 if code is None else 1)
+
+
+class PolarApp(typer.Typer):
+    """The `polar` app; run as a process (the console script, `python -m polar.cli`) it ends
+    through `exit_process`. CliRunner tests call its click command and never get here."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> NoReturn:
+        try:
+            super().__call__(*args, **kwargs)
+        except SystemExit as exc:
+            exit_process(exc.code)
+        except KeyboardInterrupt:
+            exit_process(130)
+        except Exception:  # noqa: BLE001 - printed (Typer's traceback) and exit 1, like Python
+            sys.excepthook(*sys.exc_info())
+            exit_process(1)
+        exit_process(0)
+
+
+app = PolarApp(help="Polar: rollouts of real agent harnesses on Temporal.", no_args_is_help=True)
 dev = typer.Typer(help="The embedded dev stack (Temporal, SeaweedFS, vLLM, gateway, worker).")
 app.add_typer(dev, name="dev")
 keys_app = typer.Typer(help="Session keys, for running a harness by hand against a gateway.")
