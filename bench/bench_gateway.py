@@ -55,13 +55,14 @@ import httpx
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.fake_vllm import json_asgi_app, vllm_answer  # noqa: E402
+from bench.fake_vllm import vllm_answer  # noqa: E402
 from polar.devstack import DevStack, Service, StackError, free_port, http_ready  # noqa: E402
 from polar.session_keys import SessionIdentity, mint_session_key  # noqa: E402
 from polar.settings import Settings  # noqa: E402
 from polar.storage import Storage  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "gateway.json"
+REALISTIC_RESULTS = REPO / "bench" / "results" / "gateway-realistic.json"
 LITELLM_VENV = REPO / "bench" / ".venv-litellm"
 # The newest litellm whose [proxy] extra installs from the index here: 1.109+ asks for a
 # `litellm-proxy` package of the same version that the index does not have.
@@ -79,6 +80,8 @@ REQUEST = {
     "max_tokens": 8,
     "temperature": 1.0,
 }
+REALISTIC_TOKENS = 32_000  # the realistic request's history, in tokens (~4 characters each)
+REALISTIC_TOOLS = 15
 TARGETS = ("direct", "polar", "litellm")
 LABELS = {
     "direct": "direct to the fake upstream",
@@ -87,32 +90,120 @@ LABELS = {
 }
 
 
+# --------------------------------------------------------------------------- payloads
+
+
+def _tool(i: int) -> dict[str, Any]:
+    """One of the realistic request's tools: a coding agent's, with a JSON schema."""
+    return {
+        "type": "function",
+        "function": {
+            "name": f"tool_{i}",
+            "description": f"Tool {i} of a coding agent: reads, edits or runs things in the "
+            "workspace and returns what happened, as plain text.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string", "description": "a path in the workspace"},
+                    "command": {"type": "string", "description": "a shell command to run"},
+                    "timeout_s": {"type": "integer", "minimum": 1, "maximum": 600},
+                    "flags": {"type": "array", "items": {"type": "string"}},
+                },
+                "required": ["path"],
+            },
+        },
+    }
+
+
+def realistic_request(
+    tokens: int = REALISTIC_TOKENS, tools: int = REALISTIC_TOOLS
+) -> dict[str, Any]:
+    """A coding agent's call late in its session: ~`tokens` tokens of history (system,
+    task, then assistant tool calls and tool results of source files), `tools` tools,
+    streamed to the caller."""
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a coding agent. " * 40},
+        {"role": "user", "content": "The test suite fails; find and fix the bug."},
+    ]
+    chars, turn = 0, 0
+    while chars < tokens * 4:
+        source = "\n".join(
+            f"def f{turn}_{k}(x):\n    return x * {k} + {turn}  # line {k}" for k in range(40)
+        )
+        call_id = f"call_{turn:04d}"
+        messages += [
+            {"role": "assistant", "content": f"Step {turn}: reading the next file.",
+             "tool_calls": [{"id": call_id, "type": "function", "function": {
+                 "name": "tool_0", "arguments": json.dumps({"path": f"src/m{turn}.py"})}}]},
+            {"role": "tool", "tool_call_id": call_id, "content": source},
+        ]  # fmt: skip
+        chars += len(source) + 80
+        turn += 1
+    return {
+        "model": MODEL,
+        "messages": messages,
+        "tools": [_tool(i) for i in range(tools)],
+        "max_tokens": 8,
+        "temperature": 1.0,
+        "stream": True,
+    }
+
+
 # --------------------------------------------------------------------------- fake upstream
 
 
-def upstream_app() -> Callable[..., Any]:
-    """The fake upstream: vLLM's answer shape with fixed ids, as fast as it can."""
+def _sse_body(answer: dict[str, Any]) -> bytes:
+    """The answer as an OpenAI chunk stream (what a streaming caller of vLLM gets)."""
+    from polar.providers.openai_chat import render_chat_stream
+
+    return "".join(render_chat_stream(answer)).encode()
+
+
+def upstream_app(prompt_tokens: int) -> Callable[..., Any]:
+    """The fake upstream: vLLM's answer shape with fixed ids, as fast as it can; a chunk
+    stream when asked to stream; `prompt_tokens` prompt ids."""
     counter = itertools.count()
+    prompt_ids = PROMPT_IDS if prompt_tokens <= len(PROMPT_IDS) else list(range(prompt_tokens))
     models = {"object": "list", "data": [{"id": MODEL, "object": "model", "owned_by": "vllm"}]}
 
-    async def route(method: str, path: str, query: str, body: bytes) -> tuple[int, Any] | None:
-        if method == "POST" and path.endswith("/chat/completions"):
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while (message := await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        path, status, media = scope["path"], 200, b"application/json"
+        if scope["method"] == "POST" and path.endswith("/chat/completions"):
             request = json.loads(body or b"{}")
-            return 200, vllm_answer(
-                request, next(counter), prompt_ids=PROMPT_IDS, response_ids=RESPONSE_IDS,
+            answer = vllm_answer(
+                request, next(counter), prompt_ids=prompt_ids, response_ids=RESPONSE_IDS,
                 text=REPLY_TEXT, model=MODEL,
             )  # fmt: skip
-        if path in ("/health", "/v1/models", "/models"):
-            return 200, models
-        return None
+            if request.get("stream"):
+                data, media = _sse_body(answer), b"text/event-stream"
+            else:
+                data = json.dumps(answer).encode()
+        elif path in ("/health", "/v1/models", "/models"):
+            data = json.dumps(models).encode()
+        else:
+            status, data = 404, json.dumps({"error": {"message": f"no route {path}"}}).encode()
+        headers = [(b"content-type", media), (b"content-length", b"%d" % len(data))]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": data})
 
-    return json_asgi_app(route)
+    return app
 
 
-def serve_upstream(port: int) -> None:
+def serve_upstream(port: int, prompt_tokens: int) -> None:
     import uvicorn
 
-    uvicorn.run(upstream_app(), host="127.0.0.1", port=port, log_level="warning",
+    uvicorn.run(upstream_app(prompt_tokens), host="127.0.0.1", port=port, log_level="warning",
                 access_log=False, lifespan="on")  # fmt: skip
 
 
@@ -169,9 +260,10 @@ def install_litellm(venv: Path) -> None:
 class Bench:
     """The processes of one run, on free loopback ports, with their state in a temp dir."""
 
-    def __init__(self, tmp: Path, litellm_venv: Path | None) -> None:
+    def __init__(self, tmp: Path, litellm_venv: Path | None, prompt_tokens: int) -> None:
         s3_port, gw_port, up_port, ll_port = _ports()
         self.tmp = tmp
+        self.prompt_tokens = prompt_tokens
         self.upstream_port = up_port
         self.upstream_url = f"http://127.0.0.1:{up_port}/v1"
         self.litellm_url = f"http://127.0.0.1:{ll_port}/v1"
@@ -209,7 +301,8 @@ class Bench:
         up_port = self.upstream_port
         self._start(Service(
             "fake-upstream",
-            [sys.executable, str(Path(__file__).resolve()), "--serve-upstream", str(up_port)],
+            [sys.executable, str(Path(__file__).resolve()), "--serve-upstream", str(up_port),
+             "--prompt-tokens", str(self.prompt_tokens)],
             http_ready(f"http://127.0.0.1:{up_port}/health"),
             start_timeout_s=30,
         ))  # fmt: skip
@@ -273,9 +366,12 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
-def _valid(response: httpx.Response) -> bool:
+def _valid(response: httpx.Response, streamed: bool) -> bool:
     if response.status_code != 200:
         return False
+    if streamed:  # a chunk stream: the reply's text in pieces, then [DONE]
+        text = response.text
+        return text.rstrip().endswith("data: [DONE]") and "stop" in text
     try:
         return response.json()["choices"][0]["message"]["content"] == REPLY_TEXT
     except (ValueError, KeyError, IndexError, TypeError):
@@ -294,6 +390,7 @@ def cpu_seconds(pid: int | None) -> float:
 
 
 async def run_phase(
+    request: dict[str, Any],
     base_url: str,
     keys: list[str],
     calls: int,
@@ -303,7 +400,8 @@ async def run_phase(
 ) -> dict[str, Any]:
     """`len(keys)` concurrent sessions; each makes `warmup` untimed, then `calls` timed calls."""
     sessions = len(keys)
-    body = json.dumps(REQUEST).encode()
+    body = json.dumps(request).encode()
+    streamed = bool(request.get("stream"))
     latencies: list[float] = []
     errors: list[str] = []
     ok_calls = 0
@@ -317,7 +415,7 @@ async def run_phase(
             errors.append(f"{type(exc).__name__}: {exc}")
             return
         elapsed = time.perf_counter() - t0
-        if not _valid(response):
+        if not _valid(response, streamed):
             errors.append(f"{response.status_code}: {response.text[:300]}")
             return
         ok_calls += 1
@@ -379,31 +477,49 @@ async def run_phase(
     return out
 
 
+async def _put_async_cpu(storage: Storage, data: bytes, n: int) -> tuple[list[float], float]:
+    """`n` sequential PUTs of `data` with the gateway's async client (obstore)."""
+    import obstore
+
+    times = []
+    cpu0 = time.process_time()
+    for i in range(n):
+        t0 = time.perf_counter()
+        await obstore.put_async(storage.store, f"bench/aput-{i}", data)
+        times.append((time.perf_counter() - t0) * 1000)
+    return times, time.process_time() - cpu0
+
+
 def check_records(bench: Bench, expected: int) -> dict[str, Any]:
     """Every gateway call of the run must have left one CompletionRecord in S3."""
     storage = Storage(bench.settings)
     keys = [k for k in storage.list_keys("sessions/") if "/completions/" in k]
     out: dict[str, Any] = {"expected": expected, "found": len(keys)}
+    prompt_ids = PROMPT_IDS if bench.prompt_tokens <= len(PROMPT_IDS) else None
     if keys:
-        record = storage.get_json(keys[-1])
+        record = storage.read_completion(storage.get_bytes(keys[-1]))
         out["sample_has_token_ids"] = (
-            record.get("prompt_token_ids") == PROMPT_IDS
-            and record.get("response_token_ids") == RESPONSE_IDS
-            and record.get("has_token_ids") is True
+            record.prompt_token_ids == (prompt_ids or list(range(bench.prompt_tokens)))
+            and record.response_token_ids == RESPONSE_IDS
+            and record.has_token_ids is True
         )
     out["ok"] = out["found"] == expected and out.get("sample_has_token_ids", False)
     if keys:
-        # what one record write costs on its own: the same bytes PUT again, sequentially
+        # what one record write costs on its own: the same bytes PUT again, sequentially,
+        # with boto3 (the gateway's client before) and obstore (the gateway's client now)
         data = storage.get_bytes(keys[-1])
         times = []
         cpu0 = time.process_time()
         for i in range(100):
             t0 = time.perf_counter()
-            storage.put_bytes(f"bench/put-{i}.json", data, "application/json")
+            storage.put_bytes(f"bench/put-{i}", data, "application/octet-stream")
             times.append((time.perf_counter() - t0) * 1000)
         out["record_bytes"] = len(data)
         out["s3_put_p50_ms"] = round(percentile(times, 50), 3)
         out["s3_put_boto3_cpu_ms"] = round((time.process_time() - cpu0) * 1000 / 100, 3)
+        atimes, acpu = asyncio.run(_put_async_cpu(storage, data, 100))
+        out["s3_put_obstore_p50_ms"] = round(percentile(atimes, 50), 3)
+        out["s3_put_obstore_cpu_ms"] = round(acpu * 1000 / 100, 3)
     return out
 
 
@@ -466,7 +582,9 @@ def markdown(result: dict[str, Any]) -> str:
         f"{', token ids as sent by the upstream' if rec.get('sample_has_token_ids') else ''}"
         + (
             f"; one {rec['record_bytes']} B record PUT alone (boto3 → SeaweedFS): "
-            f"p50 {rec['s3_put_p50_ms']:.2f} ms, {rec['s3_put_boto3_cpu_ms']:.2f} ms CPU in boto3"
+            f"p50 {rec['s3_put_p50_ms']:.2f} ms, {rec['s3_put_boto3_cpu_ms']:.2f} ms CPU in boto3; "
+            f"with obstore (the gateway's client): p50 {rec.get('s3_put_obstore_p50_ms', 0):.2f} "
+            f"ms, {rec.get('s3_put_obstore_cpu_ms', 0):.2f} ms CPU"
             if "s3_put_p50_ms" in rec
             else ""
         )
@@ -517,8 +635,9 @@ async def measure(bench: Bench, args: argparse.Namespace, targets: list[str]) ->
             print(f"  {target}: {sessions} session(s) x {calls} calls", file=sys.stderr)
             pids = {name: bench.stack.pid(name) for name in bench.started}
             row = {"target": target} | await run_phase(
-                bench.base_url(target), keys, calls, args.warmup, args.phase_limit_s, pids
-            )
+                args.request, bench.base_url(target), keys, calls, args.warmup,
+                args.phase_limit_s, pids,
+            )  # fmt: skip
             if target == "polar":
                 gateway_calls += row["ok_calls_incl_warmup"]
             rows.append(row)
@@ -544,13 +663,29 @@ def main() -> None:
     parser.add_argument(
         "--install-litellm", action="store_true", help=f"pip install {LITELLM_PIN} there first"
     )
-    parser.add_argument("--out", type=Path, default=RESULTS, help="results JSON")
+    parser.add_argument(
+        "--payload", choices=("small", "realistic"), default="small",
+        help="small: system + user message, non-streamed (default); realistic: "
+        f"{REALISTIC_TOKENS:,} tokens of history, {REALISTIC_TOOLS} tools, streamed to the caller",
+    )  # fmt: skip
+    parser.add_argument(
+        "--out", type=Path, default=None,
+        help=f"results JSON (default {RESULTS.name}, or {REALISTIC_RESULTS.name} for realistic)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--prompt-tokens", type=int, default=len(PROMPT_IDS), help=argparse.SUPPRESS
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs, S3 data)")
     parser.add_argument("--serve-upstream", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_upstream:
-        serve_upstream(args.serve_upstream)
+        serve_upstream(args.serve_upstream, args.prompt_tokens)
         return
+    realistic = args.payload == "realistic"
+    args.request = realistic_request() if realistic else REQUEST
+    prompt_tokens = REALISTIC_TOKENS if realistic else len(PROMPT_IDS)
+    if args.out is None:
+        args.out = REALISTIC_RESULTS if realistic else RESULTS
 
     litellm: dict[str, Any] = {"status": "skipped", "reason": "--no-litellm"}
     venv: Path | None = None
@@ -581,7 +716,7 @@ def main() -> None:
         else tempfile.TemporaryDirectory(prefix="polar-bench-gw-")
     )
     with tmp_dir as tmp:
-        bench = Bench(Path(tmp), venv)
+        bench = Bench(Path(tmp), venv, prompt_tokens)
         try:
             print("starting fake upstream, SeaweedFS, gateway …", file=sys.stderr)
             bench.start_core()
@@ -621,9 +756,17 @@ def main() -> None:
             "calls_32": args.calls_32,
             "warmup": args.warmup,
             "phase_limit_s": args.phase_limit_s,
-            "request": REQUEST,
+            "payload": args.payload,
+            "request": REQUEST
+            if not realistic
+            else {
+                "messages": len(args.request["messages"]),
+                "tools": len(args.request["tools"]),
+                "bytes": len(json.dumps(args.request)),
+                "stream": True,
+            },
             "upstream": "raw ASGI app under uvicorn, vLLM answer shape, "
-            f"{len(PROMPT_IDS)} prompt ids, {len(RESPONSE_IDS)} sampled ids",
+            f"{prompt_tokens} prompt ids, {len(RESPONSE_IDS)} sampled ids",
         },  # fmt: skip
         "rows": rows,
         "litellm": litellm,

@@ -1,6 +1,7 @@
 """The S3 layout of Polar and a small client for it.
 
-    sessions/{session_id}/completions/{seq:020d}-{gateway}-{n}.json   CompletionRecord
+    sessions/{session_id}/completions/{seq:020d}-{gateway}-{n}.json.zst   CompletionRecord
+        (compact zstd JSON, `polar.record_codec`; records written before it: `.json`, plain)
     sessions/{session_id}/traces/{builder}.jsonl                      Trace per line
     sessions/{session_id}/artifacts/{name}                            harness logs, eval logs
     sessions/{session_id}/closed/{attempt-N|session}                  its keys refused from then
@@ -15,13 +16,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import Any
 
 import boto3
+import obstore
 from botocore.config import Config
 from botocore.exceptions import ClientError
+from obstore.store import S3Store
 
 from polar.models import CompletionRecord, InvalidId, Trace, checked_id
+from polar.record_codec import CONTENT_TYPE, RECORD_SUFFIX, decode_record, encode_record
 from polar.settings import Settings, get_settings
 
 
@@ -34,6 +39,12 @@ def completions_prefix(session_id: str) -> str:
 
 
 def completion_key(session_id: str, record_id: str) -> str:
+    """Where a record is written (format 2, compact zstd JSON)."""
+    return f"{completions_prefix(session_id)}{checked_id(record_id, 'record id')}{RECORD_SUFFIX}"
+
+
+def legacy_completion_key(session_id: str, record_id: str) -> str:
+    """Where a record written before format 2 is (plain JSON)."""
     return f"{completions_prefix(session_id)}{checked_id(record_id, 'record id')}.json"
 
 
@@ -64,13 +75,45 @@ def task_result_key(task_id: str) -> str:
     return f"tasks/{checked_id(task_id, 'task id')}/result.json"
 
 
+def _object_store(s: Settings) -> S3Store:
+    """An async S3 client (obstore: Rust, its own IO threads) for the gateway's record writes.
+
+    Retries like the boto3 client: a few attempts with backoff on 5xx and connection
+    errors, bounded, so a caller waits seconds, not minutes, for its 503 while S3 is down.
+    """
+    config: dict[str, Any] = {"region": s.s3_region, "virtual_hosted_style_request": False}
+    if s.s3_endpoint:
+        config["endpoint"] = s.s3_endpoint
+    if s.s3_access_key:
+        config["access_key_id"] = s.s3_access_key
+    if s.s3_secret_key:
+        config["secret_access_key"] = s.s3_secret_key
+    return S3Store(
+        s.s3_bucket,
+        config=config,  # type: ignore[arg-type]
+        client_options={"allow_http": True, "connect_timeout": "5s", "timeout": "60s"},
+        retry_config={
+            "max_retries": 4,
+            "retry_timeout": timedelta(seconds=30),
+            "backoff": {
+                "init_backoff": timedelta(milliseconds=50),
+                "max_backoff": timedelta(seconds=2),
+                "base": 2,
+            },
+        },
+    )
+
+
 class Storage:
-    """Thin typed wrapper over a boto3 S3 client, bound to one bucket."""
+    """Thin typed wrapper over a boto3 S3 client, bound to one bucket (completion records
+    are written by an async obstore client: `put_completion_async`)."""
 
     def __init__(self, settings: Settings | None = None) -> None:
         s = settings or get_settings()
+        self.settings = s
         self.bucket = s.s3_bucket
         self.endpoint = s.s3_endpoint
+        self._store: S3Store | None = None
         self.client = boto3.client(
             "s3",
             endpoint_url=s.s3_endpoint,
@@ -126,11 +169,45 @@ class Storage:
     def get_json(self, key: str) -> Any:
         return json.loads(self.get_bytes(key))
 
-    # typed ----------------------------------------------------------------
+    # completions ------------------------------------------------------------
+    @property
+    def store(self) -> S3Store:
+        """The async object store for record writes, made on first use."""
+        if self._store is None:
+            self._store = _object_store(self.settings)
+        return self._store
+
     def put_completion(self, record: CompletionRecord) -> str:
+        """Store `record` (compact, `polar.record_codec`); its key."""
         key = completion_key(record.session_id, record.record_id)
-        self.put_bytes(key, record.model_dump_json().encode(), "application/json")
+        self.put_bytes(key, encode_record(record.model_dump(mode="json")), CONTENT_TYPE)
         return key
+
+    async def put_completion_async(self, record: dict[str, Any]) -> str:
+        """Store a record given as its JSON dict (the gateway's hot path: no pydantic, no
+        thread); its key. The dict must validate as a CompletionRecord."""
+        key = completion_key(record["session_id"], record["record_id"])
+        data = encode_record(record)
+        await obstore.put_async(self.store, key, data, attributes={"Content-Type": CONTENT_TYPE})
+        return key
+
+    @staticmethod
+    def read_completion(data: bytes) -> CompletionRecord:
+        """A record from its stored bytes, compact (format 2) or plain JSON (format 1)."""
+        return CompletionRecord.model_validate(decode_record(data))
+
+    def get_completion(self, session_id: str, record_id: str) -> CompletionRecord:
+        """One record, whichever format it was stored in; KeyError if there is none."""
+        for key in (
+            completion_key(session_id, record_id),
+            legacy_completion_key(session_id, record_id),
+        ):
+            try:
+                return self.read_completion(self.get_bytes(key))
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") not in ("NoSuchKey", "404"):
+                    raise
+        raise KeyError(f"no completion {record_id!r} in session {session_id!r}")
 
     def list_completions(
         self, session_id: str, on_read: Callable[[int, int], None] | None = None
@@ -140,7 +217,7 @@ class Storage:
         keys = self.list_keys(completions_prefix(session_id))
         records: list[CompletionRecord] = []
         for key in keys:
-            records.append(CompletionRecord.model_validate_json(self.get_bytes(key)))
+            records.append(self.read_completion(self.get_bytes(key)))
             if on_read is not None:
                 on_read(len(records), len(keys))
         return sorted(records, key=lambda r: (r.seq, r.record_id))

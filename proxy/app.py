@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -34,6 +33,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from polar import fastjson
 from polar.logs import log_context
 from polar.providers import APIError, CallContext, ProviderAPI, get_provider
 from polar.providers.google_generate import split_action
@@ -62,7 +62,7 @@ async def read_json(request: Request) -> dict[str, Any]:
     """The JSON object body of a call; 400 (in the caller's shape) if unusable."""
     raw = await request.body()
     try:
-        body = json.loads(raw)
+        body = fastjson.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise APIError(
             400, f"We could not parse the JSON body of your request: {exc}", code="invalid_json"
@@ -89,6 +89,13 @@ async def _caller_hangs_up(request: Request) -> None:
     the disconnect, which the server sends only if the caller goes before its answer)."""
     while (await request.receive())["type"] != "http.disconnect":
         pass
+
+
+class FastJSONResponse(JSONResponse):
+    """A JSON response rendered by orjson (`polar.fastjson`)."""
+
+    def render(self, content: Any) -> bytes:
+        return fastjson.dumps(content)
 
 
 def _stream(events: list[str], media_type: str) -> StreamingResponse:
@@ -222,7 +229,7 @@ class Gateway:
         if provider.wants_stream(body, call):
             events: Iterator[str] = provider.stream_events(reply, body, call)
             return _stream(list(events), provider.stream_media_type(call))
-        return JSONResponse(provider.from_chat(reply, body, call))
+        return FastJSONResponse(provider.from_chat(reply, body, call))
 
     async def count(
         self, provider: ProviderAPI, request: Request, call: CallContext

@@ -4,6 +4,12 @@
 across gateways; `record_id` (`{seq:020d}-{gateway_id}-{n}`) stays unique
 even when two calls start in the same ns. A failed write becomes a 503 for
 the caller (its SDK retries later): no answer ever leaves unrecorded.
+
+On the hot path the record is its JSON dict, built here field by field as
+`CompletionRecord` would dump it (tests validate it against the model), and
+written compact by the storage's async client, so a call costs no pydantic
+model and no thread. A storage without `put_completion_async` (a test double)
+gets a validated `CompletionRecord` from a thread instead.
 """
 
 from __future__ import annotations
@@ -69,40 +75,49 @@ class Recorder:
         status_code: int = 200,
         error: str | None = None,
         client_disconnected: bool = False,
-    ) -> CompletionRecord:
+    ) -> dict[str, Any]:
+        """The record's JSON dict (`CompletionRecord.model_validate` takes it as it is)."""
         ex = extracted or Extracted()
-        return CompletionRecord(
-            session_id=call.identity.session_id,
-            task_id=call.identity.task_id,
-            seq=call.seq,
-            record_id=call.record_id,
-            attempt=call.identity.attempt,
-            provider=call.provider,
-            request=call.request,
-            normalized_request=normalized,
-            response=response,
-            status_code=status_code,
-            error=error,
-            model=ex.model or normalized.get("model"),
-            prompt_token_ids=ex.prompt_token_ids,
-            response_token_ids=ex.response_token_ids,
-            response_logprobs=ex.response_logprobs,
-            finish_reason=ex.finish_reason,
-            has_token_ids=ex.has_token_ids,
-            choices=ex.choices,
-            started_at=call.started_at,
-            finished_at=time.time(),
-            gateway_id=self.gateway_id,
-            client_disconnected=client_disconnected,
-        )
+        model = ex.model or normalized.get("model")
+        return {
+            "session_id": call.identity.session_id,
+            "task_id": call.identity.task_id,
+            "seq": call.seq,
+            "record_id": call.record_id,
+            "attempt": call.identity.attempt,
+            "provider": call.provider,
+            "request": call.request,
+            "normalized_request": normalized,
+            "response": response,
+            "status_code": status_code,
+            "error": error,
+            "model": model if isinstance(model, str) else None,
+            "prompt_token_ids": ex.prompt_token_ids,
+            "response_token_ids": ex.response_token_ids,
+            "response_logprobs": ex.response_logprobs,
+            "finish_reason": ex.finish_reason,
+            "has_token_ids": ex.has_token_ids,
+            "choices": [c.model_dump() for c in ex.choices],
+            "started_at": call.started_at,
+            "finished_at": time.time(),
+            "gateway_id": self.gateway_id,
+            "client_disconnected": client_disconnected,
+        }
 
-    async def write(self, record: CompletionRecord) -> str:
-        """Store `record`; its S3 key. Raises a 503 APIError if the store fails."""
+    async def write(self, record: dict[str, Any]) -> str:
+        """Store `record` (its JSON dict); its S3 key. Raises a 503 APIError if that fails."""
         try:
-            return await asyncio.to_thread(self.storage.put_completion, record)
+            put = getattr(self.storage, "put_completion_async", None)
+            if put is not None:
+                return await put(record)
+            validated = CompletionRecord.model_validate(record)
+            return await asyncio.to_thread(self.storage.put_completion, validated)
         except Exception as exc:
             log.error(
-                "could not record %s of session %s: %s", record.record_id, record.session_id, exc
+                "could not record %s of session %s: %s",
+                record["record_id"],
+                record["session_id"],
+                exc,
             )
             raise APIError(
                 503,
@@ -121,8 +136,8 @@ class Recorder:
         status_code: int = 200,
         error: str | None = None,
         client_disconnected: bool = False,
-    ) -> CompletionRecord:
-        """Build and store the record of a finished (or failed) call."""
+    ) -> dict[str, Any]:
+        """Build and store the record of a finished (or failed) call; its JSON dict."""
         record = self.build(
             call,
             normalized,

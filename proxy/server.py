@@ -2,12 +2,17 @@
 
 Two uvicorn servers in one event loop over one app state: harnesses reach only
 the model port (`gateway_host:gateway_port`); admin, metrics, health and docs
-answer on `admin_host:admin_port` (`proxy.admin`).
+answer on `admin_host:admin_port` (`proxy.admin`). The loop is uvloop and the
+HTTP parser httptools when they are installed (they are project dependencies),
+else asyncio and h11.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
+from collections.abc import Coroutine
+from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
@@ -16,6 +21,16 @@ from polar.credentials import refuse_weak_secrets
 from polar.logs import configure_logging
 from polar.settings import Settings
 from proxy.app import create_app
+
+
+def http_impl() -> str:
+    """uvicorn's HTTP protocol: httptools (C parser) if importable, else h11."""
+    return "httptools" if importlib.util.find_spec("httptools") else "h11"
+
+
+def loop_impl() -> str:
+    """The event loop the gateway runs on: uvloop if importable, else asyncio."""
+    return "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
 
 
 def _server(app: FastAPI, host: str, port: int) -> uvicorn.Server:
@@ -27,6 +42,8 @@ def _server(app: FastAPI, host: str, port: int) -> uvicorn.Server:
         log_level="info",
         access_log=False,
         timeout_keep_alive=75,
+        http=http_impl(),
+        loop="none",  # the loop is ours (`run`), shared by both servers
     )
     return uvicorn.Server(config)
 
@@ -45,8 +62,18 @@ async def serve_both(settings: Settings) -> None:
     await asyncio.gather(*tasks)
 
 
+def run(main: Coroutine[Any, Any, None]) -> None:
+    """Run `main` on uvloop if it is installed, else on asyncio's own loop."""
+    if loop_impl() == "uvloop":
+        import uvloop
+
+        uvloop.run(main)
+    else:
+        asyncio.run(main)
+
+
 def serve(settings: Settings) -> None:
     """Serve the gateway until interrupted; refuses to start with weak secrets."""
     refuse_weak_secrets(settings, "gateway")
     configure_logging(settings.log_format)
-    asyncio.run(serve_both(settings))
+    run(serve_both(settings))

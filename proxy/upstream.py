@@ -11,7 +11,6 @@ caller's own error shape at the edge).
 
 from __future__ import annotations
 
-import copy
 import itertools
 import json
 import logging
@@ -21,6 +20,7 @@ from typing import Any
 
 import httpx
 
+from polar import fastjson
 from polar.models import SampledChoice
 from polar.providers import APIError
 from polar.settings import Settings
@@ -28,6 +28,7 @@ from polar.settings import Settings
 log = logging.getLogger("polar.gateway")
 
 KINDS = ("vllm", "sglang")
+JSON_HEADERS = {"content-type": "application/json"}
 
 
 class UpstreamError(APIError):
@@ -87,8 +88,12 @@ class Extracted:
 
 
 def normalize(request: dict[str, Any], kind: str, model: str | None) -> dict[str, Any]:
-    """The request sent upstream: a copy of the caller's, non-streaming, with training fields."""
-    out = copy.deepcopy(request)
+    """The request sent upstream: a copy of the caller's, non-streaming, with training fields.
+
+    Only the top level is copied (the caller's request is left as it was); nested values
+    are shared with it and never changed.
+    """
+    out = dict(request)
     out.pop("stream", None)
     out.pop("stream_options", None)
     if model:
@@ -197,12 +202,18 @@ def extract(body: dict[str, Any], kind: str) -> Extracted:
 
 
 def strip_training_fields(body: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
-    """The caller's view of an upstream answer: training-only fields it did not ask for removed."""
-    out = copy.deepcopy(body)
+    """The caller's view of an upstream answer: training-only fields it did not ask for removed.
+
+    `body` is left as it was: the top level and each choice are copied (shallowly), which
+    is all this changes; nested values are shared.
+    """
+    out = dict(body)
     wants_ids = bool(request.get("return_token_ids"))
     wants_prompt_ids = wants_ids or bool(request.get("return_prompt_token_ids"))
     if not wants_prompt_ids:
         out.pop("prompt_token_ids", None)
+    if isinstance(out.get("choices"), list):
+        out["choices"] = [dict(c) if isinstance(c, dict) else c for c in out["choices"]]
     for choice in out.get("choices") or []:
         if not isinstance(choice, dict):
             continue
@@ -286,7 +297,9 @@ class UpstreamClient:
         for base in self._bases():
             url = f"{base}/chat/completions"
             try:
-                response = await self.client.post(url, json=normalized)
+                response = await self.client.post(
+                    url, content=fastjson.dumps(normalized), headers=JSON_HEADERS
+                )
             except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
                 # never delivered: safe to try the next base
                 failures.append(f"{base}: {type(exc).__name__}: {exc}")
@@ -296,12 +309,15 @@ class UpstreamClient:
                 raise UpstreamError(
                     504,
                     f"upstream {base} timed out after {self.timeout_s:g}s ({type(exc).__name__})",
-                    code="upstream_timeout", url=base,
+                    code="upstream_timeout",
+                    url=base,
                 ) from exc
             except httpx.HTTPError as exc:
                 raise UpstreamError(
-                    502, f"upstream {base} failed: {type(exc).__name__}: {exc}",
-                    code="upstream_error", url=base,
+                    502,
+                    f"upstream {base} failed: {type(exc).__name__}: {exc}",
+                    code="upstream_error",
+                    url=base,
                 ) from exc
             return self._answer(base, response)
         raise UpstreamError(
@@ -315,24 +331,38 @@ class UpstreamClient:
             if status >= 500 or status in (401, 403):
                 # the backend's fault or the gateway's configuration, not the caller's request
                 raise UpstreamError(
-                    502, f"upstream {base} answered {status}: {message}", code="upstream_error",
-                    url=base, upstream_status=status, upstream_body=data,
+                    502,
+                    f"upstream {base} answered {status}: {message}",
+                    code="upstream_error",
+                    url=base,
+                    upstream_status=status,
+                    upstream_body=data,
                 )
             raise UpstreamError(
-                status, message, url=base, upstream_status=status, upstream_body=data,
+                status,
+                message,
+                url=base,
+                upstream_status=status,
+                upstream_body=data,
                 code=_upstream_code(data),
             )
         try:
-            body = response.json()
+            body = fastjson.loads(response.content)
         except ValueError as exc:
             raise UpstreamError(
-                502, f"upstream {base} answered {status} with a body that is not JSON",
-                code="upstream_error", url=base, upstream_status=status,
+                502,
+                f"upstream {base} answered {status} with a body that is not JSON",
+                code="upstream_error",
+                url=base,
+                upstream_status=status,
             ) from exc
         if not isinstance(body, dict) or not isinstance(body.get("choices"), list):
             raise UpstreamError(
-                502, f"upstream {base} answered {status} without 'choices'",
-                code="upstream_error", url=base, upstream_status=status,
+                502,
+                f"upstream {base} answered {status} without 'choices'",
+                code="upstream_error",
+                url=base,
+                upstream_status=status,
                 upstream_body=body if isinstance(body, dict) else None,
             )
         return UpstreamAnswer(body=body, status_code=status, url=base)
