@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 
 from activities.worker import running_workers
-from examples.grpo.train import group_advantages, train
+from examples.grpo.train import Batch, add_group, split_by_lag, train
 from polar.devstack import DevStack, free_port
-from polar.sdk import PolarClient
+from polar.models import SessionResult, SessionStatus, TaskResult, Trace, TraceProvenance
+from polar.sdk import Group, PolarClient, TaskRun
 from polar.settings import Settings
 from tests.conftest import open_for_harness
 
@@ -62,10 +63,43 @@ async def grpo_polar(grpo_settings: Settings) -> AsyncIterator[PolarClient]:
         yield await PolarClient.connect(grpo_settings)
 
 
-def test_group_advantages_are_normalised_within_the_group() -> None:
-    adv = group_advantages([1.0, 0.0, 0.5, 0.5])
-    assert abs(sum(adv)) < 1e-9 and adv[0] > 0 > adv[1] and adv[2] == adv[3] == 0
-    assert group_advantages([0.7, 0.7]) == [0.0, 0.0]  # no signal without spread
+def trace(trace_id: str, session_id: str, version: int | None = 0) -> Trace:
+    provenance = TraceProvenance(
+        session_id=session_id, task_id="t", harness="command", builder="per_request",
+        model="policy", completion_seqs=[0], record_ids=[trace_id], policy_version=version,
+    )  # fmt: skip
+    return Trace(
+        trace_id=trace_id, prompt_ids=[1], response_ids=[2], loss_mask=[1],
+        response_logprobs=[-1.0], provenance=provenance,
+    )  # fmt: skip
+
+
+def test_unscored_sessions_are_left_out_of_the_baseline_and_not_trained() -> None:
+    outcomes = [("a", SessionStatus.COMPLETED, 1.0), ("b", SessionStatus.TIMEOUT, 0.0),
+                ("c", SessionStatus.ERROR, None)]  # fmt: skip
+    sessions = [
+        SessionResult(
+            session_id=sid, task_id="t", index=i, status=status, reward=reward, harness="command"
+        )  # fmt: skip
+        for i, (sid, status, reward) in enumerate(outcomes)
+    ]
+    group = Group(TaskRun("t", "w"), TaskResult(task_id="t", sessions=sessions, policy_version=0))
+    traces = [trace("a1", "a"), trace("a2", "a"), trace("b1", "b"), trace("c1", "c")]
+    batch = Batch()
+    add_group(batch, group, traces)
+    # baseline of the two scored sessions (mean 0.5, std 0.5): ±1; the errored one is
+    # neither a 0-reward sample nor trained on
+    assert {t.trace_id: round(a, 5) for t, a in batch.items} == {"a1": 1.0, "a2": 1.0, "b1": -1.0}
+    assert batch.rewards == [1.0, 0.0] and batch.unscored_sessions == 1
+
+
+def test_traces_past_the_allowed_policy_lag_are_stale() -> None:
+    traces = [trace("v3", "s", 3), trace("v2", "s", 2), trace("v1", "s", 1), trace("x", "s", None)]
+    fresh, stale = split_by_lag(traces, version=3, max_lag=1)
+    assert [t.trace_id for t in fresh] == ["v3", "v2", "x"]
+    assert [t.trace_id for t in stale] == ["v1"]
+    fresh, stale = split_by_lag(traces, version=3, max_lag=0)
+    assert [t.trace_id for t in stale] == ["v2", "v1"]
 
 
 async def test_grpo_loop_updates_the_served_policy(
@@ -81,11 +115,20 @@ async def test_grpo_loop_updates_the_served_policy(
         steps=2,
         tasks_per_step=2,
         group_size=3,
+        # step 1's groups are submitted at version 0, before step 0's update: one version
+        # behind when step 1 takes them, past the allowed lag of 0, so dropped and replaced
+        overlap=True,
+        max_policy_lag=0,
     )
     assert [r.policy_version for r in reports] == [0, 1]
+    assert reports[0].stale_groups_dropped == reports[0].stale_traces_dropped == 0
+    # 2 groups × 3 sessions × 2 turns (one per_request trace per call)
+    assert reports[1].stale_groups_dropped == 2 and reports[1].stale_traces_dropped == 12
     for report in reports:
-        assert report.groups == 2 and report.traces >= 6 and report.trained_tokens > 0
-        assert 0.0 <= report.mean_reward <= 1.0
+        assert report.groups == 2 and report.traces == 12 and report.trained_tokens > 0
+        assert report.failed_groups == report.unscored_sessions == 0
+        assert report.mean_reward is not None and 0.0 <= report.mean_reward <= 1.0
+        assert report.max_logprob_gap is not None
         # the trainer scores vLLM's samples exactly: before the first update (same
         # weights) and after the sync (vLLM reloaded the updated weights in place)
         assert report.max_logprob_gap < 1e-3, report
