@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
@@ -32,14 +33,17 @@ def exit_process(code: int | str | None) -> NoReturn:
     Once the Temporal SDK's native bridge is loaded, its Tokio threads may still
     call into Python while the interpreter finalises, which aborts the process
     after a complete result (exit 134, `Fatal Python error: PyGILState_Release`;
-    temporalio/sdk-python#300, the SDK has no way to close a client). Then the
-    exit handlers run and stdout and stderr are flushed as at a normal exit, and
-    the process ends without the finalisation (`os._exit`)."""
+    temporalio/sdk-python#300, the SDK has no way to close a client). Then it does
+    what a normal exit does first (Python threads joined, exit handlers run,
+    stdout and stderr flushed) and ends without the finalisation (`os._exit`)."""
     if TEMPORAL_BRIDGE not in sys.modules:
         sys.exit(code)
     if isinstance(code, str):  # SystemExit("message"): the message, exit 1
         print(code, file=sys.stderr)
-    atexit._run_exitfuncs()  # what a normal exit runs before finalising (logging, finalizers)
+    # what a normal exit does before finalising: join the threads (and shut the executors
+    # down), then run the exit handlers (logging, finalizers)
+    threading._shutdown()  # type: ignore[attr-defined]
+    atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
