@@ -4,4 +4,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash infra/setup.sh
 .venv/bin/ruff check .
-exec .venv/bin/pytest "$@"
+exec .venv/bin/pytest --durations=20 "$@"  # and the 20 slowest tests
