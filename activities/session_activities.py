@@ -163,7 +163,8 @@ class SessionActivities:
         runtime = self._runtime(request.runtime.kind)
         try:
             check_source_roots(request, source_roots(self.settings.source_roots))
-            handle = await runtime.prepare(request)
+            # a container start or a big copy must not look like a dead worker
+            handle = await heartbeating(runtime.prepare(request), step="preparing")
         except (InvalidSource, InvalidRuntime, PrepareFailed) as exc:
             raise ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True) from exc
 

@@ -15,6 +15,7 @@ such container`) and its teardown ran on B too, leaking A's container.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import signal
@@ -166,7 +167,7 @@ def docker_task(task_id: str, source: Path, sessions: int, pause_s: float) -> Ta
                 "env": {"TURNS": "2", "PAUSE_S": str(pause_s)},
             },  # fmt: skip
             "evaluator": {"kind": "command", "command": "test -s answer.txt"},
-            "timeouts": {"harness_s": 300, "heartbeat_s": 5, "max_attempts": 3},
+            "timeouts": {"harness_s": 300, "heartbeat_s": 15, "max_attempts": 3},
         }
     )
 
@@ -246,6 +247,16 @@ async def test_stages_follow_the_runtime_across_two_hosts(
         assert not runtimes.exists() or not any(runtimes.iterdir()), list(runtimes.iterdir())
 
 
+async def _runs_harness(polar: PolarClient, run: object, pid: str) -> bool:
+    """Whether the worker `pid` has started a run_harness of the task."""
+    for progress in (await polar.status(run)).sessions:  # type: ignore[arg-type]
+        with contextlib.suppress(Exception):  # not started yet
+            runs = await activity_runs(polar.client, progress.session_id)
+            if any(r.activity == "run_harness" and r.identity.startswith(f"{pid}@") for r in runs):
+                return True
+    return False
+
+
 async def test_a_lost_host_sessions_go_on_elsewhere_and_nothing_leaks(
     devstack: DevStack, engines: list[Engine], tmp_path: Path
 ) -> None:
@@ -274,13 +285,11 @@ async def test_a_lost_host_sessions_go_on_elsewhere_and_nothing_leaks(
             polar = PolarClient(await connect(base), base)
             run = await polar.submit(docker_task("hosts-kill", source, sessions=12, pause_s=4.0))
             lost, survivor = nodes
-            # kill host A once it holds running harnesses (its worker and its engine)
+            # kill host A once it runs harnesses (its worker and its engine)
+            lost_pid = str(lost.pid("worker"))
             deadline = time.monotonic() + 300
-            while time.monotonic() < deadline:
-                if engines[0].containers():
-                    break
-                await asyncio.sleep(1)
-            await asyncio.sleep(3)
+            while time.monotonic() < deadline and not await _runs_harness(polar, run, lost_pid):
+                await asyncio.sleep(2)
             os.killpg(lost.pid("worker"), signal.SIGKILL)
             engines[0].proc.send_signal(signal.SIGKILL)  # type: ignore[union-attr]
             result = await polar.wait(run, timeout_s=900)
@@ -292,7 +301,7 @@ async def test_a_lost_host_sessions_go_on_elsewhere_and_nothing_leaks(
                 node.close()
 
     moved = [s for s in result.sessions if len(s.hosts) > 1]
-    assert moved, [(s.session_id, s.hosts) for s in result.sessions]
+    assert moved, [(s.session_id, s.status, s.hosts, s.error) for s in result.sessions]
     for session in result.sessions:
         if session.status != SessionStatus.COMPLETED:  # ended clearly, naming the lost host
             assert "host ha lost" in (session.error or ""), session

@@ -166,6 +166,8 @@ class Session:
                 break
             except _HostLost as lost:
                 placement += 1
+                # the next placement's result carries these on (pydantic copied the lists)
+                hosts, warnings = result.hosts, result.warnings
                 warnings.append(f"host {lost.host_id} lost ({lost.detail})")
                 self._give_up(spec, placed, queues.init, t.teardown_s)
                 if placement < t.max_attempts:
