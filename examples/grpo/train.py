@@ -25,8 +25,9 @@ writable copy of the model with weight reloading on and whose gateway has an
 admin token:
 
     cp -r .polar/models/tiny-qwen3 /tmp/policy
-    POLAR_MODEL_DIR=/tmp/policy POLAR_VLLM_WEIGHT_RELOAD=1 POLAR_ADMIN_TOKEN=secret polar dev up
-    POLAR_ADMIN_TOKEN=secret .venv/bin/python examples/grpo/train.py --policy-dir /tmp/policy
+    export POLAR_ADMIN_TOKEN=$(python -c 'import secrets; print(secrets.token_urlsafe(24))')
+    POLAR_MODEL_DIR=/tmp/policy POLAR_VLLM_WEIGHT_RELOAD=1 polar dev up
+    .venv/bin/python examples/grpo/train.py --policy-dir /tmp/policy
 
 (`examples/grpo/learn.py` starts such a stack itself and runs the learning benchmark.)
 """
