@@ -2,7 +2,7 @@
 
 `normalize` turns a caller's Chat Completions request into the one sent
 upstream: training fields added by backend kind, never streaming, model name
-pinned. `UpstreamClient.complete` sends it over a pooled httpx client to the
+pinned. `UpstreamClient.complete` sends it over a pooled aiohttp session to the
 next base URL (round-robin; an unreachable base is skipped) and turns
 transport failures and error statuses into `UpstreamError`s (rendered in the
 caller's own error shape at the edge).
@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
+import aiohttp
 
 from polar import fastjson
 from polar.models import SampledChoice
@@ -231,12 +231,13 @@ def strip_training_fields(body: dict[str, Any], request: dict[str, Any]) -> dict
 # --------------------------------------------------------------------------- client
 
 
-def _error_message(response: httpx.Response) -> tuple[str, dict[str, Any] | None]:
+def _error_message(status: int, reason: str, content: bytes) -> tuple[str, dict[str, Any] | None]:
     """The message of an upstream error body (OpenAI, old-vLLM or FastAPI shape) and the body."""
     try:
-        data = response.json()
+        data = fastjson.loads(content)
     except ValueError:
-        return (response.text.strip()[:2000] or response.reason_phrase or "upstream error"), None
+        text = content.decode("utf-8", "replace").strip()
+        return (text[:2000] or reason or "upstream error"), None
     if not isinstance(data, dict):
         return json.dumps(data)[:2000], None
     err = data.get("error")
@@ -249,9 +250,12 @@ def _error_message(response: httpx.Response) -> tuple[str, dict[str, Any] | None
 
 
 class UpstreamClient:
-    """Round-robin, pooled async client of the OpenAI-compatible upstream bases."""
+    """Round-robin, pooled async client of the OpenAI-compatible upstream bases.
 
-    def __init__(self, settings: Settings, transport: httpx.AsyncBaseTransport | None = None):
+    aiohttp: per call it costs a fifth of httpx's CPU (bench/README.md, gateway overhead).
+    """
+
+    def __init__(self, settings: Settings) -> None:
         self.kind = settings.upstream_kind.strip().lower()
         if self.kind not in KINDS:
             raise ValueError(f"unknown upstream kind {self.kind!r}: use one of {KINDS}")
@@ -260,25 +264,27 @@ class UpstreamClient:
             raise ValueError("no upstream URLs: set POLAR_UPSTREAM_URLS")
         self.model = settings.upstream_model
         self.timeout_s = settings.upstream_timeout_s
-        self._transport = transport
         self._turn = itertools.count()
-        self._client: httpx.AsyncClient | None = None
+        self._session: aiohttp.ClientSession | None = None
 
     @property
-    def client(self) -> httpx.AsyncClient:
-        """The pooled client, made on first use (inside the serving event loop)."""
-        if self._client is None:
-            self._client = httpx.AsyncClient(
-                timeout=httpx.Timeout(self.timeout_s, connect=min(self.timeout_s, 10.0)),
-                limits=httpx.Limits(max_connections=None, max_keepalive_connections=256),
-                transport=self._transport,
+    def session(self) -> aiohttp.ClientSession:
+        """The pooled client session, made on first use (inside the serving event loop)."""
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(
+                    total=self.timeout_s, connect=min(self.timeout_s, 10.0)
+                ),
+                connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=60),
+                trust_env=True,  # HTTP(S)_PROXY / NO_PROXY, as httpx honoured them
+                auto_decompress=True,
             )
-        return self._client
+        return self._session
 
     async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
 
     def normalize(self, request: dict[str, Any]) -> dict[str, Any]:
         return normalize(request, self.kind, self.model)
@@ -294,40 +300,40 @@ class UpstreamClient:
     async def complete(self, normalized: dict[str, Any]) -> UpstreamAnswer:
         """POST the normalized request; the parsed answer, or raise UpstreamError (502/504/4xx)."""
         failures: list[str] = []
+        data = fastjson.dumps(normalized)
         for base in self._bases():
             url = f"{base}/chat/completions"
             try:
-                response = await self.client.post(
-                    url, content=fastjson.dumps(normalized), headers=JSON_HEADERS
-                )
-            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                async with self.session.post(url, data=data, headers=JSON_HEADERS) as response:
+                    content = await response.read()
+                    status, reason = response.status, response.reason or ""
+            except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
                 # never delivered: safe to try the next base
                 failures.append(f"{base}: {type(exc).__name__}: {exc}")
                 log.warning("upstream %s unreachable: %s", base, exc)
                 continue
-            except httpx.TimeoutException as exc:
+            except TimeoutError as exc:  # aiohttp's timeouts are TimeoutErrors too
                 raise UpstreamError(
                     504,
                     f"upstream {base} timed out after {self.timeout_s:g}s ({type(exc).__name__})",
                     code="upstream_timeout",
                     url=base,
                 ) from exc
-            except httpx.HTTPError as exc:
+            except aiohttp.ClientError as exc:
                 raise UpstreamError(
                     502,
                     f"upstream {base} failed: {type(exc).__name__}: {exc}",
                     code="upstream_error",
                     url=base,
                 ) from exc
-            return self._answer(base, response)
+            return self._answer(base, status, reason, content)
         raise UpstreamError(
             502, "no upstream reachable: " + "; ".join(failures), code="upstream_unreachable"
         )
 
-    def _answer(self, base: str, response: httpx.Response) -> UpstreamAnswer:
-        status = response.status_code
+    def _answer(self, base: str, status: int, reason: str, content: bytes) -> UpstreamAnswer:
         if status >= 400:
-            message, data = _error_message(response)
+            message, data = _error_message(status, reason, content)
             if status >= 500 or status in (401, 403):
                 # the backend's fault or the gateway's configuration, not the caller's request
                 raise UpstreamError(
@@ -347,7 +353,7 @@ class UpstreamClient:
                 code=_upstream_code(data),
             )
         try:
-            body = fastjson.loads(response.content)
+            body = fastjson.loads(content)
         except ValueError as exc:
             raise UpstreamError(
                 502,
