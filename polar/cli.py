@@ -52,6 +52,22 @@ def exit_process(code: int | str | None) -> NoReturn:
     os._exit(code if isinstance(code, int) else 0 if code is None else 1)
 
 
+def plain_error(exc: Exception) -> str | None:
+    """A one-line message for errors of the user's situation (no Temporal there, no such
+    workflow), None for anything else (a bug: its traceback is shown)."""
+    from temporalio.service import RPCError, RPCStatusCode
+
+    if isinstance(exc, RPCError) and exc.status == RPCStatusCode.NOT_FOUND:
+        return f"not found: {exc.message}"
+    if isinstance(exc, RuntimeError) and str(exc).startswith("Failed client connect"):
+        address = get_settings().temporal_address
+        return (
+            f"cannot reach Temporal at {address} (is the stack up? `polar dev up`, or set "
+            "POLAR_TEMPORAL_ADDRESS)"
+        )
+    return None
+
+
 class PolarApp(typer.Typer):
     """The `polar` app; run as a process (the console script, `python -m polar.cli`) it ends
     through `exit_process`. CliRunner tests call its click command and never get here."""
@@ -63,8 +79,12 @@ class PolarApp(typer.Typer):
             exit_process(exc.code)
         except KeyboardInterrupt:
             exit_process(130)
-        except Exception:  # noqa: BLE001 - printed (Typer's traceback) and exit 1, like Python
-            sys.excepthook(*sys.exc_info())
+        except Exception as exc:  # noqa: BLE001 - said plainly, or Typer's traceback; exit 1
+            message = plain_error(exc)
+            if message is None:
+                sys.excepthook(*sys.exc_info())
+            else:
+                print(f"polar: {message}", file=sys.stderr)
             exit_process(1)
         exit_process(0)
 

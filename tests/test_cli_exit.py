@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from bench.bench_cli_exit import POLAR, one_session_task, run_cli
-from polar.devstack import DevStack
+from polar.devstack import DevStack, free_port
 from polar.models import TaskSpec
 from polar.sdk import PolarClient
 
@@ -66,3 +66,14 @@ async def test_a_failing_command_keeps_its_exit_code(
     )  # fmt: skip
     assert proc.returncode == 1, (proc.returncode, proc.stderr[-2000:])
     assert "PyGILState_Release" not in proc.stderr
+    # the user's situation is said in one line, not a traceback
+    assert "polar: not found" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_no_temporal_is_said_plainly(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("POLAR_")}
+    env |= {"POLAR_DATA_DIR": str(tmp_path), "POLAR_TEMPORAL_ADDRESS": f"127.0.0.1:{free_port()}"}
+    proc = subprocess.run([*POLAR, "status", "any"], env=env, capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert proc.returncode == 1
+    assert "cannot reach Temporal" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
