@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from activities.worker import running_workers
-from examples.grpo.train import Batch, add_group, split_by_lag, train
+from examples.grpo.curve import plot, read_csv, write_csv
+from examples.grpo.train import Batch, StepReport, add_group, split_by_lag, train
 from polar.devstack import DevStack, free_port
 from polar.models import SessionResult, SessionStatus, TaskResult, Trace, TraceProvenance
 from polar.sdk import Group, PolarClient, TaskRun
@@ -81,7 +82,7 @@ def test_unscored_sessions_are_left_out_of_the_baseline_and_not_trained() -> Non
     sessions = [
         SessionResult(
             session_id=sid, task_id="t", index=i, status=status, reward=reward, harness="command"
-        )  # fmt: skip
+        )
         for i, (sid, status, reward) in enumerate(outcomes)
     ]
     group = Group(TaskRun("t", "w"), TaskResult(task_id="t", sessions=sessions, policy_version=0))
@@ -101,6 +102,32 @@ def test_traces_past_the_allowed_policy_lag_are_stale() -> None:
     assert [t.trace_id for t in stale] == ["v1"]
     fresh, stale = split_by_lag(traces, version=3, max_lag=0)
     assert [t.trace_id for t in stale] == ["v2", "v1"]
+
+
+def test_the_curve_round_trips_through_its_csv(tmp_path: Path) -> None:
+    reports = [
+        StepReport(
+            step=i,
+            policy_version=i,
+            groups=2,
+            traces=12,
+            trained_tokens=190,
+            mean_reward=reward,
+            reward_std=0.1,
+            loss=-0.01,
+            max_logprob_gap=gap,
+            stale_groups_dropped=i,
+            stale_traces_dropped=6 * i,
+            unscored_sessions=0,
+            failed_groups=0,
+            seconds=20.5,
+        )
+        for i, (reward, gap) in enumerate([(0.01, 9.5e-7), (None, None), (0.93, 4.8e-7)])
+    ]
+    write_csv(reports, tmp_path / "reward.csv")
+    assert read_csv(tmp_path / "reward.csv") == reports
+    plot(reports, tmp_path / "reward.png")
+    assert (tmp_path / "reward.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 async def test_grpo_loop_updates_the_served_policy(
