@@ -9,10 +9,12 @@ junk and task-owned files left out) are applied.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+import time
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from activities.evaluators.base import Tick
 from activities.evaluators.baseline import record_baseline
@@ -24,6 +26,8 @@ from activities.evaluators.patches import (
 )
 from activities.runtimes.base import Runtime
 from polar.models import EvaluatorSpec, PrepareRequest, RuntimeHandle, RuntimeSpec, Source
+
+T = TypeVar("T")
 
 
 @contextlib.asynccontextmanager
@@ -37,8 +41,8 @@ async def fresh_runtime(
     prepared earlier for `request`), torn down whatever happens."""
     handle: RuntimeHandle | None = prewarmed
     try:
-        if handle is None:
-            handle = await runtime.prepare(request)
+        if handle is None:  # a cold clone or image start can take minutes: keep ticking
+            handle = await _ticking(runtime.prepare(request), on_tick)
         if handle.baseline is None:
             handle = await record_baseline(runtime, handle, on_tick=on_tick)
         yield handle
@@ -47,6 +51,21 @@ async def fresh_runtime(
             handle
             or RuntimeHandle(kind=runtime.kind, session_id=request.session_id, workdir="", host="")
         )
+
+
+async def _ticking(work: Awaitable[T], on_tick: Tick, every_s: float = 2.0) -> T:
+    """Await `work`, calling `on_tick(elapsed)` every `every_s` meanwhile (the activity's
+    heartbeat: preparing must not look like a dead worker)."""
+    task = asyncio.ensure_future(work)
+    started = time.monotonic()
+    while True:
+        done, _ = await asyncio.wait({task}, timeout=every_s)
+        if done:
+            return task.result()
+        if on_tick is not None:
+            ticked = on_tick(time.monotonic() - started)
+            if ticked is not None:
+                await ticked
 
 
 def eval_prepare_request(
