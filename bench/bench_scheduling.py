@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import datetime as dt
 import json
 import math
@@ -200,6 +201,22 @@ class Bench:
             yield settings
         finally:
             stack.stop(service.name, quiet=True)
+            self.started.remove(service.name)
+
+    @contextlib.contextmanager
+    def bare_worker(self, queue: str, cap: int) -> Any:
+        """The bare Temporal baseline's worker (bench/bare_temporal.py), its own process."""
+        ready = self.stack.run_dir / "bare-worker.ready"
+        argv = [sys.executable, "-m", "bench.bare_temporal", "worker", "--address",
+                self.settings.temporal_address, "--queue", queue, "--cap", str(cap),
+                "--ready-file", str(ready)]  # fmt: skip
+        service = Service("bare-worker", argv, ready.exists, cwd=str(REPO), start_timeout_s=60)
+        self.started.append(service.name)
+        self.stack.start(service, log=self.log)
+        try:
+            yield
+        finally:
+            self.stack.stop(service.name, quiet=True)
             self.started.remove(service.name)
 
     def stop(self) -> None:
@@ -461,6 +478,176 @@ async def bench_throughput(bench: Bench, args: argparse.Namespace, tasks: int) -
     }  # fmt: skip
 
 
+# --------------------------------------------------------------------------- (d) Polar ÷ bare
+
+
+def proc_cpu_s(pid: int | None) -> float:
+    """CPU seconds of `pid` and its waited-for children (utime+stime+cutime+cstime)."""
+    if not pid:
+        return float("nan")
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def proc_peak_rss_mib(pid: int | None) -> float | None:
+    """Peak resident set size (VmHWM) of `pid`, MiB."""
+    if not pid:
+        return None
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    return None
+
+
+async def history_size(client: Any, workflow_id: str) -> dict[str, int]:
+    """Events and bytes of one workflow's history, as the server counts them."""
+    info = (await client.get_workflow_handle(workflow_id).describe()).raw_description
+    info = info.workflow_execution_info
+    return {"events": info.history_length, "bytes": info.history_size_bytes}
+
+
+async def start_rate(client: Any, query: str) -> dict[str, Any]:
+    """How fast Temporal started the workflows matching `query` (children of one task)."""
+    found = sorted([(ex.start_time.timestamp(), ex.id)
+                    async for ex in client.list_workflows(query) if ex.start_time])  # fmt: skip
+    starts = [t for t, _ in found]
+    spread = starts[-1] - starts[0] if len(starts) > 1 else 0.0
+    return {"children": len(starts), "start_spread_s": round(spread, 2),
+            "children_per_s": round((len(starts) - 1) / spread, 2) if spread else None,
+            "child_history": await history_size(client, found[-1][1]) if found else None,
+            }  # fmt: skip
+
+
+@dataclasses.dataclass
+class System:
+    """One side of the comparison: how to run a task of n empty sessions and wait for it."""
+
+    name: str
+    run_task: Callable[[str, int], Any]
+    children_query: Callable[[str, str], str]
+    pid: Callable[[], int | None]
+
+
+async def measure_system(
+    system: System, phase: str, args: argparse.Namespace, client: Any
+) -> dict[str, Any]:
+    """One phase for one system: c1 latency, cN sessions/s, or one task of many sessions."""
+    cpu0, t0 = proc_cpu_s(system.pid()), time.monotonic()
+    out: dict[str, Any] = {}
+    if phase == "c1":
+        lat = []
+        for i in range(args.overhead_n1):
+            t = time.monotonic()
+            await system.run_task(f"c1-{i}", 1)
+            lat.append(time.monotonic() - t)
+        out = {"sessions": len(lat), "latency_p50_s": round(percentile(lat, 50), 3),
+               "latency_mean_s": round(statistics.mean(lat), 3),
+               "latency_min_s": round(min(lat), 3)}  # fmt: skip
+    elif phase == "cN":
+        gate = asyncio.Semaphore(args.overhead_concurrency)
+
+        async def one(i: int) -> None:
+            async with gate:
+                await system.run_task(f"cn-{i}", 1)
+
+        await asyncio.gather(*(one(i) for i in range(args.overhead_nc)))
+        wall = time.monotonic() - t0
+        out = {"sessions": args.overhead_nc, "wall_s": round(wall, 2),
+               "sessions_per_s": round(args.overhead_nc / wall, 2)}  # fmt: skip
+    else:
+        n = args.one_task_sessions
+        task_id, workflow_id = await system.run_task("one", n)
+        wall = time.monotonic() - t0
+        out = {"sessions": n, "wall_s": round(wall, 2), "sessions_per_s": round(n / wall, 2)}
+        out |= await start_rate(client, system.children_query(task_id, workflow_id))
+        out["task_history"] = await history_size(client, workflow_id)
+    sessions = out["sessions"]
+    out["worker_cpu_ms_per_session"] = round(1000 * (proc_cpu_s(system.pid()) - cpu0) / sessions, 1)
+    return out
+
+
+async def bench_baseline(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
+    """Polar and bare Temporal side by side on one dev server, phase by phase."""
+    from bench.bare_temporal import BareTask, BareTaskInput
+    from polar.sdk import PolarClient
+
+    cap = max(args.overhead_concurrency, args.one_task_sessions)
+    polar_queue = f"pb-{uuid.uuid4().hex[:6]}"
+    bare_queue = f"bare-{uuid.uuid4().hex[:6]}"
+    print(f"(d) Polar ÷ bare: {args.overhead_n1} at concurrency 1, {args.overhead_nc} at "
+          f"{args.overhead_concurrency}, one task of {args.one_task_sessions} …",
+          file=sys.stderr)  # fmt: skip
+    with bench.worker(polar_queue, cap, cap, cap) as settings, bench.bare_worker(bare_queue, cap):
+        polar = await PolarClient.connect(settings)
+        client = polar.client
+
+        async def polar_task(tag: str, n: int) -> tuple[str, str]:
+            task_id = f"{tag}-{uuid.uuid4().hex[:8]}"
+            run = await polar.submit(spec(task_id, "true", sessions=n))
+            result = await polar.wait(run, timeout_s=args.phase_limit_s)
+            if completed(result.sessions) != n:
+                errors = {s.error for s in result.sessions if s.error}
+                raise RuntimeError(f"polar task {task_id}: {completed(result.sessions)}/{n} "
+                                   f"completed: {sorted(errors)[:3]}")  # fmt: skip
+            return task_id, run.workflow_id
+
+        async def bare_task(tag: str, n: int) -> tuple[str, str]:
+            task_id = f"bare-{tag}-{uuid.uuid4().hex[:8]}"
+            result = await client.execute_workflow(
+                BareTask.run, BareTaskInput(task_id=task_id, num_sessions=n), id=task_id,
+                task_queue=bare_queue, execution_timeout=dt.timedelta(seconds=args.phase_limit_s),
+            )  # fmt: skip
+            if len(result.sessions) != n:
+                raise RuntimeError(f"bare task {task_id}: {len(result.sessions)}/{n}")
+            return task_id, task_id
+
+        systems = [
+            System("polar", polar_task,
+                   lambda task_id, wid: f"PolarTaskId = '{task_id}' AND WorkflowType = 'Session'",
+                   lambda: bench.stack.pid(f"worker-{bench.workers}")),
+            System("bare", bare_task, lambda task_id, wid: f"ParentWorkflowId = '{wid}'",
+                   lambda: bench.stack.pid("bare-worker")),
+        ]  # fmt: skip
+        for system in systems:  # warm up: imports, sandbox, first polls
+            await system.run_task("warm", 2)
+        rows: dict[str, dict[str, Any]] = {s.name: {} for s in systems}
+        for phase in ("c1", "cN", "one_task"):
+            for system in systems:
+                print(f"    {system.name} {phase} …", file=sys.stderr)
+                cpu0 = proc_cpu_s(bench.stack.pid("temporal"))
+                rows[system.name][phase] = await measure_system(system, phase, args, client)
+                sessions = rows[system.name][phase]["sessions"]
+                rows[system.name][phase]["server_cpu_ms_per_session"] = round(
+                    1000 * (proc_cpu_s(bench.stack.pid("temporal")) - cpu0) / sessions, 1
+                )
+        p, b = rows["polar"], rows["bare"]
+    ratios = {
+        "c1_latency_p50": round(p["c1"]["latency_p50_s"] / b["c1"]["latency_p50_s"], 2),
+        "cN_sessions_per_s": round(b["cN"]["sessions_per_s"] / p["cN"]["sessions_per_s"], 2),
+        "one_task_children_per_s": round(
+            b["one_task"]["children_per_s"] / p["one_task"]["children_per_s"], 2
+        )
+        if p["one_task"]["children_per_s"] and b["one_task"]["children_per_s"]
+        else None,
+    }
+    return {
+        "params": {"sessions_c1": args.overhead_n1, "sessions_cN": args.overhead_nc,
+                   "concurrency": args.overhead_concurrency,
+                   "one_task_sessions": args.one_task_sessions, "caps": [cap, cap, cap],
+                   "harness": "true", "evaluator": "none", "builder": "per_request",
+                   "dev_server_dynamic_config": bench.stack.temporal_dynamic_config()
+                   if hasattr(bench.stack, "temporal_dynamic_config") else {}},
+        "polar": p,
+        "bare": b,
+        # > 1 means Polar is slower: latency polar/bare; rates bare/polar
+        "polar_over_bare": ratios,
+    }  # fmt: skip
+
+
 # --------------------------------------------------------------------------- report
 
 
@@ -506,6 +693,39 @@ def markdown(result: dict[str, Any]) -> str:
             f"({cn['completed']} in {cn['wall_s']} s, p50 latency {cn['latency_p50_s']} s) |",
             "",
         ]
+    base = result.get("baseline")
+    if base:
+        p, b, r = base["polar"], base["bare"], base["polar_over_bare"]
+        n = base["params"]["one_task_sessions"]
+        out += [
+            "(d) Polar ÷ bare Temporal, same dev server, same run (empty sessions)",
+            "",
+            "| figure | Polar | bare | Polar ÷ bare |",
+            "|---|---|---|---|",
+            f"| latency at concurrency 1, p50 s | {p['c1']['latency_p50_s']} | "
+            f"{b['c1']['latency_p50_s']} | {r['c1_latency_p50']} |",
+            f"| sessions/s at {base['params']['concurrency']} in flight | "
+            f"{p['cN']['sessions_per_s']} | {b['cN']['sessions_per_s']} | "
+            f"{r['cN_sessions_per_s']} (bare/Polar) |",
+            f"| child starts/s, one task of {n} | {p['one_task']['children_per_s']} | "
+            f"{b['one_task']['children_per_s']} | {r['one_task_children_per_s']} (bare/Polar) |",
+            f"| one task of {n}: wall s | {p['one_task']['wall_s']} | {b['one_task']['wall_s']} "
+            "| |",
+        ]
+        for phase in ("c1", "cN", "one_task"):
+            out.append(
+                f"| worker / server CPU ms per session, {phase} | "
+                f"{p[phase]['worker_cpu_ms_per_session']} / "
+                f"{p[phase]['server_cpu_ms_per_session']} | "
+                f"{b[phase]['worker_cpu_ms_per_session']} / "
+                f"{b[phase]['server_cpu_ms_per_session']} | |"
+            )
+        for side, name in ((p, "Polar"), (b, "bare")):
+            th, ch = side["one_task"]["task_history"], side["one_task"]["child_history"] or {}
+            out.append(f"| {name} histories, one task of {n}: task / a child (events, bytes) | "
+                       f"{th['events']}, {th['bytes']} / {ch.get('events')}, {ch.get('bytes')} "
+                       "| | |")  # fmt: skip
+        out.append("")
     thr = result.get("throughput")
     if thr:
         out += [
@@ -538,6 +758,8 @@ async def measure(bench: Bench, args: argparse.Namespace, parts: list[str]) -> d
         out["utilisation"] = await bench_utilisation(bench, args)
     if "overhead" in parts:
         out["overhead"] = await bench_overhead(bench, args)
+    if "baseline" in parts:
+        out["baseline"] = await bench_baseline(bench, args)
     if "throughput" in parts:
         rows = [await bench_throughput(bench, args, t) for t in args.throughput_tasks]
         out["throughput"] = {"rows": rows, "ok": all(r["ok"] for r in rows)}
@@ -549,6 +771,8 @@ def main() -> None:
     parser.add_argument("--utilisation", action="store_true", help="run (a)")
     parser.add_argument("--overhead", action="store_true", help="run (b)")
     parser.add_argument("--throughput", action="store_true", help="run (c)")
+    parser.add_argument("--baseline", action="store_true",
+                        help="run (d): Polar ÷ bare Temporal (uses the (b) sizes)")  # fmt: skip
     g = parser.add_argument_group("(a) utilisation")
     g.add_argument("--sessions", type=int, default=32, help="sessions per configuration")
     g.add_argument("--slots", type=int, default=4, help="backend slots")
@@ -565,6 +789,8 @@ def main() -> None:
     g.add_argument("--overhead-n1", type=int, default=10, help="sessions at concurrency 1")
     g.add_argument("--overhead-nc", type=int, default=60, help="sessions at concurrency N")
     g.add_argument("--overhead-concurrency", type=int, default=20)
+    g.add_argument("--one-task-sessions", type=int, default=200,
+                   help="(d): sessions of the task whose child-start rate is measured")  # fmt: skip
     g = parser.add_argument_group("(c) throughput")
     g.add_argument("--sessions-200", type=int, default=200, help="sessions of the task")
     g.add_argument("--throughput-tasks", type=_ints, default=[1, 20],
@@ -581,8 +807,8 @@ def main() -> None:
     if args.serve_backend:
         serve_backend(args.serve_backend, args.slots, args.latency)
         return
-    parts = [p for p in ("utilisation", "overhead", "throughput") if getattr(args, p)]
-    parts = parts or ["utilisation", "overhead", "throughput"]
+    parts = [p for p in ("utilisation", "overhead", "throughput", "baseline") if getattr(args, p)]
+    parts = parts or ["utilisation", "overhead", "throughput", "baseline"]
 
     started = time.monotonic()
     load = os.getloadavg()[0]
@@ -595,6 +821,7 @@ def main() -> None:
         else tempfile.TemporaryDirectory(prefix="polar-bench-sched-", ignore_cleanup_errors=True)
     )
     with tmp_dir as tmp:
+        os.chmod(tmp, 0o711)  # the local runtime's harness user must traverse the data dir
         bench = Bench(Path(tmp), args.slots, args.latency)
         try:
             print("starting fake backend, Temporal, SeaweedFS, gateway …", file=sys.stderr)
