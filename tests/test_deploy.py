@@ -240,3 +240,65 @@ def test_helm_generates_missing_secrets_and_refuses_placeholders() -> None:
     assert placeholder.returncode != 0 and "placeholder" in placeholder.stderr
     no_s3 = helm("template", "prod", str(CHART))
     assert no_s3.returncode != 0 and "s3.secretKey is required" in no_s3.stderr
+
+
+def compose_local_config(env_file: Path) -> dict:
+    """compose.local.yaml (the registry-free stack) as `docker-compose config` renders it."""
+    cmd = [*compose_cmd(), "--env-file", str(env_file), "-f",
+           str(DEPLOY / "compose.local.yaml"), "config"]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=DEPLOY)
+    assert out.returncode == 0, out.stderr
+    return yaml.safe_load(out.stdout)
+
+
+def test_compose_local_uses_only_the_local_image(tmp_path: Path) -> None:
+    """Every service of the local stack runs polar/polar (build.py --service): Temporal is
+    its dev server with Polar's search attributes, S3 its `weed`; no registry image."""
+    from polar import search_attributes
+
+    services = compose_local_config(new_env(tmp_path))["services"]
+    assert {s["image"] for s in services.values()} == {"polar/polar:latest"}
+    assert "postgresql" not in services and "temporal-ui" not in services
+    temporal = services["temporal"]
+    assert temporal["entrypoint"] == ["temporal"]
+    assert temporal["command"][:2] == ["server", "start-dev"]
+    flags = search_attributes.dev_server_flags()
+    for flag, value in zip(flags[::2], flags[1::2], strict=True):  # --search-attribute NAME=TYPE
+        assert temporal["command"][temporal["command"].index(value) - 1] == flag
+    assert "exec weed server" in " ".join(services["seaweedfs"]["command"])
+    # published ports bind to loopback only
+    for name in ("temporal", "seaweedfs"):
+        for port in services[name]["ports"]:  # short ("ip:host:container") or long syntax
+            host_ip = port["host_ip"] if isinstance(port, dict) else port.split(":")[0]
+            assert host_ip == "127.0.0.1", (name, port)
+
+
+def test_compose_local_keeps_the_sealing_and_settings_of_compose_yaml(tmp_path: Path) -> None:
+    env = new_env(tmp_path)
+    local, prod = compose_local_config(env), compose_config(env)
+    services = local["services"]
+    assert all(s.get("network_mode") != "host" for s in services.values())
+    assert local["networks"]["backend"]["internal"] is True
+    for name in ("worker-init", "worker-run", "worker-postrun"):
+        binds = _binds(services[name])
+        assert binds["/var/run/docker.sock"] == "/var/run/docker.sock"
+        runtimes = services[name]["environment"]["POLAR_DATA_DIR"] + "/runtimes"
+        assert binds[runtimes] == runtimes, name
+    assert _binds(services["worker-workflow"]) == {} and _binds(services["gateway"]) == {}
+    # the gateway and the pools read the same settings in both files
+    for name in ("gateway", "worker-workflow", "worker-init", "worker-run", "worker-postrun"):
+        local_env = set(services[name]["environment"]) - {"POLAR_WORKER_READY_FILE"}
+        assert local_env == set(prod["services"][name]["environment"]), name
+        assert services[name]["command"] == prod["services"][name]["command"], name
+
+
+def test_compose_session_pools_share_one_host_id(tmp_path: Path) -> None:
+    """A session's later stages go to the queues of the host that prepared its runtime
+    (POLAR_HOST_ID): the init, run and postrun pools of one Docker host must share it, or a
+    runtime prepared by the init pool is never run by the run pool."""
+    env = new_env(tmp_path)
+    for config in (compose_config(env), compose_local_config(env)):
+        services = config["services"]
+        ids = {services[n]["environment"].get("POLAR_HOST_ID")
+               for n in ("worker-init", "worker-run", "worker-postrun")}  # fmt: skip
+        assert len(ids) == 1 and None not in ids, ids
