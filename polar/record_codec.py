@@ -20,8 +20,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
 import zstandard
+
+from polar import fastjson
 
 RECORD_SUFFIX = ".json.zst"
 """The key suffix of a format-2 record (format-1 records end in `.json`)."""
@@ -143,7 +144,7 @@ def expand_record(doc: dict[str, Any]) -> dict[str, Any]:
 
 def encode_record(record: dict[str, Any]) -> bytes:
     """A record dict (CompletionRecord's JSON fields) as format-2 bytes."""
-    return _compressor.compress(orjson.dumps(compact_record(record)))
+    return _compressor.compress(fastjson.dumps(compact_record(record)))
 
 
 def decode_record(data: bytes) -> dict[str, Any]:
@@ -151,8 +152,8 @@ def decode_record(data: bytes) -> dict[str, Any]:
     try:
         if data[:4] == ZSTD_MAGIC:
             data = _decompressor.decompress(data)
-        doc = orjson.loads(data)
-    except (zstandard.ZstdError, orjson.JSONDecodeError) as exc:
+        doc = fastjson.loads(data)
+    except (zstandard.ZstdError, ValueError) as exc:
         raise RecordDecodeError(f"not a completion record: {exc}") from exc
     if not isinstance(doc, dict):
         raise RecordDecodeError("not a completion record: not a JSON object")

@@ -15,6 +15,8 @@ import itertools
 import json
 import logging
 import math
+import urllib.parse
+import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -249,6 +251,14 @@ def _error_message(status: int, reason: str, content: bytes) -> tuple[str, dict[
     return json.dumps(data)[:2000], data
 
 
+def env_proxy(url: str) -> str | None:
+    """The proxy the environment (HTTP(S)_PROXY, NO_PROXY) names for `url`, if any."""
+    parts = urllib.parse.urlsplit(url)
+    if not parts.hostname or urllib.request.proxy_bypass(parts.hostname):
+        return None
+    return urllib.request.getproxies().get(parts.scheme)
+
+
 class UpstreamClient:
     """Round-robin, pooled async client of the OpenAI-compatible upstream bases.
 
@@ -266,6 +276,7 @@ class UpstreamClient:
         self.timeout_s = settings.upstream_timeout_s
         self._turn = itertools.count()
         self._session: aiohttp.ClientSession | None = None
+        self._proxies = {base: env_proxy(base) for base in self.urls}
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -276,8 +287,7 @@ class UpstreamClient:
                     total=self.timeout_s, connect=min(self.timeout_s, 10.0)
                 ),
                 connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=60),
-                trust_env=True,  # HTTP(S)_PROXY / NO_PROXY, as httpx honoured them
-                auto_decompress=True,
+                trust_env=False,  # its proxy lookup is a thread hop per call: `_proxies`
             )
         return self._session
 
@@ -304,7 +314,9 @@ class UpstreamClient:
         for base in self._bases():
             url = f"{base}/chat/completions"
             try:
-                async with self.session.post(url, data=data, headers=JSON_HEADERS) as response:
+                async with self.session.post(
+                    url, data=data, headers=JSON_HEADERS, proxy=self._proxies[base]
+                ) as response:
                     content = await response.read()
                     status, reason = response.status, response.reason or ""
             except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
