@@ -118,8 +118,10 @@ def normalize(request: dict[str, Any], kind: str, model: str | None) -> dict[str
 
 
 def _int_list(value: Any) -> list[int] | None:
-    if isinstance(value, list) and all(type(v) is int for v in value):
-        return list(value)
+    """`value` itself if it is a list of ints (no bools), else None. Not copied: a
+    prompt's ids are tens of thousands of ints, and nothing changes the answer's lists."""
+    if isinstance(value, list) and set(map(type, value)) <= {int}:
+        return value
     return None
 
 
