@@ -12,11 +12,12 @@ command -v "$PY" >/dev/null || PY=python3
 # docker.io (the docker runtime's engine; `polar dev up` and the tests start dockerd, nothing here
 # needs a daemon), debootstrap (the local base image: infra/images/build.py) and patch (the
 # swebench evaluator's last apply fallback); podman (the daemonless `podman` runtime) with what
-# rootless podman needs: uidmap (newuidmap), slirp4netns, fuse-overlayfs and catatonit (--init)
+# rootless podman needs: uidmap (newuidmap), slirp4netns, fuse-overlayfs and catatonit (--init);
+# iproute2 (`ip`: the namespace hosts of tests/test_multi_host_netns.py)
 missing=()
 for pair in git:git strace:strace dockerd:docker.io debootstrap:debootstrap patch:patch \
     podman:podman newuidmap:uidmap slirp4netns:slirp4netns fuse-overlayfs:fuse-overlayfs \
-    /usr/libexec/podman/catatonit:catatonit; do
+    /usr/libexec/podman/catatonit:catatonit ip:iproute2; do
   command -v "${pair%%:*}" >/dev/null || PATH=$PATH:/usr/sbin command -v "${pair%%:*}" >/dev/null \
     || missing+=("${pair#*:}")
 done
