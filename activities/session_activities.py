@@ -38,6 +38,7 @@ from activities.runtimes.channel import (
     GatewayRelay,
     with_forwarder,
 )
+from activities.task_spec import TaskSpecActivities
 from polar.builders import BuildContext, UnknownBuilder, get_builder, reward_policy
 from polar.builders.base import count_unseen, unseen_records
 from polar.builders.progress import listening
@@ -133,6 +134,7 @@ class SessionActivities:
     def __init__(self, settings: Settings, storage: Storage) -> None:
         self.settings = settings
         self.storage = storage
+        self.specs = TaskSpecActivities(storage)  # large TaskSpec fields by reference
 
     def _runtime(self, kind: str) -> Runtime:
         return worker_runtime(kind, self.settings)
@@ -228,6 +230,7 @@ class SessionActivities:
     async def run_harness(self, request: HarnessRequest) -> HarnessResult:
         """Run the harness in its sandbox, its only door the session's gateway channel; then
         kill every process it left (reap) before its logs and work are read."""
+        request = await self.specs.with_instruction(request)
         info = activity.info()
         self._check_host(request.runtime, "run_harness")
         # a re-issued run stage (another placement) counts on from its own base
@@ -421,6 +424,7 @@ class SessionActivities:
         down after. Rewards are checked (finite) and clamped to the task's range; the report,
         patch and logs go to S3 as artifacts. An evaluator error (the task cannot be graded)
         or an invalid reward fails the session instead of giving it a reward."""
+        request = await self.specs.with_evaluator(request)
         kind = request.evaluator.kind
         if kind not in ("command", "swebench"):
             raise ApplicationError(f"unknown evaluator {kind!r}", non_retryable=True)
@@ -568,6 +572,7 @@ class SessionActivities:
                 self.prepare_eval_runtime,
                 self.teardown,
                 self.release_runtime,
+                self.specs.store_task_spec,
             ],
             "run": [self.run_harness],
             "postrun": [self.build_trajectory, self.evaluate, self.score_traces],

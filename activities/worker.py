@@ -26,6 +26,7 @@ from pathlib import Path
 
 from temporalio.client import Client
 from temporalio.worker import Interceptor, Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.host_sweep import sweep_forever
 from activities.observability import StageInterceptor, start_observability
@@ -35,11 +36,14 @@ from polar.settings import Settings
 from polar.storage import Storage
 from polar.temporal_client import connect
 from workflows.queues import HostQueues, Queues
-from workflows.rollout_task import RolloutTask
+from workflows.rollout_task import RolloutTask, SessionBatch
 from workflows.session import Session
 
 STAGES = ("workflow", "init", "run", "postrun")
 PROBE_SLOTS = 16  # host_alive answers at once, whatever the stage pools are doing
+# the project's modules are deterministic at import (definitions only, no I/O): the sandbox
+# takes them from the worker instead of re-importing them for every workflow run
+PASSTHROUGH_MODULES = ("polar", "workflows", "pydantic", "pydantic_core")
 log = logging.getLogger("polar.worker")
 
 
@@ -72,7 +76,12 @@ def build_workers(
     for stage in stages:
         if stage == "workflow":
             workers.append(
-                Worker(client, task_queue=queues["workflow"], workflows=[RolloutTask, Session])
+                Worker(
+                    client,
+                    task_queue=queues["workflow"],
+                    workflows=[RolloutTask, SessionBatch, Session],
+                    workflow_runner=workflow_runner(),
+                )
             )
         else:  # the shared queue, and this host's queue of the same pool
             workers.append(activity_worker(queues[stage], acts[stage], caps[stage]))
@@ -80,6 +89,12 @@ def build_workers(
     if set(stages) - {"workflow"}:
         workers.append(activity_worker(host.probe, [activities.host_alive], PROBE_SLOTS))
     return workers
+
+
+def workflow_runner() -> SandboxedWorkflowRunner:
+    """The default sandbox, with the project's modules passed through."""
+    restrictions = SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH_MODULES)
+    return SandboxedWorkflowRunner(restrictions=restrictions)
 
 
 @contextlib.asynccontextmanager

@@ -522,6 +522,13 @@ async def start_rate(client: Any, query: str) -> dict[str, Any]:
             }  # fmt: skip
 
 
+def dev_server_config() -> dict[str, Any]:
+    """The dev server's dynamic config values the stack sets (a dev-server property)."""
+    import polar.devstack
+
+    return dict(getattr(polar.devstack, "TEMPORAL_DEV_DYNAMIC_CONFIG", {}))
+
+
 @dataclasses.dataclass
 class System:
     """One side of the comparison: how to run a task of n empty sessions and wait for it."""
@@ -639,8 +646,7 @@ async def bench_baseline(bench: Bench, args: argparse.Namespace) -> dict[str, An
                    "concurrency": args.overhead_concurrency,
                    "one_task_sessions": args.one_task_sessions, "caps": [cap, cap, cap],
                    "harness": "true", "evaluator": "none", "builder": "per_request",
-                   "dev_server_dynamic_config": bench.stack.temporal_dynamic_config()
-                   if hasattr(bench.stack, "temporal_dynamic_config") else {}},
+                   "dev_server_dynamic_config": dev_server_config()},
         "polar": p,
         "bare": b,
         # > 1 means Polar is slower: latency polar/bare; rates bare/polar
@@ -800,6 +806,9 @@ def main() -> None:
     g.add_argument("--throughput-latency", type=float, default=0.05, help="s per call")
     parser.add_argument("--phase-limit-s", type=float, default=300.0,
                         help="time bound of each measured phase")  # fmt: skip
+    parser.add_argument("--dev-config", choices=("stack", "default"), default="stack",
+                        help="dev server dynamic config: the stack's, or Temporal's "
+                        "defaults (to measure it)")  # fmt: skip
     parser.add_argument("--out", type=Path, default=RESULTS, help="results JSON")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs, S3 data)")
     parser.add_argument("--serve-backend", type=int, metavar="PORT", help=argparse.SUPPRESS)
@@ -810,6 +819,10 @@ def main() -> None:
     parts = [p for p in ("utilisation", "overhead", "throughput", "baseline") if getattr(args, p)]
     parts = parts or ["utilisation", "overhead", "throughput", "baseline"]
 
+    if args.dev_config == "default":
+        import polar.devstack
+
+        polar.devstack.TEMPORAL_DEV_DYNAMIC_CONFIG = {}
     started = time.monotonic()
     load = os.getloadavg()[0]
     if load > 0.5:

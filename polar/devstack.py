@@ -120,6 +120,16 @@ def docker_engine_answers() -> bool:
         return False
 
 
+TEMPORAL_DEV_DYNAMIC_CONFIG: dict[str, object] = {
+    # the dev server has one history shard, whose transfer queue (activity and child
+    # workflow dispatch) is polled at most 20 times a second by default: ~0.1 s a stage
+    "history.transferProcessorMaxPollRPS": 1000,
+    "history.timerProcessorMaxPollRPS": 1000,
+}
+"""Dynamic config of the dev server (`temporal server start-dev`), a dev-stack property:
+a production cluster sets its own (more shards, its own rates)."""
+
+
 @dataclass
 class Service:
     """One background process of the stack."""
@@ -210,6 +220,8 @@ class DevStack:
             "--ui-disable-news-fetch",
         ]  # fmt: skip
         argv += search_attributes.dev_server_flags()
+        for key, value in TEMPORAL_DEV_DYNAMIC_CONFIG.items():
+            argv += ["--dynamic-config-value", f"{key}={json.dumps(value)}"]
         return Service("temporal", argv, lambda: port_open(host, port), start_timeout_s=60)
 
     def seaweedfs(self) -> Service:

@@ -438,12 +438,22 @@ class TaskSpec(StrictModel):
         return v
 
 
+class SpecRef(BaseModel):
+    """Where a task's full TaskSpec lies in S3 and what it hashes to (polar/spec_ref.py)."""
+
+    key: str
+    sha256: str
+    size: int
+
+
 class SessionSpec(BaseModel):
     """Input of one Session child workflow."""
 
     session_id: SessionId
     index: int
     task: TaskSpec
+    spec_ref: SpecRef | None = None
+    """Set when `task` is a slim copy: the full spec (instruction, test patch) is in S3."""
 
 
 # --------------------------------------------------------------------------- stages
@@ -510,6 +520,8 @@ class HarnessRequest(BaseModel):
     harness: HarnessSpec
     instruction: str
     budget_s: float
+    spec_ref: SpecRef | None = None
+    """Set when `instruction` was left out: the activity reads it from the stored spec."""
     attempt_base: int = 0
     """Added to the activity's attempt number: a re-issued run stage (another placement of the
     session) records its calls and logs under attempts of its own."""
@@ -575,6 +587,8 @@ class EvaluateRequest(BaseModel):
     eval_runtime: RuntimeHandle | None = None
     """That fresh runtime, already prepared while the harness ran (prewarm); None: the
     evaluator prepares it itself. Used by the first attempt only (a retry starts fresh)."""
+    spec_ref: SpecRef | None = None
+    """Set when `evaluator` is slim (no test patch): the activity reads the stored spec's."""
 
 
 class EvaluateResult(BaseModel):

@@ -15,7 +15,7 @@ from temporalio.client import Client, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from workflows.rollout_task import RolloutTask
+from workflows.rollout_task import RolloutTask, SessionBatch
 from workflows.session import Session
 
 
@@ -45,7 +45,7 @@ def save_history(history: WorkflowHistory, path: Path) -> None:
     path.write_text(json.dumps(data, indent=1))
 
 
-WORKFLOWS: list[type] = [RolloutTask, Session]
+WORKFLOWS: list[type] = [RolloutTask, SessionBatch, Session]
 
 
 async def replay(history: WorkflowHistory, workflows: list[type] | None = None) -> ReplayReport:

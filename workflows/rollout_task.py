@@ -1,20 +1,46 @@
-"""The RolloutTask workflow: one TaskSpec, N Session children (one GRPO group)."""
+"""The RolloutTask workflow: one TaskSpec, N Session children (one GRPO group).
+
+Large groups fan out: above `BATCH_SIZE` sessions (and without early stop) the
+task starts `SessionBatch` workflows of at most `BATCH_SIZE` sessions each, and
+they start the Session children. Every child start takes its parent's lock on
+the server, so one parent starts its children one after another; batches start
+theirs side by side. The task's progress then advances a batch at a time.
+
+A spec larger than `SPEC_INLINE_LIMIT` is stored once in S3 (`store_task_spec`)
+and the children get a slim copy plus its reference (polar/spec_ref.py).
+"""
 
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import Priority, TypedSearchAttributes
+from temporalio.common import Priority, RetryPolicy, TypedSearchAttributes
 from temporalio.exceptions import CancelledError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
     import polar.builders  # noqa: F401  (TaskSpec validation looks builders up)
     from polar import search_attributes as sa
-    from polar.models import SessionResult, SessionSpec, SessionStatus, TaskResult, TaskSpec
+    from polar.models import (
+        SessionResult,
+        SessionSpec,
+        SessionStatus,
+        SpecRef,
+        TaskResult,
+        TaskSpec,
+    )
+    from polar.spec_ref import SPEC_INLINE_LIMIT, slim_spec, spec_json
     from workflows.inputs import parse_input
+    from workflows.queues import Queues
     from workflows.session import Session
+
+# above BATCH_SIZE sessions, SessionBatch workflows start them (histories before: all direct)
+SESSION_BATCHES_PATCH = "session-batches"
+BATCH_SIZE = 20
+# a spec above SPEC_INLINE_LIMIT goes to S3 once; children carry a slim copy and a reference
+SPEC_BY_REFERENCE_PATCH = "spec-by-reference"
 
 
 def parse_task_spec(raw: Any) -> TaskSpec:
@@ -25,6 +51,77 @@ def parse_task_spec(raw: Any) -> TaskSpec:
 def session_ids(task: TaskSpec, nonce: str) -> list[str]:
     """Session ids are unique per submission, so a task can be rolled out again and again."""
     return [f"{task.task_id}-{nonce}-s{i}" for i in range(task.num_sessions)]
+
+
+def batches(count: int, size: int = BATCH_SIZE) -> list[range]:
+    """`count` session indexes in near-equal consecutive batches of at most `size`."""
+    n = -(-count // size)
+    bounds = [count * k // n for k in range(n + 1)]
+    return [range(lo, hi) for lo, hi in zip(bounds, bounds[1:], strict=False)]
+
+
+async def run_session(
+    task: TaskSpec, index: int, session_id: str, spec_ref: SpecRef | None, stopping: Any
+) -> SessionResult:
+    """Run one Session child to its end; a failed or cancelled child becomes a result.
+
+    `stopping()`: whether a cancellation is the task's early stop (a result) rather than
+    the task itself being cancelled (re-raised)."""
+    status, error = SessionStatus.ERROR, ""
+    try:
+        result = await workflow.execute_child_workflow(
+            Session.run,
+            SessionSpec(session_id=session_id, index=index, task=task, spec_ref=spec_ref),
+            id=session_id,
+            task_queue=workflow.info().task_queue,
+            search_attributes=TypedSearchAttributes(
+                [
+                    sa.TASK_ID.value_set(task.task_id),
+                    sa.HARNESS.value_set(task.harness.kind),
+                ]
+            ),
+            static_summary=f"{task.task_id} · session {index} · {task.harness.kind}",
+            # None (no priority) issues exactly the command earlier code did
+            priority=(Priority(priority_key=task.priority) if task.priority else Priority.default),
+        )
+    except ChildWorkflowError as exc:
+        if isinstance(exc.cause, CancelledError):
+            status = SessionStatus.CANCELLED
+        error = str(exc.cause or exc)
+        result = None
+    except asyncio.CancelledError:
+        if not stopping():  # the task itself was cancelled
+            raise
+        status, error, result = SessionStatus.CANCELLED, "cancelled by early stop", None
+    if result is None:
+        result = SessionResult(
+            session_id=session_id,
+            task_id=task.task_id,
+            index=index,
+            status=status,
+            harness=task.harness.kind,
+            error=error,
+        )
+    return result
+
+
+@workflow.defn(name="SessionBatch")
+class SessionBatch:
+    """Start a slice of one task's sessions side by side and return their results in order.
+
+    Input: {"task": TaskSpec, "first": index of the first session, "session_ids": [...],
+    "spec_ref": SpecRef | None}."""
+
+    @workflow.run
+    async def run(self, raw: dict[str, Any]) -> list[SessionResult]:
+        task = parse_task_spec(raw.get("task"))
+        ref = SpecRef.model_validate(raw["spec_ref"]) if raw.get("spec_ref") else None
+        first = int(raw["first"])
+        runs = [
+            run_session(task, first + k, sid, ref, lambda: False)
+            for k, sid in enumerate(raw["session_ids"])
+        ]
+        return list(await asyncio.gather(*runs))
 
 
 @workflow.defn(name="RolloutTask")
@@ -57,18 +154,100 @@ class RolloutTask:
         workflow.set_current_details(f"0/{task.num_sessions} sessions done")
         # run ids are time-ordered (their prefix repeats within a minute): use replay-safe
         # randomness instead, so two submissions of one task never share a session id
-        ids = session_ids(task, workflow.uuid4().hex[:12])
-        runs = [self._run_session(task, i, sid) for i, sid in enumerate(ids)]
-        if task.min_usable_sessions is None:
-            results = await asyncio.gather(*runs)
+        nonce = workflow.uuid4().hex[:12]
+        ids = session_ids(task, nonce)
+        child_task, ref = task, None
+        if len(spec_json(task)) > SPEC_INLINE_LIMIT and workflow.patched(SPEC_BY_REFERENCE_PATCH):
+            ref = await self._store_spec(task)
+            child_task = slim_spec(task)
+        if (
+            task.min_usable_sessions is None
+            and task.num_sessions > BATCH_SIZE
+            and workflow.patched(SESSION_BATCHES_PATCH)
+        ):
+            results = await self._in_batches(child_task, ids, nonce, ref)
         else:
-            results = await self._until_usable(task.min_usable_sessions, runs)
+            runs = [self._run_session(child_task, i, sid, ref) for i, sid in enumerate(ids)]
+            if task.min_usable_sessions is None:
+                results = await asyncio.gather(*runs)
+            else:
+                results = await self._until_usable(task.min_usable_sessions, runs)
         return TaskResult(
             task_id=task.task_id,
             sessions=list(results),
             stopped_early=self._stopping,
             policy_version=task.policy_version,
         )
+
+    async def _store_spec(self, task: TaskSpec) -> SpecRef:
+        """Store the full spec in S3 once (shared init queue); its reference."""
+        return await workflow.execute_activity(
+            "store_task_spec",
+            task,
+            result_type=SpecRef,
+            task_queue=Queues.for_workflow_queue(workflow.info().task_queue).init,
+            start_to_close_timeout=timedelta(seconds=60),
+            retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10), maximum_attempts=10),
+        )
+
+    async def _in_batches(
+        self, task: TaskSpec, ids: list[str], nonce: str, ref: SpecRef | None
+    ) -> list[SessionResult]:
+        """Start the sessions through SessionBatch children; results in session order."""
+
+        async def one(k: int, part: range) -> list[SessionResult]:
+            # a batch that fails or is cancelled gives its sessions results, as a session does:
+            # so a cancelled task waits for every batch to finish cancelling
+            try:
+                results = await self._batch(k, part, task, ids, nonce, ref)
+            except ChildWorkflowError as exc:
+                cancelled = isinstance(exc.cause, CancelledError)
+                results = [
+                    SessionResult(
+                        session_id=ids[i],
+                        task_id=task.task_id,
+                        index=i,
+                        status=SessionStatus.CANCELLED if cancelled else SessionStatus.ERROR,
+                        harness=task.harness.kind,
+                        error=str(exc.cause or exc),
+                    )
+                    for i in part
+                ]
+            for result in results:
+                self._record(result)
+            return results
+
+        parts = batches(len(ids))
+        done = await asyncio.gather(*(one(k, part) for k, part in enumerate(parts)))
+        return [result for part in done for result in part]
+
+    async def _batch(
+        self, k: int, part: range, task: TaskSpec, ids: list[str], nonce: str, ref: SpecRef | None
+    ) -> list[SessionResult]:
+        """Run one SessionBatch child over the sessions `part`."""
+        return await workflow.execute_child_workflow(
+            SessionBatch.run,
+            {
+                "task": task.model_dump(mode="json"),
+                "first": part.start,
+                "session_ids": ids[part.start : part.stop],
+                "spec_ref": ref.model_dump(mode="json") if ref else None,
+            },
+            id=f"{task.task_id}-{nonce}-b{k}",
+            task_queue=workflow.info().task_queue,
+            static_summary=f"{task.task_id} · sessions {part.start}-{part.stop - 1}",
+            priority=(Priority(priority_key=task.priority) if task.priority else Priority.default),
+            result_type=list[SessionResult],
+        )
+
+    def _record(self, result: SessionResult) -> None:
+        """Count one finished session in the task's progress."""
+        if result.status == SessionStatus.COMPLETED and result.num_traces > 0:
+            self._usable += 1
+        self._results[result.session_id] = result
+        rewards = [r.reward for r in self._results.values() if r.reward is not None]
+        mean = f", mean reward {sum(rewards) / len(rewards):.3f}" if rewards else ""
+        workflow.set_current_details(f"{len(self._results)}/{self._total} sessions done{mean}")
 
     async def _until_usable(self, need: int, runs: list[Any]) -> list[SessionResult]:
         """Early stop: once `need` sessions are usable, cancel the rest and collect them.
@@ -96,48 +275,9 @@ class RolloutTask:
                 t.cancel()
         return list(await asyncio.gather(*tasks))
 
-    async def _run_session(self, task: TaskSpec, index: int, session_id: str) -> SessionResult:
-        status, error = SessionStatus.ERROR, ""
-        try:
-            result = await workflow.execute_child_workflow(
-                Session.run,
-                SessionSpec(session_id=session_id, index=index, task=task),
-                id=session_id,
-                task_queue=workflow.info().task_queue,
-                search_attributes=TypedSearchAttributes(
-                    [
-                        sa.TASK_ID.value_set(task.task_id),
-                        sa.HARNESS.value_set(task.harness.kind),
-                    ]
-                ),
-                static_summary=f"{task.task_id} · session {index} · {task.harness.kind}",
-                # None (no priority) issues exactly the command earlier code did
-                priority=(
-                    Priority(priority_key=task.priority) if task.priority else Priority.default
-                ),
-            )
-        except ChildWorkflowError as exc:
-            if isinstance(exc.cause, CancelledError):
-                status = SessionStatus.CANCELLED
-            error = str(exc.cause or exc)
-            result = None
-        except asyncio.CancelledError:
-            if not self._stopping:  # the task itself was cancelled
-                raise
-            status, error, result = SessionStatus.CANCELLED, "cancelled by early stop", None
-        if result is None:
-            result = SessionResult(
-                session_id=session_id,
-                task_id=task.task_id,
-                index=index,
-                status=status,
-                harness=task.harness.kind,
-                error=error,
-            )
-        elif result.status == SessionStatus.COMPLETED and result.num_traces > 0:
-            self._usable += 1
-        self._results[session_id] = result
-        rewards = [r.reward for r in self._results.values() if r.reward is not None]
-        mean = f", mean reward {sum(rewards) / len(rewards):.3f}" if rewards else ""
-        workflow.set_current_details(f"{len(self._results)}/{self._total} sessions done{mean}")
+    async def _run_session(
+        self, task: TaskSpec, index: int, session_id: str, ref: SpecRef | None = None
+    ) -> SessionResult:
+        result = await run_session(task, index, session_id, ref, lambda: self._stopping)
+        self._record(result)
         return result

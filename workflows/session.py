@@ -73,6 +73,13 @@ EVALUATORS_WITH_FRESH_RUNTIME = frozenset(EVAL_PREWARM_PATCHES)
 # stages that touch the runtime follow it to its host's queues; a lost host means another
 # placement (histories recorded before it use the shared queues throughout)
 HOST_QUEUES_PATCH = "host-queues"
+# search attributes: the stage only at prepare, run and evaluate, then one upsert at the end
+# (stage done, status, reward), not seven per session (histories before: every stage)
+FEWER_UPSERTS_PATCH = "fewer-search-attribute-upserts"
+# no traces to score: score_traces is not called (histories before: always called)
+SKIP_EMPTY_SCORE_PATCH = "skip-empty-score"
+# the long stages, whose PolarStage is worth a visibility update
+UPSERTED_STAGES = frozenset({Stage.PREPARE, Stage.RUN, Stage.EVALUATE})
 
 HARNESS_STATUS = {
     "completed": SessionStatus.COMPLETED,
@@ -103,6 +110,8 @@ class Session:
         self._probe_wait = timedelta(seconds=10)
         self._run_issued = 0  # run stages issued so far: each gets attempts of its own
         self._started = 0.0
+        self._few_upserts = False
+        self._pending_upserts: list[Any] = []  # status and reward, sent with the last stage
 
     @workflow.query(name="progress")
     def progress(self) -> SessionProgress:
@@ -116,7 +125,13 @@ class Session:
     def _enter(self, stage: Stage, detail: str) -> None:
         self._current = stage
         self._detail = detail
-        workflow.upsert_search_attributes([sa.STAGE.value_set(stage.value)])
+        if not self._few_upserts:
+            workflow.upsert_search_attributes([sa.STAGE.value_set(stage.value)])
+        elif stage in UPSERTED_STAGES or stage == Stage.DONE:
+            workflow.upsert_search_attributes(
+                [sa.STAGE.value_set(stage.value), *self._pending_upserts]
+            )
+            self._pending_upserts = []
         workflow.set_current_details(f"**{stage.value}**: {detail}")
 
     def _finish(self, result: SessionResult) -> None:
@@ -124,7 +139,10 @@ class Session:
         updates = [sa.STATUS.value_set(result.status.value)]
         if result.reward is not None:
             updates.append(sa.REWARD.value_set(result.reward))
-        workflow.upsert_search_attributes(updates)
+        if self._few_upserts:  # sent with the stage `done`
+            self._pending_upserts = updates
+        else:
+            workflow.upsert_search_attributes(updates)
 
     @workflow.run
     async def run(self, raw: dict[str, Any]) -> SessionResult:
@@ -147,6 +165,7 @@ class Session:
             self._priority = Priority(priority_key=task.priority)
         # stages that touch the runtime go to its host's queues (histories before: shared)
         hosted = workflow.patched(HOST_QUEUES_PATCH)
+        self._few_upserts = workflow.patched(FEWER_UPSERTS_PATCH)
         hosts: list[str] = []
         warnings: list[str] = []
         placement = 0
@@ -242,6 +261,7 @@ class Session:
                     harness=task.harness,
                     instruction=task.instruction,
                     budget_s=t.harness_s,
+                    spec_ref=spec.spec_ref,  # the instruction is in S3 when it is set
                     attempt_base=base,
                 )
 
@@ -306,6 +326,7 @@ class Session:
                     runtime_spec=task.runtime,
                     # issued again: it may have started, so it prepares a fresh one
                     eval_runtime=eval_runtime if issue == 0 else None,
+                    spec_ref=spec.spec_ref,  # the test patch is in S3 when it is set
                 )
 
             evaluation = await self._on_host(
@@ -321,6 +342,8 @@ class Session:
             trace_rewards = evaluation.trace_rewards
             self._lap(result, Stage.EVALUATE)
 
+        if build.num_traces == 0 and workflow.patched(SKIP_EMPTY_SCORE_PATCH):
+            return  # nothing to score
         build = await self._stage(
             "score_traces",
             RewardRequest(
@@ -416,6 +439,11 @@ class Session:
         """Mark the session cancelled, tear its runtime down, end the workflow as cancelled."""
         result.status = SessionStatus.CANCELLED
         self._finish(result)
+        if self._pending_upserts:  # the workflow ends without a stage `done`: send them now
+            workflow.upsert_search_attributes(
+                [sa.STAGE.value_set(Stage.TEARDOWN.value), *self._pending_upserts]
+            )
+            self._pending_upserts = []
         await self._teardown(spec, result, placed, queue, timeout_s)
         raise asyncio.CancelledError("session cancelled")
 
