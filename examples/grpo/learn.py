@@ -100,7 +100,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--tasks-per-step", type=int, default=2)
     parser.add_argument("--group-size", type=int, default=8)
-    parser.add_argument("--lr", type=float, default=1e-2)
+    parser.add_argument("--lr", type=float, default=2e-2)
     parser.add_argument("--max-policy-lag", type=int, default=1)
     parser.add_argument("--overlap", action="store_true", help="sample the next step meanwhile")
     parser.add_argument("--target", type=float, default=0.9)
