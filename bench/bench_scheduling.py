@@ -44,6 +44,7 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime as dt
+import functools
 import json
 import math
 import os
@@ -522,6 +523,12 @@ async def start_rate(client: Any, query: str) -> dict[str, Any]:
             }  # fmt: skip
 
 
+def ratio(top: dict[str, Any], bottom: dict[str, Any], phase: str, key: str) -> float | None:
+    """top[phase][key] / bottom[phase][key], None when either is missing."""
+    a, b = top.get(phase, {}).get(key), bottom.get(phase, {}).get(key)
+    return round(a / b, 2) if a and b else None
+
+
 def dev_server_config() -> dict[str, Any]:
     """The dev server's dynamic config values the stack sets (a dev-server property)."""
     import polar.devstack
@@ -592,9 +599,12 @@ async def bench_baseline(bench: Bench, args: argparse.Namespace) -> dict[str, An
         polar = await PolarClient.connect(settings)
         client = polar.client
 
-        async def polar_task(tag: str, n: int) -> tuple[str, str]:
+        async def polar_task(tag: str, n: int, direct: bool = False) -> tuple[str, str]:
             task_id = f"{tag}-{uuid.uuid4().hex[:8]}"
-            run = await polar.submit(spec(task_id, "true", sessions=n))
+            task = spec(task_id, "true", sessions=n)
+            if direct:  # the early-stop path starts every child from the task (no batches)
+                task = task.model_copy(update={"min_usable_sessions": n})
+            run = await polar.submit(task)
             result = await polar.wait(run, timeout_s=args.phase_limit_s)
             if completed(result.sessions) != n:
                 errors = {s.error for s in result.sessions if s.error}
@@ -619,27 +629,31 @@ async def bench_baseline(bench: Bench, args: argparse.Namespace) -> dict[str, An
             System("bare", bare_task, lambda task_id, wid: f"ParentWorkflowId = '{wid}'",
                    lambda: bench.stack.pid("bare-worker")),
         ]  # fmt: skip
+        direct = System("polar_direct", functools.partial(polar_task, direct=True),
+                        systems[0].children_query, systems[0].pid)  # fmt: skip
         for system in systems:  # warm up: imports, sandbox, first polls
             await system.run_task("warm", 2)
-        rows: dict[str, dict[str, Any]] = {s.name: {} for s in systems}
-        for phase in ("c1", "cN", "one_task"):
-            for system in systems:
-                print(f"    {system.name} {phase} …", file=sys.stderr)
-                cpu0 = proc_cpu_s(bench.stack.pid("temporal"))
-                rows[system.name][phase] = await measure_system(system, phase, args, client)
-                sessions = rows[system.name][phase]["sessions"]
-                rows[system.name][phase]["server_cpu_ms_per_session"] = round(
-                    1000 * (proc_cpu_s(bench.stack.pid("temporal")) - cpu0) / sessions, 1
-                )
+        rows: dict[str, dict[str, Any]] = {s.name: {} for s in [*systems, direct]}
+        plan = [(phase, system) for phase in ("c1", "cN", "one_task") for system in systems]
+        plan.append(("one_task", direct))
+        for phase, system in plan:
+            print(f"    {system.name} {phase} …", file=sys.stderr)
+            cpu0 = proc_cpu_s(bench.stack.pid("temporal"))
+            try:
+                row = await measure_system(system, phase, args, client)
+            except Exception as exc:  # noqa: BLE001 - recorded, the other phases go on
+                rows[system.name][phase] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+                continue
+            row["server_cpu_ms_per_session"] = round(
+                1000 * (proc_cpu_s(bench.stack.pid("temporal")) - cpu0) / row["sessions"], 1
+            )
+            row["load_avg_1m_after"] = round(os.getloadavg()[0], 2)
+            rows[system.name][phase] = row
         p, b = rows["polar"], rows["bare"]
     ratios = {
-        "c1_latency_p50": round(p["c1"]["latency_p50_s"] / b["c1"]["latency_p50_s"], 2),
-        "cN_sessions_per_s": round(b["cN"]["sessions_per_s"] / p["cN"]["sessions_per_s"], 2),
-        "one_task_children_per_s": round(
-            b["one_task"]["children_per_s"] / p["one_task"]["children_per_s"], 2
-        )
-        if p["one_task"]["children_per_s"] and b["one_task"]["children_per_s"]
-        else None,
+        "c1_latency_p50": ratio(p, b, "c1", "latency_p50_s"),
+        "cN_sessions_per_s": ratio(b, p, "cN", "sessions_per_s"),
+        "one_task_children_per_s": ratio(b, p, "one_task", "children_per_s"),
     }
     return {
         "params": {"sessions_c1": args.overhead_n1, "sessions_cN": args.overhead_nc,
@@ -649,9 +663,74 @@ async def bench_baseline(bench: Bench, args: argparse.Namespace) -> dict[str, An
                    "dev_server_dynamic_config": dev_server_config()},
         "polar": p,
         "bare": b,
+        "polar_direct": rows["polar_direct"],
         # > 1 means Polar is slower: latency polar/bare; rates bare/polar
         "polar_over_bare": ratios,
     }  # fmt: skip
+
+
+# --------------------------------------------------------------- (e) large, (f) big spec
+
+
+async def bench_large(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
+    """One task of `--large-sessions` empty sessions: wall, worker memory, history sizes."""
+    from polar.sdk import PolarClient
+
+    n, cap = args.large_sessions, args.large_cap
+    queue = f"large-{uuid.uuid4().hex[:6]}"
+    print(f"(e) one task of {n} sessions (harness `true`), caps {cap} …", file=sys.stderr)
+    load = os.getloadavg()[0]
+    with bench.worker(queue, cap, cap, cap) as settings:
+        polar = await PolarClient.connect(settings)
+        worker_pid = bench.stack.pid(f"worker-{bench.workers}")
+        await polar.wait(await polar.submit(spec("large-warm", "true")), timeout_s=120)
+        task = spec(f"large-{uuid.uuid4().hex[:6]}", "true", sessions=n)
+        t0 = time.monotonic()
+        run = await polar.submit(task)
+        result = await polar.wait(run, timeout_s=args.phase_limit_s)
+        wall = time.monotonic() - t0
+        query = f"PolarTaskId = '{task.task_id}' AND WorkflowType = 'Session'"
+        starts = await start_rate(polar.client, query)
+        batch_ids = sorted({ex.parent_id async for ex in polar.client.list_workflows(query)
+                            if ex.parent_id and ex.parent_id != run.workflow_id})  # fmt: skip
+        out = {
+            "params": {"sessions": n, "caps": [cap, cap, cap], "harness": "true"},
+            "completed": completed(result.sessions),
+            "wall_s": round(wall, 2),
+            "sessions_per_s": round(n / wall, 2),
+            "worker_peak_rss_mib": proc_peak_rss_mib(worker_pid),
+            "server_peak_rss_mib": proc_peak_rss_mib(bench.stack.pid("temporal")),
+            "session_starts": starts,
+            "batches": len(batch_ids),
+            "task_history": await history_size(polar.client, run.workflow_id),
+            "batch_history": await history_size(polar.client, batch_ids[0]) if batch_ids else None,
+            "child_history": starts.pop("child_history"),
+            "load_avg_1m_before": round(load, 2),
+            "load_avg_1m_after": round(os.getloadavg()[0], 2),
+        }
+    return out
+
+
+async def bench_big_spec(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
+    """History sizes of a task whose instruction is `--big-instruction-kib` KiB."""
+    from polar.sdk import PolarClient
+
+    kib = args.big_instruction_kib
+    queue = f"bigspec-{uuid.uuid4().hex[:6]}"
+    print(f"(f) a task with a {kib} KiB instruction, 4 sessions …", file=sys.stderr)
+    instruction = "".join(f"line {i:07d} of a long problem statement …\n" for i in range(kib * 24))
+    with bench.worker(queue, 8, 8, 8) as settings:
+        polar = await PolarClient.connect(settings)
+        task = spec(f"bigspec-{uuid.uuid4().hex[:6]}", 'test -n "$POLAR_INSTRUCTION"', sessions=4)
+        task = task.model_copy(update={"instruction": instruction[: kib * 1024]})
+        run = await polar.submit(task)
+        result = await polar.wait(run, timeout_s=args.phase_limit_s)
+        return {
+            "params": {"instruction_bytes": len(task.instruction), "sessions": 4},
+            "completed": completed(result.sessions),
+            "task_history": await history_size(polar.client, run.workflow_id),
+            "child_history": await history_size(polar.client, result.sessions[0].session_id),
+        }
 
 
 # --------------------------------------------------------------------------- report
@@ -701,37 +780,30 @@ def markdown(result: dict[str, Any]) -> str:
         ]
     base = result.get("baseline")
     if base:
-        p, b, r = base["polar"], base["bare"], base["polar_over_bare"]
-        n = base["params"]["one_task_sessions"]
+        out += baseline_markdown(base)
+    big = result.get("big_spec")
+    if big:
+        t, c = big["task_history"], big["child_history"]
         out += [
-            "(d) Polar ÷ bare Temporal, same dev server, same run (empty sessions)",
+            f"(f) a task with a {big['params']['instruction_bytes']} B instruction, 4 sessions: "
+            f"task history {t['events']} events, {t['bytes']} B; a session's {c['events']} "
+            f"events, {c['bytes']} B",
             "",
-            "| figure | Polar | bare | Polar ÷ bare |",
-            "|---|---|---|---|",
-            f"| latency at concurrency 1, p50 s | {p['c1']['latency_p50_s']} | "
-            f"{b['c1']['latency_p50_s']} | {r['c1_latency_p50']} |",
-            f"| sessions/s at {base['params']['concurrency']} in flight | "
-            f"{p['cN']['sessions_per_s']} | {b['cN']['sessions_per_s']} | "
-            f"{r['cN_sessions_per_s']} (bare/Polar) |",
-            f"| child starts/s, one task of {n} | {p['one_task']['children_per_s']} | "
-            f"{b['one_task']['children_per_s']} | {r['one_task_children_per_s']} (bare/Polar) |",
-            f"| one task of {n}: wall s | {p['one_task']['wall_s']} | {b['one_task']['wall_s']} "
-            "| |",
         ]
-        for phase in ("c1", "cN", "one_task"):
-            out.append(
-                f"| worker / server CPU ms per session, {phase} | "
-                f"{p[phase]['worker_cpu_ms_per_session']} / "
-                f"{p[phase]['server_cpu_ms_per_session']} | "
-                f"{b[phase]['worker_cpu_ms_per_session']} / "
-                f"{b[phase]['server_cpu_ms_per_session']} | |"
-            )
-        for side, name in ((p, "Polar"), (b, "bare")):
-            th, ch = side["one_task"]["task_history"], side["one_task"]["child_history"] or {}
-            out.append(f"| {name} histories, one task of {n}: task / a child (events, bytes) | "
-                       f"{th['events']}, {th['bytes']} / {ch.get('events')}, {ch.get('bytes')} "
-                       "| | |")  # fmt: skip
-        out.append("")
+    large = result.get("large")
+    if large:
+        bh = large["batch_history"] or {}
+        out += [
+            f"(e) one task of {large['params']['sessions']} sessions: "
+            f"{large['completed']} completed in {large['wall_s']} s "
+            f"({large['sessions_per_s']} sessions/s, children started at "
+            f"{large['session_starts']['children_per_s']}/s); worker peak RSS "
+            f"{large['worker_peak_rss_mib']} MiB, server {large['server_peak_rss_mib']} MiB; "
+            f"histories (events, bytes): task {large['task_history']}, a batch {bh or '–'}, "
+            f"a session {large['child_history']}; load {large['load_avg_1m_before']} → "
+            f"{large['load_avg_1m_after']}",
+            "",
+        ]
     thr = result.get("throughput")
     if thr:
         out += [
@@ -754,6 +826,53 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def baseline_markdown(base: dict[str, Any]) -> list[str]:
+    """The (d) table: Polar, bare and their ratio per figure."""
+    p, b, r = base["polar"], base["bare"], base["polar_over_bare"]
+    d = base.get("polar_direct", {})
+    n = base["params"]["one_task_sessions"]
+
+    def g(side: dict[str, Any], phase: str, key: str) -> Any:
+        row = side.get(phase, {})
+        return row.get(key, row.get("error", "–")) if row else "–"
+
+    out = [
+        "(d) Polar ÷ bare Temporal, same dev server, same run (empty sessions)",
+        "",
+        "| figure | Polar | bare | Polar ÷ bare |",
+        "|---|---|---|---|",
+        f"| latency at concurrency 1, p50 s | {g(p, 'c1', 'latency_p50_s')} | "
+        f"{g(b, 'c1', 'latency_p50_s')} | {r['c1_latency_p50']} |",
+        f"| sessions/s at {base['params']['concurrency']} in flight | "
+        f"{g(p, 'cN', 'sessions_per_s')} | {g(b, 'cN', 'sessions_per_s')} | "
+        f"{r['cN_sessions_per_s']} (bare/Polar) |",
+        f"| child starts/s, one task of {n} | {g(p, 'one_task', 'children_per_s')} | "
+        f"{g(b, 'one_task', 'children_per_s')} | {r['one_task_children_per_s']} (bare/Polar) |",
+        f"| one task of {n}: wall s | {g(p, 'one_task', 'wall_s')} | "
+        f"{g(b, 'one_task', 'wall_s')} | |",
+        f"| Polar, all children started by the task (early-stop path): child starts/s, wall s "
+        f"| {g(d, 'one_task', 'children_per_s')}, {g(d, 'one_task', 'wall_s')} | | |",
+    ]
+    for phase in ("c1", "cN", "one_task"):
+        out.append(
+            f"| worker / server CPU ms per session, {phase} | "
+            f"{g(p, phase, 'worker_cpu_ms_per_session')} / "
+            f"{g(p, phase, 'server_cpu_ms_per_session')} | "
+            f"{g(b, phase, 'worker_cpu_ms_per_session')} / "
+            f"{g(b, phase, 'server_cpu_ms_per_session')} | |"
+        )
+    for side, name in ((p, "Polar"), (b, "bare")):
+        th = g(side, "one_task", "task_history")
+        ch = g(side, "one_task", "child_history")
+        if isinstance(th, dict) and isinstance(ch, dict):
+            out.append(
+                f"| {name} histories, one task of {n}: task / a child (events, bytes) | "
+                f"{th['events']}, {th['bytes']} / {ch['events']}, {ch['bytes']} | | |"
+            )
+    out.append("")
+    return out
+
+
 def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
 
@@ -766,6 +885,10 @@ async def measure(bench: Bench, args: argparse.Namespace, parts: list[str]) -> d
         out["overhead"] = await bench_overhead(bench, args)
     if "baseline" in parts:
         out["baseline"] = await bench_baseline(bench, args)
+    if "big_spec" in parts:
+        out["big_spec"] = await bench_big_spec(bench, args)
+    if "large" in parts:
+        out["large"] = await bench_large(bench, args)
     if "throughput" in parts:
         rows = [await bench_throughput(bench, args, t) for t in args.throughput_tasks]
         out["throughput"] = {"rows": rows, "ok": all(r["ok"] for r in rows)}
@@ -777,6 +900,10 @@ def main() -> None:
     parser.add_argument("--utilisation", action="store_true", help="run (a)")
     parser.add_argument("--overhead", action="store_true", help="run (b)")
     parser.add_argument("--throughput", action="store_true", help="run (c)")
+    parser.add_argument("--large", action="store_true",
+                        help="run (e): one task of --large-sessions empty sessions")  # fmt: skip
+    parser.add_argument("--big-spec", action="store_true",
+                        help="run (f): histories of a task with a large instruction")  # fmt: skip
     parser.add_argument("--baseline", action="store_true",
                         help="run (d): Polar ÷ bare Temporal (uses the (b) sizes)")  # fmt: skip
     g = parser.add_argument_group("(a) utilisation")
@@ -797,6 +924,9 @@ def main() -> None:
     g.add_argument("--overhead-concurrency", type=int, default=20)
     g.add_argument("--one-task-sessions", type=int, default=200,
                    help="(d): sessions of the task whose child-start rate is measured")  # fmt: skip
+    g.add_argument("--large-sessions", type=int, default=1000, help="(e): sessions of the task")
+    g.add_argument("--large-cap", type=int, default=50, help="(e): cap of each stage pool")
+    g.add_argument("--big-instruction-kib", type=int, default=64, help="(f): instruction size")
     g = parser.add_argument_group("(c) throughput")
     g.add_argument("--sessions-200", type=int, default=200, help="sessions of the task")
     g.add_argument("--throughput-tasks", type=_ints, default=[1, 20],
@@ -816,8 +946,9 @@ def main() -> None:
     if args.serve_backend:
         serve_backend(args.serve_backend, args.slots, args.latency)
         return
-    parts = [p for p in ("utilisation", "overhead", "throughput", "baseline") if getattr(args, p)]
-    parts = parts or ["utilisation", "overhead", "throughput", "baseline"]
+    every = ("utilisation", "overhead", "throughput", "baseline", "big_spec", "large")
+    parts = [p for p in every if getattr(args, p)]
+    parts = parts or ["utilisation", "overhead", "throughput", "baseline", "big_spec"]
 
     if args.dev_config == "default":
         import polar.devstack
