@@ -188,5 +188,9 @@ def test_only_an_identical_request_right_after_marks_a_record_resent() -> None:
     records = [_record(1, 0, 1, ask), _record(2, 2, 3, ask), _record(3, 4, 5, ask),
                _record(4, 2.5, 9, other, attempt=2)]  # fmt: skip
     assert unseen_records(records) == {"r1": "resent", "r2": "resent"}
+    # the same body rendered to other prompt ids is another question (e.g. the server's
+    # template or tools changed), not a resend
+    assert unseen_records([_record(1, 0, 1, ask, prompt_token_ids=[1, 2]),
+                           _record(2, 2, 3, ask, prompt_token_ids=[1, 3])]) == {}  # fmt: skip
     # a failed call's repeat is an ordinary retry: the failure is unusable anyway
     assert unseen_records([_record(1, 0, 1, ask, error="503"), _record(2, 2, 3, ask)]) == {}

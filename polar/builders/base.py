@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import itertools
 import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -197,9 +198,10 @@ def unseen_records(records: list[CompletionRecord]) -> dict[str, UnseenReason]:
     """Records whose answer the harness never saw, by record id, with the reason.
 
     * `client_disconnected`: the caller hung up before the gateway answered.
-    * `resent`: the same attempt sent the identical request again right after this one
-      finished, with no other call of the session started in between: its answer never
-      arrived (e.g. the gateway died after writing the record, and the SDK retried).
+    * `resent`: the same attempt sent the identical request (same body, same prompt ids)
+      again right after this one finished, with no other call of the session started in
+      between: its answer never arrived (e.g. the gateway died after writing the record,
+      and the SDK retried).
       Of a run of identical requests only the last is kept.
     """
     ordered = sorted(records, key=lambda r: (r.seq, r.record_id))
@@ -213,8 +215,13 @@ def unseen_records(records: list[CompletionRecord]) -> dict[str, UnseenReason]:
             continue
         # the first call of the same attempt started once this one's record was written
         j = bisect.bisect_left(starts, record.finished_at, lo=i + 1)
-        after = [r for r in ordered[j:] if r.attempt == record.attempt][:1]
-        if after and digests[after[0].record_id] == digests[record.record_id]:
+        after = next((r for r in itertools.islice(ordered, j, None)
+                      if r.attempt == record.attempt), None)  # fmt: skip
+        if (
+            after is not None
+            and digests[after.record_id] == digests[record.record_id]
+            and after.prompt_token_ids == record.prompt_token_ids
+        ):
             unseen[record.record_id] = "resent"
     return unseen
 
