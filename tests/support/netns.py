@@ -72,6 +72,10 @@ class NetHost:
         except OSError:
             return False
 
+    def linked(self) -> bool:
+        """Whether the root end of this host's veth pair still exists."""
+        return Path(f"/sys/class/net/{self.root_link}").exists()
+
     def kill(self) -> None:
         """SIGKILL every process in the namespace; it goes, and its veth pair with it."""
         for pid in self.pids():
