@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import datetime as dt
 import itertools
 import json
@@ -264,6 +265,7 @@ class Bench:
         s3_port, gw_port, up_port, ll_port = _ports()
         self.tmp = tmp
         self.prompt_tokens = prompt_tokens
+        self.gateway_root: Path | None = None
         self.upstream_port = up_port
         self.upstream_url = f"http://127.0.0.1:{up_port}/v1"
         self.litellm_url = f"http://127.0.0.1:{ll_port}/v1"
@@ -308,7 +310,10 @@ class Bench:
         ))  # fmt: skip
         self._start(self.stack.seaweedfs())
         Storage(self.settings).ensure_bucket()
-        self._start(self.stack.gateway())
+        gateway = self.stack.gateway()
+        if self.gateway_root is not None:  # another checkout's gateway code (before/after runs)
+            gateway = dataclasses.replace(gateway, cwd=str(self.gateway_root))
+        self._start(gateway)
 
     def start_litellm(self) -> None:
         """LiteLLM's proxy on the same fake upstream; raises StackError if it does not come up."""
@@ -675,6 +680,11 @@ def main() -> None:
     parser.add_argument(
         "--prompt-tokens", type=int, default=len(PROMPT_IDS), help=argparse.SUPPRESS
     )
+    parser.add_argument(
+        "--gateway-root", type=Path, default=None,
+        help="run the gateway from this checkout (e.g. a git worktree of an earlier commit): "
+        "`python -m polar.cli gateway` with it as working directory",
+    )  # fmt: skip
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs, S3 data)")
     parser.add_argument("--serve-upstream", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -717,6 +727,7 @@ def main() -> None:
     )
     with tmp_dir as tmp:
         bench = Bench(Path(tmp), venv, prompt_tokens)
+        bench.gateway_root = args.gateway_root
         try:
             print("starting fake upstream, SeaweedFS, gateway …", file=sys.stderr)
             bench.start_core()
@@ -746,6 +757,7 @@ def main() -> None:
             "platform": platform.platform(),
             "cpus": os.cpu_count(),
             "polar_server": _server_impl(sys.executable),
+            "gateway_root": str(args.gateway_root) if args.gateway_root else None,
             "shared_cores": "client, gateway, SeaweedFS, fake upstream and LiteLLM on one machine",
             "load_avg_1m_before": round(load, 2),
             "total_s": round(time.monotonic() - started, 1),
