@@ -137,8 +137,9 @@ class PolarClient:
         sessions: list[SessionProgress] = []
         with contextlib.suppress(RPCError):  # closed workflows without a worker can't answer
             progress = await handle.query("progress")
+        # the task's sessions, whether it started them or its SessionBatch children did
         async for execution in self.client.list_workflows(
-            f"ParentWorkflowId = '{handle.id}'", limit=10_000
+            f"RootWorkflowId = '{handle.id}' AND WorkflowType = 'Session'", limit=10_000
         ):
             stage = (execution.search_attributes or {}).get("PolarStage", ["pending"])[0]
             state = (execution.search_attributes or {}).get("PolarStatus", [None])[0]

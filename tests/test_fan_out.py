@@ -66,6 +66,10 @@ async def test_a_large_task_runs_through_batches_and_replays(polar: PolarClient)
     assert {s.status for s in result.sessions} == {SessionStatus.COMPLETED}
     status = await polar.status(run)
     assert (status.total, status.done) == (spec.num_sessions, spec.num_sessions)
+    assert sorted(s.session_id for s in status.sessions) == sorted(
+        s.session_id for s in result.sessions
+    )
+    assert {s.stage for s in status.sessions} == {"done"}
 
     sessions = await _workflows(polar, sessions_of(spec.task_id))
     batch_ids = {parent for _, kind, parent in sessions}
