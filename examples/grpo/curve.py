@@ -87,12 +87,15 @@ def plot(reports: Sequence[StepReport], path: Path, title: str = "") -> None:
     top.axhline(0.9, color="grey", linestyle="--", linewidth=1, label="0.9")
     top.set_ylim(-0.05, 1.05)
     top.set_ylabel("reward (digit share)")
-    top.legend(loc="upper left")
+    top.legend(loc="center right")
     if title:
         top.set_title(title)
     gaps = [(r.step, r.max_logprob_gap) for r in reports if r.max_logprob_gap is not None]
     if gaps:
-        bottom.semilogy([s for s, _ in gaps], [max(g, 1e-9) for _, g in gaps], marker=".")
+        floor = 1e-9  # an exact 0 (a saturated, deterministic policy) is drawn at the floor
+        bottom.semilogy([s for s, _ in gaps], [max(g, floor) for _, g in gaps], marker=".")
+        if any(g == 0 for _, g in gaps):
+            bottom.text(0.01, 0.05, "0 drawn at 1e-9", transform=bottom.transAxes, fontsize=8)
     bottom.set_ylabel("max |trainer − vLLM|\nlogprob gap")
     bottom.set_xlabel("step (policy version)")
     bottom.xaxis.set_major_locator(MaxNLocator(integer=True))
