@@ -18,6 +18,7 @@ record and gives the full record dict back, so every record reads on its own.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import zstandard
@@ -33,8 +34,20 @@ ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 ZSTD_LEVEL = 3
 """zstd's default level: a few hundred MB/s on one core, ~5x smaller record JSON."""
 
-_compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
-_decompressor = zstandard.ZstdDecompressor()
+# python-zstandard's (de)compressor objects are not thread-safe, and records are encoded and
+# decoded from several threads at once (asyncio.to_thread, the gateway's writers): one each
+# per thread
+_local = threading.local()
+
+
+def _zstd() -> tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]:
+    pair = getattr(_local, "pair", None)
+    if pair is None:
+        pair = _local.pair = (
+            zstandard.ZstdCompressor(level=ZSTD_LEVEL),
+            zstandard.ZstdDecompressor(),
+        )
+    return pair
 
 
 class RecordDecodeError(ValueError):
@@ -144,14 +157,14 @@ def expand_record(doc: dict[str, Any]) -> dict[str, Any]:
 
 def encode_record(record: dict[str, Any]) -> bytes:
     """A record dict (CompletionRecord's JSON fields) as format-2 bytes."""
-    return _compressor.compress(fastjson.dumps(compact_record(record)))
+    return _zstd()[0].compress(fastjson.dumps(compact_record(record)))
 
 
 def decode_record(data: bytes) -> dict[str, Any]:
     """The full record dict of stored bytes, format 2 (zstd) or format 1 (plain JSON)."""
     try:
         if data[:4] == ZSTD_MAGIC:
-            data = _decompressor.decompress(data)
+            data = _zstd()[1].decompress(data)
         doc = fastjson.loads(data)
     except (zstandard.ZstdError, ValueError) as exc:
         raise RecordDecodeError(f"not a completion record: {exc}") from exc

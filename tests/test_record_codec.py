@@ -151,3 +151,23 @@ async def test_both_formats_read_back_through_storage(storage: Storage) -> None:
     assert storage.count_completions(session) == 2
     with pytest.raises(KeyError):
         storage.get_completion(session, "1-none-1")
+
+
+def test_records_encode_and_decode_from_many_threads_at_once() -> None:
+    """The build activity and the gateway (de)code records in threads concurrently: a shared
+    zstd object corrupted data ("Data corruption detected") in a real GRPO run."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    records = [record_dict(f"s-thread-{i}")[1] for i in range(8)]
+    for i, doc in enumerate(records):  # of different sizes, so frames differ
+        doc["request"]["messages"] = MESSAGES * (1 + 20 * i)
+    blobs = [encode_record(r) for r in records]
+
+    def roundtrip(i: int) -> bool:
+        for _ in range(30):
+            assert decode_record(encode_record(records[i % 8])) == records[i % 8]
+            assert decode_record(blobs[i % 8]) == records[i % 8]
+        return True
+
+    with ThreadPoolExecutor(8) as pool:
+        assert all(pool.map(roundtrip, range(16)))
