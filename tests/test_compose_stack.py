@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import shutil
 import subprocess
 import sys
@@ -111,20 +112,24 @@ class Stack:
         )
 
 
-def build_service_image() -> None:
-    """polar/polar:latest from the checkout (infra/images/build.py --service; cached by recipe)."""
+def build_service_image() -> str:
+    """polar/polar from this checkout (infra/images/build.py --service; cached by recipe): its
+    recipe tag, which another checkout's rebuild of `latest` does not move."""
     argv = [sys.executable, str(REPO / "infra" / "images" / "build.py"), "--service"]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=1800)
     if proc.returncode != 0:
         pytest.fail(f"service image build failed:\n{(proc.stdout + proc.stderr)[-3000:]}")
+    (tag,) = set(re.findall(r"polar/polar:r-[0-9a-f]+", proc.stdout))
+    return tag
 
 
-def write_env(top: Path, host_id: str) -> dict[str, str]:
-    """The .env of new-env.sh, with this run's ports, data dir, host id and model backend."""
+def write_env(top: Path, image: str, host_id: str) -> dict[str, str]:
+    """The .env of new-env.sh, with this run's image, ports, data dir, host id and model."""
     env_file = new_env(top)
     values = dict(line.split("=", 1) for line in env_file.read_text().splitlines()
                   if "=" in line and not line.startswith("#"))  # fmt: skip
     values |= {
+        "POLAR_IMAGE": image,
         "POLAR_UPSTREAM_URLS": "http://model:8000/v1",
         "POLAR_WORKER_DATA_DIR": str(top / "data"),
         "POLAR_HOST_ID": host_id,
@@ -162,10 +167,10 @@ def model_service(path: Path) -> Path:
 
 @pytest.fixture
 def stack(docker_image: str) -> Iterator[Stack]:
-    build_service_image()
+    image = build_service_image()
     top = Path(tempfile.mkdtemp(prefix="polar-compose-", dir="/tmp"))
     tag = uuid.uuid4().hex[:8]
-    values = write_env(top, host_id=f"compose-{tag}")
+    values = write_env(top, image, host_id=f"compose-{tag}")
     files = [DEPLOY / "compose.local.yaml", model_service(top / "model.yaml")]
     made = Stack(f"polartest{tag}", top / ".env", files, values)
     try:

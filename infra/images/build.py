@@ -26,7 +26,8 @@
    its site-packages and tests: Debian 12's own 3.11.2 lacks tarfile's
    extraction filters (PEP 706, 3.11.4+), which the docker runtime uses. Its
    recipe hashes the runtime image id, the Dockerfile, that interpreter and the
-   source files.
+   source files; the image is also tagged `polar/polar:r-{recipe}`, which names
+   this source's image even while another checkout rebuilds `latest`.
 
 Builds use host networking (the engine may run with `--bridge=none`). The
 mirror is `POLAR_DEBIAN_MIRROR` (default: deb.debian.org).
@@ -50,6 +51,7 @@ from typing import IO, Any
 
 import docker
 from docker.errors import BuildError, ImageNotFound
+from docker.models.images import Image
 
 HERE = Path(__file__).resolve().parent
 BASE_TAG = "polar/base:bookworm"
@@ -118,10 +120,10 @@ def build_base(client: docker.DockerClient, *, force: bool, log=print) -> bool:
 
 def docker_build(
     client: docker.DockerClient, tag: str, recipe: str, base: str, **context: Any
-) -> None:
+) -> Image:
     """Build `tag` FROM `base` with its recipe label (host network); exit with the log tail."""
     try:
-        client.images.build(
+        image, _ = client.images.build(
             tag=tag,
             labels={LABEL: recipe},
             buildargs={"BASE": base},
@@ -133,6 +135,7 @@ def docker_build(
     except BuildError as exc:
         tail = "".join(str(chunk.get("stream", "")) for chunk in exc.build_log)[-3000:]
         sys.exit(f"{tag}: build failed: {exc}\n{tail}")
+    return image
 
 
 @contextlib.contextmanager
@@ -263,8 +266,10 @@ def build_service(client: docker.DockerClient, *, force: bool, log=print) -> boo
     """The deployment image (`polar gateway` / `polar worker`); False when up to date."""
     python = service_python()
     recipe = service_recipe(client, python)
+    pinned = f"{SERVICE_TAG.split(':')[0]}:r-{recipe}"  # this source's image, whatever `latest` is
     if not force and _recipe_label(client, SERVICE_TAG) == recipe:
-        log(f"{SERVICE_TAG}: up to date (recipe {recipe})")
+        client.images.get(SERVICE_TAG).tag(pinned)
+        log(f"{SERVICE_TAG}: up to date (recipe {recipe}; {pinned})")
         return False
     log(f"{SERVICE_TAG}: building from the project source on {python}")
     entries = [(HERE / "polar" / "Dockerfile", "Dockerfile"), (BUILD_CA, "build-ca.crt")]
@@ -272,8 +277,10 @@ def build_service(client: docker.DockerClient, *, force: bool, log=print) -> boo
                 for path in python_files(python)]  # fmt: skip
     entries += [(path, f"src/{path.relative_to(REPO).as_posix()}") for path in _source_files()]
     with tar_context(entries) as context:
-        docker_build(client, SERVICE_TAG, recipe, RUNTIME_TAG, fileobj=context, custom_context=True)
-    log(f"{SERVICE_TAG}: built (recipe {recipe})")
+        image = docker_build(client, SERVICE_TAG, recipe, RUNTIME_TAG, fileobj=context,
+                             custom_context=True)  # fmt: skip
+    image.tag(pinned)
+    log(f"{SERVICE_TAG}: built (recipe {recipe}; {pinned})")
     return True
 
 
