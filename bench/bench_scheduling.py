@@ -599,6 +599,8 @@ async def bench_baseline(bench: Bench, args: argparse.Namespace) -> dict[str, An
         polar = await PolarClient.connect(settings)
         client = polar.client
 
+        finished: list[SessionResult] = []  # Polar's sessions of the current phase
+
         async def polar_task(tag: str, n: int, direct: bool = False) -> tuple[str, str]:
             task_id = f"{tag}-{uuid.uuid4().hex[:8]}"
             task = spec(task_id, "true", sessions=n)
@@ -606,6 +608,7 @@ async def bench_baseline(bench: Bench, args: argparse.Namespace) -> dict[str, An
                 task = task.model_copy(update={"min_usable_sessions": n})
             run = await polar.submit(task)
             result = await polar.wait(run, timeout_s=args.phase_limit_s)
+            finished.extend(result.sessions)
             if completed(result.sessions) != n:
                 errors = {s.error for s in result.sessions if s.error}
                 raise RuntimeError(f"polar task {task_id}: {completed(result.sessions)}/{n} "
@@ -639,6 +642,7 @@ async def bench_baseline(bench: Bench, args: argparse.Namespace) -> dict[str, An
         for phase, system in plan:
             print(f"    {system.name} {phase} …", file=sys.stderr)
             cpu0 = proc_cpu_s(bench.stack.pid("temporal"))
+            finished.clear()
             try:
                 row = await measure_system(system, phase, args, client)
             except Exception as exc:  # noqa: BLE001 - recorded, the other phases go on
@@ -648,6 +652,8 @@ async def bench_baseline(bench: Bench, args: argparse.Namespace) -> dict[str, An
                 1000 * (proc_cpu_s(bench.stack.pid("temporal")) - cpu0) / row["sessions"], 1
             )
             row["load_avg_1m_after"] = round(os.getloadavg()[0], 2)
+            if finished:  # the Session workflow's laps (workflow.time() at each stage's end)
+                row["mean_stage_s"] = mean_stages(finished)
             rows[system.name][phase] = row
         p, b = rows["polar"], rows["bare"]
     ratios = {
