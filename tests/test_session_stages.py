@@ -50,12 +50,15 @@ async def test_harness_and_evaluator_run_in_an_isolated_workspace(
         for e in history.events
         if e.HasField("activity_task_scheduled_event_attributes")
     }
+    # prepare and build on the shared queues; what touches the runtime on its host's own
+    # queues; no model calls, so no traces to score
     q = polar.settings.task_queue
+    host = f"{q}-host-{polar.settings.host_id}"
     assert queues == {
-        "prepare_runtime": f"{q}-init", "prepare_eval_runtime": f"{q}-init",
-        "run_harness": f"{q}-run",
-        "build_trajectory": f"{q}-postrun", "evaluate": f"{q}-postrun",
-        "score_traces": f"{q}-postrun", "teardown": f"{q}-init",
+        "prepare_runtime": f"{q}-init", "prepare_eval_runtime": f"{host}-init",
+        "run_harness": f"{host}-run",
+        "build_trajectory": f"{q}-postrun", "evaluate": f"{host}-postrun",
+        "teardown": f"{host}-init",
     }  # fmt: skip
     # teardown removed the workspaces
     runtimes = Path(polar.settings.data_dir) / "runtimes"
