@@ -553,59 +553,85 @@ def export_traces(
 
 @dataclass
 class Collected:
-    """Traces gathered for an export, with what the SFT view needs besides them."""
+    """Traces gathered for an export, with what the SFT view needs besides them.
 
-    traces: list[Trace]
+    Streamed: `traces` yields one session's traces at a time (read from S3 or a file as
+    the export reaches them) and `records` reads a session's CompletionRecords when a
+    trace of it first needs one, keeping only that session's: memory holds one session,
+    not a task."""
+
+    traces: Iterable[Trace]
     rewards: dict[str, float | None] = field(default_factory=dict)
     records: RecordIndex = field(default_factory=dict)
     source: dict[str, Any] = field(default_factory=dict)
 
 
-def _needs_records(traces: Sequence[Trace]) -> set[str]:
-    """Sessions with merged traces: the SFT view needs their CompletionRecords."""
-    return {t.provenance.session_id for t in traces if len(t.provenance.record_ids) > 1}
+class SessionRecords(Mapping[tuple[str, str], CompletionRecord]):
+    """CompletionRecords by (session id, record id), read from S3 one session at a time
+    (an export reaches sessions in turn): only the current session's are held."""
+
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+        self.loaded: str | None = None
+        self.index: dict[str, CompletionRecord] = {}
+        self.reads = 0
+
+    def _load(self, session_id: str) -> dict[str, CompletionRecord]:
+        if session_id != self.loaded:
+            self.index = {r.record_id: r for r in self.storage.list_completions(session_id)}
+            self.loaded, self.reads = session_id, self.reads + 1
+        return self.index
+
+    def __getitem__(self, key: tuple[str, str]) -> CompletionRecord:
+        session_id, record_id = key
+        return self._load(session_id)[record_id]
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        return ((self.loaded or "", rid) for rid in self.index)
+
+    def __len__(self) -> int:
+        return len(self.index)
 
 
 async def collect_workflow(
     polar: PolarClient, workflow_id: str, *, timeout_s: float | None = None, with_records: bool
 ) -> Collected:
-    """Wait for a task's result, then read its sessions' traces (and records) from S3."""
+    """Wait for a task's result; its sessions' traces (and records) are then read from S3
+    as the export reaches them."""
     result = await polar.wait(workflow_id, timeout_s=timeout_s)
-    traces = [t for s in result.sessions for t in polar.load_traces(s)]
-    collected = Collected(
-        traces=traces,
+    return Collected(
+        traces=(t for s in result.sessions for t in polar.load_traces(s)),
         rewards={s.session_id: s.reward for s in result.sessions},
+        records=SessionRecords(polar.storage) if with_records else {},
         source={"workflow_id": workflow_id, "task_id": result.task_id},
     )
-    if with_records:
-        collected.records = _records(polar.storage, _needs_records(traces))
-    return collected
 
 
 def collect_files(
     sources: Sequence[str], storage: Storage | None, *, with_records: bool
 ) -> Collected:
-    """Traces from local JSONL files, or S3 keys (`sessions/…/traces/….jsonl`, `s3://b/k`)."""
-    traces: list[Trace] = []
-    for source in sources:
-        path = Path(source)
-        if path.exists():
-            traces += read_traces_jsonl(path.read_text())
-            continue
-        if storage is None:
+    """Traces from local JSONL files (read line by line), or S3 keys
+    (`sessions/…/traces/….jsonl`, `s3://b/k`: one session's traces each)."""
+    for source in sources:  # fail before writing anything
+        if not Path(source).exists() and storage is None:
             raise FileNotFoundError(f"{source}: no such file, and no S3 storage to read it from")
-        key = source.removeprefix(f"s3://{storage.bucket}/")
-        traces += read_traces_jsonl(storage.get_bytes(key).decode())
-    collected = Collected(traces=traces, source={"traces": list(sources)})
-    if with_records and storage is not None:
-        collected.records = _records(storage, _needs_records(traces))
-    return collected
+
+    def traces() -> Iterator[Trace]:
+        for source in sources:
+            path = Path(source)
+            if path.exists():
+                with path.open() as lines:
+                    yield from (Trace.model_validate_json(x) for x in lines if x.strip())
+                continue
+            assert storage is not None
+            key = source.removeprefix(f"s3://{storage.bucket}/")
+            yield from read_traces_jsonl(storage.get_bytes(key).decode())
+
+    records: RecordIndex = SessionRecords(storage) if with_records and storage else {}
+    return Collected(traces=traces(), records=records, source={"traces": list(sources)})
 
 
 def index_records(records: Iterable[CompletionRecord]) -> RecordIndex:
     """CompletionRecords by (session id, record id), as `sft_rows` takes them."""
     return {(r.session_id, r.record_id): r for r in records}
 
-
-def _records(storage: Storage, sessions: Iterable[str]) -> RecordIndex:
-    return index_records(r for sid in sorted(sessions) for r in storage.list_completions(sid))

@@ -31,6 +31,9 @@ from tests.builders_support import (
     tokenizer_dir_fixture,  # noqa: F401  (the tokenizer_dir fixture)
     tool_result,
 )
+from tests.builders_support import (
+    record as make_record,
+)
 from tests.test_builders_choices import several
 
 # (session, reward, status): resolved, failed evaluation, harness failed, not evaluated
@@ -468,3 +471,33 @@ async def test_cli_exports_a_finished_workflow_end_to_end(
     manifest = json.loads((out / ex.MANIFEST).read_text())
     assert manifest["source"] == {"workflow_id": run.workflow_id, "task_id": "export-empty"}
     assert (manifest["sessions"], manifest["traces"]) == (2, 0)
+
+
+def test_collection_streams_one_session_at_a_time(storage: Storage, tmp_path: Path) -> None:
+    """Traces are read as the export reaches them, and records a session at a time: memory
+    holds one session's records, never a whole task's."""
+    sessions = [f"s-stream-{uuid.uuid4().hex[:8]}" for _ in range(3)]
+    lines = []
+    for sid in sessions:
+        records = [make_record(i, [1, 2, 3 + i], [7, 2]).model_copy(update={"session_id": sid})
+                   for i in range(2)]  # fmt: skip
+        for r in records:
+            storage.put_completion(r)
+        out = get_builder("per_request")(records, BuildContext(sid, "t", "command", "per_request"))
+        lines += [t.model_dump_json() for t in out.traces]
+    traces_file = tmp_path / "traces.jsonl"
+    traces_file.write_text("\n".join(lines) + "\n")
+    got = ex.collect_files([str(traces_file)], storage, with_records=True)
+    assert not isinstance(got.traces, list)  # a generator: nothing read yet
+    index = got.records
+    assert isinstance(index, ex.SessionRecords) and index.reads == 0
+    held = []
+    for trace in got.traces:
+        sid, rid = trace.provenance.session_id, trace.provenance.record_ids[-1]
+        assert index[(sid, rid)].record_id == rid
+        held.append(sorted(key[0] for key in index))
+    assert index.reads == 3  # each session's records read once, in turn
+    assert all(len(set(h)) == 1 for h in held)  # only the current session's are held
+    summary = ex.export_traces(ex.collect_files([str(traces_file)], storage, with_records=True)
+                               .traces, tmp_path / "out", ["jsonl"])  # fmt: skip
+    assert summary.traces == 6 and summary.sessions == 3
