@@ -56,7 +56,7 @@ import httpx
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench.fake_vllm import vllm_answer  # noqa: E402
+from bench.fake_vllm import read_body, vllm_answer  # noqa: E402
 from polar.devstack import DevStack, Service, StackError, free_port, http_ready  # noqa: E402
 from polar.session_keys import SessionIdentity, mint_session_key  # noqa: E402
 from polar.settings import Settings  # noqa: E402
@@ -169,16 +169,11 @@ def upstream_app(prompt_tokens: int) -> Callable[..., Any]:
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            while (message := await receive())["type"] != "lifespan.shutdown":
+            while (await receive())["type"] != "lifespan.shutdown":
                 await send({"type": "lifespan.startup.complete"})
             await send({"type": "lifespan.shutdown.complete"})
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await read_body(receive)
         path, status, media = scope["path"], 200, b"application/json"
         if scope["method"] == "POST" and path.endswith("/chat/completions"):
             request = json.loads(body or b"{}")

@@ -63,6 +63,16 @@ def vllm_answer(
     return answer
 
 
+async def read_body(receive: Any) -> bytes:
+    """The whole body of an ASGI HTTP request."""
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            return body
+
+
 def json_asgi_app(
     route: Route, on_startup: Callable[[], None] | None = None
 ) -> Callable[..., Awaitable[None]]:
@@ -79,12 +89,7 @@ def json_asgi_app(
                 elif message["type"] == "lifespan.shutdown":
                     await send({"type": "lifespan.shutdown.complete"})
                     return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await read_body(receive)
         path = scope["path"]
         query = scope["query_string"].decode()
         answered = await route(scope["method"], path, query, body)
