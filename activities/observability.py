@@ -53,7 +53,7 @@ from temporalio.worker import (
 
 from polar.logs import log_context
 from polar.settings import Settings
-from workflows.queues import Queues
+from workflows.queues import HostQueues, Queues
 
 log = logging.getLogger("polar.worker")
 STAGE_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600)
@@ -91,10 +91,13 @@ class WorkerMetrics:
         )
 
     async def refresh_queue_depths(self, client: Client, settings: Settings) -> dict[str, int]:
-        """Read every stage queue's backlog from Temporal into the gauges; backlog by stage."""
-        queues = Queues.for_workflow_queue(settings.task_queue).by_stage()
+        """Read every stage queue's backlog from Temporal into the gauges (the shared queues and
+        this worker host's own); backlog by stage, both summed."""
+        shared = Queues.for_workflow_queue(settings.task_queue).by_stage()
+        host = HostQueues.for_host(settings.task_queue, settings.host_id).by_stage()
+        pairs = [*shared.items(), *host.items()]
         depths: dict[str, int] = {}
-        for stage, queue in queues.items():
+        for stage, queue in pairs:
             kind = (
                 TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW
                 if stage == "workflow"
@@ -108,9 +111,10 @@ class WorkerMetrics:
                     report_stats=True,
                 )
             )
-            depths[stage] = int(answer.stats.approximate_backlog_count)
+            backlog = int(answer.stats.approximate_backlog_count)
+            depths[stage] = depths.get(stage, 0) + backlog
             age = answer.stats.approximate_backlog_age
-            self.queue_backlog.labels(stage, queue).set(depths[stage])
+            self.queue_backlog.labels(stage, queue).set(backlog)
             self.queue_backlog_age.labels(stage, queue).set(age.seconds + age.nanos / 1e9)
         return depths
 
