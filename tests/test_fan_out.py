@@ -98,10 +98,11 @@ async def test_cancelling_a_batched_task_cancels_every_session(
     polar: PolarClient, batched: bool
 ) -> None:
     extra = {} if batched else {"min_usable_sessions": BATCH_SIZE + 1}  # early stop: direct
-    spec = task(BATCH_SIZE + 1, "sleep 120", **extra)
+    # the harness outlives any wait here, even on a loaded machine: it ends only by the cancel
+    spec = task(BATCH_SIZE + 1, "sleep 1800", timeouts={"harness_s": 3600}, **extra)
     run = await polar.submit(spec)
     query = sessions_of(spec.task_id, running=True)
-    for _ in range(240):  # every session started (and running or preparing)
+    for _ in range(600):  # every session started (and running or preparing)
         if len(await _workflows(polar, query)) == spec.num_sessions:
             break
         await asyncio.sleep(0.5)
@@ -109,8 +110,8 @@ async def test_cancelling_a_batched_task_cancels_every_session(
         pytest.fail("the sessions never all started")
     await polar.cancel(run)
     with pytest.raises(WorkflowFailureError):
-        await polar.wait(run, timeout_s=180)
-    for _ in range(120):
+        await polar.wait(run, timeout_s=600)
+    for _ in range(300):
         statuses = [
             (await polar.client.get_workflow_handle(wid).describe()).status
             for wid, _, _ in await _workflows(polar, sessions_of(spec.task_id))
