@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.evaluators.base import Evaluation, EvaluatorError
+from activities.evaluators.base import Evaluation, EvaluatorError, while_ticking
 from activities.evaluators.baseline import record_baseline
 from activities.evaluators.command import InvalidRewardFile, evaluate_command
 from activities.evaluators.fresh import eval_prepare_request, fresh_runtime
@@ -82,12 +82,11 @@ async def heartbeating(
 ) -> T:
     """Await `work` while heartbeating `details` (and what `progress()` says then) every
     `every_s` (killing a fork bomb or copying a big tree must not look like a dead worker)."""
-    task = asyncio.ensure_future(work)
-    while True:
-        done, _ = await asyncio.wait({task}, timeout=every_s)
-        if done:
-            return task.result()
+
+    def beat(_: float) -> None:
         _heartbeat(**details, **(progress() if progress is not None else {}))
+
+    return await while_ticking(work, beat, every_s)
 
 
 def _home_in_runtime(runtime: Runtime, handle: RuntimeHandle) -> str | None:

@@ -2,14 +2,32 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from activities.runtimes.base import Runtime
 from polar.models import RuntimeHandle
 
 Tick = Callable[[float], Awaitable[None] | None] | None
+T = TypeVar("T")
+
+
+async def while_ticking(work: Awaitable[T], on_tick: Tick, every_s: float = 2.0) -> T:
+    """Await `work`, calling `on_tick(elapsed)` every `every_s` meanwhile (an activity's
+    heartbeat: long work must not look like a dead worker)."""
+    task = asyncio.ensure_future(work)
+    started = time.monotonic()
+    while True:
+        done, _ = await asyncio.wait({task}, timeout=every_s)
+        if done:
+            return task.result()
+        if on_tick is not None:
+            ticked = on_tick(time.monotonic() - started)
+            if ticked is not None:
+                await ticked
 
 # git must not read anything the harness may have left in the repo's config; safe.directory
 # because the workspace may belong to another user than the one grading it

@@ -9,14 +9,12 @@ junk and task-owned files left out) are applied.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import time
-from collections.abc import AsyncIterator, Awaitable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
-from activities.evaluators.base import Tick
+from activities.evaluators.base import Tick, while_ticking
 from activities.evaluators.baseline import record_baseline
 from activities.evaluators.patches import (
     ExtractionFailed,
@@ -26,8 +24,6 @@ from activities.evaluators.patches import (
 )
 from activities.runtimes.base import Runtime
 from polar.models import EvaluatorSpec, PrepareRequest, RuntimeHandle, RuntimeSpec, Source
-
-T = TypeVar("T")
 
 
 @contextlib.asynccontextmanager
@@ -42,7 +38,7 @@ async def fresh_runtime(
     handle: RuntimeHandle | None = prewarmed
     try:
         if handle is None:  # a cold clone or image start can take minutes: keep ticking
-            handle = await _ticking(runtime.prepare(request), on_tick)
+            handle = await while_ticking(runtime.prepare(request), on_tick)
         if handle.baseline is None:
             handle = await record_baseline(runtime, handle, on_tick=on_tick)
         yield handle
@@ -51,21 +47,6 @@ async def fresh_runtime(
             handle
             or RuntimeHandle(kind=runtime.kind, session_id=request.session_id, workdir="", host="")
         )
-
-
-async def _ticking(work: Awaitable[T], on_tick: Tick, every_s: float = 2.0) -> T:
-    """Await `work`, calling `on_tick(elapsed)` every `every_s` meanwhile (the activity's
-    heartbeat: preparing must not look like a dead worker)."""
-    task = asyncio.ensure_future(work)
-    started = time.monotonic()
-    while True:
-        done, _ = await asyncio.wait({task}, timeout=every_s)
-        if done:
-            return task.result()
-        if on_tick is not None:
-            ticked = on_tick(time.monotonic() - started)
-            if ticked is not None:
-                await ticked
 
 
 def eval_prepare_request(
