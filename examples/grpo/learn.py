@@ -28,7 +28,12 @@ sys.path.insert(0, str(REPO))  # run as a script from anywhere
 
 from activities.worker import running_workers  # noqa: E402
 from examples.grpo.curve import plot, write_csv  # noqa: E402
-from examples.grpo.train import StepReport, report_line, train, untied_copy  # noqa: E402
+from examples.grpo.train import (  # noqa: E402
+    StepReport,
+    report_line,
+    train_with_args,
+    untied_copy,
+)
 from polar.devstack import DevStack, free_port  # noqa: E402
 from polar.sdk import PolarClient  # noqa: E402
 from polar.settings import Settings  # noqa: E402
@@ -72,19 +77,7 @@ async def run(args: argparse.Namespace, settings: Settings) -> list[StepReport]:
 
     async with running_workers(settings):
         polar = await PolarClient.connect(settings)
-        await train(
-            polar,
-            policy_dir=settings.model_dir or MODEL,
-            vllm_url=f"http://127.0.0.1:{settings.vllm_port}",
-            admin_token=settings.admin_token or "",
-            steps=args.steps,
-            tasks_per_step=args.tasks_per_step,
-            group_size=args.group_size,
-            lr=args.lr,
-            max_policy_lag=args.max_policy_lag,
-            overlap=args.overlap,
-            on_step=on_step,
-        )
+        await train_with_args(polar, settings, settings.model_dir or MODEL, args, on_step)
     return reports
 
 

@@ -337,6 +337,30 @@ def report_line(report: StepReport) -> str:
     return json.dumps(asdict(report))
 
 
+async def train_with_args(
+    polar: PolarClient,
+    settings: Settings,
+    policy_dir: Path,
+    args: argparse.Namespace,
+    on_step: Callable[[StepReport], None] | None = None,
+) -> list[StepReport]:
+    """`train` with the loop options of a command line (steps, group sizes, lr, policy lag,
+    overlap) against the stack `settings` names (its vLLM and the gateway's admin token)."""
+    return await train(
+        polar,
+        policy_dir=policy_dir,
+        vllm_url=f"http://127.0.0.1:{settings.vllm_port}",
+        admin_token=settings.admin_token or "",
+        steps=args.steps,
+        tasks_per_step=args.tasks_per_step,
+        group_size=args.group_size,
+        lr=args.lr,
+        max_policy_lag=args.max_policy_lag,
+        overlap=args.overlap,
+        on_step=on_step,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--policy-dir", type=Path, required=True)
@@ -358,19 +382,10 @@ def main() -> None:
 
     async def go() -> None:
         polar = await PolarClient.connect(settings)
-        await train(
-            polar,
-            policy_dir=args.policy_dir,
-            vllm_url=f"http://127.0.0.1:{settings.vllm_port}",
-            admin_token=settings.admin_token or "",
-            steps=args.steps,
-            tasks_per_step=args.tasks_per_step,
-            group_size=args.group_size,
-            lr=args.lr,
-            max_policy_lag=args.max_policy_lag,
-            overlap=args.overlap,
+        await train_with_args(
+            polar, settings, args.policy_dir, args,
             on_step=lambda report: print(report_line(report), flush=True),
-        )
+        )  # fmt: skip
 
     asyncio.run(go())
 
