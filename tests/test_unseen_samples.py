@@ -15,6 +15,7 @@ import os
 import signal
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -115,7 +116,7 @@ class KillAfterRecord:
 
 @pytest.fixture
 def tapped_gateway(
-    base_settings: Settings, storage: Storage
+    base_settings: Settings, storage: Storage, tmp_path: Path
 ) -> Iterator[tuple[KillAfterRecord, DevStack, Settings]]:
     """A gateway process whose S3 goes through the killing tap, in front of a backend."""
     assert base_settings.s3_endpoint
@@ -128,6 +129,8 @@ def tapped_gateway(
             update={
                 "upstream_urls": backend.url,
                 "s3_endpoint": s3_url,
+                # its own run dir: the suite's gateway keeps its pid file (and its life)
+                "data_dir": tmp_path,
                 "gateway_port": free_port(),
                 "admin_port": free_port(),
                 "log_format": "text",

@@ -43,7 +43,12 @@ async def test_worker_killed_mid_harness_session_completes_without_loss(
             if polar.storage.count_completions(session_id) >= 2:
                 break
         await asyncio.sleep(0.3)
-    assert session_id is not None, "the session never started calling the model"
+    else:
+        gateway_log = (settings.data_dir / "run" / "gateway.log").read_text(errors="replace")
+        raise AssertionError(
+            f"session {session_id} made fewer than 2 calls in 300 s; "
+            f"status: {await polar.status(run)}; gateway log: {gateway_log[-2000:]}"
+        )
     pid = stack.pid("worker")
     assert pid is not None
     os.kill(pid, signal.SIGKILL)

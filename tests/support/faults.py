@@ -181,12 +181,17 @@ async def activity_runs(client: Client, workflow_id: str) -> list[ActivityRun]:
 
 
 async def wait_for(predicate: Any, timeout_s: float, what: str, every_s: float = 0.2) -> None:
-    """Poll `predicate` until true; AssertionError naming `what` after `timeout_s`."""
+    """Poll `predicate` (plain or async) until true; AssertionError naming `what` after
+    `timeout_s`."""
     import asyncio
+    import inspect
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if predicate():
+        outcome = predicate()
+        if inspect.isawaitable(outcome):
+            outcome = await outcome
+        if outcome:
             return
         await asyncio.sleep(every_s)
     raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
