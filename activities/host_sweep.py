@@ -71,8 +71,13 @@ async def sweep_host(
             if await session_running(client, session_id.removesuffix(EVAL_SUFFIX)):
                 report.kept.setdefault(kind, []).append(session_id)
                 continue
-            bare = RuntimeHandle(kind=kind, session_id=session_id, workdir="",
-                                 host=settings.host_id, host_id=settings.host_id)  # fmt: skip
+            bare = RuntimeHandle(
+                kind=kind,
+                session_id=session_id,
+                workdir="",
+                host=settings.host_id,
+                host_id=settings.host_id,
+            )
             try:
                 await runtime.teardown(bare)
             except Exception as exc:  # noqa: BLE001 - the next sweep tries again
@@ -80,8 +85,11 @@ async def sweep_host(
                 continue
             report.removed.setdefault(kind, []).append(session_id)
     if report.removed:
-        log.warning("sweep on host %s removed runtimes of closed sessions: %s",
-                    settings.host_id, report.removed)  # fmt: skip
+        log.warning(
+            "sweep on host %s removed runtimes of closed sessions: %s",
+            settings.host_id,
+            report.removed,
+        )
     return report
 
 

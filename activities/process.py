@@ -49,10 +49,18 @@ async def run_shell(
     started = time.monotonic()
     with open(stdout, "ab") as out, open(stderr, "ab") as err:
         proc = await asyncio.create_subprocess_exec(
-            *wrap, "bash", "-c", command,
-            cwd=cwd, env=env, stdout=out, stderr=err, stdin=asyncio.subprocess.DEVNULL,
-            start_new_session=True, preexec_fn=die_with_parent,
-        )  # fmt: skip
+            *wrap,
+            "bash",
+            "-c",
+            command,
+            cwd=cwd,
+            env=env,
+            stdout=out,
+            stderr=err,
+            stdin=asyncio.subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+        )
 
         async def tick() -> None:
             if on_tick is not None:

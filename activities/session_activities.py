@@ -459,15 +459,26 @@ class SessionActivities:
                     if kind == "swebench":
                         assert request.evaluator.swebench is not None
                         evaluation: Evaluation = await evaluate_swebench(
-                            runtime, request.runtime, eval_runtime, eval_handle,
-                            request.evaluator.swebench, timeout_s=budget,
-                            protected=request.evaluator.protected, on_tick=tick,
-                        )  # fmt: skip
+                            runtime,
+                            request.runtime,
+                            eval_runtime,
+                            eval_handle,
+                            request.evaluator.swebench,
+                            timeout_s=budget,
+                            protected=request.evaluator.protected,
+                            on_tick=tick,
+                        )
                     else:
                         evaluation = await evaluate_command(
-                            runtime, request.runtime, eval_runtime, eval_handle,
-                            request.evaluator, timeout_s=budget, traces=traces, on_tick=tick,
-                        )  # fmt: skip
+                            runtime,
+                            request.runtime,
+                            eval_runtime,
+                            eval_handle,
+                            request.evaluator,
+                            timeout_s=budget,
+                            traces=traces,
+                            on_tick=tick,
+                        )
                 except EvaluatorError as exc:
                     evaluation = Evaluation(0.0, f"evaluator error: {str(exc)[:500]}")
                     evaluation.report["evaluator_error"] = str(exc)

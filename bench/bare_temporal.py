@@ -75,8 +75,13 @@ async def bare_stage(request: BareStageInput) -> BareStageResult:
 
 
 # Polar's empty session: prepare (init), run (run), build + score (postrun), teardown (init)
-STAGES = (("prepare", "init"), ("run", "run"), ("build", "postrun"), ("score", "postrun"),
-          ("teardown", "init"))  # fmt: skip
+STAGES = (
+    ("prepare", "init"),
+    ("run", "run"),
+    ("build", "postrun"),
+    ("score", "postrun"),
+    ("teardown", "init"),
+)
 
 
 @workflow.defn(name="BareSession")
@@ -117,7 +122,7 @@ class BareTask:
                 BareSession.run,
                 BareSessionInput(
                     session_id=f"{spec.task_id}-{nonce}-s{i}", index=i, task_id=spec.task_id
-                ),  # fmt: skip
+                ),
                 id=f"{spec.task_id}-{nonce}-s{i}",
                 task_queue=workflow.info().task_queue,
             )
@@ -136,7 +141,7 @@ async def serve(address: str, queue: str, cap: int, ready_file: Path | None) -> 
             task_queue=f"{queue}-{pool}",
             activities=[bare_stage],
             max_concurrent_activities=cap,
-        )  # fmt: skip
+        )
         for pool in ("init", "run", "postrun")
     ]
     stop = asyncio.Event()

@@ -111,8 +111,10 @@ def long_session(tokenizer_dir: Path, calls: int = 200, seed: int = 0) -> list[C
             main.append({"role": "user", "content": "Also add a regression test."})
         elif event == "sub":
             ask = f"Find the callers of parse() in package p{len(backend.records)}."
-            sub = [{"role": "system", "content": "You are a sub-agent."},
-                   {"role": "user", "content": ask}]  # fmt: skip
+            sub = [
+                {"role": "system", "content": "You are a sub-agent."},
+                {"role": "user", "content": ask},
+            ]
             for k in range(min(5, calls - len(backend.records))):
                 last = k == 4 or len(backend.records) == calls - 1
                 calls_ = [] if last else [("bash", {"command": f"grep -rn parse src/m{k}.py"})]
@@ -428,14 +430,19 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=200, help="calls in the long session")
     parser.add_argument("--runs", type=int, default=5, help="timed rebuilds per builder")
     parser.add_argument(
-        "--drift-calls", type=int, nargs="+", default=list(DRIFT_CALLS),
+        "--drift-calls",
+        type=int,
+        nargs="+",
+        default=list(DRIFT_CALLS),
         help="sizes of the drifting sessions",
-    )  # fmt: skip
+    )
     parser.add_argument("--drift-runs", type=int, default=3, help="timed builds per drift size")
     parser.add_argument(
-        "--drift-cap", type=float, default=180.0,
+        "--drift-cap",
+        type=float,
+        default=180.0,
         help="skip a drift size whose extrapolated build time passes this many seconds",
-    )  # fmt: skip
+    )
     parser.add_argument("--compare", type=Path, help="an earlier results JSON to plot against")
     parser.add_argument("--record", action="store_true", help="re-record the harness sessions")
     parser.add_argument("--data", type=Path, default=DATA, help="recorded sessions (*.jsonl)")

@@ -164,20 +164,28 @@ def main() -> int:
         print(f"polar result --json {workflow_id} × {args.runs} ({args.jobs} at a time)")
         rows = [
             count(
-                "polar result --json", [*POLAR, "result", "--json", workflow_id],
-                child_env, args.runs, args.jobs, want_json=True,
+                "polar result --json",
+                [*POLAR, "result", "--json", workflow_id],
+                child_env,
+                args.runs,
+                args.jobs,
+                want_json=True,
             )
-        ]  # fmt: skip
+        ]
         if args.submit:
             task_file = Path(stack.enter_context(tempfile.TemporaryDirectory())) / "task.json"
             task_file.write_text(json.dumps(one_session_task("bench-exit-submit")))
             print(f"polar submit × {args.submit}")
             rows.append(
                 count(
-                    "polar submit", [*POLAR, "submit", str(task_file)],
-                    child_env, args.submit, args.jobs, want_json=False,
+                    "polar submit",
+                    [*POLAR, "submit", str(task_file)],
+                    child_env,
+                    args.submit,
+                    args.jobs,
+                    want_json=False,
                 )
-            )  # fmt: skip
+            )
 
     print("\n| command | runs | exit codes | clean | median s |")
     print("|---|---|---|---|---|")

@@ -133,11 +133,22 @@ def realistic_request(
         )
         call_id = f"call_{turn:04d}"
         messages += [
-            {"role": "assistant", "content": f"Step {turn}: reading the next file.",
-             "tool_calls": [{"id": call_id, "type": "function", "function": {
-                 "name": "tool_0", "arguments": json.dumps({"path": f"src/m{turn}.py"})}}]},
+            {
+                "role": "assistant",
+                "content": f"Step {turn}: reading the next file.",
+                "tool_calls": [
+                    {
+                        "id": call_id,
+                        "type": "function",
+                        "function": {
+                            "name": "tool_0",
+                            "arguments": json.dumps({"path": f"src/m{turn}.py"}),
+                        },
+                    }
+                ],
+            },
             {"role": "tool", "tool_call_id": call_id, "content": source},
-        ]  # fmt: skip
+        ]
         chars += len(source) + 80
         turn += 1
     return {
@@ -178,9 +189,13 @@ def upstream_app(prompt_tokens: int) -> Callable[..., Any]:
         if scope["method"] == "POST" and path.endswith("/chat/completions"):
             request = json.loads(body or b"{}")
             answer = vllm_answer(
-                request, next(counter), prompt_ids=prompt_ids, response_ids=RESPONSE_IDS,
-                text=REPLY_TEXT, model=MODEL,
-            )  # fmt: skip
+                request,
+                next(counter),
+                prompt_ids=prompt_ids,
+                response_ids=RESPONSE_IDS,
+                text=REPLY_TEXT,
+                model=MODEL,
+            )
             if request.get("stream"):
                 data, media = _sse_body(answer), b"text/event-stream"
             else:
@@ -199,8 +214,14 @@ def upstream_app(prompt_tokens: int) -> Callable[..., Any]:
 def serve_upstream(port: int, prompt_tokens: int) -> None:
     import uvicorn
 
-    uvicorn.run(upstream_app(prompt_tokens), host="127.0.0.1", port=port, log_level="warning",
-                access_log=False, lifespan="on")  # fmt: skip
+    uvicorn.run(
+        upstream_app(prompt_tokens),
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+    )
 
 
 # --------------------------------------------------------------------------- processes
@@ -239,8 +260,10 @@ def litellm_version(venv: Path) -> str | None:
         return None
     out = subprocess.run(
         [str(python), "-c", "import importlib.metadata as m; print(m.version('litellm'))"],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     return out.stdout.strip() or None
 
 
@@ -296,13 +319,21 @@ class Bench:
 
     def start_core(self) -> None:
         up_port = self.upstream_port
-        self._start(Service(
-            "fake-upstream",
-            [sys.executable, str(Path(__file__).resolve()), "--serve-upstream", str(up_port),
-             "--prompt-tokens", str(self.prompt_tokens)],
-            http_ready(f"http://127.0.0.1:{up_port}/health"),
-            start_timeout_s=30,
-        ))  # fmt: skip
+        self._start(
+            Service(
+                "fake-upstream",
+                [
+                    sys.executable,
+                    str(Path(__file__).resolve()),
+                    "--serve-upstream",
+                    str(up_port),
+                    "--prompt-tokens",
+                    str(self.prompt_tokens),
+                ],
+                http_ready(f"http://127.0.0.1:{up_port}/health"),
+                start_timeout_s=30,
+            )
+        )
         self._start(self.stack.seaweedfs())
         Storage(self.settings).ensure_bucket()
         gateway = self.stack.gateway()
@@ -314,17 +345,25 @@ class Bench:
         """LiteLLM's proxy on the same fake upstream; raises StackError if it does not come up."""
         assert self.litellm_venv is not None
         config = self.tmp / "litellm.yaml"  # JSON is YAML
-        config.write_text(json.dumps({
-            "model_list": [{
-                "model_name": MODEL,
-                "litellm_params": {
-                    "model": f"hosted_vllm/{MODEL}", "api_base": self.upstream_url,
-                    "api_key": "none",
+        config.write_text(
+            json.dumps(
+                {
+                    "model_list": [
+                        {
+                            "model_name": MODEL,
+                            "litellm_params": {
+                                "model": f"hosted_vllm/{MODEL}",
+                                "api_base": self.upstream_url,
+                                "api_key": "none",
+                            },
+                        }
+                    ],
+                    "litellm_settings": {"telemetry": False},
+                    "general_settings": {"master_key": self.litellm_key},
                 },
-            }],
-            "litellm_settings": {"telemetry": False},
-            "general_settings": {"master_key": self.litellm_key},
-        }, indent=2))  # fmt: skip
+                indent=2,
+            )
+        )
         env = {
             "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # no fetch of the price list at start
             "LITELLM_TELEMETRY": "False",
@@ -332,9 +371,14 @@ class Bench:
             "HOME": str(self.tmp),
         }
         argv = [
-            str(self.litellm_venv / "bin" / "litellm"), "--config", str(config),
-            "--host", "127.0.0.1", "--port", str(self.litellm_port),
-        ]  # fmt: skip
+            str(self.litellm_venv / "bin" / "litellm"),
+            "--config",
+            str(config),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.litellm_port),
+        ]
         ready = http_ready(f"http://127.0.0.1:{self.litellm_port}/health/liveliness")
         service = Service("litellm", argv, ready, env=env, start_timeout_s=180, cwd=str(self.tmp))
         self._start(service)
@@ -345,8 +389,11 @@ class Bench:
         self.started.clear()
 
     def base_url(self, target: str) -> str:
-        return {"direct": self.upstream_url, "polar": self.gateway_url,
-                "litellm": self.litellm_url}[target]  # fmt: skip
+        return {
+            "direct": self.upstream_url,
+            "polar": self.gateway_url,
+            "litellm": self.litellm_url,
+        }[target]
 
     def log_tail(self, name: str, chars: int = 1500) -> str:
         path = self.stack.log_path(name)
@@ -610,9 +657,10 @@ def _added(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "polar_added_p50_ms": row["added_p50_ms"],
             "litellm_added_p50_ms": other["added_p50_ms"],
             "added_p50_ratio": round(row["added_p50_ms"] / other["added_p50_ms"], 2)
-            if other["added_p50_ms"] > 0 else None,
+            if other["added_p50_ms"] > 0
+            else None,
             "calls_per_s_ratio": round(row["calls_per_s"] / other["calls_per_s"], 2),
-        }  # fmt: skip
+        }
     return ratios
 
 
@@ -635,9 +683,14 @@ async def measure(bench: Bench, args: argparse.Namespace, targets: list[str]) ->
             print(f"  {target}: {sessions} session(s) x {calls} calls", file=sys.stderr)
             pids = {name: bench.stack.pid(name) for name in bench.started}
             row = {"target": target} | await run_phase(
-                args.request, bench.base_url(target), keys, calls, args.warmup,
-                args.phase_limit_s, pids,
-            )  # fmt: skip
+                args.request,
+                bench.base_url(target),
+                keys,
+                calls,
+                args.warmup,
+                args.phase_limit_s,
+                pids,
+            )
             if target == "polar":
                 gateway_calls += row["ok_calls_incl_warmup"]
             rows.append(row)
@@ -651,9 +704,11 @@ def main() -> None:
         "--calls-32", type=int, default=25, help="timed calls per session at 32 sessions"
     )
     parser.add_argument(
-        "--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=[1, 32],
+        "--concurrency",
+        type=lambda s: [int(x) for x in s.split(",")],
+        default=[1, 32],
         help="comma-separated session counts (default 1,32)",
-    )  # fmt: skip
+    )
     parser.add_argument("--warmup", type=int, default=5, help="untimed calls per session first")
     parser.add_argument(
         "--phase-limit-s", type=float, default=60.0, help="time bound of each timed phase"
@@ -664,22 +719,28 @@ def main() -> None:
         "--install-litellm", action="store_true", help=f"pip install {LITELLM_PIN} there first"
     )
     parser.add_argument(
-        "--payload", choices=("small", "realistic"), default="small",
+        "--payload",
+        choices=("small", "realistic"),
+        default="small",
         help="small: system + user message, non-streamed (default); realistic: "
         f"{REALISTIC_TOKENS:,} tokens of history, {REALISTIC_TOOLS} tools, streamed to the caller",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--out", type=Path, default=None,
+        "--out",
+        type=Path,
+        default=None,
         help=f"results JSON (default {RESULTS.name}, or {REALISTIC_RESULTS.name} for realistic)",
-    )  # fmt: skip
+    )
     parser.add_argument(
         "--prompt-tokens", type=int, default=len(PROMPT_IDS), help=argparse.SUPPRESS
     )
     parser.add_argument(
-        "--gateway-root", type=Path, default=None,
+        "--gateway-root",
+        type=Path,
+        default=None,
         help="run the gateway from this checkout (e.g. a git worktree of an earlier commit): "
         "`python -m polar.cli gateway` with it as working directory",
-    )  # fmt: skip
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs, S3 data)")
     parser.add_argument("--serve-upstream", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -707,14 +768,20 @@ def main() -> None:
             }
         else:
             venv = args.litellm_venv
-            litellm = {"status": "measured", "version": version, "pin": LITELLM_PIN,
-                       "server": _server_impl(str(venv / "bin" / "python"))}  # fmt: skip
+            litellm = {
+                "status": "measured",
+                "version": version,
+                "pin": LITELLM_PIN,
+                "server": _server_impl(str(venv / "bin" / "python")),
+            }
 
     started = time.monotonic()
     load = os.getloadavg()[0]
     if load > 0.5:
-        print(f"warning: load average {load:.2f} before the run: figures will be noisy",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"warning: load average {load:.2f} before the run: figures will be noisy",
+            file=sys.stderr,
+        )
     tmp_dir = (
         contextlib.nullcontext(tempfile.mkdtemp(prefix="polar-bench-gw-"))
         if args.keep
@@ -739,8 +806,11 @@ def main() -> None:
             ll_rows = [r for r in measured["rows"] if r["target"] == "litellm"]
             if ll_rows and any(r["calls"] == 0 for r in ll_rows):
                 first = next(e for r in ll_rows for e in r["first_errors"])
-                litellm |= {"status": "failed", "reason": f"calls failed: {first}",
-                            "log_tail": bench.log_tail("litellm")}  # fmt: skip
+                litellm |= {
+                    "status": "failed",
+                    "reason": f"calls failed: {first}",
+                    "log_tail": bench.log_tail("litellm"),
+                }
         finally:
             bench.stop()
 
@@ -774,7 +844,7 @@ def main() -> None:
             },
             "upstream": "raw ASGI app under uvicorn, vLLM answer shape, "
             f"{prompt_tokens} prompt ids, {len(RESPONSE_IDS)} sampled ids",
-        },  # fmt: skip
+        },
         "rows": rows,
         "litellm": litellm,
         "records": records,

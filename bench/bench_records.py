@@ -60,9 +60,12 @@ def gateway_records(calls: int, session_id: str) -> list[CompletionRecord]:
         normalized = normalize(chat.to_chat(request, call), "vllm", "policy")
         message = (rec.response or {})["choices"][0]["message"]
         answer = vllm_answer(
-            normalized, n, prompt_ids=rec.prompt_token_ids or [],
-            response_ids=rec.response_token_ids or [], text=message.get("content") or "",
-        )  # fmt: skip
+            normalized,
+            n,
+            prompt_ids=rec.prompt_token_ids or [],
+            response_ids=rec.response_token_ids or [],
+            text=message.get("content") or "",
+        )
         answer["choices"][0]["message"] = message
         out.append(
             rec.model_copy(
@@ -73,7 +76,7 @@ def gateway_records(calls: int, session_id: str) -> list[CompletionRecord]:
                     "response": answer,
                     "record_id": f"{rec.seq:020d}-bench-{n}",
                 }
-            )  # fmt: skip
+            )
         )
     return out
 
@@ -105,9 +108,12 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="polar-bench-rec-") as tmp:
         settings = Settings(
-            data_dir=Path(tmp), s3_endpoint=f"http://127.0.0.1:{free_port(8)}",
-            s3_bucket="polar-bench", session_secret=secrets.token_hex(16), model_dir=None,
-        )  # fmt: skip
+            data_dir=Path(tmp),
+            s3_endpoint=f"http://127.0.0.1:{free_port(8)}",
+            s3_bucket="polar-bench",
+            session_secret=secrets.token_hex(16),
+            model_dir=None,
+        )
         stack = DevStack(settings, with_model=False, die_with_parent=True)
         stack.start(stack.seaweedfs(), log=lambda line: print(f"  {line}", file=sys.stderr))
         try:

@@ -109,16 +109,21 @@ def backend_app(slots: int, latency_s: float) -> Callable[..., Any]:
             state["waiting"] -= 1
             request = json.loads(body or b"{}")
             return 200, vllm_answer(
-                request, state["calls"], prompt_ids=PROMPT_IDS, response_ids=RESPONSE_IDS,
+                request,
+                state["calls"],
+                prompt_ids=PROMPT_IDS,
+                response_ids=RESPONSE_IDS,
                 model=MODEL,
-            )  # fmt: skip
+            )
         if path == "/stats":
             keys = ("slots", "latency", "calls", "busy_s", "first", "last", "max_waiting")
             return 200, {k: state[k] for k in keys}
         if path == "/reset" and method == "POST":
             params = dict(part.split("=", 1) for part in query.split("&") if part)
-            reset(int(params.get("slots", state["slots"])),
-                  float(params.get("latency", state["latency"])))  # fmt: skip
+            reset(
+                int(params.get("slots", state["slots"])),
+                float(params.get("latency", state["latency"])),
+            )
             return 200, {"ok": True}
         if path in ("/health", "/v1/models"):
             return 200, {"object": "list", "data": [{"id": MODEL, "object": "model"}]}
@@ -131,8 +136,14 @@ def backend_app(slots: int, latency_s: float) -> Callable[..., Any]:
 def serve_backend(port: int, slots: int, latency_s: float) -> None:
     import uvicorn
 
-    uvicorn.run(backend_app(slots, latency_s), host="127.0.0.1", port=port, log_level="warning",
-                access_log=False, lifespan="on")  # fmt: skip
+    uvicorn.run(
+        backend_app(slots, latency_s),
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+    )
 
 
 # --------------------------------------------------------------------------- processes
@@ -173,9 +184,16 @@ class Bench:
         print(f"  {line}", file=sys.stderr)
 
     def start(self) -> None:
-        argv = [sys.executable, str(Path(__file__).resolve()), "--serve-backend",
-                str(self.backend_port), "--slots", str(self.slots),
-                "--latency", str(self.latency_s)]  # fmt: skip
+        argv = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--serve-backend",
+            str(self.backend_port),
+            "--slots",
+            str(self.slots),
+            "--latency",
+            str(self.latency_s),
+        ]
         for service in (
             Service("fake-backend", argv, http_ready(f"{self.backend}/health"), start_timeout_s=30),
             self.stack.temporal(),
@@ -208,9 +226,20 @@ class Bench:
     def bare_worker(self, queue: str, cap: int) -> Any:
         """The bare Temporal baseline's worker (bench/bare_temporal.py), its own process."""
         ready = self.stack.run_dir / "bare-worker.ready"
-        argv = [sys.executable, "-m", "bench.bare_temporal", "worker", "--address",
-                self.settings.temporal_address, "--queue", queue, "--cap", str(cap),
-                "--ready-file", str(ready)]  # fmt: skip
+        argv = [
+            sys.executable,
+            "-m",
+            "bench.bare_temporal",
+            "worker",
+            "--address",
+            self.settings.temporal_address,
+            "--queue",
+            queue,
+            "--cap",
+            str(cap),
+            "--ready-file",
+            str(ready),
+        ]
         service = Service("bare-worker", argv, ready.exists, cwd=str(REPO), start_timeout_s=60)
         self.started.append(service.name)
         self.stack.start(service, log=self.log)
@@ -238,8 +267,9 @@ class Bench:
 
 def curl_calls(calls: int) -> str:
     """A shell harness making `calls` sequential Chat Completions calls through the gateway."""
-    body = json.dumps({"model": MODEL, "max_tokens": 8,
-                       "messages": [{"role": "user", "content": "Fix the bug."}]})  # fmt: skip
+    body = json.dumps(
+        {"model": MODEL, "max_tokens": 8, "messages": [{"role": "user", "content": "Fix the bug."}]}
+    )
     one = (
         'curl -sf -o /dev/null --max-time 60 -H "Authorization: Bearer $OPENAI_API_KEY" '
         f"-H 'Content-Type: application/json' -d '{body}' \"$OPENAI_BASE_URL/chat/completions\""
@@ -247,21 +277,30 @@ def curl_calls(calls: int) -> str:
     return f"for i in $(seq {calls}); do {one} || exit 1; done"
 
 
-def spec(task_id: str, harness: str, *, prepare_s: float = 0, evaluate_s: float | None = None,
-         sessions: int = 1) -> TaskSpec:  # fmt: skip
+def spec(
+    task_id: str,
+    harness: str,
+    *,
+    prepare_s: float = 0,
+    evaluate_s: float | None = None,
+    sessions: int = 1,
+) -> TaskSpec:
     prepare = [{"type": "run", "command": f"sleep {prepare_s}"}] if prepare_s else []
     evaluator = (
         {"kind": "command", "command": f"sleep {evaluate_s}"}
-        if evaluate_s is not None else {"kind": "none"}
-    )  # fmt: skip
-    return TaskSpec.model_validate({
-        "task_id": task_id,
-        "num_sessions": sessions,
-        "runtime": {"kind": "local", "prepare": prepare},
-        "harness": {"kind": "command", "command": harness},
-        "evaluator": evaluator,
-        "builder": {"name": "per_request"},
-    })  # fmt: skip
+        if evaluate_s is not None
+        else {"kind": "none"}
+    )
+    return TaskSpec.model_validate(
+        {
+            "task_id": task_id,
+            "num_sessions": sessions,
+            "runtime": {"kind": "local", "prepare": prepare},
+            "harness": {"kind": "command", "command": harness},
+            "evaluator": evaluator,
+            "builder": {"name": "per_request"},
+        }
+    )
 
 
 async def run_sessions(
@@ -292,8 +331,12 @@ async def run_sessions(
         await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(n))), limit_s)
     except TimeoutError:
         errors.append(f"time limit {limit_s:.0f}s reached")
-    return {"wall_s": time.monotonic() - t0, "sessions": sessions, "latencies": latencies,
-            "errors": errors}  # fmt: skip
+    return {
+        "wall_s": time.monotonic() - t0,
+        "sessions": sessions,
+        "latencies": latencies,
+        "errors": errors,
+    }
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -322,11 +365,23 @@ def mean_stages(sessions: list[SessionResult]) -> dict[str, float]:
 async def bench_utilisation(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
     n, slots = args.sessions, args.slots
     harness = curl_calls(args.calls)
-    configs = [{"name": "stage isolation", "mode": "isolation", "in_flight": n,
-                "caps": (args.init_cap, args.run_cap, args.postrun_cap)}]  # fmt: skip
+    configs = [
+        {
+            "name": "stage isolation",
+            "mode": "isolation",
+            "in_flight": n,
+            "caps": (args.init_cap, args.run_cap, args.postrun_cap),
+        }
+    ]
     for m in args.serial_slots:
-        configs.append({"name": f"serial pipeline, {m} slots", "mode": "serial", "in_flight": m,
-                        "caps": (m, m, m)})  # fmt: skip
+        configs.append(
+            {
+                "name": f"serial pipeline, {m} slots",
+                "mode": "serial",
+                "in_flight": m,
+                "caps": (m, m, m),
+            }
+        )
     rows = []
     for k, cfg in enumerate(configs):
         queue = f"util{k}-{uuid.uuid4().hex[:6]}"
@@ -335,38 +390,50 @@ async def bench_utilisation(bench: Bench, args: argparse.Namespace) -> dict[str,
             bench.backend_reset(slots, args.latency)
 
             def make(i: int, k: int = k) -> TaskSpec:
-                return spec(f"util{k}-{i}", harness, prepare_s=args.prepare_s,
-                            evaluate_s=args.evaluate_s)  # fmt: skip
+                return spec(
+                    f"util{k}-{i}", harness, prepare_s=args.prepare_s, evaluate_s=args.evaluate_s
+                )
 
             out = await run_sessions(settings, make, n, cfg["in_flight"], args.phase_limit_s)
             stats = bench.backend_stats()
         wall = out["wall_s"]
         window = (stats["last"] - stats["first"]) if stats["first"] else 0.0
-        rows.append({
-            "config": cfg["name"],
-            "mode": cfg["mode"],
-            "sessions_in_flight": cfg["in_flight"],
-            "caps_init_run_postrun": list(cfg["caps"]),
-            "sessions": n,
-            "completed": completed(out["sessions"]),
-            "errors": out["errors"][:3],
-            "wall_s": round(wall, 2),
-            "backend_calls": stats["calls"],
-            "busy_slot_s": round(stats["busy_s"], 2),
-            "utilisation": round(stats["busy_s"] / (slots * wall), 4) if wall else None,
-            "utilisation_call_window": round(stats["busy_s"] / (slots * window), 4)
-            if window else None,
-            "max_calls_waiting_for_slot": stats["max_waiting"],
-            "sessions_per_min": round(60 * completed(out["sessions"]) / wall, 1) if wall else None,
-            "mean_stage_s": mean_stages(out["sessions"]),
-        })  # fmt: skip
+        rows.append(
+            {
+                "config": cfg["name"],
+                "mode": cfg["mode"],
+                "sessions_in_flight": cfg["in_flight"],
+                "caps_init_run_postrun": list(cfg["caps"]),
+                "sessions": n,
+                "completed": completed(out["sessions"]),
+                "errors": out["errors"][:3],
+                "wall_s": round(wall, 2),
+                "backend_calls": stats["calls"],
+                "busy_slot_s": round(stats["busy_s"], 2),
+                "utilisation": round(stats["busy_s"] / (slots * wall), 4) if wall else None,
+                "utilisation_call_window": round(stats["busy_s"] / (slots * window), 4)
+                if window
+                else None,
+                "max_calls_waiting_for_slot": stats["max_waiting"],
+                "sessions_per_min": round(60 * completed(out["sessions"]) / wall, 1)
+                if wall
+                else None,
+                "mean_stage_s": mean_stages(out["sessions"]),
+            }
+        )
     return {
-        "params": {"sessions": n, "backend_slots": slots, "latency_s": args.latency,
-                   "calls_per_session": args.calls, "prepare_s": args.prepare_s,
-                   "evaluate_s": args.evaluate_s, "serial_slots": args.serial_slots,
-                   "isolation_caps": [args.init_cap, args.run_cap, args.postrun_cap]},
+        "params": {
+            "sessions": n,
+            "backend_slots": slots,
+            "latency_s": args.latency,
+            "calls_per_session": args.calls,
+            "prepare_s": args.prepare_s,
+            "evaluate_s": args.evaluate_s,
+            "serial_slots": args.serial_slots,
+            "isolation_caps": [args.init_cap, args.run_cap, args.postrun_cap],
+        },
         "rows": rows,
-    }  # fmt: skip
+    }
 
 
 # --------------------------------------------------------------------------- (b) overhead
@@ -375,20 +442,30 @@ async def bench_utilisation(bench: Bench, args: argparse.Namespace) -> dict[str,
 async def bench_overhead(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
     queue = f"empty-{uuid.uuid4().hex[:6]}"
     c = args.overhead_concurrency
-    print(f"(b) empty sessions: {args.overhead_n1} at concurrency 1, "
-          f"{args.overhead_nc} at {c} …", file=sys.stderr)  # fmt: skip
+    print(
+        f"(b) empty sessions: {args.overhead_n1} at concurrency 1, {args.overhead_nc} at {c} …",
+        file=sys.stderr,
+    )
     with bench.worker(queue, c, c, c) as settings:
         warm = await run_sessions(settings, lambda i: spec(f"warm-{i}", "true"), 2, 1, 60)
-        one = await run_sessions(settings, lambda i: spec(f"empty1-{i}", "true"),
-                                 args.overhead_n1, 1, args.phase_limit_s)  # fmt: skip
-        many = await run_sessions(settings, lambda i: spec(f"emptyc-{i}", "true"),
-                                  args.overhead_nc, c, args.phase_limit_s)  # fmt: skip
+        one = await run_sessions(
+            settings, lambda i: spec(f"empty1-{i}", "true"), args.overhead_n1, 1, args.phase_limit_s
+        )
+        many = await run_sessions(
+            settings, lambda i: spec(f"emptyc-{i}", "true"), args.overhead_nc, c, args.phase_limit_s
+        )
     lat = one["latencies"] or [float("nan")]
     return {
-        "params": {"sessions_c1": args.overhead_n1, "sessions_cN": args.overhead_nc,
-                   "concurrency": c, "caps": [c, c, c], "harness": "true",
-                   "evaluator": "none", "builder": "per_request",
-                   "warmup_completed": completed(warm["sessions"])},
+        "params": {
+            "sessions_c1": args.overhead_n1,
+            "sessions_cN": args.overhead_nc,
+            "concurrency": c,
+            "caps": [c, c, c],
+            "harness": "true",
+            "evaluator": "none",
+            "builder": "per_request",
+            "warmup_completed": completed(warm["sessions"]),
+        },
         "c1": {
             "completed": completed(one["sessions"]),
             "errors": one["errors"][:3],
@@ -405,7 +482,7 @@ async def bench_overhead(bench: Bench, args: argparse.Namespace) -> dict[str, An
             "latency_p50_s": round(percentile(many["latencies"] or [float("nan")], 50), 3),
             "mean_stage_s": mean_stages(many["sessions"]),
         },
-    }  # fmt: skip
+    }
 
 
 # --------------------------------------------------------------------------- (c) throughput
@@ -445,16 +522,27 @@ async def bench_throughput(bench: Bench, args: argparse.Namespace, tasks: int) -
         wall = time.monotonic() - t0
         stats = bench.backend_stats()
     storage = Storage(bench.settings)
-    records = await asyncio.gather(*(asyncio.to_thread(storage.count_completions, s.session_id)
-                                     for s in sessions))  # fmt: skip
+    records = await asyncio.gather(
+        *(asyncio.to_thread(storage.count_completions, s.session_id) for s in sessions)
+    )
     traces = sum(1 for s in sessions if s.traces_key and s.num_completions == 2)
     durations = [sum(s.stage_seconds.values()) for s in sessions] or [float("nan")]
-    ok = (error is None and len(sessions) == n and completed(sessions) == n
-          and all(r == 2 for r in records) and traces == n)  # fmt: skip
+    ok = (
+        error is None
+        and len(sessions) == n
+        and completed(sessions) == n
+        and all(r == 2 for r in records)
+        and traces == n
+    )
     return {
-        "params": {"sessions": n, "tasks": tasks, "caps": [cap, cap, cap], "calls_per_session": 2,
-                   "backend_slots": args.throughput_slots,
-                   "latency_s": args.throughput_latency},
+        "params": {
+            "sessions": n,
+            "tasks": tasks,
+            "caps": [cap, cap, cap],
+            "calls_per_session": 2,
+            "backend_slots": args.throughput_slots,
+            "latency_s": args.throughput_latency,
+        },
         "error": error,
         "sessions": len(sessions),
         "completed": completed(sessions),
@@ -476,7 +564,7 @@ async def bench_throughput(bench: Bench, args: argparse.Namespace, tasks: int) -
         "sessions_with_2_records": sum(r == 2 for r in records),
         "sessions_with_traces": traces,
         "ok": ok,
-    }  # fmt: skip
+    }
 
 
 # --------------------------------------------------------------------------- (d) Polar ÷ bare
@@ -513,14 +601,21 @@ async def history_size(client: Any, workflow_id: str) -> dict[str, int]:
 
 async def start_rate(client: Any, query: str) -> dict[str, Any]:
     """How fast Temporal started the workflows matching `query` (children of one task)."""
-    found = sorted([(ex.start_time.timestamp(), ex.id)
-                    async for ex in client.list_workflows(query) if ex.start_time])  # fmt: skip
+    found = sorted(
+        [
+            (ex.start_time.timestamp(), ex.id)
+            async for ex in client.list_workflows(query)
+            if ex.start_time
+        ]
+    )
     starts = [t for t, _ in found]
     spread = starts[-1] - starts[0] if len(starts) > 1 else 0.0
-    return {"children": len(starts), "start_spread_s": round(spread, 2),
-            "children_per_s": round((len(starts) - 1) / spread, 2) if spread else None,
-            "child_history": await history_size(client, found[-1][1]) if found else None,
-            }  # fmt: skip
+    return {
+        "children": len(starts),
+        "start_spread_s": round(spread, 2),
+        "children_per_s": round((len(starts) - 1) / spread, 2) if spread else None,
+        "child_history": await history_size(client, found[-1][1]) if found else None,
+    }
 
 
 def ratio(top: dict[str, Any], bottom: dict[str, Any], phase: str, key: str) -> float | None:
@@ -558,9 +653,12 @@ async def measure_system(
             t = time.monotonic()
             await system.run_task(f"c1-{i}", 1)
             lat.append(time.monotonic() - t)
-        out = {"sessions": len(lat), "latency_p50_s": round(percentile(lat, 50), 3),
-               "latency_mean_s": round(statistics.mean(lat), 3),
-               "latency_min_s": round(min(lat), 3)}  # fmt: skip
+        out = {
+            "sessions": len(lat),
+            "latency_p50_s": round(percentile(lat, 50), 3),
+            "latency_mean_s": round(statistics.mean(lat), 3),
+            "latency_min_s": round(min(lat), 3),
+        }
     elif phase == "cN":
         gate = asyncio.Semaphore(args.overhead_concurrency)
 
@@ -570,8 +668,11 @@ async def measure_system(
 
         await asyncio.gather(*(one(i) for i in range(args.overhead_nc)))
         wall = time.monotonic() - t0
-        out = {"sessions": args.overhead_nc, "wall_s": round(wall, 2),
-               "sessions_per_s": round(args.overhead_nc / wall, 2)}  # fmt: skip
+        out = {
+            "sessions": args.overhead_nc,
+            "wall_s": round(wall, 2),
+            "sessions_per_s": round(args.overhead_nc / wall, 2),
+        }
     else:
         n = args.one_task_sessions
         task_id, workflow_id = await system.run_task("one", n)
@@ -592,9 +693,11 @@ async def bench_baseline(bench: Bench, args: argparse.Namespace) -> dict[str, An
     cap = max(args.overhead_concurrency, args.one_task_sessions)
     polar_queue = f"pb-{uuid.uuid4().hex[:6]}"
     bare_queue = f"bare-{uuid.uuid4().hex[:6]}"
-    print(f"(d) Polar ÷ bare: {args.overhead_n1} at concurrency 1, {args.overhead_nc} at "
-          f"{args.overhead_concurrency}, one task of {args.one_task_sessions} …",
-          file=sys.stderr)  # fmt: skip
+    print(
+        f"(d) Polar ÷ bare: {args.overhead_n1} at concurrency 1, {args.overhead_nc} at "
+        f"{args.overhead_concurrency}, one task of {args.one_task_sessions} …",
+        file=sys.stderr,
+    )
     with bench.worker(polar_queue, cap, cap, cap) as settings, bench.bare_worker(bare_queue, cap):
         polar = await PolarClient.connect(settings)
         client = polar.client
@@ -611,29 +714,45 @@ async def bench_baseline(bench: Bench, args: argparse.Namespace) -> dict[str, An
             finished.extend(result.sessions)
             if completed(result.sessions) != n:
                 errors = {s.error for s in result.sessions if s.error}
-                raise RuntimeError(f"polar task {task_id}: {completed(result.sessions)}/{n} "
-                                   f"completed: {sorted(errors)[:3]}")  # fmt: skip
+                raise RuntimeError(
+                    f"polar task {task_id}: {completed(result.sessions)}/{n} "
+                    f"completed: {sorted(errors)[:3]}"
+                )
             return task_id, run.workflow_id
 
         async def bare_task(tag: str, n: int) -> tuple[str, str]:
             task_id = f"bare-{tag}-{uuid.uuid4().hex[:8]}"
             result = await client.execute_workflow(
-                BareTask.run, BareTaskInput(task_id=task_id, num_sessions=n), id=task_id,
-                task_queue=bare_queue, execution_timeout=dt.timedelta(seconds=args.phase_limit_s),
-            )  # fmt: skip
+                BareTask.run,
+                BareTaskInput(task_id=task_id, num_sessions=n),
+                id=task_id,
+                task_queue=bare_queue,
+                execution_timeout=dt.timedelta(seconds=args.phase_limit_s),
+            )
             if len(result.sessions) != n:
                 raise RuntimeError(f"bare task {task_id}: {len(result.sessions)}/{n}")
             return task_id, task_id
 
         systems = [
-            System("polar", polar_task,
-                   lambda task_id, wid: f"PolarTaskId = '{task_id}' AND WorkflowType = 'Session'",
-                   lambda: bench.stack.pid(f"worker-{bench.workers}")),
-            System("bare", bare_task, lambda task_id, wid: f"ParentWorkflowId = '{wid}'",
-                   lambda: bench.stack.pid("bare-worker")),
-        ]  # fmt: skip
-        direct = System("polar_direct", functools.partial(polar_task, direct=True),
-                        systems[0].children_query, systems[0].pid)  # fmt: skip
+            System(
+                "polar",
+                polar_task,
+                lambda task_id, wid: f"PolarTaskId = '{task_id}' AND WorkflowType = 'Session'",
+                lambda: bench.stack.pid(f"worker-{bench.workers}"),
+            ),
+            System(
+                "bare",
+                bare_task,
+                lambda task_id, wid: f"ParentWorkflowId = '{wid}'",
+                lambda: bench.stack.pid("bare-worker"),
+            ),
+        ]
+        direct = System(
+            "polar_direct",
+            functools.partial(polar_task, direct=True),
+            systems[0].children_query,
+            systems[0].pid,
+        )
         for system in systems:  # warm up: imports, sandbox, first polls
             await system.run_task("warm", 2)
         rows: dict[str, dict[str, Any]] = {s.name: {} for s in [*systems, direct]}
@@ -662,17 +781,23 @@ async def bench_baseline(bench: Bench, args: argparse.Namespace) -> dict[str, An
         "one_task_children_per_s": ratio(b, p, "one_task", "children_per_s"),
     }
     return {
-        "params": {"sessions_c1": args.overhead_n1, "sessions_cN": args.overhead_nc,
-                   "concurrency": args.overhead_concurrency,
-                   "one_task_sessions": args.one_task_sessions, "caps": [cap, cap, cap],
-                   "harness": "true", "evaluator": "none", "builder": "per_request",
-                   "dev_server_dynamic_config": dev_server_config()},
+        "params": {
+            "sessions_c1": args.overhead_n1,
+            "sessions_cN": args.overhead_nc,
+            "concurrency": args.overhead_concurrency,
+            "one_task_sessions": args.one_task_sessions,
+            "caps": [cap, cap, cap],
+            "harness": "true",
+            "evaluator": "none",
+            "builder": "per_request",
+            "dev_server_dynamic_config": dev_server_config(),
+        },
         "polar": p,
         "bare": b,
         "polar_direct": rows["polar_direct"],
         # > 1 means Polar is slower: latency polar/bare; rates bare/polar
         "polar_over_bare": ratios,
-    }  # fmt: skip
+    }
 
 
 # --------------------------------------------------------------- (e) large, (f) big spec
@@ -697,8 +822,13 @@ async def bench_large(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
         wall = time.monotonic() - t0
         query = f"PolarTaskId = '{task.task_id}' AND WorkflowType = 'Session'"
         starts = await start_rate(polar.client, query)
-        batch_ids = sorted({ex.parent_id async for ex in polar.client.list_workflows(query)
-                            if ex.parent_id and ex.parent_id != run.workflow_id})  # fmt: skip
+        batch_ids = sorted(
+            {
+                ex.parent_id
+                async for ex in polar.client.list_workflows(query)
+                if ex.parent_id and ex.parent_id != run.workflow_id
+            }
+        )
         out = {
             "params": {"sessions": n, "caps": [cap, cap, cap], "harness": "true"},
             "completed": completed(result.sessions),
@@ -906,12 +1036,19 @@ def main() -> None:
     parser.add_argument("--utilisation", action="store_true", help="run (a)")
     parser.add_argument("--overhead", action="store_true", help="run (b)")
     parser.add_argument("--throughput", action="store_true", help="run (c)")
-    parser.add_argument("--large", action="store_true",
-                        help="run (e): one task of --large-sessions empty sessions")  # fmt: skip
-    parser.add_argument("--big-spec", action="store_true",
-                        help="run (f): histories of a task with a large instruction")  # fmt: skip
-    parser.add_argument("--baseline", action="store_true",
-                        help="run (d): Polar ÷ bare Temporal (uses the (b) sizes)")  # fmt: skip
+    parser.add_argument(
+        "--large", action="store_true", help="run (e): one task of --large-sessions empty sessions"
+    )
+    parser.add_argument(
+        "--big-spec",
+        action="store_true",
+        help="run (f): histories of a task with a large instruction",
+    )
+    parser.add_argument(
+        "--baseline",
+        action="store_true",
+        help="run (d): Polar ÷ bare Temporal (uses the (b) sizes)",
+    )
     g = parser.add_argument_group("(a) utilisation")
     g.add_argument("--sessions", type=int, default=32, help="sessions per configuration")
     g.add_argument("--slots", type=int, default=4, help="backend slots")
@@ -922,29 +1059,45 @@ def main() -> None:
     g.add_argument("--init-cap", type=int, default=8, help="stage isolation: init pool")
     g.add_argument("--run-cap", type=int, default=4, help="stage isolation: run pool")
     g.add_argument("--postrun-cap", type=int, default=8, help="stage isolation: postrun pool")
-    g.add_argument("--serial-slots", type=_ints, default=[4, 20],
-                   help="serial pipelines to run: sessions in flight (default 4,20)")  # fmt: skip
+    g.add_argument(
+        "--serial-slots",
+        type=_ints,
+        default=[4, 20],
+        help="serial pipelines to run: sessions in flight (default 4,20)",
+    )
     g = parser.add_argument_group("(b) overhead")
     g.add_argument("--overhead-n1", type=int, default=10, help="sessions at concurrency 1")
     g.add_argument("--overhead-nc", type=int, default=60, help="sessions at concurrency N")
     g.add_argument("--overhead-concurrency", type=int, default=20)
-    g.add_argument("--one-task-sessions", type=int, default=200,
-                   help="(d): sessions of the task whose child-start rate is measured")  # fmt: skip
+    g.add_argument(
+        "--one-task-sessions",
+        type=int,
+        default=200,
+        help="(d): sessions of the task whose child-start rate is measured",
+    )
     g.add_argument("--large-sessions", type=int, default=1000, help="(e): sessions of the task")
     g.add_argument("--large-cap", type=int, default=50, help="(e): cap of each stage pool")
     g.add_argument("--big-instruction-kib", type=int, default=64, help="(f): instruction size")
     g = parser.add_argument_group("(c) throughput")
     g.add_argument("--sessions-200", type=int, default=200, help="sessions of the task")
-    g.add_argument("--throughput-tasks", type=_ints, default=[1, 20],
-                   help="split them into this many tasks; a run per value (1,20)")  # fmt: skip
+    g.add_argument(
+        "--throughput-tasks",
+        type=_ints,
+        default=[1, 20],
+        help="split them into this many tasks; a run per value (1,20)",
+    )
     g.add_argument("--throughput-cap", type=int, default=200, help="cap of each stage pool")
     g.add_argument("--throughput-slots", type=int, default=64, help="backend slots")
     g.add_argument("--throughput-latency", type=float, default=0.05, help="s per call")
-    parser.add_argument("--phase-limit-s", type=float, default=300.0,
-                        help="time bound of each measured phase")  # fmt: skip
-    parser.add_argument("--dev-config", choices=("stack", "default"), default="stack",
-                        help="dev server dynamic config: the stack's, or Temporal's "
-                        "defaults (to measure it)")  # fmt: skip
+    parser.add_argument(
+        "--phase-limit-s", type=float, default=300.0, help="time bound of each measured phase"
+    )
+    parser.add_argument(
+        "--dev-config",
+        choices=("stack", "default"),
+        default="stack",
+        help="dev server dynamic config: the stack's, or Temporal's defaults (to measure it)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS, help="results JSON")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs, S3 data)")
     parser.add_argument("--serve-backend", type=int, metavar="PORT", help=argparse.SUPPRESS)
@@ -963,8 +1116,10 @@ def main() -> None:
     started = time.monotonic()
     load = os.getloadavg()[0]
     if load > 0.5:
-        print(f"warning: load average {load:.2f} before the run: figures will be noisy",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"warning: load average {load:.2f} before the run: figures will be noisy",
+            file=sys.stderr,
+        )
     tmp_dir = (
         contextlib.nullcontext(tempfile.mkdtemp(prefix="polar-bench-sched-"))
         if args.keep
@@ -997,7 +1152,7 @@ def main() -> None:
         "parts": parts,
         "shared_cores": "Temporal, SeaweedFS, gateway, fake backend, worker, harness "
         "subprocesses and this client on one machine",
-    }  # fmt: skip
+    }
     result = {k: v for k, v in previous.items() if k not in parts}
     result["meta"] = previous.get("meta", {}) | {f"run_{p}": meta for p in parts}
     result.update(measured)

@@ -25,21 +25,31 @@ def vllm_answer(
     choice: dict[str, Any] = {
         "index": 0,
         "message": {
-            "role": "assistant", "content": text, "refusal": None, "annotations": None,
-            "audio": None, "function_call": None, "tool_calls": [], "reasoning_content": None,
+            "role": "assistant",
+            "content": text,
+            "refusal": None,
+            "annotations": None,
+            "audio": None,
+            "function_call": None,
+            "tool_calls": [],
+            "reasoning_content": None,
         },
         "logprobs": None,
         "finish_reason": "stop",
         "stop_reason": None,
-    }  # fmt: skip
+    }
     if body.get("logprobs"):
         choice["logprobs"] = {
             "content": [
-                {"token": f"token_id:{t}", "logprob": -0.01 * (i + 1), "bytes": [],
-                 "top_logprobs": []}
+                {
+                    "token": f"token_id:{t}",
+                    "logprob": -0.01 * (i + 1),
+                    "bytes": [],
+                    "top_logprobs": [],
+                }
                 for i, t in enumerate(response_ids)
             ]
-        }  # fmt: skip
+        }
     answer: dict[str, Any] = {
         "id": f"chatcmpl-{n:016x}",
         "object": "chat.completion",

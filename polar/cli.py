@@ -277,8 +277,12 @@ async def _follow_and_print(run: Any) -> TaskResult:
         job = bar.add_task("sessions", total=None)
         async for status in polar.follow(run, every_s=1.0):
             stages = ", ".join(f"{s.stage}" for s in status.sessions) or "starting"
-            bar.update(job, total=status.total or None, completed=status.done,
-                       description=f"sessions [{stages}]")  # fmt: skip
+            bar.update(
+                job,
+                total=status.total or None,
+                completed=status.done,
+                description=f"sessions [{stages}]",
+            )
     result = await polar.wait(run)
     print_result(result, polar)
     return result
@@ -290,10 +294,14 @@ def print_result(result: TaskResult, polar: Any) -> None:
         table.add_column(col)
     for s in result.sessions:
         table.add_row(
-            s.session_id, s.status.value, "-" if s.reward is None else f"{s.reward:g}",
-            str(s.num_completions), str(s.num_traces), str(s.num_response_tokens),
+            s.session_id,
+            s.status.value,
+            "-" if s.reward is None else f"{s.reward:g}",
+            str(s.num_completions),
+            str(s.num_traces),
+            str(s.num_response_tokens),
             str(s.trace_bytes),
-        )  # fmt: skip
+        )
     console.print(table)
     for s in result.sessions:
         if s.error:
@@ -402,9 +410,14 @@ def export(
         storage = None if all(Path(s).exists() for s in sources) else Storage(get_settings())
         got = ex.collect_files(sources, storage, with_records=sft)
     summary = ex.export_traces(
-        got.traces, out, formats, min_reward=min_reward, rewards=got.rewards,
-        records=got.records, source=got.source,
-    )  # fmt: skip
+        got.traces,
+        out,
+        formats,
+        min_reward=min_reward,
+        rewards=got.rewards,
+        records=got.records,
+        source=got.source,
+    )
     console.print(
         f"{summary.traces} traces from {summary.sessions} sessions → {out}: "
         f"{summary.rl_rows} RL rows, {summary.sft_rows} SFT conversations "
@@ -438,7 +451,7 @@ def generate(
             help="local clones ({root}/owner__name) or a git URL root "
             "(default: DATASET's sibling repos/ if any, else GitHub)"
         ),
-    ] = None,  # fmt: skip
+    ] = None,
     out: Annotated[Path, typer.Option(help="output directory")] = Path("generated"),
     limit: Annotated[int | None, typer.Option(help="only the first N instances")] = None,
     ids: Annotated[list[str] | None, typer.Option("--id", help="only these instance ids")] = None,
@@ -495,16 +508,24 @@ def generate(
             job = bar.add_task("instances", total=len(instances), resolved=0, attempted=0)
 
             def progress(s: GenerateSummary) -> None:
-                bar.update(job, completed=s.instances_done, resolved=s.resolved,
-                           attempted=s.attempted)  # fmt: skip
+                bar.update(
+                    job, completed=s.instances_done, resolved=s.resolved, attempted=s.attempted
+                )
 
             return await run_generate(
-                polar, instances, harness=harness_spec, sessions_per_instance=sessions,
-                runtime=runtime_spec, source_root=source_root, out=out,
+                polar,
+                instances,
+                harness=harness_spec,
+                sessions_per_instance=sessions,
+                runtime=runtime_spec,
+                source_root=source_root,
+                out=out,
                 timeouts={"harness_s": harness_timeout} if harness_timeout else None,
-                concurrency=concurrency, task_timeout_s=task_timeout, on_progress=progress,
+                concurrency=concurrency,
+                task_timeout_s=task_timeout,
+                on_progress=progress,
                 dataset=dataset,
-            )  # fmt: skip
+            )
 
     summary = asyncio.run(go())
     table = Table(title=f"polar generate: {harness_spec.kind} ({harness_spec.model}) → {out}")
@@ -512,14 +533,23 @@ def generate(
         table.add_column(col)
     for repo, c in sorted(summary.per_repo.items()):
         table.add_row(
-            repo, f"{c.resolved_instances}/{c.instances}", str(c.attempted), str(c.resolved),
-            str(c.failed), str(c.errored), f"{c.acceptance_rate:.1%}",
-        )  # fmt: skip
+            repo,
+            f"{c.resolved_instances}/{c.instances}",
+            str(c.attempted),
+            str(c.resolved),
+            str(c.failed),
+            str(c.errored),
+            f"{c.acceptance_rate:.1%}",
+        )
     table.add_row(
-        "[bold]all[/bold]", f"{summary.resolved_instances}/{summary.instances}",
-        str(summary.attempted), str(summary.resolved), str(summary.failed),
-        str(summary.errored), f"{summary.acceptance_rate:.1%}",
-    )  # fmt: skip
+        "[bold]all[/bold]",
+        f"{summary.resolved_instances}/{summary.instances}",
+        str(summary.attempted),
+        str(summary.resolved),
+        str(summary.failed),
+        str(summary.errored),
+        f"{summary.acceptance_rate:.1%}",
+    )
     console.print(table)
     console.print(
         f"attempted {summary.attempted}, resolved {summary.resolved}, "

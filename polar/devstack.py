@@ -179,14 +179,25 @@ class DevStack:
         dockerd = shutil.which("dockerd")
         if dockerd is None:
             raise StackError("dockerd not found: run infra/setup.sh (apt-get install docker.io)")
-        argv = [dockerd, "--pidfile", str(self.run_dir / "dockerd.pid"),
-                "--iptables=false", "--bridge=none"]  # fmt: skip
+        argv = [
+            dockerd,
+            "--pidfile",
+            str(self.run_dir / "dockerd.pid"),
+            "--iptables=false",
+            "--bridge=none",
+        ]
         host = os.environ.get("DOCKER_HOST", "")
         if host.startswith("unix://") and host != "unix:///var/run/docker.sock":
             # a private engine beside the system one: its own state under the data dir
             root = self.settings.data_dir.resolve() / "docker"
-            argv += ["-H", host, "--data-root", str(root / "data"),
-                     "--exec-root", str(root / "exec")]  # fmt: skip
+            argv += [
+                "-H",
+                host,
+                "--data-root",
+                str(root / "data"),
+                "--exec-root",
+                str(root / "exec"),
+            ]
         return Service("docker", argv, docker_engine_answers, start_timeout_s=60)
 
     def ensure_docker(self, log: Callable[[str], None] = print) -> bool:
@@ -212,13 +223,27 @@ class DevStack:
         host, port = _port_of(s.temporal_address)
         db = self.settings.data_dir.resolve() / "temporal.db"
         argv = [
-            _venv_bin("temporal"), "server", "start-dev",
-            "--ip", host, "--port", str(port),
-            "--ui-port", str(s.temporal_ui_port), "--ui-ip", host,
-            "--http-port", str(port + 10), "--metrics-port", str(port + 20),
-            "--db-filename", str(db), "--log-level", "warn",
+            _venv_bin("temporal"),
+            "server",
+            "start-dev",
+            "--ip",
+            host,
+            "--port",
+            str(port),
+            "--ui-port",
+            str(s.temporal_ui_port),
+            "--ui-ip",
+            host,
+            "--http-port",
+            str(port + 10),
+            "--metrics-port",
+            str(port + 20),
+            "--db-filename",
+            str(db),
+            "--log-level",
+            "warn",
             "--ui-disable-news-fetch",
-        ]  # fmt: skip
+        ]
         argv += search_attributes.dev_server_flags()
         for key, value in TEMPORAL_DEV_DYNAMIC_CONFIG.items():
             argv += ["--dynamic-config-value", f"{key}={json.dumps(value)}"]
@@ -230,13 +255,26 @@ class DevStack:
         data = self.settings.data_dir.resolve() / "seaweedfs"
         data.mkdir(parents=True, exist_ok=True)
         argv = [
-            _venv_bin("weed"), "server", f"-dir={data}", f"-ip={host}", f"-ip.bind={host}",
-            f"-master.port={port + 1}", f"-volume.port={port + 2}", f"-filer.port={port + 3}",
-            f"-master.port.grpc={port + 4}", f"-volume.port.grpc={port + 5}",
-            f"-filer.port.grpc={port + 6}", f"-s3.port.grpc={port + 7}",
-            "-s3", f"-s3.port={port}", "-s3.port.iceberg=0", "-s3.port.lance=0",
-            "-volume.max=0", "-master.volumeSizeLimitMB=256", "-master.telemetry=false",
-        ]  # fmt: skip
+            _venv_bin("weed"),
+            "server",
+            f"-dir={data}",
+            f"-ip={host}",
+            f"-ip.bind={host}",
+            f"-master.port={port + 1}",
+            f"-volume.port={port + 2}",
+            f"-filer.port={port + 3}",
+            f"-master.port.grpc={port + 4}",
+            f"-volume.port.grpc={port + 5}",
+            f"-filer.port.grpc={port + 6}",
+            f"-s3.port.grpc={port + 7}",
+            "-s3",
+            f"-s3.port={port}",
+            "-s3.port.iceberg=0",
+            "-s3.port.lance=0",
+            "-volume.max=0",
+            "-master.volumeSizeLimitMB=256",
+            "-master.telemetry=false",
+        ]
         if s.s3_access_key and s.s3_secret_key:  # S3 answers only to the stack's own keys
             argv.append(f"-s3.config={self._s3_identities(s.s3_access_key, s.s3_secret_key)}")
 
@@ -263,14 +301,29 @@ class DevStack:
             raise StackError("no model directory: set POLAR_MODEL_DIR or run `polar dev model`")
         port = s.vllm_port
         argv = [
-            str(s.vllm_python), "-m", "vllm.entrypoints.openai.api_server",
-            "--model", str(s.model_dir), "--served-model-name", s.upstream_model or "policy",
-            "--host", "127.0.0.1", "--port", str(port),
-            "--max-model-len", "4096", "--dtype", "float32",
-            "--gpu-memory-utilization", "0.2",
-            "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
-            "--logprobs-mode", "processed_logprobs",
-        ]  # fmt: skip
+            str(s.vllm_python),
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(s.model_dir),
+            "--served-model-name",
+            s.upstream_model or "policy",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--max-model-len",
+            "4096",
+            "--dtype",
+            "float32",
+            "--gpu-memory-utilization",
+            "0.2",
+            "--enable-auto-tool-choice",
+            "--tool-call-parser",
+            "hermes",
+            "--logprobs-mode",
+            "processed_logprobs",
+        ]
         env = {
             "VLLM_TARGET_DEVICE": "cpu",
             "VLLM_CPU_KVCACHE_SPACE": "1",

@@ -519,9 +519,12 @@ def export_traces(
     chosen = expand_formats(formats)
     out.mkdir(parents=True, exist_ok=True)
     summary = ExportSummary(
-        out=str(out), formats=[f.value for f in chosen], traces=0, sessions=0,
+        out=str(out),
+        formats=[f.value for f in chosen],
+        traces=0,
+        sessions=0,
         source=dict(source or {}),
-    )  # fmt: skip
+    )
     sessions: set[str] = set(rewards or {})
     sinks = _Sinks(chosen, out, records)
     try:
@@ -634,4 +637,3 @@ def collect_files(
 def index_records(records: Iterable[CompletionRecord]) -> RecordIndex:
     """CompletionRecords by (session id, record id), as `sft_rows` takes them."""
     return {(r.session_id, r.record_id): r for r in records}
-

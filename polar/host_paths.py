@@ -18,11 +18,30 @@ import os
 from pathlib import Path
 
 FORBIDDEN_HOST_DIRS = (
-    "/etc", "/proc", "/sys", "/dev", "/run", "/boot", "/root",
-    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
-    "/var/lib", "/var/run", "/var/log", "/var/spool", "/var/mail", "/var/cache",
-    "/var/backups", "/private/etc", "/private/var/db",
-)  # fmt: skip
+    "/etc",
+    "/proc",
+    "/sys",
+    "/dev",
+    "/run",
+    "/boot",
+    "/root",
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/var/lib",
+    "/var/run",
+    "/var/log",
+    "/var/spool",
+    "/var/mail",
+    "/var/cache",
+    "/var/backups",
+    "/private/etc",
+    "/private/var/db",
+)
 
 
 def host_path_problem(path: str) -> str | None:

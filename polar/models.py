@@ -82,8 +82,10 @@ def _git_arg(value: str, what: str) -> str:
     """A git url or ref git cannot read as an option: not empty, no control characters or
     surrounding blanks, no leading '-'."""
     if not value or value != value.strip() or any(ord(c) < 32 or ord(c) == 127 for c in value):
-        raise ValueError(f"{what} {value!r:.80} must be non-empty, without control characters "
-                         "or surrounding blanks")  # fmt: skip
+        raise ValueError(
+            f"{what} {value!r:.80} must be non-empty, without control characters "
+            "or surrounding blanks"
+        )
     if value.startswith("-"):
         raise ValueError(f"{what} {value!r:.80} starts with '-': git would read it as an option")
     return value

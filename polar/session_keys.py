@@ -69,10 +69,14 @@ def mint_session_key(
         raise ValueError("no session secret: set POLAR_SESSION_SECRET (or run `polar dev up`)")
     expires_at = identity.expires_at if identity.expires_at is not None else time.time() + ttl_s
     body = json.dumps(
-        {"s": identity.session_id, "t": identity.task_id, "a": identity.attempt,
-         "e": int(expires_at)},
+        {
+            "s": identity.session_id,
+            "t": identity.task_id,
+            "a": identity.attempt,
+            "e": int(expires_at),
+        },
         separators=(",", ":"),
-    )  # fmt: skip
+    )
     payload = _b64(body.encode())
     return f"{PREFIX}{payload}.{_mac(secret, payload)}"
 

@@ -155,9 +155,13 @@ class Gateway:
                     "model call %s %s",
                     provider.name,
                     status,
-                    extra={"provider": provider.name, "status": status, "error_code": code,
-                           "latency_ms": round(elapsed * 1000, 1)},
-                )  # fmt: skip
+                    extra={
+                        "provider": provider.name,
+                        "status": status,
+                        "error_code": code,
+                        "latency_ms": round(elapsed * 1000, 1),
+                    },
+                )
 
     def _count_tokens(
         self, provider: str, identity: SessionIdentity, body: dict[str, Any], ex: Extracted
@@ -204,9 +208,13 @@ class Gateway:
             with contextlib.suppress(BaseException):
                 await upstream
             await self.recorder.record(
-                pending, normalized, response=None, status_code=CLIENT_CLOSED,
-                error="the client disconnected before the answer", client_disconnected=True,
-            )  # fmt: skip
+                pending,
+                normalized,
+                response=None,
+                status_code=CLIENT_CLOSED,
+                error="the client disconnected before the answer",
+                client_disconnected=True,
+            )
             self.metrics.client_disconnects.inc()
             return Response(status_code=CLIENT_CLOSED)
         try:

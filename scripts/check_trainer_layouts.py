@@ -79,7 +79,7 @@ def check_trl(out: Path, model: Path | None) -> str:
                 report_to=[],
                 max_length=None,
                 use_cpu=True,
-            ),  # fmt: skip
+            ),
             train_dataset=dataset,
         )
         prepared = trainer.train_dataset

@@ -25,10 +25,18 @@ from polar.settings import Settings
 
 REPO = Path(__file__).resolve().parent.parent
 CHROMIUM_FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--hide-scrollbars", "--window-size=1500,900", "--virtual-time-budget=15000",
-]  # fmt: skip
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+    "--window-size=1500,900",
+    "--virtual-time-budget=15000",
+]
 
 
 def chromium() -> str:
@@ -90,10 +98,17 @@ async def run(out: Path) -> None:
             )
             profile = Path(tmp) / "chromium"
             subprocess.run(
-                [chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}",
-                 f"--screenshot={out.resolve()}", url],
-                check=True, capture_output=True, timeout=120,
-            )  # fmt: skip
+                [
+                    chromium(),
+                    *CHROMIUM_FLAGS,
+                    f"--user-data-dir={profile}",
+                    f"--screenshot={out.resolve()}",
+                    url,
+                ],
+                check=True,
+                capture_output=True,
+                timeout=120,
+            )
             print(f"screenshot of {url} → {out}")
         finally:
             stack.stop("seaweedfs", quiet=True)

@@ -4,4 +4,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash infra/setup.sh
 .venv/bin/ruff check .
+.venv/bin/ruff format --check .  # the formatter is the style: no `# fmt: skip`
 exec .venv/bin/pytest --durations=20 "$@"  # and the 20 slowest tests

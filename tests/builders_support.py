@@ -120,8 +120,11 @@ def check_invariants(
         n = len(trace.response_ids)
         assert len(trace.loss_mask) == n and len(trace.response_logprobs) == n
         assert set(trace.loss_mask) <= {0, 1}
-        assert all(lp == 0.0 for m, lp in zip(trace.loss_mask, trace.response_logprobs, strict=True)
-                   if m == 0)
+        assert all(
+            lp == 0.0
+            for m, lp in zip(trace.loss_mask, trace.response_logprobs, strict=True)
+            if m == 0
+        )
         members = [by_id[rid] for rid in trace.provenance.record_ids]
         assert trace.provenance.completion_seqs == [r.seq for r in members]
         assert [r.seq for r in members] == sorted(r.seq for r in members)
@@ -218,7 +221,11 @@ class TinyBackend:
                 if isinstance(call["function"].get("arguments"), str):
                     call["function"]["arguments"] = json.loads(call["function"]["arguments"])
         ids = self.tok.apply_chat_template(
-            msgs, tools=tools, add_generation_prompt=True, tokenize=True, return_dict=False,
+            msgs,
+            tools=tools,
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=False,
             **kwargs,
         )
         return list(ids)

@@ -185,8 +185,9 @@ def model_dir(base_settings: Settings) -> Path:
     target = REPO / ".polar" / "models" / "tiny-qwen3"
     if not (target / ".complete").exists():
         script = REPO / "infra" / "tiny_model" / "build_tiny_model.py"
-        subprocess.run([str(REPO / ".venv-vllm" / "bin" / "python"), str(script), str(target)],
-                       check=True)  # fmt: skip
+        subprocess.run(
+            [str(REPO / ".venv-vllm" / "bin" / "python"), str(script), str(target)], check=True
+        )
     return target
 
 

@@ -82,8 +82,15 @@ def sessions(draw: st.DrawFn) -> list[CompletionRecord]:
             response.append(EOS)
         answer = {"role": "assistant", "content": f"a{n}"}
         records.append(
-            record(n, prompt, response, finish=finish, messages=messages, answer=answer,
-                   attempt=attempt)
+            record(
+                n,
+                prompt,
+                response,
+                finish=finish,
+                messages=messages,
+                answer=answer,
+                attempt=attempt,
+            )
         )
         turns.append(Turn(prompt, response, messages, answer, attempt))
     return records
@@ -110,9 +117,7 @@ SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[Heal
 @given(sessions_with_unusable())
 def test_prefix_merging_is_token_faithful(records: list[CompletionRecord]) -> None:
     per_request = get_builder("per_request")(records, context("per_request"))
-    merged = get_builder("prefix_merging")(
-        records, context("prefix_merging", eos_token_ids=[EOS])
-    )
+    merged = get_builder("prefix_merging")(records, context("prefix_merging", eos_token_ids=[EOS]))
     check_invariants(records, per_request, merged, prompts_are_prefixes=True)
     stats = [t.provenance.reconstruction for t in merged.traces]
     assert sum(merged.breaks.values()) == sum(1 for s in stats if s and s.started_by)
@@ -133,7 +138,9 @@ def test_repair_is_token_faithful(records: list[CompletionRecord]) -> None:
         assert stats is not None
         for fix in stats.repairs:
             assert fix.repaired and fix.kind not in (
-                BreakKind.BRANCH, BreakKind.NEW_CONTEXT, BreakKind.HISTORY_CHANGED
+                BreakKind.BRANCH,
+                BreakKind.NEW_CONTEXT,
+                BreakKind.HISTORY_CHANGED,
             )
 
 

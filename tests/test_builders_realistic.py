@@ -131,8 +131,10 @@ def test_sub_agent_and_parallel_calls_make_separate_chains(
     # a new user turn drops the reasoning of 2 and 3 (Qwen3 rule): 5 and 6 split off too
     assert ("0001", "0004") in chains
     assert ("0000", "0002") in chains and ("0003",) in chains
-    kinds = {t.provenance.record_ids[0]: t.provenance.reconstruction.started_by.kind  # type: ignore[union-attr]
-             for t in merged.traces[1:]}
+    kinds = {
+        t.provenance.record_ids[0]: t.provenance.reconstruction.started_by.kind  # type: ignore[union-attr]
+        for t in merged.traces[1:]
+    }
     assert kinds["r0001"] == BreakKind.NEW_CONTEXT
     assert kinds["r0003"] == BreakKind.BRANCH
     assert kinds["r0005"] == kinds["r0006"] == BreakKind.THINK_DROPPED

@@ -172,8 +172,13 @@ def test_a_mixed_group_gets_the_promised_advantages(policy: str) -> None:
     assert session["ok"] == pytest.approx(6**0.5 / 2, rel=1e-5)  # 1.2247…
     # each session's traces together carry its advantage once under session_normalized
     if policy == "session_normalized":
-        total = sum(a for t in traces if t.provenance.session_id == "ok"
-                    for a in [got[t.trace_id]] if a is not None)  # fmt: skip
+        total = sum(
+            a
+            for t in traces
+            if t.provenance.session_id == "ok"
+            for a in [got[t.trace_id]]
+            if a is not None
+        )
         assert total == pytest.approx(session["ok"])
     # the session rewards a TaskResult reports give the same answer
     rewards = {sid: r for sid, _, r, _ in MIXED_GROUP}

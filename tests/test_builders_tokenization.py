@@ -54,9 +54,7 @@ def without_prompt_ids(record: CompletionRecord, **usage: int) -> CompletionReco
     )
 
 
-def test_rebuilt_prompt_ids_equal_the_backends(
-    backend: TinyBackend, tokenizer_dir: Path
-) -> None:
+def test_rebuilt_prompt_ids_equal_the_backends(backend: TinyBackend, tokenizer_dir: Path) -> None:
     records = session(backend)
     tok = load_tokenizer(str(tokenizer_dir))
     for r in records:
@@ -71,9 +69,7 @@ def test_rebuilt_prompt_ids_equal_the_backends(
     assert end_of_turn_ids(str(tokenizer_dir))[0] == tok.eos_token_id
 
 
-def test_builders_use_rebuilt_ids_and_say_so(
-    backend: TinyBackend, tokenizer_dir: Path
-) -> None:
+def test_builders_use_rebuilt_ids_and_say_so(backend: TinyBackend, tokenizer_dir: Path) -> None:
     records = session(backend)
     n = len(records[1].prompt_token_ids or [])
     stripped = [records[0], without_prompt_ids(records[1], prompt_tokens=n)]
@@ -82,7 +78,9 @@ def test_builders_use_rebuilt_ids_and_say_so(
     rebuilt = get_builder("prefix_merging")(stripped, context("prefix_merging", **config))
     (a,), (b,) = original.traces, rebuilt.traces
     assert (a.prompt_ids, a.response_ids, a.loss_mask) == (
-        b.prompt_ids, b.response_ids, b.loss_mask
+        b.prompt_ids,
+        b.response_ids,
+        b.loss_mask,
     )
     assert b.provenance.reconstruction.prompt_ids_rebuilt == ["r0001"]  # type: ignore[union-attr]
     per_request = get_builder("per_request")(stripped, context("per_request", **config))
@@ -109,9 +107,7 @@ def test_a_rebuild_that_disagrees_with_the_backend_is_unusable(
     assert len(out.traces) == 1 and "no 'tokenizer'" in out.unusable[0]
 
 
-def test_chat_template_kwargs_are_honoured(
-    backend: TinyBackend, tokenizer_dir: Path
-) -> None:
+def test_chat_template_kwargs_are_honoured(backend: TinyBackend, tokenizer_dir: Path) -> None:
     records = session(backend, chat_template_kwargs={"enable_thinking": False})
     tok = load_tokenizer(str(tokenizer_dir))
     target = records[1]

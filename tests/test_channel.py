@@ -110,8 +110,14 @@ def wait_for_port(port: int, proc: subprocess.Popen[bytes]) -> None:
 def start_forwarder(channel_dir: Path) -> tuple[subprocess.Popen[bytes], int]:
     """The forwarder copied into `channel_dir`, run with the system python on a free port."""
     port = free_port()
-    argv = [SYSTEM_PYTHON, str(channel_dir / FORWARDER_NAME),
-            "--socket", str(channel_dir / SOCKET_NAME), "--port", str(port)]  # fmt: skip
+    argv = [
+        SYSTEM_PYTHON,
+        str(channel_dir / FORWARDER_NAME),
+        "--socket",
+        str(channel_dir / SOCKET_NAME),
+        "--port",
+        str(port),
+    ]
     proc = subprocess.Popen(argv, stderr=subprocess.PIPE)
     wait_for_port(port, proc)
     return proc, port
@@ -188,8 +194,11 @@ async def test_api_root_probes_pass_but_nothing_else_at_the_root(
 ) -> None:
     """Clients probe `/` and `/v1` (GET or HEAD); a POST there is not a model call."""
     async with httpx.AsyncClient(timeout=30) as client:
-        probes = [await client.request(m, f"{channel.url}{p}") for m in ("GET", "HEAD")
-                  for p in ("/", "/v1")]  # fmt: skip
+        probes = [
+            await client.request(m, f"{channel.url}{p}")
+            for m in ("GET", "HEAD")
+            for p in ("/", "/v1")
+        ]
         posted = await client.post(f"{channel.url}/", json={})
     assert [r.status_code for r in probes] == [200] * 4
     assert posted.status_code == 404
@@ -293,8 +302,14 @@ async def test_forwarder_passes_half_closes_both_ways(tmp_path: Path) -> None:
         (Path(__file__).parent.parent / "activities/runtimes/forwarder.py").read_bytes()
     )
     port = free_port()
-    argv = [SYSTEM_PYTHON, str(tmp_path / FORWARDER_NAME), "--socket", str(sock),
-            "--port", str(port)]  # fmt: skip
+    argv = [
+        SYSTEM_PYTHON,
+        str(tmp_path / FORWARDER_NAME),
+        "--socket",
+        str(sock),
+        "--port",
+        str(port),
+    ]
     proc = subprocess.Popen(argv, stderr=subprocess.PIPE)
     try:
         await asyncio.to_thread(wait_for_port, port, proc)

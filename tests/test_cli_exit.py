@@ -50,9 +50,13 @@ async def test_submit_follows_to_the_end_and_exits_0(
     task = tmp_path / "task.json"
     task.write_text(json.dumps(one_session_task("cli-exit-submit")))
     proc = await asyncio.to_thread(
-        subprocess.run, [*POLAR, "submit", str(task)], env=_env(devstack), capture_output=True,
-        text=True, timeout=300,
-    )  # fmt: skip
+        subprocess.run,
+        [*POLAR, "submit", str(task)],
+        env=_env(devstack),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "mean reward" in proc.stdout and "completed" in proc.stdout, proc.stdout
 
@@ -61,9 +65,13 @@ async def test_a_failing_command_keeps_its_exit_code(
     polar: PolarClient, devstack: DevStack
 ) -> None:
     proc = await asyncio.to_thread(
-        subprocess.run, [*POLAR, "status", "no-such-workflow-id"], env=_env(devstack),
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        subprocess.run,
+        [*POLAR, "status", "no-such-workflow-id"],
+        env=_env(devstack),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 1, (proc.returncode, proc.stderr[-2000:])
     assert "PyGILState_Release" not in proc.stderr
     # the user's situation is said in one line, not a traceback
@@ -73,7 +81,8 @@ async def test_a_failing_command_keeps_its_exit_code(
 def test_no_temporal_is_said_plainly(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("POLAR_")}
     env |= {"POLAR_DATA_DIR": str(tmp_path), "POLAR_TEMPORAL_ADDRESS": f"127.0.0.1:{free_port()}"}
-    proc = subprocess.run([*POLAR, "status", "any"], env=env, capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        [*POLAR, "status", "any"], env=env, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 1
     assert "cannot reach Temporal" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr

@@ -243,9 +243,17 @@ def test_a_minted_key_is_accepted_by_a_running_gateway(
         secret = gateway.settings.session_secret
         assert secret
         minted = _mint(
-            base_settings, "--session-id", session_id, "--task-id", "byo-task",
-            "--ttl-s", "600", "--gateway-url", gateway.url, secret=secret,
-        )  # fmt: skip
+            base_settings,
+            "--session-id",
+            session_id,
+            "--task-id",
+            "byo-task",
+            "--ttl-s",
+            "600",
+            "--gateway-url",
+            gateway.url,
+            secret=secret,
+        )
         assert minted.returncode == 0, minted.stderr
         env = _exports(minted.stdout)
         assert env["OPENAI_BASE_URL"] == f"{gateway.url}/v1"
@@ -255,9 +263,12 @@ def test_a_minted_key_is_accepted_by_a_running_gateway(
         assert key.startswith("pk-") and env["GEMINI_API_KEY"] == env["POLAR_API_KEY"] == key
         clean = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "POLAR_"))}
         called = subprocess.run(
-            [sys.executable, "-c", CLIENT], env=clean | env,
-            capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
+            [sys.executable, "-c", CLIENT],
+            env=clean | env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert called.returncode == 0, called.stderr
         assert called.stdout.strip() == "hello from the gateway"
         [record] = storage.list_completions(session_id)
@@ -265,9 +276,14 @@ def test_a_minted_key_is_accepted_by_a_running_gateway(
 
         # the same CLI with another secret: a key this gateway refuses
         forged = _mint(
-            base_settings, "--session-id", session_id, "--task-id", "byo-task",
-            "--key-only", secret="another-secret-0123456789abcdef0123456789",
-        )  # fmt: skip
+            base_settings,
+            "--session-id",
+            session_id,
+            "--task-id",
+            "byo-task",
+            "--key-only",
+            secret="another-secret-0123456789abcdef0123456789",
+        )
         assert forged.returncode == 0, forged.stderr
         refused = httpx.post(
             f"{gateway.url}/v1/chat/completions",

@@ -84,8 +84,9 @@ class Stack:
     def compose(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
         files = [a for f in self.files for a in ("-f", str(f))]
         argv = [*compose_cmd(), "-p", self.project, "--env-file", str(self.env_file), *files]
-        out = subprocess.run([*argv, *args], capture_output=True, text=True, timeout=timeout,
-                             cwd=DEPLOY)  # fmt: skip
+        out = subprocess.run(
+            [*argv, *args], capture_output=True, text=True, timeout=timeout, cwd=DEPLOY
+        )
         assert out.returncode == 0, f"{' '.join(args)}: {out.stdout[-2000:]}{out.stderr[-3000:]}"
         return out
 
@@ -126,8 +127,11 @@ def build_service_image() -> str:
 def write_env(top: Path, image: str, host_id: str) -> dict[str, str]:
     """The .env of new-env.sh, with this run's image, ports, data dir, host id and model."""
     env_file = new_env(top)
-    values = dict(line.split("=", 1) for line in env_file.read_text().splitlines()
-                  if "=" in line and not line.startswith("#"))  # fmt: skip
+    values = dict(
+        line.split("=", 1)
+        for line in env_file.read_text().splitlines()
+        if "=" in line and not line.startswith("#")
+    )
     values |= {
         "POLAR_IMAGE": image,
         "POLAR_UPSTREAM_URLS": "http://model:8000/v1",
@@ -290,5 +294,7 @@ async def test_compose_stack_runs_a_task_through_a_worker_restart(stack: Stack) 
     assert retried >= 1, f"no harness was cut off by the worker's kill: {harness_runs}"
     assert session_containers(host_id) == []  # torn down
     after_kill = time.monotonic() - killed_at
-    print(f"compose stack: {SESSIONS} docker sessions completed in {elapsed:.1f}s after up "
-          f"({after_kill:.1f}s after the kill), {retried} run_harness retried")  # fmt: skip
+    print(
+        f"compose stack: {SESSIONS} docker sessions completed in {elapsed:.1f}s after up "
+        f"({after_kill:.1f}s after the kill), {retried} run_harness retried"
+    )

@@ -42,16 +42,23 @@ def new_env(tmp_path: Path) -> Path:
     """A .env made the documented way (`new-env.sh`: the example plus generated secrets)."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     out = tmp_path / ".env"
-    made = subprocess.run(["bash", str(DEPLOY / "new-env.sh"), str(out)], capture_output=True,
-                          text=True, timeout=60)  # fmt: skip
+    made = subprocess.run(
+        ["bash", str(DEPLOY / "new-env.sh"), str(out)], capture_output=True, text=True, timeout=60
+    )
     assert made.returncode == 0, made.stderr
     return out
 
 
 def compose_config(env_file: Path) -> dict:
     """The compose file as `docker-compose config` renders it with `env_file`."""
-    cmd = [*compose_cmd(), "--env-file", str(env_file), "-f",
-           str(DEPLOY / "compose.yaml"), "config"]  # fmt: skip
+    cmd = [
+        *compose_cmd(),
+        "--env-file",
+        str(env_file),
+        "-f",
+        str(DEPLOY / "compose.yaml"),
+        "config",
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=DEPLOY)
     assert out.returncode == 0, out.stderr
     return yaml.safe_load(out.stdout)
@@ -110,8 +117,14 @@ def test_compose_refuses_missing_secrets() -> None:
     # the example as shipped has no secrets: it does not render, nor without any env at all
     for env_args in (["--env-file", str(DEPLOY / ".env.example")], []):
         cmd = [*compose_cmd(), *env_args, "-f", str(DEPLOY / "compose.yaml"), "config", "-q"]
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=DEPLOY,
-                             env={"PATH": "/usr/local/bin:/usr/bin:/bin"})  # fmt: skip
+        out = subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=DEPLOY,
+            env={"PATH": "/usr/local/bin:/usr/bin:/bin"},
+        )
         assert out.returncode != 0
         assert "POSTGRES_PASSWORD" in out.stderr or "POLAR_" in out.stderr
 
@@ -226,8 +239,10 @@ def test_helm_session_pools_get_the_engine_at_host_paths() -> None:
 
 
 def test_helm_generates_missing_secrets_and_refuses_placeholders() -> None:
-    rendered = [helm("template", "prod", str(CHART), "--set", "s3.secretKey=k3y" + "x" * 20)
-                for _ in range(2)]  # fmt: skip
+    rendered = [
+        helm("template", "prod", str(CHART), "--set", "s3.secretKey=k3y" + "x" * 20)
+        for _ in range(2)
+    ]
     secrets = []
     for out in rendered:
         assert out.returncode == 0, out.stderr
@@ -235,8 +250,15 @@ def test_helm_generates_missing_secrets_and_refuses_placeholders() -> None:
         secrets.append(secret["stringData"])
     for name in ("POLAR_SESSION_SECRET", "POLAR_ADMIN_TOKEN"):
         assert len(secrets[0][name]) == 48 and secrets[0][name] != secrets[1][name]
-    placeholder = helm("template", "prod", str(CHART), "--set", "s3.secretKey=k3y",
-                       "--set", "sessionSecret=change-me-a-long-random-string")  # fmt: skip
+    placeholder = helm(
+        "template",
+        "prod",
+        str(CHART),
+        "--set",
+        "s3.secretKey=k3y",
+        "--set",
+        "sessionSecret=change-me-a-long-random-string",
+    )
     assert placeholder.returncode != 0 and "placeholder" in placeholder.stderr
     no_s3 = helm("template", "prod", str(CHART))
     assert no_s3.returncode != 0 and "s3.secretKey is required" in no_s3.stderr
@@ -244,8 +266,14 @@ def test_helm_generates_missing_secrets_and_refuses_placeholders() -> None:
 
 def compose_local_config(env_file: Path) -> dict:
     """compose.local.yaml (the registry-free stack) as `docker-compose config` renders it."""
-    cmd = [*compose_cmd(), "--env-file", str(env_file), "-f",
-           str(DEPLOY / "compose.local.yaml"), "config"]  # fmt: skip
+    cmd = [
+        *compose_cmd(),
+        "--env-file",
+        str(env_file),
+        "-f",
+        str(DEPLOY / "compose.local.yaml"),
+        "config",
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=DEPLOY)
     assert out.returncode == 0, out.stderr
     return yaml.safe_load(out.stdout)
@@ -299,6 +327,8 @@ def test_compose_session_pools_share_one_host_id(tmp_path: Path) -> None:
     env = new_env(tmp_path)
     for config in (compose_config(env), compose_local_config(env)):
         services = config["services"]
-        ids = {services[n]["environment"].get("POLAR_HOST_ID")
-               for n in ("worker-init", "worker-run", "worker-postrun")}  # fmt: skip
+        ids = {
+            services[n]["environment"].get("POLAR_HOST_ID")
+            for n in ("worker-init", "worker-run", "worker-postrun")
+        }
         assert len(ids) == 1 and None not in ids, ids

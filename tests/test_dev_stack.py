@@ -18,8 +18,11 @@ pytestmark = pytest.mark.slow
 def polar(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "polar.cli", *args],
-        env=os.environ | env, capture_output=True, text=True, timeout=180,
-    )  # fmt: skip
+        env=os.environ | env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
 
 
 def test_dev_up_is_idempotent_and_down_stops_everything(tmp_path: Path) -> None:

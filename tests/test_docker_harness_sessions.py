@@ -78,9 +78,13 @@ async def test_docker_harness_session_graded_by_swebench(
         runtime={"kind": "docker", "image": harness_image},
         task_id=task_id,
         builder={"name": "prefix_merging"},
-        timeouts={"harness_s": CLI_BUDGET_S, "evaluate_s": 180, "heartbeat_s": 20,
-                  "max_attempts": 1},
-    )  # fmt: skip
+        timeouts={
+            "harness_s": CLI_BUDGET_S,
+            "evaluate_s": 180,
+            "heartbeat_s": 20,
+            "max_attempts": 1,
+        },
+    )
     backend.reset()  # the workspace is /workspace in every container: known before submitting
     backend.assign(bundled_fix("intervals", variant, Path("/workspace"), CHECK))
     started = time.monotonic()

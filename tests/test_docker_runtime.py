@@ -89,8 +89,12 @@ async def test_dir_source_command_output_exit_code_and_scratch(
         assert outcome.exit_code == 3 and not outcome.timed_out
         out, err = (_read(p) for p in runtime.log_paths(handle, "cmd"))
         assert out.splitlines() == [
-            "/workspace", "hello", "X = 1", "from the worker", str(runtime.home(handle)),
-        ]  # fmt: skip
+            "/workspace",
+            "hello",
+            "X = 1",
+            "from the worker",
+            str(runtime.home(handle)),
+        ]
         assert err == "to-stderr\n"
         # what the command wrote in scratch and home is on the worker after `run`
         assert (runtime.scratch(handle) / "out.txt").read_text() == "result\n"
@@ -98,9 +102,12 @@ async def test_dir_source_command_output_exit_code_and_scratch(
         # a file removed on the worker is gone for the next command too
         (runtime.scratch(handle) / "out.txt").unlink()
         again = await runtime.run(
-            handle, f"test ! -e {runtime.scratch(handle)}/out.txt", env={}, log_name="again",
+            handle,
+            f"test ! -e {runtime.scratch(handle)}/out.txt",
+            env={},
+            log_name="again",
             timeout_s=60,
-        )  # fmt: skip
+        )
         assert again.exit_code == 0
         # the source on the host was copied, not mounted
         assert (tmp_path / "repo" / "hello.txt").read_text() == "hello\n"
@@ -116,8 +123,11 @@ async def test_git_source_at_a_ref(runtime: DockerRuntime, tmp_path: Path) -> No
     def git(*args: str) -> str:
         return subprocess.run(
             ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
-            cwd=repo, check=True, capture_output=True, text=True,
-        ).stdout.strip()  # fmt: skip
+            cwd=repo,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
 
     git("init", "-q")
     git("add", ".")
@@ -398,8 +408,10 @@ def test_service_image_builds_and_runs_polar(docker_image: str) -> None:
 
     build = subprocess.run(
         [sys.executable, str(REPO / "infra" / "images" / "build.py"), "--service"],
-        capture_output=True, text=True, timeout=1200,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert build.returncode == 0, build.stdout + build.stderr
     import docker
 

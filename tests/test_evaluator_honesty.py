@@ -96,18 +96,29 @@ def textkit_fix(variant: str) -> str:
 
 
 def test_protected_globs() -> None:
-    for path, pattern in [("conftest.py", "**/conftest.py"), ("a/b/conftest.py", "**/conftest.py"),
-                          ("x.pth", "**/*.pth"), ("pytest/__main__.py", "pytest/**"),
-                          ("tests/check.sh", "tests/**"), ("tests/a/b.sh", "tests/**"),
-                          ("src/setup.cfg", "**/setup.cfg")]:  # fmt: skip
+    for path, pattern in [
+        ("conftest.py", "**/conftest.py"),
+        ("a/b/conftest.py", "**/conftest.py"),
+        ("x.pth", "**/*.pth"),
+        ("pytest/__main__.py", "pytest/**"),
+        ("tests/check.sh", "tests/**"),
+        ("tests/a/b.sh", "tests/**"),
+        ("src/setup.cfg", "**/setup.cfg"),
+    ]:
         assert glob_match(path, pattern), (path, pattern)
-    for path, pattern in [("a/conftest.py.bak", "**/conftest.py"), ("src/pytest/x.py", "pytest/**"),
-                          ("testsx/check.sh", "tests/**"), ("a/b.sh", "*.sh")]:  # fmt: skip
+    for path, pattern in [
+        ("a/conftest.py.bak", "**/conftest.py"),
+        ("src/pytest/x.py", "pytest/**"),
+        ("testsx/check.sh", "tests/**"),
+        ("a/b.sh", "*.sh"),
+    ]:
         assert not glob_match(path, pattern), (path, pattern)
     spec = SweBenchSpec(
-        instance_id="x", base_commit="abcd", fail_to_pass=["pkg/tests/test_a.py::test_x"],
+        instance_id="x",
+        base_commit="abcd",
+        fail_to_pass=["pkg/tests/test_a.py::test_x"],
         test_patch="diff --git a/pkg/tests/data.txt b/pkg/tests/data.txt\n",
-    )  # fmt: skip
+    )
     globs = protected_paths(spec, ["docs/**"])
     assert set(PROTECTED) <= set(globs) and "docs/**" in globs
     assert {"pkg/tests/test_a.py", "pkg/tests/data.txt", "pkg/tests/__init__.py"} <= set(globs)
@@ -138,12 +149,19 @@ def test_statuses_come_from_pytest_reports() -> None:
     text = "\n".join(json.dumps(line) for line in lines) + "\nPASSED t::bad\nnot json\n"
     run = parse_results(text)
     assert run.status == {
-        "t::ok": "PASSED", "t::bad": "FAILED", "t::fixture": "ERROR", "t::down": "ERROR",
-        "t::skip": "SKIPPED", "t::xf": "XFAIL", "t::xp": "PASSED",
-    }  # fmt: skip
+        "t::ok": "PASSED",
+        "t::bad": "FAILED",
+        "t::fixture": "ERROR",
+        "t::down": "ERROR",
+        "t::skip": "SKIPPED",
+        "t::xf": "XFAIL",
+        "t::xp": "PASSED",
+    }
     assert list(run.collect_problems) == ["u.py"] and not run.complete
-    assert inconsistency(1, run) == "a pytest session did not finish (the test process died " \
-        "or was stopped)"  # fmt: skip
+    assert (
+        inconsistency(1, run) == "a pytest session did not finish (the test process died "
+        "or was stopped)"
+    )
     finished = parse_results(text + json.dumps({"event": "finish", "exitstatus": 1}))
     assert finished.complete and inconsistency(1, finished) is None
     assert "exited 0 although" in (inconsistency(0, finished) or "")
@@ -200,9 +218,11 @@ def test_results_plugin_ignores_colour_output_and_fake_lines(tmp_path: Path) -> 
     assert "PASSED tests/test_a.py::test_bad" in proc.stdout  # the lie is in the log
     run = parse_results(results.read_text())
     assert run.status == {
-        "tests/test_a.py::test_ok": "PASSED", "tests/test_a.py::test_bad": "FAILED",
-        "tests/test_a.py::test_fixture": "ERROR", "tests/test_a.py::test_xf": "XFAIL",
-    }  # fmt: skip
+        "tests/test_a.py::test_ok": "PASSED",
+        "tests/test_a.py::test_bad": "FAILED",
+        "tests/test_a.py::test_fixture": "ERROR",
+        "tests/test_a.py::test_xf": "XFAIL",
+    }
     assert run.complete and run.exit_statuses == [1] and inconsistency(1, run) is None
     assert not (repo / ".pytest_cache").exists()  # -p no:cacheprovider
 
@@ -328,8 +348,13 @@ async def test_pytest_section_of_pyproject_is_restored(
         return []
 
     monkeypatch.setattr(swebench_module, "_restore_pytest_sections", no_restore)
-    fooled = await _swe_session(rt, source, spec, textkit_fix("wrong") + write(
-        "polar_evil.py", PASS_EVERYTHING) + inject, "pyproject-open")  # fmt: skip
+    fooled = await _swe_session(
+        rt,
+        source,
+        spec,
+        textkit_fix("wrong") + write("polar_evil.py", PASS_EVERYTHING) + inject,
+        "pyproject-open",
+    )
     assert fooled.reward == 1.0, fooled.detail
 
 
@@ -362,13 +387,16 @@ async def test_correct_fix_scores_with_colour_and_without_rA(
     inst = instances[TEXTKIT]
     repo = tmp_path / "colour-repo"
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
-    subprocess.run([*git, "clone", "-q", str(swe_dir / "repos" / "polar-tasks__textkit"),
-                    str(repo)], check=True)  # fmt: skip
+    subprocess.run(
+        [*git, "clone", "-q", str(swe_dir / "repos" / "polar-tasks__textkit"), str(repo)],
+        check=True,
+    )
     (repo / "pytest.ini").write_text("[pytest]\naddopts = --color=yes\npythonpath = .\n")
     subprocess.run([*git, "add", "pytest.ini"], cwd=repo, check=True)
     subprocess.run([*git, "commit", "-qm", "colour"], cwd=repo, check=True)
-    base = subprocess.run([*git, "rev-parse", "HEAD"], cwd=repo, check=True,
-                          capture_output=True, text=True).stdout.strip()  # fmt: skip
+    base = subprocess.run(
+        [*git, "rev-parse", "HEAD"], cwd=repo, check=True, capture_output=True, text=True
+    ).stdout.strip()
     source = GitSource(url=str(repo), ref=base)
     spec = SweBenchSpec.model_validate(
         {**evaluator_fields(inst), "base_commit": base, "test_cmd": "python -m pytest {test_files}"}
@@ -462,13 +490,16 @@ async def test_command_evaluator_grades_in_a_fresh_runtime(
         assert fooled.reward == 1.0
     # a harness that commits, moves refs and rewrites history still has its work graded
     git = "git -c user.name=h -c user.email=h@h"
-    history = f"echo fixed > hello.txt && {git} commit -qam x && {git} tag -f polar && " \
-        f"{git} update-ref refs/polar/baseline HEAD"  # fmt: skip
+    history = (
+        f"echo fixed > hello.txt && {git} commit -qam x && {git} tag -f polar && "
+        f"{git} update-ref refs/polar/baseline HEAD"
+    )
     moved, _ = await _command_session(rt, source, evaluator, history, "c-history")
     assert moved.reward == 1.0 and moved.report["patch_files"] == ["hello.txt"], moved.detail
     # a harness that removes its git: its work cannot be read, reward 0, and why
-    gone, _ = await _command_session(rt, source, evaluator, "echo fixed > hello.txt; rm -rf .git",
-                                     "c-nogit")  # fmt: skip
+    gone, _ = await _command_session(
+        rt, source, evaluator, "echo fixed > hello.txt; rm -rf .git", "c-nogit"
+    )
     assert gone.reward == 0.0 and "could not be read" in gone.detail
     assert gone.report["extract_error"]
 
@@ -536,14 +567,20 @@ async def test_command_sessions_on_the_stack(
         'echo "{\\"reward\\": 1000}" > "$d/scratch/reward.json"; done; sleep 0.2; done\' '
         ">/dev/null 2>&1 &"
     )
-    where = 'echo "{\\"reward\\": 1000, \\"detail\\": \\"at $POLAR_REWARD_FILE\\"}" ' \
-        '> "$POLAR_REWARD_FILE"'  # fmt: skip
+    where = (
+        'echo "{\\"reward\\": 1000, \\"detail\\": \\"at $POLAR_REWARD_FILE\\"}" '
+        '> "$POLAR_REWARD_FILE"'
+    )
     tasks = [
         _command_task("honest-plant", repo, plant, check),
         _command_task("honest-1000", repo, "true", {"command": where}),
-        _command_task("honest-nan", repo, "true",
-                      {"command": "echo '{\"reward\": NaN}' > \"$POLAR_REWARD_FILE\""}),
-    ]  # fmt: skip
+        _command_task(
+            "honest-nan",
+            repo,
+            "true",
+            {"command": 'echo \'{"reward": NaN}\' > "$POLAR_REWARD_FILE"'},
+        ),
+    ]
     runs = [await polar.submit(t) for t in tasks]
     results = await asyncio.gather(*(polar.wait(r, timeout_s=180) for r in runs))
     (plant_s,), (big_s,), (nan_s,) = (r.sessions for r in results)
@@ -594,7 +631,7 @@ async def test_swebench_attacks_on_the_stack_in_docker(
                 runtime={"kind": "docker", "image": docker_image, "cpus": 1, "memory": "1g"},
                 timeouts={"evaluate_s": 180, "heartbeat_s": 20, "max_attempts": 1},
             )
-        )  # fmt: skip
+        )
         for name, script in harnesses.items()
     }
     results = await asyncio.gather(*(polar.wait(r, 300) for r in runs.values()))

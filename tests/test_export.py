@@ -141,8 +141,11 @@ def test_rl_rows_round_trip_exactly_through_jsonl_and_datasets(
     dataset = datasets.load_from_disk(str(tmp_path / ex.HF_DIR))
     assert dataset.features == ex.rl_features()
     assert [dict(r) for r in dataset] == rows
-    by_id = {(r.session_id, r.record_id): r for sid, *_ in SESSIONS
-             for r in session_records(records, sid)}  # fmt: skip
+    by_id = {
+        (r.session_id, r.record_id): r
+        for sid, *_ in SESSIONS
+        for r in session_records(records, sid)
+    }
     for trace, row in zip(traces, rows, strict=True):
         p = len(trace.prompt_ids)
         prov = trace.provenance
@@ -154,8 +157,11 @@ def test_rl_rows_round_trip_exactly_through_jsonl_and_datasets(
         assert row["reward"] == trace.reward
         assert row["status"] == (trace.status.value if trace.status else None)
         assert (row["session_id"], row["task_id"], row["harness"], row["builder"]) == (
-            prov.session_id, "t1", "command", builder,
-        )  # fmt: skip
+            prov.session_id,
+            "t1",
+            "command",
+            builder,
+        )
         assert row["model"] == "policy" and row["reward_policy"] == "broadcast"
         assert row["policy_version"] == POLICY_VERSION
         assert row["record_ids"] == prov.record_ids
@@ -201,8 +207,11 @@ def three_choices(tokenizer_dir: Path) -> list[CompletionRecord]:
     backend = TinyBackend(load_tokenizer(str(tokenizer_dir)))
     question = [SYSTEM, {"role": "user", "content": "Name a fruit."}]
     backend.call(question, "Let me think.")
-    history = [*question, {"role": "assistant", "content": "Let me think."},
-               {"role": "user", "content": "Go on."}]  # fmt: skip
+    history = [
+        *question,
+        {"role": "assistant", "content": "Let me think."},
+        {"role": "user", "content": "Go on."},
+    ]
     several(backend, history, ["Apple.", "Banana.", "Cherry."])
     carried = [{"role": "assistant", "content": "Banana."}, {"role": "user", "content": "Why?"}]
     backend.call(history + carried, "It is yellow.")
@@ -227,21 +236,44 @@ def test_every_choice_of_an_n3_call_is_exported_in_every_format(
     trl = read_jsonl(tmp_path / lay.TRL_JSONL)
     slime = read_jsonl(tmp_path / lay.SLIME_JSONL)
     for rows, ids, mask, logprobs in (
-        ([(r["input_ids"][r["prompt_length"]:], r["loss_mask"][r["prompt_length"]:],
-           r["response_logprobs"]) for r in rl], 0, 1, 2),
+        (
+            [
+                (
+                    r["input_ids"][r["prompt_length"] :],
+                    r["loss_mask"][r["prompt_length"] :],
+                    r["response_logprobs"],
+                )
+                for r in rl
+            ],
+            0,
+            1,
+            2,
+        ),
         ([(r["response_ids"], r["response_mask"], r["response_logprobs"]) for r in verl], 0, 1, 2),
         ([(r["input_ids"], r["completion_mask"], r["rollout_logprobs"]) for r in trl], 0, 1, 2),
-        ([(r["tokens"][len(r["tokens"]) - r["response_length"]:], r["loss_mask"],
-           r["rollout_log_probs"]) for r in slime], 0, 1, 2),
-    ):  # fmt: skip
+        (
+            [
+                (
+                    r["tokens"][len(r["tokens"]) - r["response_length"] :],
+                    r["loss_mask"],
+                    r["rollout_log_probs"],
+                )
+                for r in slime
+            ],
+            0,
+            1,
+            2,
+        ),
+    ):
         trained = [
             [(t, lp) for t, m, lp in zip(row[ids], row[mask], row[logprobs], strict=True) if m]
             for row in rows
         ]
         for span_ids, span_logprobs in choice_spans:
             span = list(zip(span_ids or [], span_logprobs or [], strict=True))
-            holders = [t for t in trained if any(t[i:i + len(span)] == span
-                                                 for i in range(len(t)))]  # fmt: skip
+            holders = [
+                t for t in trained if any(t[i : i + len(span)] == span for i in range(len(t)))
+            ]
             assert len(holders) == 1, (builder, span_ids)
     # message formats: each choice is its own answer, not choice 0 repeated
     answers = {"Apple.", "Banana.", "Cherry."}
@@ -262,19 +294,49 @@ def test_every_choice_of_an_n3_call_is_exported_in_every_format(
 
 # --------------------------------------------------------------------------- trainer layouts
 
-VERL_AGENT_LOOP_OUTPUT = {"prompt_ids", "response_ids", "response_mask", "response_logprobs",
-                          "reward_score", "num_turns", "extra_fields"}  # fmt: skip
+VERL_AGENT_LOOP_OUTPUT = {
+    "prompt_ids",
+    "response_ids",
+    "response_mask",
+    "response_logprobs",
+    "reward_score",
+    "num_turns",
+    "extra_fields",
+}
 """Fields of verl 0.9.1 `verl.experimental.agent_loop.agent_loop.AgentLoopOutput` we fill
 (its others: `routed_experts`, multi-modal ones, `metrics`, all optional or defaulted)."""
 SLIME_SAMPLE_FIELDS = {
-    "group_index", "index", "rollout_id", "prompt", "tokens", "multimodal_inputs",
-    "multimodal_train_inputs", "multimodal_train_input_id", "apply_chat_template_kwargs",
-    "response", "response_length", "label", "reward", "loss_mask", "weight_versions",
-    "rollout_log_probs", "rollout_top_p_token_ids", "rollout_top_p_token_offsets",
-    "rollout_routed_experts", "remove_sample", "teacher_log_probs", "status", "metadata",
-    "generate_function_path", "custom_rm_path", "train_metadata", "session_id",
-    "non_generation_time", "spec_info", "prefix_cache_info",
-}  # fmt: skip
+    "group_index",
+    "index",
+    "rollout_id",
+    "prompt",
+    "tokens",
+    "multimodal_inputs",
+    "multimodal_train_inputs",
+    "multimodal_train_input_id",
+    "apply_chat_template_kwargs",
+    "response",
+    "response_length",
+    "label",
+    "reward",
+    "loss_mask",
+    "weight_versions",
+    "rollout_log_probs",
+    "rollout_top_p_token_ids",
+    "rollout_top_p_token_offsets",
+    "rollout_routed_experts",
+    "remove_sample",
+    "teacher_log_probs",
+    "status",
+    "metadata",
+    "generate_function_path",
+    "custom_rm_path",
+    "train_metadata",
+    "session_id",
+    "non_generation_time",
+    "spec_info",
+    "prefix_cache_info",
+}
 """`slime.utils.types.Sample` fields (THUDM/slime 624b824a, slime/utils/types.py)."""
 SLIME_STATUSES = {"pending", "completed", "truncated", "aborted", "failed"}
 
@@ -357,8 +419,11 @@ def test_sft_view_holds_each_conversation_of_resolved_sessions_once(
     )
     assert all(r["tools"] == TOOLS and r["reward"] == 1.0 for r in rows)
     final = next(r["messages"][-1] for r in rows if r["messages"] == expected[-1])
-    assert final == {"role": "assistant", "content": "final: done.",
-                     "reasoning_content": "final step 1."}  # fmt: skip
+    assert final == {
+        "role": "assistant",
+        "content": "final: done.",
+        "reasoning_content": "final step 1.",
+    }
     # per_request traces give the same view without records: every prefix folded into its leaf
     per_request = build(records, "per_request", tokenizer_dir)
     view = ex.sft_rows(per_request)
@@ -479,8 +544,10 @@ def test_collection_streams_one_session_at_a_time(storage: Storage, tmp_path: Pa
     sessions = [f"s-stream-{uuid.uuid4().hex[:8]}" for _ in range(3)]
     lines = []
     for sid in sessions:
-        records = [make_record(i, [1, 2, 3 + i], [7, 2]).model_copy(update={"session_id": sid})
-                   for i in range(2)]  # fmt: skip
+        records = [
+            make_record(i, [1, 2, 3 + i], [7, 2]).model_copy(update={"session_id": sid})
+            for i in range(2)
+        ]
         for r in records:
             storage.put_completion(r)
         out = get_builder("per_request")(records, BuildContext(sid, "t", "command", "per_request"))
@@ -498,6 +565,9 @@ def test_collection_streams_one_session_at_a_time(storage: Storage, tmp_path: Pa
         held.append(sorted(key[0] for key in index))
     assert index.reads == 3  # each session's records read once, in turn
     assert all(len(set(h)) == 1 for h in held)  # only the current session's are held
-    summary = ex.export_traces(ex.collect_files([str(traces_file)], storage, with_records=True)
-                               .traces, tmp_path / "out", ["jsonl"])  # fmt: skip
+    summary = ex.export_traces(
+        ex.collect_files([str(traces_file)], storage, with_records=True).traces,
+        tmp_path / "out",
+        ["jsonl"],
+    )
     assert summary.traces == 6 and summary.sessions == 3

@@ -33,7 +33,7 @@ def task(n: int, command: str = "true", **extra: object) -> TaskSpec:
             "num_sessions": n,
             "harness": {"command": command},
             **extra,
-        }  # fmt: skip
+        }
     )
 
 
@@ -83,8 +83,11 @@ async def test_a_large_task_runs_through_batches_and_replays(polar: PolarClient)
         )
 
     # the task, a batch and a session replay against today's code
-    ids = {"rollouttask-batches": run.workflow_id, "sessionbatch": sorted(batch_ids)[0],
-           "session-batched": result.sessions[0].session_id}  # fmt: skip
+    ids = {
+        "rollouttask-batches": run.workflow_id,
+        "sessionbatch": sorted(batch_ids)[0],
+        "session-batched": result.sessions[0].session_id,
+    }
     for name, workflow_id in ids.items():
         history = await rp.fetch_history(polar.client, workflow_id)
         report = await rp.replay(history)

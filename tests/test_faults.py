@@ -89,12 +89,16 @@ async def test_worker_killed_in_each_stage_retries_and_loses_nothing(
     ):
         evaluator = "test -s answer.txt"
         spec = fault_task(
-            f"kill-{stage}", turns=turns, log=log, heartbeat_s=5,
+            f"kill-{stage}",
+            turns=turns,
+            log=log,
+            heartbeat_s=5,
             pause_s=1.0 if stage == "run" else 0.0,
             prepare=_slow_once(marks, "prepare") if stage == "init" else None,
-            evaluator=(f"{_slow_once(marks, 'evaluate')}; {evaluator}"
-                       if stage == "postrun" else evaluator),
-        )  # fmt: skip
+            evaluator=(
+                f"{_slow_once(marks, 'evaluate')}; {evaluator}" if stage == "postrun" else evaluator
+            ),
+        )
         run = await polar.submit(spec)
         if stage == "run":
             await wait_for(lambda: len(answered(log)) >= 2, 120, "two answered calls")
@@ -113,8 +117,11 @@ async def test_worker_killed_in_each_stage_retries_and_loses_nothing(
     session = result.sessions[0]
     assert session.status == SessionStatus.COMPLETED, session.error
     assert session.reward == 1.0
-    runs = [r for r in await activity_runs(polar.client, session.session_id)
-            if r.activity == STAGE_ACTIVITY[stage]]  # fmt: skip
+    runs = [
+        r
+        for r in await activity_runs(polar.client, session.session_id)
+        if r.activity == STAGE_ACTIVITY[stage]
+    ]
     assert [r.attempt for r in runs] == [2], runs
     assert runs[0].identity.startswith(f"{second}@"), (runs, first, second)
     records = polar.storage.list_completions(session.session_id)
@@ -156,8 +163,11 @@ async def test_gateway_restarted_mid_call_loses_and_duplicates_nothing(
     ):
         run = await polar.submit(fault_task("gw-restart", turns=turns, log=log, heartbeat_s=10))
         # kill the gateway while it waits on the backend for the harness's 2nd call
-        await wait_for(lambda: len(answered(log)) >= 1 and backend.in_flight >= 1, 120,
-                       "a call in flight after the first answer")  # fmt: skip
+        await wait_for(
+            lambda: len(answered(log)) >= 1 and backend.in_flight >= 1,
+            120,
+            "a call in flight after the first answer",
+        )
         os.kill(node.pid("gateway"), signal.SIGKILL)
         calls_at_kill = backend.calls
         await asyncio.sleep(2)  # the harness's SDK meets a dead port and backs off
@@ -237,8 +247,7 @@ async def test_temporal_restarted_mid_session_resumes_from_history(
         polar,
     ):
         try:
-            spec = fault_task("temporal-restart", turns=turns, log=log, pause_s=1.0,
-                              heartbeat_s=60)  # fmt: skip
+            spec = fault_task("temporal-restart", turns=turns, log=log, pause_s=1.0, heartbeat_s=60)
             run = await polar.submit(spec)
             await wait_for(lambda: len(answered(log)) >= 2, 120, "two answered calls")
             worker_pid = node.pid("worker")

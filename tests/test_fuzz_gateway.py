@@ -230,8 +230,12 @@ def test_schemathesis_gateway(operation: Any, gateway_url: str) -> None:
     headers = {"Authorization": f"Bearer {session_key()}"}
 
     @given(case=operation.as_strategy())
-    @settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
-              suppress_health_check=list(HealthCheck))  # fmt: skip
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        derandomize=True,
+        suppress_health_check=list(HealthCheck),
+    )
     def run(case: Any) -> None:
         response = case.call(base_url=gateway_url, headers=headers, timeout=30)
         request = response.request
@@ -332,8 +336,12 @@ async def test_wrong_provider_bodies_get_caller_shaped_4xx(
     async with httpx.AsyncClient(transport=transport, base_url="http://gw", timeout=30) as client:
 
         @given(case=wrong_bodies(provider))
-        @settings(max_examples=EXAMPLES * 3, deadline=None, derandomize=True,
-                  suppress_health_check=list(HealthCheck))  # fmt: skip
+        @settings(
+            max_examples=EXAMPLES * 3,
+            deadline=None,
+            derandomize=True,
+            suppress_health_check=list(HealthCheck),
+        )
         def run(case: tuple[dict[str, Any], str]) -> None:
             pending.append(case)  # drawn here, sent below (the client is async)
 

@@ -95,8 +95,12 @@ def test_generated_specs_validate_or_name_the_field(case: tuple[dict[str, Any], 
 
 
 @given(case=specs())
-@settings(max_examples=150, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+@settings(
+    max_examples=150,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 def test_load_task_file_is_clean(case: tuple[dict[str, Any], tuple], tmp_path: Path) -> None:
     spec, path = case
     file = tmp_path / "task.json"

@@ -181,9 +181,10 @@ def test_more_choices_than_the_cap_are_refused_in_the_callers_shape(
         google = client_for(gateway.url, key, api_version="v1beta")
         with pytest.raises(genai_errors.ClientError) as google_refused:
             google.models.generate_content(
-                model="policy", contents="Fruit?",
+                model="policy",
+                contents="Fruit?",
                 config=types.GenerateContentConfig(candidate_count=9),
-            )  # fmt: skip
+            )
         records = storage.list_completions(identity.session_id)
     assert refused.value.status_code == 400 and "POLAR_MAX_CHOICES" in refused.value.message
     assert (refused.value.body or {}).get("param") == "n"  # type: ignore[union-attr]

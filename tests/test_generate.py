@@ -124,11 +124,25 @@ async def test_cli_generate(polar: PolarClient, swe_dir: Path, tmp_path: Path) -
     env = polar_env(polar.settings)
     dataset = swe_dir / "instances.jsonl"  # its sibling repos/ is the default source root
     args = [
-        "generate", str(dataset), "--harness", "command",
-        "--command", harness_command(swe_dir / "patches"),
-        "--id", TEXTKIT, "--id", INTERVALS, "--sessions", "1", "--concurrency", "2",
-        "--out", str(out), "--task-timeout", "300",
-    ]  # fmt: skip
+        "generate",
+        str(dataset),
+        "--harness",
+        "command",
+        "--command",
+        harness_command(swe_dir / "patches"),
+        "--id",
+        TEXTKIT,
+        "--id",
+        INTERVALS,
+        "--sessions",
+        "1",
+        "--concurrency",
+        "2",
+        "--out",
+        str(out),
+        "--task-timeout",
+        "300",
+    ]
     result = await asyncio.to_thread(invoke, args, env)
     assert result.exit_code == 0, result.output
     assert "attempted 2, resolved 1, acceptance rate 50.0%" in result.output
@@ -169,10 +183,15 @@ def _trace(session_id: str, n: int, reward: float | None, status: SessionStatus)
         reward=reward,
         status=status,
         provenance=TraceProvenance(
-            session_id=session_id, task_id="t", harness="command", builder="per_request",
-            model="policy", completion_seqs=[n], record_ids=[f"r{n}"],
+            session_id=session_id,
+            task_id="t",
+            harness="command",
+            builder="per_request",
+            model="policy",
+            completion_seqs=[n],
+            record_ids=[f"r{n}"],
         ),
-    )  # fmt: skip
+    )
 
 
 def test_only_resolved_sessions_traces_are_written(
@@ -195,8 +214,11 @@ def test_only_resolved_sessions_traces_are_written(
     )
     collector = Collector(summary)
     traces = [_trace(s, n, r, st) for s, st, r in cases for n in (1, 2)]
-    collector.add(inst, Group(TaskRun("t", "wf-1"), TaskResult(task_id="t", sessions=sessions),
-                              traces=traces), 4)  # fmt: skip
+    collector.add(
+        inst,
+        Group(TaskRun("t", "wf-1"), TaskResult(task_id="t", sessions=sessions), traces=traces),
+        4,
+    )
     collector.add(instances[NUMERALS], Group(TaskRun("u", "wf-2"), None, error="boom"), 4)
     assert (summary.attempted, summary.resolved, summary.failed, summary.errored) == (8, 1, 2, 5)
     error = {"instance_id": NUMERALS, "workflow_id": "wf-2", "error": "boom"}

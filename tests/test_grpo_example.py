@@ -67,18 +67,31 @@ async def grpo_polar(grpo_settings: Settings) -> AsyncIterator[PolarClient]:
 
 def trace(trace_id: str, session_id: str, version: int | None = 0) -> Trace:
     provenance = TraceProvenance(
-        session_id=session_id, task_id="t", harness="command", builder="per_request",
-        model="policy", completion_seqs=[0], record_ids=[trace_id], policy_version=version,
-    )  # fmt: skip
+        session_id=session_id,
+        task_id="t",
+        harness="command",
+        builder="per_request",
+        model="policy",
+        completion_seqs=[0],
+        record_ids=[trace_id],
+        policy_version=version,
+    )
     return Trace(
-        trace_id=trace_id, prompt_ids=[1], response_ids=[2], loss_mask=[1],
-        response_logprobs=[-1.0], provenance=provenance,
-    )  # fmt: skip
+        trace_id=trace_id,
+        prompt_ids=[1],
+        response_ids=[2],
+        loss_mask=[1],
+        response_logprobs=[-1.0],
+        provenance=provenance,
+    )
 
 
 def test_unscored_sessions_are_left_out_of_the_baseline_and_not_trained() -> None:
-    outcomes = [("a", SessionStatus.COMPLETED, 1.0), ("b", SessionStatus.TIMEOUT, 0.0),
-                ("c", SessionStatus.ERROR, None)]  # fmt: skip
+    outcomes = [
+        ("a", SessionStatus.COMPLETED, 1.0),
+        ("b", SessionStatus.TIMEOUT, 0.0),
+        ("c", SessionStatus.ERROR, None),
+    ]
     sessions = [
         SessionResult(
             session_id=sid, task_id="t", index=i, status=status, reward=reward, harness="command"

@@ -94,9 +94,14 @@ def test_codex_config(tmp_path: Path, bin_dir: Path) -> None:
     assert launch.env[KEY_ENV] == KEY and launch.env["CODEX_HOME"] == f"{home}/.codex"
     assert KEY not in (home / ".codex" / "config.toml").read_text()  # the key stays in the env
     assert launch.argv == [
-        str(bin_dir / "codex"), "exec", "--skip-git-repo-check", "--cd", "/work",
-        "Fix the bug in calc.py.", "--json",
-    ]  # fmt: skip
+        str(bin_dir / "codex"),
+        "exec",
+        "--skip-git-repo-check",
+        "--cd",
+        "/work",
+        "Fix the bug in calc.py.",
+        "--json",
+    ]
     assert shlex.split(launch.command) == launch.argv
 
 

@@ -142,9 +142,12 @@ async def test_a_gateway_with_a_real_secret_starts(tmp_path: Path) -> None:
     }
     clean = {k: v for k, v in os.environ.items() if not k.startswith("POLAR_")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "polar.cli", "gateway"], env=clean | env, cwd=REPO,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+        [sys.executable, "-m", "polar.cli", "gateway"],
+        env=clean | env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     try:
         probe = f"http://127.0.0.1:{port}/v1"
         await wait_for(lambda: _answers(probe), timeout_s=60, what="the gateway's probe")

@@ -241,9 +241,11 @@ async def test_reap_drops_symlinks_the_worker_would_follow(
 ) -> None:
     runtime, handle = session
     code, _, _, err = await _run(
-        runtime, handle, 'ln -s /etc/passwd "$HOME/config" && mkdir -p "$HOME/d" '
+        runtime,
+        handle,
+        'ln -s /etc/passwd "$HOME/config" && mkdir -p "$HOME/d" '
         '&& ln -s /etc "$HOME/d/etc" && echo ok > "$HOME/d/log"',
-    )  # fmt: skip
+    )
     assert code == 0, err
     await runtime.reap(handle)
     home = runtime.home(handle)

@@ -80,7 +80,7 @@ async def test_stages_follow_the_runtime_across_two_hosts(
                 e.name,
                 host_id=e.name,
                 gateway_port=gateway.settings.gateway_port,
-            )  # fmt: skip
+            )
             for e in engines
         ]
         source = tmp_path / "src"
@@ -93,8 +93,10 @@ async def test_stages_follow_the_runtime_across_two_hosts(
             run = await polar.submit(docker_task("hosts", source, sessions=6, pause_s=1.0))
             result = await polar.wait(run, timeout_s=600)
             host_of = host_by_pid({str(node.pid("worker")): node.name for node in nodes})
-            runs = {s.session_id: await stage_hosts(polar, s.session_id, host_of)
-                    for s in result.sessions}  # fmt: skip
+            runs = {
+                s.session_id: await stage_hosts(polar, s.session_id, host_of)
+                for s in result.sessions
+            }
         finally:
             for node in (*nodes, gateway):
                 node.close()
@@ -132,7 +134,7 @@ async def test_a_lost_host_sessions_go_on_elsewhere_and_nothing_leaks(
                 host_id=e.name,
                 gateway_port=gateway.settings.gateway_port,
                 sweep_interval_s=5,
-            )  # fmt: skip
+            )
             for e in engines
         ]
         source = tmp_path / "src"

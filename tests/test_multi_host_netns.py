@@ -107,18 +107,23 @@ def cluster(
         stop.callback(shutil.rmtree, top, ignore_errors=True)
         backend = stop.enter_context(endless_backend(delay_s=0.1))
         shared = suite.model_copy(
-            update={"task_queue": "polar-netns", "upstream_urls": backend.url,
-                    "gateway_host": address}
-        )  # fmt: skip
+            update={
+                "task_queue": "polar-netns",
+                "upstream_urls": backend.url,
+                "gateway_host": address,
+            }
+        )
         gateway = Node(shared, work / "gateway", "gateway")
         stop.callback(gateway.close)
         gateway.start_gateway()
         # what a host is told: every shared service at the root-side address
         remote = shared.model_copy(
-            update={"temporal_address": f"{address}:{ports[0]}",
-                    "s3_endpoint": f"http://{address}:{ports[1]}",
-                    "gateway_port": gateway.settings.gateway_port}
-        )  # fmt: skip
+            update={
+                "temporal_address": f"{address}:{ports[0]}",
+                "s3_endpoint": f"http://{address}:{ports[1]}",
+                "gateway_port": gateway.settings.gateway_port,
+            }
+        )
         engines: dict[str, Engine] = {}
         nodes: dict[str, Node] = {}
         for name, host in net.hosts.items():
@@ -126,9 +131,14 @@ def cluster(
             stop.callback(engine.remove)
             engine.start()
             engine.load(tarball)
-            nodes[name] = node = Node(remote, work / name, name, host_id=name,
-                                      gateway_port=remote.gateway_port,
-                                      sweep_interval_s=5)  # fmt: skip
+            nodes[name] = node = Node(
+                remote,
+                work / name,
+                name,
+                host_id=name,
+                gateway_port=remote.gateway_port,
+                sweep_interval_s=5,
+            )
             stop.callback(node.close)
             start_host(node, engine, max_run=2, enter=host.enter)
             # really inside: the worker and the engine live in the host's network namespace
@@ -143,8 +153,7 @@ async def test_sessions_spread_over_namespace_hosts_and_stay_on_theirs(cluster: 
     run = await polar.submit(docker_task("netns", cluster.source, sessions=12, pause_s=1.0))
     result = await polar.wait(run, timeout_s=900)
     print(f"12 sessions over {len(HOSTS)} namespace hosts: {time.monotonic() - started:.0f}s")
-    runs = {s.session_id: await stage_hosts(polar, s.session_id, host_of)
-            for s in result.sessions}  # fmt: skip
+    runs = {s.session_id: await stage_hosts(polar, s.session_id, host_of) for s in result.sessions}
 
     check_stayed_on_their_hosts(result, runs, set(HOSTS))
     # nothing left behind on any host: no container, no work dir
@@ -168,8 +177,10 @@ async def test_a_killed_namespace_host_is_survived_and_nothing_leaks(cluster: Cl
     host.holder.wait()
     started = time.monotonic()
     result = await polar.wait(run, timeout_s=900)
-    print(f"after killing {lost}: task done in {time.monotonic() - started:.0f}s; "
-          f"sessions per host: {[s.hosts for s in result.sessions]}")  # fmt: skip
+    print(
+        f"after killing {lost}: task done in {time.monotonic() - started:.0f}s; "
+        f"sessions per host: {[s.hosts for s in result.sessions]}"
+    )
     await asyncio.sleep(8)  # the survivors' sweeps run every 5 s
 
     assert not host.linked(), host.root_link  # the host is gone: its namespace took its veth

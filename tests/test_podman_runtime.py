@@ -113,17 +113,24 @@ async def test_dir_source_command_output_exit_code_and_scratch(
         assert outcome.exit_code == 3 and not outcome.timed_out
         out, err = (_read(p) for p in runtime.log_paths(handle, "cmd"))
         assert out.splitlines() == [
-            "/workspace", "hello", "X = 1", "from the worker", str(runtime.home(handle)),
+            "/workspace",
+            "hello",
+            "X = 1",
+            "from the worker",
+            str(runtime.home(handle)),
             "s3cret value",
-        ]  # fmt: skip
+        ]
         assert err == "to-stderr\n"
         assert (runtime.scratch(handle) / "out.txt").read_text() == "result\n"
         assert (runtime.home(handle) / "native.log").read_text() == "cfg\n"
         (runtime.scratch(handle) / "out.txt").unlink()
         again = await runtime.run(
-            handle, f"test ! -e {runtime.scratch(handle)}/out.txt", env={}, log_name="again",
+            handle,
+            f"test ! -e {runtime.scratch(handle)}/out.txt",
+            env={},
+            log_name="again",
             timeout_s=60,
-        )  # fmt: skip
+        )
         assert again.exit_code == 0
         assert (tmp_path / "repo" / "hello.txt").read_text() == "hello\n"
     finally:
@@ -160,8 +167,10 @@ async def test_limits_no_network_one_channel_mount_and_teardown(
                 handle,
                 "cat /sys/fs/cgroup/memory.max 2>/dev/null "
                 "|| cat /sys/fs/cgroup/memory/memory.limit_in_bytes",
-                env={}, log_name="mem", timeout_s=30,
-            )  # fmt: skip
+                env={},
+                log_name="mem",
+                timeout_s=30,
+            )
             assert mem.exit_code == 0
             assert _read(runtime.log_paths(handle, "mem")[0]).strip() == str(256 * 1024 * 1024)
         # no network: a server on the worker's loopback (like Temporal or S3) is unreachable
@@ -201,9 +210,14 @@ async def test_timeout_kills_the_whole_command(runtime: PodmanRuntime) -> None:
     try:
         ticks: list[float] = []
         outcome = await runtime.run(
-            handle, "sleep 300 & sleep 301", env={}, log_name="slow", timeout_s=3,
-            on_tick=ticks.append, tick_s=0.5,
-        )  # fmt: skip
+            handle,
+            "sleep 300 & sleep 301",
+            env={},
+            log_name="slow",
+            timeout_s=3,
+            on_tick=ticks.append,
+            tick_s=0.5,
+        )
         assert outcome.timed_out and outcome.exit_code is None
         assert outcome.duration_s < 15
         assert ticks
@@ -233,9 +247,12 @@ async def test_prepare_actions_missing_image_and_wall_clock(
     )
     try:
         outcome = await runtime.run(
-            handle, "cat vendor/extra/sub/data.txt prepared.txt", env={}, log_name="check",
+            handle,
+            "cat vendor/extra/sub/data.txt prepared.txt",
+            env={},
+            log_name="check",
             timeout_s=60,
-        )  # fmt: skip
+        )
         assert outcome.exit_code == 0, _read(runtime.log_paths(handle, "check")[1])
         assert _read(runtime.log_paths(handle, "check")[0]) == "payload\nok\n"
         await asyncio.sleep(7)  # the container's whole lifetime is spent

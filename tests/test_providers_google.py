@@ -371,8 +371,13 @@ def test_a_command_harness_env_alone_configures_the_sdk(
 
     with stack(base_settings, [text("Hello from the env.")]) as (backend, gateway):
         identity, key = gateway.session()
-        env = gateway_env(gateway_url=gateway.url, api_key=key, model="gemini-policy",
-                          session_id=identity.session_id, task_id=identity.task_id)  # fmt: skip
+        env = gateway_env(
+            gateway_url=gateway.url,
+            api_key=key,
+            model="gemini-policy",
+            session_id=identity.session_id,
+            task_id=identity.task_id,
+        )
         for name in ("GOOGLE_GEMINI_BASE_URL", "GEMINI_API_KEY", "GOOGLE_API_KEY"):
             monkeypatch.setenv(name, env[name])
         client = genai.Client()

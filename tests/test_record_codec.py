@@ -49,10 +49,16 @@ def record_dict(
     normalized = normalize(chat, "vllm", "policy")
     answer = {
         "id": "chatcmpl-1",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"},
-                     "token_ids": [7, 8], "finish_reason": "stop"}],
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "ok"},
+                "token_ids": [7, 8],
+                "finish_reason": "stop",
+            }
+        ],
         "prompt_token_ids": PROMPT,
-    }  # fmt: skip
+    }
     pending = recorder.start(SessionIdentity(session_id, "t-codec", attempt=2), request)
     extracted = Extracted(
         prompt_token_ids=PROMPT,
@@ -89,8 +95,10 @@ def test_compact_record_stores_each_part_once_and_decodes_exactly() -> None:
     assert set(codec["request_keys"]) == {"max_tokens"}
     assert codec["request_messages"] == [0, 2]
     assert compact["normalized_request"]["messages"] == [
-        None, {"role": "user", "content": "Fix the bug."}, None,
-    ]  # fmt: skip
+        None,
+        {"role": "user", "content": "Fix the bug."},
+        None,
+    ]
     assert compact["normalized_request"]["model"] == "policy"  # differs: kept
     assert "prompt_token_ids" not in compact["response"] and codec["response_prompt_ids"] == "top"
     data = encode_record(doc)

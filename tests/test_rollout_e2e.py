@@ -45,9 +45,8 @@ async def test_traces_hold_exactly_what_vllm_sampled(
             assert trace.reward == 1.0 and trace.status == SessionStatus.COMPLETED
             assert trace.provenance.session_id == session.session_id
             traced.append(
-                (tuple(trace.prompt_ids), tuple(trace.response_ids),
-                 tuple(trace.response_logprobs))
-            )  # fmt: skip
+                (tuple(trace.prompt_ids), tuple(trace.response_ids), tuple(trace.response_logprobs))
+            )
     sampled = tap.sampled()
     assert len(sampled) == 6
     assert sorted(traced) == sorted(sampled)  # ids and float logprobs, bit for bit

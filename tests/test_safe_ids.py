@@ -35,8 +35,19 @@ from polar.storage import Storage
 from tests.support import text
 from tests.test_gateway import MESSAGES, assert_openai_error, stack
 
-TRAVERSAL = ["../../x", "..", "a/../../b", "/etc", "a/b", ".hidden", "-rf", "a..b", "", "a\nb",
-             "x" * 201]  # fmt: skip
+TRAVERSAL = [
+    "../../x",
+    "..",
+    "a/../../b",
+    "/etc",
+    "a/b",
+    ".hidden",
+    "-rf",
+    "a..b",
+    "",
+    "a\nb",
+    "x" * 201,
+]
 
 
 @pytest.mark.parametrize("bad", TRAVERSAL)
@@ -152,9 +163,11 @@ async def test_session_started_directly_with_a_traversal_id_fails_fast(
     task = {"task_id": "t", "harness": {"command": "true"}, "runtime": {"kind": "docker"}}
     raw = {"session_id": f"../{victim}", "index": 0, "task": task}
     handle = await polar.client.start_workflow(
-        "Session", raw, id=f"bad-session-{uuid.uuid4().hex[:6]}",
+        "Session",
+        raw,
+        id=f"bad-session-{uuid.uuid4().hex[:6]}",
         task_queue=polar.settings.task_queue,
-    )  # fmt: skip
+    )
     with pytest.raises(WorkflowFailureError) as info:
         await handle.result()
     cause = info.value.cause

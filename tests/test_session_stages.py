@@ -55,11 +55,13 @@ async def test_harness_and_evaluator_run_in_an_isolated_workspace(
     q = polar.settings.task_queue
     host = f"{q}-host-{polar.settings.host_id}"
     assert queues == {
-        "prepare_runtime": f"{q}-init", "prepare_eval_runtime": f"{host}-init",
+        "prepare_runtime": f"{q}-init",
+        "prepare_eval_runtime": f"{host}-init",
         "run_harness": f"{host}-run",
-        "build_trajectory": f"{q}-postrun", "evaluate": f"{host}-postrun",
+        "build_trajectory": f"{q}-postrun",
+        "evaluate": f"{host}-postrun",
         "teardown": f"{host}-init",
-    }  # fmt: skip
+    }
     # teardown removed the workspaces
     runtimes = Path(polar.settings.data_dir) / "runtimes"
     assert not any((runtimes / s.session_id).exists() for s in result.sessions)

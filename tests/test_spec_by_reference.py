@@ -86,12 +86,24 @@ async def test_stages_read_the_large_fields_back_from_s3(storage: Storage) -> No
     assert storage.exists(ref.key)
     slim = slim_spec(task)
     handle = RuntimeHandle(kind="local", session_id="s", workdir="/w", host="h")
-    harness = HarnessRequest(session_id="s", task_id=task.task_id, runtime=handle,
-                             harness=slim.harness, instruction=slim.instruction, budget_s=10,
-                             spec_ref=ref)  # fmt: skip
+    harness = HarnessRequest(
+        session_id="s",
+        task_id=task.task_id,
+        runtime=handle,
+        harness=slim.harness,
+        instruction=slim.instruction,
+        budget_s=10,
+        spec_ref=ref,
+    )
     assert (await specs.with_instruction(harness)).instruction == task.instruction
-    evaluate = EvaluateRequest(session_id="s", task_id=task.task_id, runtime=handle,
-                               evaluator=slim.evaluator, budget_s=10, spec_ref=ref)  # fmt: skip
+    evaluate = EvaluateRequest(
+        session_id="s",
+        task_id=task.task_id,
+        runtime=handle,
+        evaluator=slim.evaluator,
+        budget_s=10,
+        spec_ref=ref,
+    )
     full = await specs.with_evaluator(evaluate)
     assert full.evaluator == task.evaluator and full.spec_ref is None
     # no reference: the request is used as it came

@@ -54,8 +54,11 @@ def _git(cwd: Path, *args: str) -> str:
     # the workspaces of a local runtime belong to its unprivileged user
     return subprocess.run(
         ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "safe.directory=*", *args],
-        cwd=cwd, check=True, capture_output=True, text=True,
-    ).stdout  # fmt: skip
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
 
 
 # --------------------------------------------------------------------------- instances
@@ -145,10 +148,18 @@ def test_default_test_command() -> None:
 
 
 def test_filter_patch_drops_junk() -> None:
-    for junk in ("pkg/__pycache__/m.cpython-311.pyc", "m.pyc", ".pytest_cache/v/x",
-                 ".codex/config.toml", ".claude/settings.json", ".qwen/settings.json",
-                 ".pi/agent/models.json", "web/node_modules/a/index.js", "x.egg-info/PKG-INFO",
-                 ".mypy_cache/3.11/x.json"):  # fmt: skip
+    for junk in (
+        "pkg/__pycache__/m.cpython-311.pyc",
+        "m.pyc",
+        ".pytest_cache/v/x",
+        ".codex/config.toml",
+        ".claude/settings.json",
+        ".qwen/settings.json",
+        ".pi/agent/models.json",
+        "web/node_modules/a/index.js",
+        "x.egg-info/PKG-INFO",
+        ".mypy_cache/3.11/x.json",
+    ):
         assert is_junk(junk), junk
     for real in ("src/pi.py", "docs/claude.md", "node.js", "pkg/cache.py", "a/.pipeline"):
         assert not is_junk(real), real
@@ -201,10 +212,15 @@ async def test_extract_patch_is_binary_safe_and_filters_junk(
     (ws / "logo.bin").write_bytes(bytes(range(256)) * 4)  # a binary file
     (ws / "README.md").unlink()  # a deletion
     junk_files = [
-        "__pycache__/a.cpython-311.pyc", "textkit/__pycache__/slug.cpython-311.pyc",
-        ".pytest_cache/v/cache/nodeids", ".codex/config.toml", ".claude/settings.json",
-        "node_modules/left-pad/index.js", "textkit.egg-info/PKG-INFO", "stray.pyc",
-    ]  # fmt: skip
+        "__pycache__/a.cpython-311.pyc",
+        "textkit/__pycache__/slug.cpython-311.pyc",
+        ".pytest_cache/v/cache/nodeids",
+        ".codex/config.toml",
+        ".claude/settings.json",
+        "node_modules/left-pad/index.js",
+        "textkit.egg-info/PKG-INFO",
+        "stray.pyc",
+    ]
     for junk in junk_files:
         (ws / junk).parent.mkdir(parents=True, exist_ok=True)
         (ws / junk).write_bytes(b"\x00junk")
@@ -220,8 +236,12 @@ async def test_extract_patch_is_binary_safe_and_filters_junk(
 
     patch, files, dropped = await extract_patch(local, handle, inst.base_commit)
     assert sorted(files) == [
-        "README.md", "logo.bin", "tests/test_more.py", "textkit/new_module.py", "textkit/slug.py",
-    ]  # fmt: skip
+        "README.md",
+        "logo.bin",
+        "tests/test_more.py",
+        "textkit/new_module.py",
+        "textkit/slug.py",
+    ]
     assert dropped == ["build.pyc"]  # committed junk is filtered from the diff
     assert b"GIT binary patch" in patch
     # the patch applies on a fresh checkout and reproduces the workspace, bytes included
@@ -236,13 +256,18 @@ async def test_extract_patch_is_binary_safe_and_filters_junk(
     assert not (out / "README.md").exists() and not (out / ".codex").exists()
     # the session's own git state is untouched (temporary index)
     assert _git(ws, "status", "--porcelain", "--untracked-files=no").splitlines() == [
-        " D README.md", " M textkit/slug.py",
-    ]  # fmt: skip
+        " D README.md",
+        " M textkit/slug.py",
+    ]
 
     not_git = await local.prepare(
-        PrepareRequest(session_id="s3", task_id="t", runtime=RuntimeSpec(),
-                       source=DirSource(path=str(REPO / "examples" / "swe")))
-    )  # fmt: skip
+        PrepareRequest(
+            session_id="s3",
+            task_id="t",
+            runtime=RuntimeSpec(),
+            source=DirSource(path=str(REPO / "examples" / "swe")),
+        )
+    )
     from activities.evaluators.swebench import EvaluatorError
 
     with pytest.raises(EvaluatorError, match="extracting the patch"):
@@ -292,8 +317,11 @@ async def test_apply_fallbacks(local: LocalRuntime, tmp_path: Path) -> None:
         assert check((ws / "f.txt").read_text())
         if expected is None:  # every strategy was tried and the workspace is clean again
             assert [a["strategy"] for a in attempts] == [
-                "git apply", "git apply --3way", "git apply --reject", "patch --fuzz",
-            ]  # fmt: skip
+                "git apply",
+                "git apply --3way",
+                "git apply --reject",
+                "patch --fuzz",
+            ]
             assert _git(ws, "status", "--porcelain") == ""
         await local.teardown(handle)
 
@@ -349,9 +377,13 @@ async def _grade(
     (ws / ".codex" / "config.toml").write_text("model = 'policy'\n")
     spec = SweBenchSpec.model_validate({**evaluator_fields(inst), **spec_update})
     request = eval_prepare_request(  # the instance's install runs while preparing
-        session.session_id, "t", GitSource(url=str(source), ref=inst.base_commit),
-        RuntimeSpec(), "local", EvaluatorSpec(kind="swebench", swebench=spec),
-    )  # fmt: skip
+        session.session_id,
+        "t",
+        GitSource(url=str(source), ref=inst.base_commit),
+        RuntimeSpec(),
+        "local",
+        EvaluatorSpec(kind="swebench", swebench=spec),
+    )
     async with fresh_runtime(runtime, request) as eval_handle:
         evaluation = await evaluate_swebench(
             runtime, session, runtime, eval_handle, spec, timeout_s=120
@@ -412,8 +444,11 @@ async def test_evaluator_flags_patch_apply_failure_timeout_and_errors(
     assert failed.reward == 0.0
     assert failed.report["patch_apply_failed"] and not failed.report["patch_applied"]
     assert [a["strategy"] for a in failed.report["apply_attempts"]] == [
-        "git apply", "git apply --3way", "git apply --reject", "patch --fuzz",
-    ]  # fmt: skip
+        "git apply",
+        "git apply --3way",
+        "git apply --reject",
+        "patch --fuzz",
+    ]
     assert "did not apply" in failed.detail
 
     timed_out = await _grade_with_budget(local, swe_dir, inst, budget_s=4)
@@ -437,9 +472,11 @@ async def _grade_with_budget(
         {**evaluator_fields(inst), "test_cmd": "sleep 60; python -m pytest -rA {test_files}"}
     )
     request = PrepareRequest(
-        session_id="sess-budget-eval", task_id="t", runtime=RuntimeSpec(),
+        session_id="sess-budget-eval",
+        task_id="t",
+        runtime=RuntimeSpec(),
         source=GitSource(url=str(source), ref=inst.base_commit),
-    )  # fmt: skip
+    )
     async with fresh_runtime(runtime, request) as eval_handle:
         return await evaluate_swebench(
             runtime, session, runtime, eval_handle, spec, timeout_s=budget_s

@@ -92,9 +92,11 @@ async def test_early_stop_cancels_stragglers_and_tears_them_down(
     assert time.monotonic() - started < 45, "the task waited for its stragglers"
     by_index = {s.index: s for s in result.sessions}
     assert [by_index[i].status for i in range(4)] == [
-        SessionStatus.COMPLETED, SessionStatus.COMPLETED,
-        SessionStatus.CANCELLED, SessionStatus.CANCELLED,
-    ]  # fmt: skip
+        SessionStatus.COMPLETED,
+        SessionStatus.COMPLETED,
+        SessionStatus.CANCELLED,
+        SessionStatus.CANCELLED,
+    ]
     assert result.stopped_early
     assert [s.index for s in result.usable] == [0, 1]
     runtimes = Path(polar.settings.data_dir) / "runtimes"
@@ -158,7 +160,7 @@ async def test_iter_groups_yields_groups_in_finish_order_and_drops_stale(
                 tmp_path,
                 num_sessions=2,
                 policy_version=version,
-            )  # fmt: skip
+            )
         )
         for name, delay, version in plan
     ]

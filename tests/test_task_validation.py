@@ -82,11 +82,25 @@ async def test_temporal_cli_start_with_input_file_works_like_submit(
     temporal = Path(sys.executable).parent / "temporal"
     workflow_id = f"cli-{uuid.uuid4().hex[:6]}"
     proc = subprocess.run(
-        [str(temporal), "workflow", "start", "--type", "RolloutTask",
-         "--task-queue", polar.settings.task_queue, "--input-file", str(task_file),
-         "--workflow-id", workflow_id, "--address", polar.settings.temporal_address],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [
+            str(temporal),
+            "workflow",
+            "start",
+            "--type",
+            "RolloutTask",
+            "--task-queue",
+            polar.settings.task_queue,
+            "--input-file",
+            str(task_file),
+            "--workflow-id",
+            workflow_id,
+            "--address",
+            polar.settings.temporal_address,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     result = await polar.wait(workflow_id, timeout_s=120)
     assert result.task_id == "cli-start"
@@ -110,41 +124,66 @@ INJECTIONS: dict[str, tuple[dict[str, Any], str, str]] = {
     "source-root": ({"source": {"type": "dir", "path": "/"}}, "source.dir.path", "root directory"),
     "source-etc": ({"source": {"type": "dir", "path": "/etc"}}, "source.dir.path", "/etc"),
     "source-dotdot": (
-        {"source": {"type": "dir", "path": "/tmp/../proc/self"}}, "source.dir.path", "/proc",
+        {"source": {"type": "dir", "path": "/tmp/../proc/self"}},
+        "source.dir.path",
+        "/proc",
     ),
     "source-var-lib": (
-        {"source": {"type": "dir", "path": "//var/lib/docker"}}, "source.dir.path", "/var/lib",
+        {"source": {"type": "dir", "path": "//var/lib/docker"}},
+        "source.dir.path",
+        "/var/lib",
     ),
     "upload-shadow": (
         {"runtime": {"prepare": [{"type": "upload", "src": "/etc/shadow", "dest": "s"}]}},
-        "runtime.prepare.0.upload.src", "system directory /etc",
+        "runtime.prepare.0.upload.src",
+        "system directory /etc",
     ),
     "upload-root-home": (
         {"runtime": {"prepare": [{"type": "upload", "src": "/root/.ssh", "dest": "s"}]}},
-        "runtime.prepare.0.upload.src", "/root",
+        "runtime.prepare.0.upload.src",
+        "/root",
     ),
     "ref-option": (
-        {"source": {"type": "git", "url": "https://example.com/r.git",
-                    "ref": "--pathspec-from-file=/etc/passwd"}},
-        "source.git.ref", "starts with '-'",
+        {
+            "source": {
+                "type": "git",
+                "url": "https://example.com/r.git",
+                "ref": "--pathspec-from-file=/etc/passwd",
+            }
+        },
+        "source.git.ref",
+        "starts with '-'",
     ),
     "url-upload-pack": (
         {"source": {"type": "git", "url": "--upload-pack=touch /tmp/pwned"}},
-        "source.git.url", "starts with '-'",
+        "source.git.url",
+        "starts with '-'",
     ),
     "url-ext": (
         {"source": {"type": "git", "url": "ext::sh -c touch% /tmp/pwned"}},
-        "source.git.url", "remote helper",
+        "source.git.url",
+        "remote helper",
     ),
     "url-fd": ({"source": {"type": "git", "url": "fd::3"}}, "source.git.url", "remote helper"),
     "url-file": (
-        {"source": {"type": "git", "url": "file:///srv/repo"}}, "source.git.url", "file://",
+        {"source": {"type": "git", "url": "file:///srv/repo"}},
+        "source.git.url",
+        "file://",
     ),
     "url-local-etc": ({"source": {"type": "git", "url": "/etc"}}, "source.git.url", "/etc"),
     "base-commit-option": (
-        {"evaluator": {"kind": "swebench", "swebench": {
-            "instance_id": "i", "base_commit": "--output=/tmp/x", "fail_to_pass": ["t"]}}},
-        "evaluator.swebench.base_commit", "starts with '-'",
+        {
+            "evaluator": {
+                "kind": "swebench",
+                "swebench": {
+                    "instance_id": "i",
+                    "base_commit": "--output=/tmp/x",
+                    "fail_to_pass": ["t"],
+                },
+            }
+        },
+        "evaluator.swebench.base_commit",
+        "starts with '-'",
     ),
     "harness-1e300": ({"timeouts": {"harness_s": 1e300}}, "timeouts.harness_s", "604800"),
     "harness-inf": ({"timeouts": {"harness_s": "Infinity"}}, "timeouts.harness_s", "finite"),
@@ -152,13 +191,14 @@ INJECTIONS: dict[str, tuple[dict[str, Any], str, str]] = {
     "heartbeat-1e-9": ({"timeouts": {"heartbeat_s": 1e-9}}, "timeouts.heartbeat_s", "1"),
     "action-timeout": (
         {"runtime": {"prepare": [{"type": "run", "command": "x", "timeout_s": 1e300}]}},
-        "runtime.prepare.0.run.timeout_s", "604800",
+        "runtime.prepare.0.run.timeout_s",
+        "604800",
     ),
     "wall-clock-inf": ({"runtime": {"wall_clock_s": "Infinity"}}, "runtime.wall_clock_s", "finite"),
     "cpus-1e-9": ({"runtime": {"cpus": 1e-9}}, "runtime.cpus", "0.1"),
     "memory-0": ({"runtime": {"memory": "0"}}, "runtime.memory", "16m"),
     "disk-huge": ({"runtime": {"disk": "99999999999g"}}, "runtime.disk", "16m"),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("name", sorted(INJECTIONS))
@@ -206,9 +246,11 @@ async def test_rollout_task_started_directly_with_an_injection_fails_fast(
 async def test_session_started_directly_with_an_injection_fails_fast(polar: PolarClient) -> None:
     task = BASE | INJECTIONS["ref-option"][0]
     handle = await polar.client.start_workflow(
-        "Session", {"session_id": "s-inject", "index": 0, "task": task},
-        id=f"bad-{uuid.uuid4().hex[:6]}", task_queue=polar.settings.task_queue,
-    )  # fmt: skip
+        "Session",
+        {"session_id": "s-inject", "index": 0, "task": task},
+        id=f"bad-{uuid.uuid4().hex[:6]}",
+        task_queue=polar.settings.task_queue,
+    )
     with pytest.raises(WorkflowFailureError) as info:
         await handle.result()
     cause = info.value.cause
@@ -256,8 +298,12 @@ async def test_build_activity_refuses_an_unresolvable_builder_without_retry(
     storage: Storage,
 ) -> None:
     acts = SessionActivities(Settings(), storage)
-    request = BuildRequest(session_id="s-nobuilder", task_id="t", harness="command",
-                           builder=BuilderSpec(name="no_such_module:build"))  # fmt: skip
+    request = BuildRequest(
+        session_id="s-nobuilder",
+        task_id="t",
+        harness="command",
+        builder=BuilderSpec(name="no_such_module:build"),
+    )
     with pytest.raises(ApplicationError) as info:
         await ActivityEnvironment().run(acts.build_trajectory, request)
     assert info.value.type == "InvalidBuilder" and info.value.non_retryable

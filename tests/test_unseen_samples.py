@@ -174,9 +174,16 @@ async def test_a_record_whose_gateway_died_before_answering_is_not_trained(
 
 def _record(n: int, started: float, finished: float, body: dict[str, Any], **kw: Any) -> Any:
     return CompletionRecord(
-        session_id="s", task_id="t", seq=int(started * 1e9), record_id=f"r{n}",
-        request=body, normalized_request=body, started_at=started, finished_at=finished, **kw,
-    )  # fmt: skip
+        session_id="s",
+        task_id="t",
+        seq=int(started * 1e9),
+        record_id=f"r{n}",
+        request=body,
+        normalized_request=body,
+        started_at=started,
+        finished_at=finished,
+        **kw,
+    )
 
 
 def test_only_an_identical_request_right_after_marks_a_record_resent() -> None:
@@ -185,15 +192,28 @@ def test_only_an_identical_request_right_after_marks_a_record_resent() -> None:
     # parallel identical calls (started before the first finished) are both seen
     assert unseen_records([_record(1, 0, 5, ask), _record(2, 1, 6, ask)]) == {}
     # another call in between: the repeat is a new question, not a retry
-    assert unseen_records([_record(1, 0, 1, ask), _record(2, 2, 3, other),
-                           _record(3, 4, 5, ask)]) == {}  # fmt: skip
+    assert (
+        unseen_records([_record(1, 0, 1, ask), _record(2, 2, 3, other), _record(3, 4, 5, ask)])
+        == {}
+    )
     # a run of retries keeps only the last; another attempt's calls do not count
-    records = [_record(1, 0, 1, ask), _record(2, 2, 3, ask), _record(3, 4, 5, ask),
-               _record(4, 2.5, 9, other, attempt=2)]  # fmt: skip
+    records = [
+        _record(1, 0, 1, ask),
+        _record(2, 2, 3, ask),
+        _record(3, 4, 5, ask),
+        _record(4, 2.5, 9, other, attempt=2),
+    ]
     assert unseen_records(records) == {"r1": "resent", "r2": "resent"}
     # the same body rendered to other prompt ids is another question (e.g. the server's
     # template or tools changed), not a resend
-    assert unseen_records([_record(1, 0, 1, ask, prompt_token_ids=[1, 2]),
-                           _record(2, 2, 3, ask, prompt_token_ids=[1, 3])]) == {}  # fmt: skip
+    assert (
+        unseen_records(
+            [
+                _record(1, 0, 1, ask, prompt_token_ids=[1, 2]),
+                _record(2, 2, 3, ask, prompt_token_ids=[1, 3]),
+            ]
+        )
+        == {}
+    )
     # a failed call's repeat is an ordinary retry: the failure is unusable anyway
     assert unseen_records([_record(1, 0, 1, ask, error="503"), _record(2, 2, 3, ask)]) == {}

@@ -58,8 +58,14 @@ async def test_worker_metrics_endpoint_after_a_real_task(
         for s in family.samples
     }
     # 2 sessions; each also prepares and tears down its evaluator's fresh runtime
-    for stage, count in (("prepare_runtime", 2), ("prepare_eval_runtime", 2), ("run_harness", 2),
-                         ("build_trajectory", 2), ("evaluate", 2), ("teardown", 4)):  # fmt: skip
+    for stage, count in (
+        ("prepare_runtime", 2),
+        ("prepare_eval_runtime", 2),
+        ("run_harness", 2),
+        ("build_trajectory", 2),
+        ("evaluate", 2),
+        ("teardown", 4),
+    ):
         key = ("polar_stage_seconds_count", (("stage", stage), ("status", "ok")))
         assert samples[key] == count, stage
     assert samples[("polar_stage_in_progress", (("stage", "run_harness"),))] == 0

@@ -190,8 +190,11 @@ class Session:
                 warnings.append(f"host {lost.host_id} lost ({lost.detail})")
                 self._give_up(spec, placed, queues.init, t.teardown_s)
                 if placement < t.max_attempts:
-                    workflow.logger.warning("session %s: %s; preparing it again elsewhere",
-                                            spec.session_id, warnings[-1])  # fmt: skip
+                    workflow.logger.warning(
+                        "session %s: %s; preparing it again elsewhere",
+                        spec.session_id,
+                        warnings[-1],
+                    )
                     continue
                 result.status = SessionStatus.ERROR
                 result.error = f"{lost.stage}: host {lost.host_id} lost ({lost.detail})"

@@ -29,6 +29,7 @@ async def while_ticking(work: Awaitable[T], on_tick: Tick, every_s: float = 2.0)
             if ticked is not None:
                 await ticked
 
+
 # git must not read anything the harness may have left in the repo's config; safe.directory
 # because the workspace may belong to another user than the one grading it
 GIT = (

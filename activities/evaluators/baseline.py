@@ -88,7 +88,8 @@ async def record_baseline(
     )
     found = _MARK.search(output)
     if code != 0 or found is None:
-        log.warning("no git baseline for %s (exit %s): %s", handle.session_id, code,
-                    output.strip()[-500:])  # fmt: skip
+        log.warning(
+            "no git baseline for %s (exit %s): %s", handle.session_id, code, output.strip()[-500:]
+        )
         return handle
     return handle.model_copy(update={"baseline": found.group(1)})

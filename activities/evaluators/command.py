@@ -56,9 +56,15 @@ async def evaluate_command(
             "worker, or git is missing in its runtime)"
         )
     changes = await carry_changes(
-        session_runtime, session_handle, session_handle.baseline, eval_runtime, eval_handle,
-        protected=spec.protected, timeout_s=timeout_s, on_tick=on_tick,
-    )  # fmt: skip
+        session_runtime,
+        session_handle,
+        session_handle.baseline,
+        eval_runtime,
+        eval_handle,
+        protected=spec.protected,
+        timeout_s=timeout_s,
+        on_tick=on_tick,
+    )
     evaluation = Evaluation(0.0, "", report=changes.report(), patch=changes.patch)
     # equal when both runtimes were prepared alike (fixed author and dates)
     evaluation.report["baselines"] = {
@@ -87,9 +93,13 @@ async def evaluate_command(
         traces_file.write_bytes(traces)
         env["POLAR_TRACES_FILE"] = str(traces_file)
     outcome = await eval_runtime.run(
-        eval_handle, spec.command, env=env, log_name="evaluate", timeout_s=timeout_s,
+        eval_handle,
+        spec.command,
+        env=env,
+        log_name="evaluate",
+        timeout_s=timeout_s,
         on_tick=on_tick,
-    )  # fmt: skip
+    )
     await reap(eval_runtime, eval_handle)
     evaluation.report["exit_code"] = outcome.exit_code
     if outcome.timed_out:

@@ -119,9 +119,13 @@ async def carry_changes(
     changes = Changes()
     try:
         patch, files, changes.dropped_junk = await extract_patch(
-            session_runtime, session_handle, base,
-            timeout_s=timeout_s, exclude=exclude, on_tick=on_tick,
-        )  # fmt: skip
+            session_runtime,
+            session_handle,
+            base,
+            timeout_s=timeout_s,
+            exclude=exclude,
+            on_tick=on_tick,
+        )
     except ExtractionFailed as exc:
         changes.extract_error = str(exc)
         return changes

@@ -27,11 +27,29 @@ from activities.runtimes.base import Runtime
 from polar.models import RuntimeHandle
 
 # path components that are never part of a fix
-JUNK_DIRS = frozenset({
-    "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".hypothesis", ".tox",
-    ".nox", ".eggs", ".ipynb_checkpoints", "node_modules", ".venv", ".cache",
-    ".codex", ".claude", ".qwen", ".pi", ".gemini", ".polar", ".git",
-})  # fmt: skip
+JUNK_DIRS = frozenset(
+    {
+        "__pycache__",
+        ".pytest_cache",
+        ".mypy_cache",
+        ".ruff_cache",
+        ".hypothesis",
+        ".tox",
+        ".nox",
+        ".eggs",
+        ".ipynb_checkpoints",
+        "node_modules",
+        ".venv",
+        ".cache",
+        ".codex",
+        ".claude",
+        ".qwen",
+        ".pi",
+        ".gemini",
+        ".polar",
+        ".git",
+    }
+)
 JUNK_FILES = ("*.pyc", "*.pyo", "*.egg-info", ".coverage", ".coverage.*", ".DS_Store")
 
 # (name, command): tried in order until one exits 0; the workspace is reset between them

@@ -43,15 +43,19 @@ def pytest_configure(config):
 def pytest_collectreport(report):
     if report.failed or report.skipped:
         why = str(getattr(report, "longrepr", "") or "")[-500:]
-        _write({"event": "collect", "nodeid": report.nodeid, "outcome": report.outcome,
-                "why": why})  # fmt: skip
+        _write({"event": "collect", "nodeid": report.nodeid, "outcome": report.outcome, "why": why})
 
 
 def pytest_runtest_logreport(report):
-    _write({
-        "event": "test", "nodeid": report.nodeid, "when": report.when,
-        "outcome": report.outcome, "xfail": hasattr(report, "wasxfail"),
-    })  # fmt: skip
+    _write(
+        {
+            "event": "test",
+            "nodeid": report.nodeid,
+            "when": report.when,
+            "outcome": report.outcome,
+            "xfail": hasattr(report, "wasxfail"),
+        }
+    )
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -71,10 +71,18 @@ from activities.runtimes.base import Runtime
 from polar.models import RuntimeHandle, SweBenchSpec
 
 __all__ = [
-    "EvaluatorError", "SweEvaluation", "apply_patch", "build_test_command", "eval_prepare_request",
-    "evaluate_swebench", "extract_patch", "filter_patch", "fresh_runtime", "is_junk",
+    "EvaluatorError",
+    "SweEvaluation",
+    "apply_patch",
+    "build_test_command",
+    "eval_prepare_request",
+    "evaluate_swebench",
+    "extract_patch",
+    "filter_patch",
+    "fresh_runtime",
+    "is_junk",
     "split_patch",
-]  # fmt: skip
+]
 
 DEFAULT_TEST_CMD = "python -m pytest -rA -p no:cacheprovider"
 PLUGIN_MODULE = "polar_pytest_results"
@@ -82,11 +90,23 @@ PLUGIN_MODULE = "polar_pytest_results"
 # task-owned whatever the instance says: pytest's configuration and hooks, and modules that
 # would shadow pytest or Polar's plugin from the repository root (first on sys.path)
 PROTECTED = (
-    "**/conftest.py", "**/pytest.ini", "**/.pytest.ini", "**/pytest.toml", "**/.pytest.toml",
-    "**/tox.ini", "**/sitecustomize.py", "**/usercustomize.py", "**/*.pth",
-    "pytest.py", "pytest/**", "_pytest/**", "pluggy/**", "py.py",
-    f"**/{PLUGIN_MODULE}.py", f"**/{PLUGIN_MODULE}/**",
-)  # fmt: skip
+    "**/conftest.py",
+    "**/pytest.ini",
+    "**/.pytest.ini",
+    "**/pytest.toml",
+    "**/.pytest.toml",
+    "**/tox.ini",
+    "**/sitecustomize.py",
+    "**/usercustomize.py",
+    "**/*.pth",
+    "pytest.py",
+    "pytest/**",
+    "_pytest/**",
+    "pluggy/**",
+    "py.py",
+    f"**/{PLUGIN_MODULE}.py",
+    f"**/{PLUGIN_MODULE}/**",
+)
 # kept, unless the patch changes their pytest section
 PYTEST_SECTION_FILES = ("setup.cfg", "pyproject.toml")
 
@@ -375,10 +395,16 @@ async def evaluate_swebench(
     try:
         await _check_workspace(eval_runtime, eval_handle, spec)
         changes = await carry_changes(
-            session_runtime, session_handle, spec.base_commit, eval_runtime, eval_handle,
-            protected=protected_paths(spec, protected), exclude=spec.exclude,
-            timeout_s=clock.left(), on_tick=on_tick,
-        )  # fmt: skip
+            session_runtime,
+            session_handle,
+            spec.base_commit,
+            eval_runtime,
+            eval_handle,
+            protected=protected_paths(spec, protected),
+            exclude=spec.exclude,
+            timeout_s=clock.left(),
+            on_tick=on_tick,
+        )
         result.patch = changes.patch
         report.update(changes.report())
         if changes.extract_error is not None:
@@ -401,10 +427,14 @@ async def evaluate_swebench(
         if spec.test_patch.strip():
             await _reset_test_files(eval_runtime, eval_handle, spec)
             test_strategy, test_attempts = await apply_patch(
-                eval_runtime, eval_handle, spec.test_patch.encode(), name="test",
-                timeout_s=clock.left(), strategies=APPLY_STRATEGIES[:1],
+                eval_runtime,
+                eval_handle,
+                spec.test_patch.encode(),
+                name="test",
+                timeout_s=clock.left(),
+                strategies=APPLY_STRATEGIES[:1],
                 reset_to=eval_handle.baseline or "HEAD",
-            )  # fmt: skip
+            )
             if test_strategy is None:
                 raise EvaluatorError(f"the test patch does not apply: {test_attempts[-1]['log']}")
         return await _run_tests(eval_runtime, eval_handle, spec, clock, result, done, on_tick)
@@ -450,8 +480,11 @@ async def _run_tests(
         status = run.status if run else {}
         if run is not None:
             report["collect_problems"] = run.collect_problems
-            report["pytest_sessions"] = {"started": run.started, "finished": run.finished,
-                                         "exit_statuses": run.exit_statuses}  # fmt: skip
+            report["pytest_sessions"] = {
+                "started": run.started,
+                "finished": run.finished,
+                "exit_statuses": run.exit_statuses,
+            }
     tests = grade(status, spec)
     report.update(test_status=status, **tests)
     if timed_out:

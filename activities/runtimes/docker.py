@@ -118,15 +118,20 @@ class DockerRuntime:
 
     def labels(self, session_id: str) -> dict[str, str]:
         """Whose container it is: the session, the deployment namespace, the host."""
-        return {LABEL: session_id, NAMESPACE_LABEL: self.namespace, HOST_LABEL: self.host_id,
-                DEPLOYMENT_LABEL: self.deployment}  # fmt: skip
+        return {
+            LABEL: session_id,
+            NAMESPACE_LABEL: self.namespace,
+            HOST_LABEL: self.host_id,
+            DEPLOYMENT_LABEL: self.deployment,
+        }
 
     async def list_sessions(self) -> set[str]:
         """Session ids with a container of this deployment and host, or a session dir here."""
 
         def listed() -> set[str]:
-            filters = {"label": [f"{DEPLOYMENT_LABEL}={self.deployment}",
-                                 f"{HOST_LABEL}={self.host_id}"]}  # fmt: skip
+            filters = {
+                "label": [f"{DEPLOYMENT_LABEL}={self.deployment}", f"{HOST_LABEL}={self.host_id}"]
+            }
             found = {
                 c.labels.get(LABEL, "")
                 for c in self.client.containers.list(all=True, filters=filters)
@@ -218,9 +223,10 @@ class DockerRuntime:
             nano_cpus=int(limits.cpus * 1e9),
             mem_limit=limits.memory_bytes,
             memswap_limit=limits.memory_bytes,  # no swap beyond the limit
-            ulimits=[docker.types.Ulimit(name="fsize", soft=limits.disk_bytes,
-                                         hard=limits.disk_bytes)],
-        )  # fmt: skip
+            ulimits=[
+                docker.types.Ulimit(name="fsize", soft=limits.disk_bytes, hard=limits.disk_bytes)
+            ],
+        )
 
     # ------------------------------------------------------------------ the gateway channel
     def channel_dir(self, handle: RuntimeHandle) -> Path:
@@ -328,9 +334,14 @@ class DockerRuntime:
         return ProcessOutcome(code, False, time.monotonic() - started, exceeded)
 
     def _start_exec(
-        self, container: Any, argv: list[str], env: dict[str, str], workdir: str,
-        stdout: Path, stderr: Path,
-    ) -> _Pump:  # fmt: skip
+        self,
+        container: Any,
+        argv: list[str],
+        env: dict[str, str],
+        workdir: str,
+        stdout: Path,
+        stderr: Path,
+    ) -> _Pump:
         """Start `argv` in the container, its output streaming into the two log files."""
         created = self.client.api.exec_create(
             container.id, argv, stdout=True, stderr=True, environment=env, workdir=workdir

@@ -162,8 +162,10 @@ class LocalRuntime:
         owner = f"{sandbox.uid}:{sandbox.gid}"
         proc = subprocess.run(
             ["chown", "-R", "--no-dereference", owner, *map(str, paths)],
-            capture_output=True, text=True, timeout=600,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         if proc.returncode != 0:
             raise InvalidRuntime(f"chown {owner} failed: {proc.stderr.strip()[-500:]}")
 
@@ -174,8 +176,9 @@ class LocalRuntime:
                 raise InvalidRuntime(f"local uploads go into the workspace, not to {dest!r}")
             target.parent.mkdir(parents=True, exist_ok=True)
             if src.is_dir():
-                await asyncio.to_thread(shutil.copytree, src, target, symlinks=True,
-                                        dirs_exist_ok=True)  # fmt: skip
+                await asyncio.to_thread(
+                    shutil.copytree, src, target, symlinks=True, dirs_exist_ok=True
+                )
             else:
                 await asyncio.to_thread(shutil.copy2, src, target)
             await asyncio.to_thread(self._own, [workspace])
@@ -238,8 +241,11 @@ class LocalRuntime:
             killed += pids
             await asyncio.sleep(0.05)
         if killed and self.sandbox.mode in ("sealed", "pidns", "userns"):
-            log.warning("local session %s left processes alive: killed %s", handle.session_id,
-                        sorted(set(killed)))  # fmt: skip
+            log.warning(
+                "local session %s left processes alive: killed %s",
+                handle.session_id,
+                sorted(set(killed)),
+            )
         await asyncio.to_thread(_drop_symlinks, [base / "home", base / "scratch"])
 
     async def teardown(self, handle: RuntimeHandle) -> bool:

@@ -70,13 +70,32 @@ def _tool(name: str) -> str:
 
 
 def _namespaces(*flags: str, init: str) -> tuple[str, ...]:
-    return (_tool("unshare"), *flags, "--pid", "--fork", "--kill-child", "--mount-proc", "--",
-            _tool("bash"), "-c", init, "polar-init")  # fmt: skip
+    return (
+        _tool("unshare"),
+        *flags,
+        "--pid",
+        "--fork",
+        "--kill-child",
+        "--mount-proc",
+        "--",
+        _tool("bash"),
+        "-c",
+        init,
+        "polar-init",
+    )
 
 
 def _drop_to(uid: int, gid: int) -> tuple[str, ...]:
-    return (_tool("setpriv"), f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
-            "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--")  # fmt: skip
+    return (
+        _tool("setpriv"),
+        f"--reuid={uid}",
+        f"--regid={gid}",
+        "--clear-groups",
+        "--inh-caps=-all",
+        "--bounding-set=-all",
+        "--no-new-privs",
+        "--",
+    )
 
 
 def candidates(uid: int | None, gid: int | None, *, root: bool | None = None) -> Iterator[Sandbox]:
@@ -105,10 +124,21 @@ def ensure_harness_user() -> tuple[int, int]:
         if useradd is None:
             raise OSError("useradd not found") from None
         proc = subprocess.run(
-            [useradd, "--system", "--user-group", "--no-create-home", "--home-dir", "/nonexistent",
-             "--shell", "/usr/sbin/nologin", HARNESS_USER],
-            capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+            [
+                useradd,
+                "--system",
+                "--user-group",
+                "--no-create-home",
+                "--home-dir",
+                "/nonexistent",
+                "--shell",
+                "/usr/sbin/nologin",
+                HARNESS_USER,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         try:  # made here, or by another worker at the same time
             entry = pwd.getpwnam(HARNESS_USER)
         except KeyError:
@@ -125,9 +155,12 @@ def probe(sandbox: Sandbox) -> str | None:
     try:
         proc = subprocess.run(
             sandbox.argv(f'test "$(id -u)" = {want}'),
-            cwd="/", env={"PATH": SYSTEM_PATH, "LANG": "C.UTF-8"},
-            capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
-        )  # fmt: skip
+            cwd="/",
+            env={"PATH": SYSTEM_PATH, "LANG": "C.UTF-8"},
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT_S,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"{type(exc).__name__}: {exc}"
     if proc.returncode != 0:
@@ -171,8 +204,9 @@ def detect_sandbox() -> Sandbox:
                 log.warning(
                     "local runtime: NOT sealed, falling back to %r: %s; harnesses reach the "
                     "host's network and the gateway's real address",
-                    _detected.mode, _detected.reason,
-                )  # fmt: skip
+                    _detected.mode,
+                    _detected.reason,
+                )
     return _detected
 
 

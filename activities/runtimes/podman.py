@@ -75,8 +75,17 @@ driver = "overlay"
 mount_program = "/usr/bin/fuse-overlayfs"
 """
 CLI_TIMEOUT_S = 300.0
-OWN_ENV = {"HOME", "PATH", "TMPDIR", "USER", "LOGNAME", "SHELL", "CONTAINERS_CONF",
-           "CONTAINERS_STORAGE_CONF", "CONTAINERS_REGISTRIES_CONF"}  # fmt: skip
+OWN_ENV = {
+    "HOME",
+    "PATH",
+    "TMPDIR",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "CONTAINERS_CONF",
+    "CONTAINERS_STORAGE_CONF",
+    "CONTAINERS_REGISTRIES_CONF",
+}
 
 
 # ---------------------------------------------------------------------- host checks and modes
@@ -127,18 +136,28 @@ def ensure_runner() -> None:
         pwd.getpwnam(RUNNER)
     except KeyError:
         subprocess.run(
-            ["useradd", "--system", "--create-home", "--home-dir", str(RUNNER_HOME),
-             "--shell", "/usr/sbin/nologin", RUNNER],
-            check=True, capture_output=True,
-        )  # fmt: skip
+            [
+                "useradd",
+                "--system",
+                "--create-home",
+                "--home-dir",
+                str(RUNNER_HOME),
+                "--shell",
+                "/usr/sbin/nologin",
+                RUNNER,
+            ],
+            check=True,
+            capture_output=True,
+        )
     first, count = SUBID_RANGE
     for table, flag in (("/etc/subuid", "--add-subuids"), ("/etc/subgid", "--add-subgids")):
         lines = Path(table).read_text().splitlines() if Path(table).exists() else []
         if not any(line.startswith(f"{RUNNER}:") for line in lines):
             subprocess.run(
                 ["usermod", flag, f"{first}-{first + count - 1}", RUNNER],
-                check=True, capture_output=True,
-            )  # fmt: skip
+                check=True,
+                capture_output=True,
+            )
     conf = RUNNER_HOME / ".config" / "containers" / "storage.conf"
     if not conf.exists() and Path("/usr/bin/fuse-overlayfs").exists():
         conf.parent.mkdir(parents=True, exist_ok=True)
@@ -168,13 +187,23 @@ class Podman:
         return subprocess.Popen(self.argv(*args), cwd="/", **kwargs)
 
     def run(
-        self, *args: str, stdin: IO[bytes] | None = None, input: bytes | None = None,
-        env: dict[str, str] | None = None, check: bool = True, timeout: float = CLI_TIMEOUT_S,
-    ) -> subprocess.CompletedProcess[bytes]:  # fmt: skip
+        self,
+        *args: str,
+        stdin: IO[bytes] | None = None,
+        input: bytes | None = None,
+        env: dict[str, str] | None = None,
+        check: bool = True,
+        timeout: float = CLI_TIMEOUT_S,
+    ) -> subprocess.CompletedProcess[bytes]:
         proc = subprocess.run(
-            self.argv(*args), cwd="/", stdin=stdin, input=input, capture_output=True,
-            env=env, timeout=timeout,
-        )  # fmt: skip
+            self.argv(*args),
+            cwd="/",
+            stdin=stdin,
+            input=input,
+            capture_output=True,
+            env=env,
+            timeout=timeout,
+        )
         if check and proc.returncode != 0:
             err = proc.stderr.decode(errors="replace").strip()
             if "no such container" in err or "no container with name" in err:
@@ -247,23 +276,49 @@ class PodmanRuntime(DockerRuntime):
         channel = self._session_dir(session_id) / "channel"
         deadline = int(time.time() + max(1.0, spec.wall_clock_s))
         nofile_soft, nofile_hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        labels = [arg for key, value in self.labels(session_id).items()
-                  for arg in ("--label", f"{key}={value}")]  # fmt: skip
+        labels = [
+            arg
+            for key, value in self.labels(session_id).items()
+            for arg in ("--label", f"{key}={value}")
+        ]
         args = [
-            "run", "--detach", "--name", name, *labels,
-            "--label", f"{DISK_LABEL}={limits.disk_bytes}", "--env", f"{DEADLINE_ENV}={deadline}",
-            "--init", "--network", "none", "--volume", f"{channel}:{SANDBOX_DIR}:ro",
-            "--workdir", "/", "--security-opt", "no-new-privileges",
-            "--pids-limit", str(limits.pids),
+            "run",
+            "--detach",
+            "--name",
+            name,
+            *labels,
+            "--label",
+            f"{DISK_LABEL}={limits.disk_bytes}",
+            "--env",
+            f"{DEADLINE_ENV}={deadline}",
+            "--init",
+            "--network",
+            "none",
+            "--volume",
+            f"{channel}:{SANDBOX_DIR}:ro",
+            "--workdir",
+            "/",
+            "--security-opt",
+            "no-new-privileges",
+            "--pids-limit",
+            str(limits.pids),
             # podman's default rlimits are above what a confined root may set: keep the
             # worker's open-files limit, and cap processes like the pids limit does
-            "--ulimit", f"nofile={nofile_soft}:{nofile_hard}",
-            "--ulimit", f"nproc={limits.pids}:{limits.pids}",
-            "--ulimit", f"fsize={limits.disk_bytes}:{limits.disk_bytes}",
-            "--cpus", str(limits.cpus),
-            "--memory", str(limits.memory_bytes), "--memory-swap", str(limits.memory_bytes),
-            spec.image, *MAIN_COMMAND,
-        ]  # fmt: skip
+            "--ulimit",
+            f"nofile={nofile_soft}:{nofile_hard}",
+            "--ulimit",
+            f"nproc={limits.pids}:{limits.pids}",
+            "--ulimit",
+            f"fsize={limits.disk_bytes}:{limits.disk_bytes}",
+            "--cpus",
+            str(limits.cpus),
+            "--memory",
+            str(limits.memory_bytes),
+            "--memory-swap",
+            str(limits.memory_bytes),
+            spec.image,
+            *MAIN_COMMAND,
+        ]
         proc = self.podman.run(*args, check=False)
         if proc.returncode != 0:
             with contextlib.suppress(Exception):
@@ -283,10 +338,16 @@ class PodmanRuntime(DockerRuntime):
         """Session ids with a container of this deployment and host, or a session dir here."""
         self._ready()
         proc = await asyncio.to_thread(
-            self.podman.run, "ps", "--all", "--format", f'{{{{index .Labels "{LABEL}"}}}}',
-            "--filter", f"label={DEPLOYMENT_LABEL}={self.deployment}",
-            "--filter", f"label={HOST_LABEL}={self.host_id}",
-        )  # fmt: skip
+            self.podman.run,
+            "ps",
+            "--all",
+            "--format",
+            f'{{{{index .Labels "{LABEL}"}}}}',
+            "--filter",
+            f"label={DEPLOYMENT_LABEL}={self.deployment}",
+            "--filter",
+            f"label={HOST_LABEL}={self.host_id}",
+        )
         found = set(proc.stdout.decode().split())
         return found | await asyncio.to_thread(session_dirs, self.root)
 
@@ -294,9 +355,14 @@ class PodmanRuntime(DockerRuntime):
         return _Container(self.podman, self.container_name(handle.session_id))
 
     def _start_exec(
-        self, container: Any, argv: list[str], env: dict[str, str], workdir: str,
-        stdout: Path, stderr: Path,
-    ) -> _ExecPump:  # fmt: skip
+        self,
+        container: Any,
+        argv: list[str],
+        env: dict[str, str],
+        workdir: str,
+        stdout: Path,
+        stderr: Path,
+    ) -> _ExecPump:
         # values travel in podman's own environment (`--env NAME`), not on its command line
         # (where `ps` shows them), except the few podman itself reads
         inline = {k: v for k, v in env.items() if k in OWN_ENV or k.startswith("XDG_")}
@@ -306,9 +372,17 @@ class PodmanRuntime(DockerRuntime):
         proc_env |= {k: v for k, v in env.items() if k not in inline}
         with open(stdout, "ab") as out, open(stderr, "ab") as err:
             proc = self.podman.popen(
-                "exec", *names, "--workdir", workdir, container.name, *argv,
-                stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=proc_env,
-            )  # fmt: skip
+                "exec",
+                *names,
+                "--workdir",
+                workdir,
+                container.name,
+                *argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                env=proc_env,
+            )
         pump = _ExecPump(proc)
         pump.start()
         return pump
@@ -380,9 +454,13 @@ class _Container:
 
     def exec_run(self, cmd: list[str]) -> _ExecResult:
         proc = subprocess.run(
-            self.podman.argv("exec", self.name, *cmd), cwd="/", stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=CLI_TIMEOUT_S,
-        )  # fmt: skip
+            self.podman.argv("exec", self.name, *cmd),
+            cwd="/",
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            timeout=CLI_TIMEOUT_S,
+        )
         return _ExecResult(proc.returncode, proc.stdout)
 
     def put_archive(self, path: str, data: IO[bytes]) -> bool:
@@ -416,13 +494,15 @@ def rootless_support() -> tuple[bool, str]:
         except KeyError:
             return False, f"no {RUNNER} user (python -m activities.runtimes.podman setup)"
         prefix, who = ["runuser", "-u", RUNNER, "--"], RUNNER
-    userns = subprocess.run([*prefix, "unshare", "-U", "true"], capture_output=True, text=True,
-                            cwd="/")  # fmt: skip
+    userns = subprocess.run(
+        [*prefix, "unshare", "-U", "true"], capture_output=True, text=True, cwd="/"
+    )
     if userns.returncode != 0:
         return False, f"user namespaces do not work for {who}: {userns.stderr.strip()}"
     if Path("/usr/bin/fuse-overlayfs").exists():
-        fuse = subprocess.run([*prefix, "sh", "-c", ": <> /dev/fuse"], capture_output=True,
-                              text=True, cwd="/")  # fmt: skip
+        fuse = subprocess.run(
+            [*prefix, "sh", "-c", ": <> /dev/fuse"], capture_output=True, text=True, cwd="/"
+        )
         if fuse.returncode != 0:
             return False, f"{who} cannot open /dev/fuse read-write: {fuse.stderr.strip()}"
     if not cgroup_v2():

@@ -57,11 +57,21 @@ def read_csv(path: Path) -> list[StepReport]:
 
 
 _EMPTY = {
-    "step": 0, "policy_version": 0, "groups": 0, "traces": 0, "trained_tokens": 0,
-    "mean_reward": None, "reward_std": None, "loss": 0.0, "max_logprob_gap": None,
-    "stale_groups_dropped": 0, "stale_traces_dropped": 0, "unscored_sessions": 0,
-    "failed_groups": 0, "seconds": 0.0,
-}  # fmt: skip
+    "step": 0,
+    "policy_version": 0,
+    "groups": 0,
+    "traces": 0,
+    "trained_tokens": 0,
+    "mean_reward": None,
+    "reward_std": None,
+    "loss": 0.0,
+    "max_logprob_gap": None,
+    "stale_groups_dropped": 0,
+    "stale_traces_dropped": 0,
+    "unscored_sessions": 0,
+    "failed_groups": 0,
+    "seconds": 0.0,
+}
 
 
 def plot(reports: Sequence[StepReport], path: Path, title: str = "") -> None:
@@ -80,9 +90,12 @@ def plot(reports: Sequence[StepReport], path: Path, title: str = "") -> None:
         2, 1, figsize=(7, 5.5), sharex=True, gridspec_kw={"height_ratios": [2, 1]}
     )
     top.fill_between(
-        steps, [m - s for m, s in zip(mean, std, strict=True)],
-        [m + s for m, s in zip(mean, std, strict=True)], alpha=0.25, label="± 1 std (sessions)",
-    )  # fmt: skip
+        steps,
+        [m - s for m, s in zip(mean, std, strict=True)],
+        [m + s for m, s in zip(mean, std, strict=True)],
+        alpha=0.25,
+        label="± 1 std (sessions)",
+    )
     top.plot(steps, mean, marker="o", markersize=3, label="mean reward")
     top.axhline(0.9, color="grey", linestyle="--", linewidth=1, label="0.9")
     top.set_ylim(-0.05, 1.05)

@@ -300,11 +300,21 @@ async def train(
         version = step  # one update per step
         started = time.monotonic()
         report = StepReport(
-            step=step, policy_version=version, groups=0, traces=0, trained_tokens=0,
-            mean_reward=None, reward_std=None, loss=0.0, max_logprob_gap=None,
-            stale_groups_dropped=0, stale_traces_dropped=0, unscored_sessions=0,
-            failed_groups=0, seconds=0.0,
-        )  # fmt: skip
+            step=step,
+            policy_version=version,
+            groups=0,
+            traces=0,
+            trained_tokens=0,
+            mean_reward=None,
+            reward_std=None,
+            loss=0.0,
+            max_logprob_gap=None,
+            stale_groups_dropped=0,
+            stale_traces_dropped=0,
+            unscored_sessions=0,
+            failed_groups=0,
+            seconds=0.0,
+        )
         batch = Batch()
         await sampler.collect(batch, report, tasks_per_step, max_policy_lag)
         if overlap and step + 1 < steps:  # the next step's groups sample during this update
@@ -369,9 +379,11 @@ def main() -> None:
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument(
-        "--max-policy-lag", type=int, default=1,
+        "--max-policy-lag",
+        type=int,
+        default=1,
         help="drop (and count) traces sampled more than this many versions ago",
-    )  # fmt: skip
+    )
     parser.add_argument("--overlap", action="store_true", help="sample the next step meanwhile")
     args = parser.parse_args()
     if args.max_policy_lag < 0:
@@ -383,9 +395,12 @@ def main() -> None:
     async def go() -> None:
         polar = await PolarClient.connect(settings)
         await train_with_args(
-            polar, settings, args.policy_dir, args,
+            polar,
+            settings,
+            args.policy_dir,
+            args,
             on_step=lambda report: print(report_line(report), flush=True),
-        )  # fmt: skip
+        )
 
     asyncio.run(go())
 

@@ -96,8 +96,9 @@ def build_base(client: docker.DockerClient, *, force: bool, log=print) -> bool:
         log(f"{BASE_TAG}: debootstrap --variant=minbase bookworm ({mirror})")
         subprocess.run(
             ["debootstrap", "--variant=minbase", "bookworm", str(root), mirror],
-            check=True, stdout=subprocess.DEVNULL,
-        )  # fmt: skip
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
         # drop what varies between runs and is not needed in an image
         for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
             for item in (root / junk).glob("*"):
@@ -206,8 +207,11 @@ def build_harness(client: docker.DockerClient, *, force: bool, log=print) -> boo
         log(f"{HARNESS_TAG}: up to date (recipe {recipe})")
         return False
     log(f"{HARNESS_TAG}: building ({node}, {modules})")
-    entries = [(HERE / "harness" / "Dockerfile", "Dockerfile"), (node, "node"),
-               (modules, "node_modules")]  # fmt: skip
+    entries = [
+        (HERE / "harness" / "Dockerfile", "Dockerfile"),
+        (node, "node"),
+        (modules, "node_modules"),
+    ]
     with tar_context(entries) as context:  # symlinks (.bin) kept as links
         docker_build(client, HARNESS_TAG, recipe, RUNTIME_TAG, fileobj=context, custom_context=True)
     log(f"{HARNESS_TAG}: built (recipe {recipe})")
@@ -273,12 +277,14 @@ def build_service(client: docker.DockerClient, *, force: bool, log=print) -> boo
         return False
     log(f"{SERVICE_TAG}: building from the project source on {python}")
     entries = [(HERE / "polar" / "Dockerfile", "Dockerfile"), (BUILD_CA, "build-ca.crt")]
-    entries += [(path, f"python/{path.relative_to(python).as_posix()}")
-                for path in python_files(python)]  # fmt: skip
+    entries += [
+        (path, f"python/{path.relative_to(python).as_posix()}") for path in python_files(python)
+    ]
     entries += [(path, f"src/{path.relative_to(REPO).as_posix()}") for path in _source_files()]
     with tar_context(entries) as context:
-        image = docker_build(client, SERVICE_TAG, recipe, RUNTIME_TAG, fileobj=context,
-                             custom_context=True)  # fmt: skip
+        image = docker_build(
+            client, SERVICE_TAG, recipe, RUNTIME_TAG, fileobj=context, custom_context=True
+        )
     image.tag(pinned)
     log(f"{SERVICE_TAG}: built (recipe {recipe}; {pinned})")
     return True

@@ -215,8 +215,9 @@ def unseen_records(records: list[CompletionRecord]) -> dict[str, UnseenReason]:
             continue
         # the first call of the same attempt started once this one's record was written
         j = bisect.bisect_left(starts, record.finished_at, lo=i + 1)
-        after = next((r for r in itertools.islice(ordered, j, None)
-                      if r.attempt == record.attempt), None)  # fmt: skip
+        after = next(
+            (r for r in itertools.islice(ordered, j, None) if r.attempt == record.attempt), None
+        )
         if (
             after is not None
             and digests[after.record_id] == digests[record.record_id]

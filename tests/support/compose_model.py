@@ -30,8 +30,14 @@ async def route(method: str, path: str, query: str, body: bytes) -> tuple[int, A
         return 200, {"object": "list", "data": [{"id": MODEL, "object": "model"}]}
     if method == "POST" and path == "/v1/chat/completions":
         n = next(calls)
-        answer = vllm_answer(json.loads(body), n, prompt_ids=[11, 12, 13],
-                             response_ids=[21, 22], text=f"answer {n}", model=MODEL)  # fmt: skip
+        answer = vllm_answer(
+            json.loads(body),
+            n,
+            prompt_ids=[11, 12, 13],
+            response_ids=[21, 22],
+            text=f"answer {n}",
+            model=MODEL,
+        )
         return 200, answer
     return None
 

@@ -56,8 +56,10 @@ async def fixed_and_wrong_sessions(
     assert fixed.reward == 1.0 and f"graded in {label}" in (fixed.evaluation or "")
     assert wrong.status == SessionStatus.COMPLETED and wrong.reward == 0.0
     assert (repo / "hello.txt").read_text() == "hello\n"  # sessions worked on copies
-    print(f"two {label} sessions end to end: {time.monotonic() - started:.1f}s; "
-          f"stages {fixed.stage_seconds}")  # fmt: skip
+    print(
+        f"two {label} sessions end to end: {time.monotonic() - started:.1f}s; "
+        f"stages {fixed.stage_seconds}"
+    )
     return fixed, wrong
 
 

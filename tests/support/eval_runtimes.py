@@ -31,8 +31,10 @@ def python_with_pytest(root: Path) -> Path:
         subprocess.run([system, "-m", "venv", "--without-pip", str(venv)], check=True)
         version = subprocess.run(
             [str(venv / "bin" / "python"), "-c", "import sys; print(sys.version_info[1])"],
-            capture_output=True, text=True, check=True,
-        ).stdout.strip()  # fmt: skip
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
         target = venv / "lib" / f"python3.{version}" / "site-packages"
         source = Path(sysconfig.get_paths()["purelib"])
         dist_infos = [d.name for n in PYTEST_PACKAGES for d in source.glob(f"{n}-*.dist-info")]
@@ -81,14 +83,24 @@ async def grade(
         if evaluator.kind == "swebench":
             assert evaluator.swebench is not None
             evaluation: Evaluation = await evaluate_swebench(
-                runtime, session, runtime, eval_handle, evaluator.swebench,
-                timeout_s=timeout_s, protected=evaluator.protected,
-            )  # fmt: skip
+                runtime,
+                session,
+                runtime,
+                eval_handle,
+                evaluator.swebench,
+                timeout_s=timeout_s,
+                protected=evaluator.protected,
+            )
         else:
             evaluation = await evaluate_command(
-                runtime, session, runtime, eval_handle, evaluator,
-                timeout_s=timeout_s, traces=traces,
-            )  # fmt: skip
+                runtime,
+                session,
+                runtime,
+                eval_handle,
+                evaluator,
+                timeout_s=timeout_s,
+                traces=traces,
+            )
     if evaluation.report.get("evaluator_error"):
         return evaluation
     return check_rewards(evaluation, evaluator.reward_range)

@@ -77,8 +77,12 @@ class Node:
     def __init__(self, base: Settings, data_dir: Path, name: str, **overrides: Any) -> None:
         self.name = name
         data_dir.mkdir(parents=True, exist_ok=True)
-        update = {"data_dir": data_dir, "gateway_port": free_port(), "admin_port": free_port(),
-                  "log_format": "text"}  # fmt: skip
+        update = {
+            "data_dir": data_dir,
+            "gateway_port": free_port(),
+            "admin_port": free_port(),
+            "log_format": "text",
+        }
         self.settings = base.model_copy(update=update | overrides)
         self.stack = DevStack(self.settings, with_model=False, workers=0, die_with_parent=True)
 
@@ -175,8 +179,9 @@ async def activity_runs(client: Client, workflow_id: str) -> list[ActivityRun]:
             scheduled[event.event_id] = attrs.activity_type.name
         elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
             attrs = event.activity_task_started_event_attributes
-            runs.append(ActivityRun(scheduled[attrs.scheduled_event_id], attrs.attempt,
-                                    attrs.identity))  # fmt: skip
+            runs.append(
+                ActivityRun(scheduled[attrs.scheduled_event_id], attrs.attempt, attrs.identity)
+            )
     return runs
 
 

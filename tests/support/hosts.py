@@ -61,8 +61,9 @@ def image_tarball(image: str, cache_dir: Path) -> Path:
     """`docker save` of `image` from the default engine, made once per test session."""
     if image not in _tarballs:
         path = cache_dir / "image.tar"
-        subprocess.run(["docker", "save", "-o", str(path), image],
-                       check=True, capture_output=True, timeout=600)  # fmt: skip
+        subprocess.run(
+            ["docker", "save", "-o", str(path), image], check=True, capture_output=True, timeout=600
+        )
         _tarballs[image] = path
     return _tarballs[image]
 
@@ -107,15 +108,33 @@ class Engine:
         """Start dockerd and wait until it answers (skip the test if it cannot start here)."""
         self.root.mkdir(parents=True, exist_ok=True)
         log = open(self.root / "dockerd.log", "ab")  # noqa: SIM115 - lives with the process
-        argv = [*self.enter, "unshare", "--mount", "--propagation", "slave", "--",
-                "dockerd", "--iptables=false", "--ip6tables=false", "--bridge=none",
-                "-H", self.url, "--data-root", str(self.root / "data"),
-                "--exec-root", str(self.root / "exec"),
-                "--pidfile", str(self.root / "docker.pid")]  # fmt: skip
+        argv = [
+            *self.enter,
+            "unshare",
+            "--mount",
+            "--propagation",
+            "slave",
+            "--",
+            "dockerd",
+            "--iptables=false",
+            "--ip6tables=false",
+            "--bridge=none",
+            "-H",
+            self.url,
+            "--data-root",
+            str(self.root / "data"),
+            "--exec-root",
+            str(self.root / "exec"),
+            "--pidfile",
+            str(self.root / "docker.pid"),
+        ]
         self.proc = subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
             preexec_fn=die_with_parent,
-        )  # fmt: skip
+        )
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
             if self.sock.exists() and self._answers():
@@ -140,8 +159,12 @@ class Engine:
         return docker.DockerClient(base_url=self.url, timeout=120)
 
     def load(self, tarball: Path) -> None:
-        subprocess.run(["docker", "-H", self.url, "load", "-q", "-i", str(tarball)],
-                       check=True, capture_output=True, timeout=600)  # fmt: skip
+        subprocess.run(
+            ["docker", "-H", self.url, "load", "-q", "-i", str(tarball)],
+            check=True,
+            capture_output=True,
+            timeout=600,
+        )
 
     def containers(self) -> list[str]:
         return [c.name for c in self.client().containers.list(all=True)]
@@ -185,8 +208,14 @@ class Engine:
 def start_host(node: Node, engine: Engine, max_run: int, enter: list[str] | None = None) -> None:
     """The host's `polar worker` (every queue) on its own engine, inside `enter` if given."""
     service = node.stack.worker()
-    argv = [*(enter or []), *service.argv,
-            "--queues", "workflow,init,run,postrun", "--max-run", str(max_run)]  # fmt: skip
+    argv = [
+        *(enter or []),
+        *service.argv,
+        "--queues",
+        "workflow,init,run,postrun",
+        "--max-run",
+        str(max_run),
+    ]
     env = service.env | {"DOCKER_HOST": engine.url}
     node.stack.start(replace(service, argv=argv, env=env), log=lambda _: None)
 
@@ -204,7 +233,7 @@ def docker_task(task_id: str, source: Path, sessions: int, pause_s: float) -> Ta
                 "kind": "command",
                 "command": "python agent.py",
                 "env": {"TURNS": "2", "PAUSE_S": str(pause_s)},
-            },  # fmt: skip
+            },
             "evaluator": {"kind": "command", "command": "test -s answer.txt"},
             "timeouts": {"harness_s": 300, "heartbeat_s": 15, "max_attempts": 3},
         }

@@ -117,8 +117,14 @@ def _free_subnet() -> int:
 
 def _holder(name: str) -> subprocess.Popen:
     argv = ["unshare", "--net", "--uts", "--", sys.executable, "-c", HOLD, name]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, preexec_fn=die_with_parent)  # fmt: skip
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=die_with_parent,
+    )
     if proc.stdout.readline().strip() != "ready":  # type: ignore[union-attr]
         proc.kill()
         raise OSError(f"unshare --net --uts: {proc.communicate()[1].strip()}")
@@ -139,8 +145,18 @@ def host_network(names: list[str]) -> Iterator[HostNetwork]:
                 name, f"10.231.{octet}.{10 + index}", holder, f"pl{octet}h{index}", inode
             )
             hosts[name] = host
-            _ip("link", "add", host.root_link, "type", "veth", "peer", "name", "eth0",
-                "netns", str(holder.pid))  # fmt: skip
+            _ip(
+                "link",
+                "add",
+                host.root_link,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "eth0",
+                "netns",
+                str(holder.pid),
+            )
             _ip("addr", "add", service, "peer", host.address, "dev", host.root_link)
             _ip("link", "set", host.root_link, "up")
             inside = host.enter

@@ -94,12 +94,26 @@ class ScriptedBackend:
         """Status, JSON body and delay of the answer to `body` (the next scripted reply)."""
         self.requests.append(body)
         if not self.replies:
-            return 500, {"error": {"message": "scripted backend: no reply left", "type":
-                                   "InternalServerError", "param": None, "code": 500}}, 0.0
+            return (
+                500,
+                {
+                    "error": {
+                        "message": "scripted backend: no reply left",
+                        "type": "InternalServerError",
+                        "param": None,
+                        "code": 500,
+                    }
+                },
+                0.0,
+            )
         reply = self.replies.popleft()
         if reply.error is not None:
-            err = {"message": reply.error, "type": "BadRequestError", "param": None,
-                   "code": reply.status_code}
+            err = {
+                "message": reply.error,
+                "type": "BadRequestError",
+                "param": None,
+                "code": reply.status_code,
+            }
             return reply.status_code, {"error": err}, reply.delay_s
         answer = render_answer(body, reply)
         n = body.get("n")
