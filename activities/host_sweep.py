@@ -21,7 +21,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.session_activities import worker_runtime
-from polar.models import RuntimeHandle
+from polar.contracts import RuntimeHandle
 from polar.settings import Settings
 
 log = logging.getLogger("polar.worker")

@@ -39,29 +39,27 @@ from activities.runtimes.channel import (
     with_forwarder,
 )
 from activities.task_spec import TaskSpecActivities
-from polar.builders import BuildContext, UnknownBuilder, get_builder, reward_policy
+from polar.builders import BuildContext, UnknownBuilder, check_builder, reward_policy
 from polar.builders.base import count_unseen, unseen_records
 from polar.builders.progress import listening
 from polar.builders.rewards import assign_rewards
-from polar.host_paths import local_git_path, outside_roots, source_roots
-from polar.models import (
+from polar.contracts import (
     BuildRequest,
     BuildResult,
-    DirSource,
     EvaluateRequest,
     EvaluateResult,
-    GitSource,
     HarnessRequest,
     HarnessResult,
     PrepareRequest,
     RewardRequest,
     RuntimeHandle,
     TeardownResult,
-    UploadAction,
 )
+from polar.host_paths import local_git_path, outside_roots, source_roots
 from polar.session_keys import EXPIRY_MARGIN_S, SessionIdentity, mint_session_key
 from polar.settings import Settings
 from polar.storage import Storage, artifact_key, traces_key
+from polar.task_spec import DirSource, GitSource, UploadAction
 from workflows.queues import host_queue_prefix
 
 T = TypeVar("T")
@@ -362,7 +360,7 @@ class SessionActivities:
     @activity.defn(name="build_trajectory")
     async def build_trajectory(self, request: BuildRequest) -> BuildResult:
         try:  # first: a builder that does not resolve fails at once, not retried
-            builder = get_builder(request.builder.name)
+            builder = check_builder(request.builder)
             policy = reward_policy(request.builder.config)
         except (UnknownBuilder, ValueError) as exc:
             raise ApplicationError(str(exc), type="InvalidBuilder", non_retryable=True) from exc

@@ -12,9 +12,10 @@ import functools
 
 from temporalio import activity
 
-from polar.models import EvaluateRequest, HarnessRequest, SpecRef, TaskSpec
+from polar.contracts import EvaluateRequest, HarnessRequest, SpecRef
 from polar.spec_ref import parse_spec, spec_ref
 from polar.storage import Storage
+from polar.task_spec import TaskSpec
 
 
 class TaskSpecActivities:

@@ -56,7 +56,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from polar.builders import BuildContext, BuildOutput, get_builder  # noqa: E402
-from polar.models import CompletionRecord  # noqa: E402
+from polar.records import CompletionRecord  # noqa: E402
 from tests.builders_support import (  # noqa: E402
     SYSTEM,
     TINY_MODEL,

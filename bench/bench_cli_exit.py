@@ -44,10 +44,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from polar.contracts import TaskResult  # noqa: E402
 from polar.devstack import DevStack, free_port  # noqa: E402
-from polar.models import TaskResult, TaskSpec  # noqa: E402
 from polar.settings import Settings  # noqa: E402
 from polar.storage import Storage  # noqa: E402
+from polar.task_spec import TaskSpec  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "cli_exit.json"
 POLAR = [sys.executable, "-m", "polar.cli"]

@@ -39,9 +39,9 @@ sys.path.insert(0, str(REPO))
 from bench.bench_builders import long_session  # noqa: E402
 from bench.fake_vllm import vllm_answer  # noqa: E402
 from polar.devstack import DevStack, free_port  # noqa: E402
-from polar.models import CompletionRecord  # noqa: E402
 from polar.providers import CallContext, get_provider  # noqa: E402
 from polar.record_codec import encode_record  # noqa: E402
+from polar.records import CompletionRecord  # noqa: E402
 from polar.settings import Settings  # noqa: E402
 from polar.storage import Storage, legacy_completion_key  # noqa: E402
 from proxy.upstream import normalize  # noqa: E402

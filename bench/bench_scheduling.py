@@ -65,10 +65,12 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.fake_vllm import json_asgi_app, vllm_answer  # noqa: E402
+from polar.contracts import SessionResult  # noqa: E402
 from polar.devstack import DevStack, Service, free_port, http_ready  # noqa: E402
-from polar.models import SessionResult, SessionStatus, TaskSpec  # noqa: E402
+from polar.records import SessionStatus  # noqa: E402
 from polar.settings import Settings  # noqa: E402
 from polar.storage import Storage  # noqa: E402
+from polar.task_spec import TaskSpec  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "scheduling.json"
 MODEL = "policy"

@@ -24,7 +24,7 @@ import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
-from polar.models import Trace
+from polar.records import Trace
 
 EPS = 1e-6
 

@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
-from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from polar.models import TaskResult, TaskSpec
+from polar.contracts import TaskResult
 from polar.settings import Settings, get_settings
+from polar.task_spec import TaskSpec
 
 TEMPORAL_BRIDGE = "temporalio.bridge.temporal_sdk_bridge"
 """The Temporal SDK's native module: loaded once a command has used a Temporal client."""
@@ -247,18 +247,20 @@ def worker(
 def load_task_file(path: Path) -> TaskSpec:
     """The TaskSpec in `path`; any unusable file (a builder that does not import included) is
     a clean message and exit code 2."""
-    from polar.builders import UnknownBuilder, check_resolvable
+    from polar.builders import check_builder
 
     try:
-        spec = TaskSpec.model_validate_json(path.read_bytes())
-        check_resolvable(spec.builder.name)
+        data = path.read_bytes()
+    except OSError as exc:  # missing, a directory, unreadable
+        console.print(f"cannot read the TaskSpec file {path}: {exc}", markup=False)
+        raise typer.Exit(2) from exc
+    try:  # not JSON, not UTF-8, invalid fields, a builder that does not resolve
+        spec = TaskSpec.model_validate_json(data)
+        check_builder(spec.builder)
         return spec
-    except (ValidationError, UnknownBuilder) as exc:
+    except ValueError as exc:
         console.print(f"invalid TaskSpec in {path}:", style="red", markup=False)
         console.print(str(exc), markup=False)
-        raise typer.Exit(2) from exc
-    except (OSError, ValueError) as exc:  # missing, a directory, unreadable; not UTF-8
-        console.print(f"cannot read the TaskSpec file {path}: {exc}", markup=False)
         raise typer.Exit(2) from exc
 
 
@@ -462,8 +464,8 @@ def generate(
     """Run a harness over a dataset; keep the sessions whose patches resolve their instance."""
     from polar.generate import GenerateSummary
     from polar.generate import generate as run_generate
-    from polar.models import HarnessSpec, RuntimeSpec
     from polar.swe import InvalidInstance, load_instances
+    from polar.task_spec import HarnessSpec, RuntimeSpec
 
     try:
         instances = load_instances(dataset, ids=ids)

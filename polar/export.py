@@ -72,7 +72,7 @@ from typing import TYPE_CHECKING, Any
 
 from polar import export_layouts as lay
 from polar.builders.base import response_message
-from polar.models import CompletionRecord, SessionStatus, Trace
+from polar.records import CompletionRecord, SessionStatus, Trace
 
 if TYPE_CHECKING:
     from datasets import Dataset, Features

@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from polar.models import CompletionRecord, SessionStatus, Trace
+from polar.records import CompletionRecord, SessionStatus, Trace
 
 VERL_PARQUET = "verl.parquet"
 TRL_JSONL = "trl.jsonl"

@@ -42,17 +42,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from polar import export as ex
-from polar.models import (
-    BuilderSpec,
-    HarnessSpec,
-    RuntimeSpec,
-    SessionResult,
-    SessionStatus,
-    TaskSpec,
-    Timeouts,
-    Trace,
-)
+from polar.contracts import SessionResult
+from polar.records import SessionStatus, Trace
 from polar.swe import SweInstance, instance_to_task
+from polar.task_spec import BuilderSpec, HarnessSpec, RuntimeSpec, TaskSpec, Timeouts
 
 if TYPE_CHECKING:
     from polar.sdk import PolarClient, TaskRun

@@ -32,10 +32,12 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.common import Priority
 from temporalio.service import RPCError
 
-from polar.builders import check_resolvable
-from polar.models import SessionProgress, SessionResult, TaskResult, TaskSpec, Trace
+from polar.builders import check_builder
+from polar.contracts import SessionProgress, SessionResult, TaskResult
+from polar.records import Trace
 from polar.settings import Settings, get_settings
 from polar.storage import Storage
+from polar.task_spec import TaskSpec
 from polar.temporal_client import connect
 
 
@@ -107,12 +109,13 @@ class PolarClient:
     ) -> TaskRun:
         """Validate `spec` here (raising pydantic's ValidationError) and start its workflow.
 
-        A `module:function` builder must import here (UnknownBuilder, a ValueError naming
-        `builder.name`, otherwise); `resolve_builder=False` leaves that to the workers (the
-        build stage then fails the session, non-retryably)."""
+        The builder must resolve here with a valid config (`check_builder`: UnknownBuilder
+        naming `builder.name`, or a ValueError naming `builder.config`);
+        `resolve_builder=False` leaves that to the workers (the build stage then fails the
+        session, non-retryably)."""
         task = spec if isinstance(spec, TaskSpec) else TaskSpec.model_validate(spec)
         if resolve_builder:
-            check_resolvable(task.builder.name)
+            check_builder(task.builder)
         workflow_id = workflow_id or f"task-{task.task_id}-{uuid.uuid4().hex[:8]}"
         await self.client.start_workflow(
             "RolloutTask",

@@ -6,7 +6,7 @@ HMAC-SHA256 over it with the secret the workers (which mint keys) and the
 gateways (which verify them) share. The gateway needs no registry, and a
 harness cannot write into another session. A session's key also stops working
 when the session closes (`proxy.sessions`).
-The ids a key names are checked (`polar.models.checked_id`) when it is minted
+The ids a key names are checked (`polar.ids.checked_id`) when it is minted
 and when it is verified: a key never names a path outside its session.
 """
 
@@ -19,7 +19,7 @@ import json
 import time
 from dataclasses import dataclass
 
-from polar.models import InvalidId, checked_id
+from polar.ids import InvalidId, checked_id
 
 PREFIX = "pk-"
 DEFAULT_TTL_S = 24 * 3600.0

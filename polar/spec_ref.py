@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import hashlib
 
-from polar.models import SpecRef, TaskSpec
+from polar.contracts import SpecRef
+from polar.task_spec import TaskSpec
 
 SPEC_INLINE_LIMIT = 16 * 1024
 """Specs whose JSON is larger than this many bytes go by reference."""

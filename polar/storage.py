@@ -8,7 +8,7 @@
     tasks/{task_id}/result.json                                       TaskResult
 
 Works against AWS S3 or any S3-compatible store (SeaweedFS in the dev stack). Every key
-builder checks the ids it is given (`polar.models.checked_id`) and an artifact name's parts,
+builder checks the ids it is given (`polar.ids.checked_id`) and an artifact name's parts,
 so no id or name reaches outside its own prefix.
 """
 
@@ -25,8 +25,9 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 from obstore.store import S3Store
 
-from polar.models import CompletionRecord, InvalidId, Trace, checked_id
+from polar.ids import InvalidId, checked_id
 from polar.record_codec import CONTENT_TYPE, RECORD_SUFFIX, decode_record, encode_record
+from polar.records import CompletionRecord, Trace
 from polar.settings import Settings, get_settings
 
 

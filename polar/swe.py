@@ -26,7 +26,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from polar.models import HarnessSpec, RuntimeSpec, TaskSpec
+from polar.task_spec import HarnessSpec, RuntimeSpec, TaskSpec
 
 _IMAGE_ALIASES = ("image_name", "docker_image")
 
@@ -181,7 +181,7 @@ def instance_to_task(
 
 
 def evaluator_fields(instance: SweInstance) -> dict[str, Any]:
-    """The `swebench` evaluator spec of an instance (polar.models.SweBenchSpec)."""
+    """The `swebench` evaluator spec of an instance (polar.task_spec.SweBenchSpec)."""
     fields: dict[str, Any] = {
         "instance_id": instance.instance_id,
         "repo": instance.repo,

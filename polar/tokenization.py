@@ -27,7 +27,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from polar.models import CompletionRecord
+from polar.records import CompletionRecord
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase

@@ -22,8 +22,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from polar.models import CompletionRecord
 from polar.providers import APIError
+from polar.records import CompletionRecord
 from polar.session_keys import SessionIdentity
 from polar.storage import Storage
 from proxy.upstream import Extracted

@@ -23,8 +23,8 @@ from typing import Any
 import aiohttp
 
 from polar import fastjson
-from polar.models import SampledChoice
 from polar.providers import APIError
+from polar.records import SampledChoice
 from polar.settings import Settings
 
 log = logging.getLogger("polar.gateway")

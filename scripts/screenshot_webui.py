@@ -19,9 +19,9 @@ import urllib.parse
 from pathlib import Path
 
 from polar.devstack import DevStack, free_port
-from polar.models import TaskSpec
 from polar.sdk import PolarClient
 from polar.settings import Settings
+from polar.task_spec import TaskSpec
 
 REPO = Path(__file__).resolve().parent.parent
 CHROMIUM_FLAGS = [

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from polar.builders import BuildContext, BuildOutput
-from polar.models import CompletionRecord, Trace
+from polar.records import CompletionRecord, Trace
 
 REPO = Path(__file__).resolve().parent.parent
 TINY_MODEL = REPO / ".polar" / "models" / "tiny-qwen3"

@@ -22,7 +22,7 @@ import json
 import random
 from typing import Any, Literal
 
-from polar.models import CompletionRecord
+from polar.records import CompletionRecord
 from tests.builders_support import SYSTEM, TOOLS, TinyBackend, assistant_text, tool_result
 
 DriftVariant = Literal["think_dropped", "tool_args_reordered"]

@@ -11,7 +11,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     import polar.builders  # noqa: F401  (TaskSpec validation looks builders up)
-    from polar.models import SessionResult, SessionSpec
+    from polar.contracts import SessionResult, SessionSpec
 
 
 @workflow.defn(name="Session")

@@ -29,10 +29,12 @@ from urllib.parse import urlparse
 import pytest
 
 from activities.worker import running_workers
-from polar.models import SessionResult, SessionStatus, TaskSpec
+from polar.contracts import SessionResult
+from polar.records import SessionStatus
 from polar.sdk import PolarClient
 from polar.session_keys import SessionIdentity, mint_session_key
 from polar.storage import Storage, artifact_key
+from polar.task_spec import TaskSpec
 from proxy.app import create_app
 from tests.support.adversary.matrix import make_repo, swebench_evaluator
 from tests.support.container_sessions import skip_without_disk_watchdog

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from polar.builders import BuildOutput, get_builder
-from polar.models import BreakKind, CompletionRecord, SampledChoice, Trace
+from polar.records import BreakKind, CompletionRecord, SampledChoice, Trace
 from tests.builders_support import (
     SYSTEM,
     TinyBackend,

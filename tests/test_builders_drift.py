@@ -34,8 +34,10 @@ from polar.builders.prefix_merging import (
     _Segment,
 )
 from polar.builders.progress import listening, report_progress
-from polar.models import BreakKind, BuilderSpec, BuildRequest, CompletionRecord
+from polar.contracts import BuildRequest
+from polar.records import BreakKind, CompletionRecord
 from polar.settings import Settings
+from polar.task_spec import BuilderSpec
 from tests.builders_support import (
     TinyBackend,
     check_invariants,

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from polar.builders import get_builder
-from polar.models import BreakKind, CompletionRecord
+from polar.records import BreakKind, CompletionRecord
 from tests.builders_support import check_invariants, context, record
 
 EOS = 2

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from polar.builders import BuildOutput, get_builder
-from polar.models import BreakKind, CompletionRecord, Trace
+from polar.records import BreakKind, CompletionRecord, Trace
 from tests.builders_support import (
     SYSTEM,
     TOOLS,

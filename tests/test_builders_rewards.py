@@ -12,16 +12,10 @@ from activities.session_activities import SessionActivities
 from polar.advantages import trace_advantages
 from polar.builders import get_builder
 from polar.builders.rewards import assign_rewards, trace_reward
-from polar.models import (
-    BuilderSpec,
-    BuildRequest,
-    CompletionRecord,
-    RewardRequest,
-    SessionStatus,
-    TaskSpec,
-    Trace,
-)
+from polar.contracts import BuildRequest, RewardRequest
+from polar.records import CompletionRecord, SessionStatus, Trace
 from polar.settings import Settings
+from polar.task_spec import BuilderSpec, TaskSpec
 from tests.builders_support import context, record
 
 HARNESS = {"command": "true"}

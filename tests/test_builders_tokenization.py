@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from polar.builders import get_builder
-from polar.models import CompletionRecord
+from polar.records import CompletionRecord
 from polar.tokenization import (
     end_of_turn_ids,
     load_tokenizer,

@@ -23,8 +23,8 @@ import pytest
 
 from bench.bench_cli_exit import POLAR, one_session_task, run_cli
 from polar.devstack import DevStack, free_port
-from polar.models import TaskSpec
 from polar.sdk import PolarClient
+from polar.task_spec import TaskSpec
 
 pytestmark = pytest.mark.slow
 

@@ -29,10 +29,12 @@ import pytest
 from activities.harnesses.artifacts import ARTIFACTS_ENV, ARTIFACTS_SUBDIR, collect_artifacts
 from activities.harnesses.base import HarnessContext
 from activities.harnesses.command import CommandAdapter
-from polar.models import HarnessResult, HarnessSpec, SessionStatus, TaskSpec
+from polar.contracts import HarnessResult
+from polar.records import SessionStatus
 from polar.sdk import PolarClient
 from polar.settings import Settings
 from polar.storage import Storage, artifact_key, session_prefix
+from polar.task_spec import HarnessSpec, TaskSpec
 from tests.support import text
 from tests.test_gateway import stack
 

@@ -36,10 +36,11 @@ import pytest
 import yaml
 
 from polar.devstack import free_port, port_open
-from polar.models import SessionStatus, TaskSpec
+from polar.records import SessionStatus
 from polar.sdk import PolarClient
 from polar.settings import Settings
 from polar.storage import Storage
+from polar.task_spec import TaskSpec
 from polar.temporal_client import connect
 from tests.support.faults import activity_runs
 from tests.test_deploy import DEPLOY, REPO, compose_cmd, new_env

@@ -26,7 +26,7 @@ import docker
 import pytest
 
 from activities.harnesses import CLI_ADAPTERS
-from polar.models import SessionStatus
+from polar.records import SessionStatus
 from polar.storage import Storage, artifact_key, session_prefix
 from polar.swe import SweInstance, instance_to_task
 from tests.support.harness_stack import HarnessStack

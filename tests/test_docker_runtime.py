@@ -22,15 +22,10 @@ from docker.errors import NotFound
 from activities.runtimes import InvalidRuntime, PrepareFailed
 from activities.runtimes.channel import SANDBOX_DIR
 from activities.runtimes.docker import LABEL, DockerRuntime
+from polar.contracts import PrepareRequest, RuntimeHandle
 from polar.devstack import free_port
-from polar.models import (
-    DirSource,
-    GitSource,
-    PrepareRequest,
-    RuntimeHandle,
-    RuntimeSpec,
-)
 from polar.sdk import PolarClient
+from polar.task_spec import DirSource, GitSource, RuntimeSpec
 from tests.support.container_sessions import (
     fixed_and_wrong_sessions,
     skip_without_disk_watchdog,

@@ -44,19 +44,19 @@ from activities.evaluators.swebench import (
 )
 from activities.runtimes.base import Runtime
 from activities.runtimes.local import LocalRuntime
-from polar.models import (
+from polar.records import SessionStatus
+from polar.sdk import PolarClient
+from polar.storage import Storage, artifact_key
+from polar.swe import SweInstance, evaluator_fields, instance_to_task
+from polar.task_spec import (
     DirSource,
     EvaluatorSpec,
     GitSource,
     RuntimeSpec,
-    SessionStatus,
     Source,
     SweBenchSpec,
     TaskSpec,
 )
-from polar.sdk import PolarClient
-from polar.storage import Storage, artifact_key
-from polar.swe import SweInstance, evaluator_fields, instance_to_task
 from tests.support.eval_runtimes import (
     grade,
     prepare_eval,

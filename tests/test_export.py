@@ -19,10 +19,11 @@ from polar.builders import BuildContext, get_builder
 from polar.builders.base import response_message
 from polar.builders.rewards import assign_rewards
 from polar.cli import app
-from polar.models import CompletionRecord, SessionStatus, TaskSpec, Trace
+from polar.records import CompletionRecord, SessionStatus, Trace
 from polar.sdk import PolarClient
 from polar.settings import Settings, get_settings
 from polar.storage import Storage, traces_key
+from polar.task_spec import TaskSpec
 from tests.builders_support import (
     SYSTEM,
     TOOLS,

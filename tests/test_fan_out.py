@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 from temporalio.client import WorkflowFailureError
 
-from polar.models import SessionStatus, TaskSpec
+from polar.records import SessionStatus
 from polar.sdk import PolarClient
+from polar.task_spec import TaskSpec
 from tests.support.faults import wait_for
 from workflows import replay as rp
 from workflows.rollout_task import BATCH_SIZE, batches

@@ -29,7 +29,7 @@ import httpx
 import pytest
 
 from polar.devstack import DevStack
-from polar.models import SessionStatus
+from polar.records import SessionStatus
 from polar.sdk import PolarClient
 from tests.support.faults import (
     Node,

@@ -23,8 +23,8 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from polar.models import CompletionRecord
 from polar.providers import detect
+from polar.records import CompletionRecord
 from polar.session_keys import SessionIdentity, mint_session_key
 from polar.settings import Settings
 from proxy.app import create_app

@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 from polar.cli import app, load_task_file
 from polar.host_paths import FORBIDDEN_HOST_DIRS
-from polar.models import TaskSpec
+from polar.task_spec import TaskSpec
 
 VALID: dict[str, Any] = {
     "task_id": "fuzz-task",

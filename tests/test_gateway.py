@@ -22,9 +22,9 @@ import pytest
 from openai import OpenAI
 
 from polar.devstack import free_port
-from polar.models import CompletionRecord
 from polar.providers.base import split_text
 from polar.providers.openai_chat import render_chat_stream
+from polar.records import CompletionRecord
 from polar.session_keys import SessionIdentity, mint_session_key
 from polar.settings import Settings
 from polar.storage import Storage, completion_key

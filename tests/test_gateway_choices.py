@@ -19,7 +19,7 @@ from google.genai import types
 from openai import OpenAI
 
 from polar.builders import BuildContext, get_builder
-from polar.models import CompletionRecord
+from polar.records import CompletionRecord
 from polar.session_keys import SessionIdentity, mint_session_key
 from polar.settings import Settings
 from polar.storage import Storage

@@ -21,18 +21,13 @@ import pytest
 
 from polar import export as ex
 from polar.cli import app
+from polar.contracts import SessionResult, TaskResult
 from polar.generate import SUMMARY, Collector, GenerateSummary, generate, is_resolved
-from polar.models import (
-    HarnessSpec,
-    SessionResult,
-    SessionStatus,
-    TaskResult,
-    Trace,
-    TraceProvenance,
-)
+from polar.records import SessionStatus, Trace, TraceProvenance
 from polar.sdk import Group, PolarClient, TaskRun
 from polar.settings import get_settings
 from polar.swe import SweInstance
+from polar.task_spec import HarnessSpec
 from tests.test_export import polar_env
 
 TEXTKIT, INTERVALS, NUMERALS = (

@@ -18,8 +18,9 @@ import pytest
 from activities.worker import running_workers
 from examples.grpo.curve import plot, read_csv, write_csv
 from examples.grpo.train import Batch, StepReport, add_group, split_by_lag, train
+from polar.contracts import SessionResult, TaskResult
 from polar.devstack import DevStack, free_port
-from polar.models import SessionResult, SessionStatus, TaskResult, Trace, TraceProvenance
+from polar.records import SessionStatus, Trace, TraceProvenance
 from polar.sdk import Group, PolarClient, TaskRun
 from polar.settings import Settings
 from tests.conftest import open_for_harness

@@ -18,8 +18,8 @@ from activities.harnesses import (
     HarnessNotInstalled,
     get_adapter,
 )
-from polar.models import HarnessSpec, TaskSpec
 from polar.settings import Settings
+from polar.task_spec import HarnessSpec, TaskSpec
 
 GATEWAY = "http://127.0.0.1:8400/"
 KEY = "pk-session-key"

@@ -42,10 +42,11 @@ import pytest
 from transformers import AutoTokenizer
 
 from activities.harnesses import CLI_ADAPTERS, HarnessContext
-from polar.models import CompletionRecord, HarnessSpec
+from polar.records import CompletionRecord
 from polar.session_keys import SessionIdentity, mint_session_key
 from polar.settings import Settings
 from polar.storage import Storage
+from polar.task_spec import HarnessSpec
 from proxy.app import create_app
 from tests.support.agent_backend import (
     AgentBackend,

@@ -21,8 +21,9 @@ from typing import Any
 import pytest
 
 from activities.harnesses import CLI_ADAPTERS
-from polar.models import SessionStatus, TaskSpec
+from polar.records import SessionStatus
 from polar.storage import Storage, session_prefix
+from polar.task_spec import TaskSpec
 from tests.support.harness_stack import HarnessStack, assign_when_prepared
 from tests.test_harness_clis import CLI_BUDGET_S, PLAN, PROMPT, make_repo
 

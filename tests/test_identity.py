@@ -26,11 +26,11 @@ from polar.credentials import (
     with_dev_secrets,
 )
 from polar.devstack import DevStack, free_port
-from polar.models import TaskSpec
 from polar.sdk import PolarClient
 from polar.session_keys import SessionIdentity, mint_session_key
 from polar.settings import Settings
 from polar.storage import Storage
+from polar.task_spec import TaskSpec
 from proxy.app import create_app
 from tests.support import scripted_backend, serve_app, text
 from tests.support.faults import wait_for

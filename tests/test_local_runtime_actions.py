@@ -8,7 +8,8 @@ import pytest
 
 from activities.runtimes import InvalidRuntime, PrepareFailed
 from activities.runtimes.local import LocalRuntime
-from polar.models import DirSource, PrepareRequest, RuntimeSpec
+from polar.contracts import PrepareRequest
+from polar.task_spec import DirSource, RuntimeSpec
 
 
 def _request(tmp_path: Path, session_id: str, actions: list[dict]) -> PrepareRequest:

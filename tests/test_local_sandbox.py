@@ -19,7 +19,8 @@ import pytest
 from activities.runtimes.base import InvalidRuntime
 from activities.runtimes.local import LocalRuntime
 from activities.runtimes.local_sandbox import HARNESS_USER, candidates, detect_sandbox
-from polar.models import DirSource, PrepareRequest, RuntimeHandle, RuntimeSpec
+from polar.contracts import PrepareRequest, RuntimeHandle
+from polar.task_spec import DirSource, RuntimeSpec
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0, reason="the sealed sandbox needs a root worker (CI runs as root)"

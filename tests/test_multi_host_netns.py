@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 
 from polar.devstack import DevStack
-from polar.models import SessionStatus
+from polar.records import SessionStatus
 from polar.sdk import PolarClient
 from polar.settings import Settings
 from polar.temporal_client import connect

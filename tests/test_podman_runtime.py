@@ -33,14 +33,10 @@ from activities.runtimes.podman import (
     resolve_mode,
     rootless_support,
 )
+from polar.contracts import PrepareRequest, RuntimeHandle
 from polar.devstack import free_port
-from polar.models import (
-    DirSource,
-    PrepareRequest,
-    RuntimeHandle,
-    RuntimeSpec,
-)
 from polar.sdk import PolarClient
+from polar.task_spec import DirSource, RuntimeSpec
 from tests.support.container_sessions import fixed_and_wrong_sessions, small_repo
 
 pytestmark = pytest.mark.slow

@@ -19,7 +19,7 @@ import pytest
 from google import genai
 from google.genai import types as gtypes
 
-from polar.models import CompletionRecord
+from polar.records import CompletionRecord
 from polar.session_keys import SessionIdentity, mint_session_key
 from polar.settings import Settings
 from polar.storage import Storage

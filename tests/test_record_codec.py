@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from polar.models import CompletionRecord, SampledChoice
 from polar.record_codec import (
     CODEC_FIELD,
     RECORD_SUFFIX,
@@ -24,6 +23,7 @@ from polar.record_codec import (
     decode_record,
     encode_record,
 )
+from polar.records import CompletionRecord, SampledChoice
 from polar.session_keys import SessionIdentity
 from polar.storage import Storage, completion_key, legacy_completion_key
 from proxy.recorder import Recorder

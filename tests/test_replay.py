@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from polar.models import SessionStatus, TaskSpec
+from polar.records import SessionStatus
 from polar.sdk import PolarClient, TaskRun
+from polar.task_spec import TaskSpec
 from tests.reordered_session import ReorderedSession
 from workflows import replay as rp
 

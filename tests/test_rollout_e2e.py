@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 
 from polar.cli import demo_task
-from polar.models import SessionStatus, TaskResult
+from polar.contracts import TaskResult
+from polar.records import SessionStatus
 from polar.sdk import PolarClient
 from tests.support.tap import Tap
 

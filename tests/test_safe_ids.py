@@ -1,6 +1,6 @@
 """Ids become paths and S3 keys: a traversal id is refused at every boundary.
 
-One validator (`polar.models.checked_id`) serves the workflow input, the
+One validator (`polar.ids.checked_id`) serves the workflow input, the
 storage key builders, each runtime's session dir and the gateway's key check.
 """
 
@@ -20,7 +20,8 @@ from activities.runtimes import InvalidRuntime
 from activities.runtimes.docker import DockerRuntime
 from activities.runtimes.local import LocalRuntime
 from polar import storage as keys
-from polar.models import InvalidId, RuntimeHandle, SessionSpec, TaskSpec, checked_id
+from polar.contracts import RuntimeHandle, SessionSpec
+from polar.ids import InvalidId, checked_id
 from polar.sdk import PolarClient
 from polar.session_keys import (
     InvalidSessionKey,
@@ -32,6 +33,7 @@ from polar.session_keys import (
 )
 from polar.settings import Settings
 from polar.storage import Storage
+from polar.task_spec import TaskSpec
 from tests.support import text
 from tests.test_gateway import MESSAGES, assert_openai_error, stack
 

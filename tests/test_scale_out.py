@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from polar.devstack import DevStack
-from polar.models import SessionStatus
+from polar.records import SessionStatus
 from polar.sdk import PolarClient
 from polar.temporal_client import connect
 from tests.support.faults import Node, activity_runs, endless_backend, fault_task

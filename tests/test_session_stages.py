@@ -10,9 +10,10 @@ import pytest
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 
 from activities.runtimes.local import SANDBOX_ENV
-from polar.models import SessionStatus, TaskSpec
 from polar.processes import pids_with_env
+from polar.records import SessionStatus
 from polar.sdk import PolarClient
+from polar.task_spec import TaskSpec
 
 
 def _spec(task_id: str, command: str, tmp_path: Path, **extra: object) -> TaskSpec:

@@ -20,9 +20,10 @@ import pytest
 from activities.runtimes import InvalidRuntime, InvalidSource
 from activities.runtimes.local import LocalRuntime, git_error, materialise_source
 from activities.runtimes.local import _git as _git_call
+from polar.contracts import PrepareRequest
 from polar.host_paths import source_roots
-from polar.models import DirSource, GitSource, PrepareRequest, RuntimeSpec, TaskSpec
 from polar.sdk import PolarClient
+from polar.task_spec import DirSource, GitSource, RuntimeSpec, TaskSpec
 
 
 def _git(cwd: Path, *args: str) -> str:

@@ -15,14 +15,8 @@ import uuid
 import pytest
 
 from activities.task_spec import TaskSpecActivities
-from polar.models import (
-    EvaluateRequest,
-    HarnessRequest,
-    RuntimeHandle,
-    SessionStatus,
-    SpecRef,
-    TaskSpec,
-)
+from polar.contracts import EvaluateRequest, HarnessRequest, RuntimeHandle, SpecRef
+from polar.records import SessionStatus
 from polar.sdk import PolarClient
 from polar.spec_ref import (
     SPEC_INLINE_LIMIT,
@@ -33,6 +27,7 @@ from polar.spec_ref import (
     spec_ref,
 )
 from polar.storage import Storage
+from polar.task_spec import TaskSpec
 
 BIG = 40 * 1024  # an instruction the size of a long SWE-bench problem statement
 

@@ -24,16 +24,8 @@ from activities.evaluators.swebench import (
     is_junk,
 )
 from activities.runtimes.local import LocalRuntime
-from polar.models import (
-    DirSource,
-    EvaluatorSpec,
-    GitSource,
-    PrepareRequest,
-    RuntimeHandle,
-    RuntimeSpec,
-    SessionStatus,
-    SweBenchSpec,
-)
+from polar.contracts import PrepareRequest, RuntimeHandle
+from polar.records import SessionStatus
 from polar.sdk import PolarClient
 from polar.storage import Storage, artifact_key
 from polar.swe import (
@@ -43,6 +35,7 @@ from polar.swe import (
     instance_to_task,
     load_instances,
 )
+from polar.task_spec import DirSource, EvaluatorSpec, GitSource, RuntimeSpec, SweBenchSpec
 from tests.support.eval_runtimes import python_with_pytest, run_harness
 
 REPO = Path(__file__).resolve().parent.parent

@@ -20,8 +20,9 @@ from pydantic import ValidationError
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 
 from polar.devstack import DevStack
-from polar.models import SessionStatus, TaskSpec
+from polar.records import SessionStatus
 from polar.sdk import PolarClient
+from polar.task_spec import TaskSpec
 from proxy.app import create_app
 from tests.support import scripted_backend, serve_app, text
 

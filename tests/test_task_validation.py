@@ -19,12 +19,13 @@ from temporalio.testing import ActivityEnvironment
 from typer.testing import CliRunner
 
 from activities.session_activities import SessionActivities
-from polar.builders import UnknownBuilder
+from polar.builders import UnknownBuilder, check_builder
 from polar.cli import app
-from polar.models import BuilderSpec, BuildRequest, TaskSpec
+from polar.contracts import BuildRequest
 from polar.sdk import PolarClient
 from polar.settings import Settings
 from polar.storage import Storage
+from polar.task_spec import BuilderSpec, TaskSpec
 
 
 async def test_invalid_task_spec_fails_workflow_without_retry(polar: PolarClient) -> None:
@@ -46,10 +47,16 @@ async def test_invalid_task_spec_fails_workflow_without_retry(polar: PolarClient
 
 
 def test_unknown_builder_and_missing_evaluator_command_are_rejected() -> None:
-    with pytest.raises(ValueError, match="unknown builder 'magic'"):
-        TaskSpec.model_validate(
-            {"task_id": "t", "harness": {"command": "true"}, "builder": {"name": "magic"}}
-        )
+    # builders are checked outside the spec model (at submit, in the build activity), so a
+    # registry change never breaks a workflow decoding an old history's input
+    spec = TaskSpec.model_validate(
+        {"task_id": "t", "harness": {"command": "true"}, "builder": {"name": "magic"}}
+    )
+    with pytest.raises(UnknownBuilder, match="builder.name: unknown builder 'magic'"):
+        check_builder(spec.builder)
+    bad_config = BuilderSpec(name="prefix_merging", config={"reward": "sum"})
+    with pytest.raises(ValueError, match="builder.config: (?s:.*)reward"):
+        check_builder(bad_config)
     with pytest.raises(ValueError, match="needs a non-empty 'command'"):
         TaskSpec.model_validate(
             {"task_id": "t", "harness": {"command": "true"}, "evaluator": {"kind": "command"}}

@@ -25,11 +25,13 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.session_activities import SessionActivities
 from polar.builders.base import unseen_records
+from polar.contracts import BuildRequest
 from polar.devstack import DevStack, free_port
-from polar.models import BuilderSpec, BuildRequest, CompletionRecord
+from polar.records import CompletionRecord
 from polar.session_keys import SessionIdentity, mint_session_key
 from polar.settings import Settings
 from polar.storage import Storage
+from polar.task_spec import BuilderSpec
 from proxy.app import create_app
 from tests.support import scripted_backend, serve_app, text
 from tests.support.faults import wait_for

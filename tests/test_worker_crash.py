@@ -11,7 +11,7 @@ import pytest
 
 from polar.cli import demo_task
 from polar.devstack import DevStack
-from polar.models import SessionStatus
+from polar.records import SessionStatus
 from polar.sdk import PolarClient
 from polar.temporal_client import connect
 

@@ -17,8 +17,9 @@ from activities.observability import WorkerMetrics, start_observability
 from activities.worker import build_workers
 from polar.devstack import DevStack, free_port
 from polar.logs import ContextFilter, JsonFormatter
-from polar.models import SessionStatus, TaskSpec
+from polar.records import SessionStatus
 from polar.sdk import PolarClient
+from polar.task_spec import TaskSpec
 from polar.temporal_client import connect
 
 

@@ -23,15 +23,10 @@ from temporalio.exceptions import CancelledError, ChildWorkflowError
 with workflow.unsafe.imports_passed_through():
     import polar.builders  # noqa: F401  (TaskSpec validation looks builders up)
     from polar import search_attributes as sa
-    from polar.models import (
-        SessionResult,
-        SessionSpec,
-        SessionStatus,
-        SpecRef,
-        TaskResult,
-        TaskSpec,
-    )
+    from polar.contracts import SessionResult, SessionSpec, SpecRef, TaskResult
+    from polar.records import SessionStatus
     from polar.spec_ref import SPEC_INLINE_LIMIT, slim_spec, spec_json
+    from polar.task_spec import TaskSpec
     from workflows.inputs import parse_input
     from workflows.queues import Queues
     from workflows.session import Session

@@ -43,7 +43,7 @@ from temporalio.workflow import ActivityCancellationType
 with workflow.unsafe.imports_passed_through():
     import polar.builders  # noqa: F401  (TaskSpec validation looks builders up)
     from polar import search_attributes as sa
-    from polar.models import (
+    from polar.contracts import (
         BuildRequest,
         BuildResult,
         EvaluateRequest,
@@ -56,9 +56,9 @@ with workflow.unsafe.imports_passed_through():
         SessionProgress,
         SessionResult,
         SessionSpec,
-        SessionStatus,
         Stage,
     )
+    from polar.records import SessionStatus
     from workflows.inputs import parse_input
     from workflows.queues import HostQueues, Queues
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from activities.runtimes.base import Runtime
-from polar.models import RuntimeHandle
+from polar.contracts import RuntimeHandle
 
 Tick = Callable[[float], Awaitable[None] | None] | None
 T = TypeVar("T")

@@ -26,7 +26,7 @@ import shlex
 from activities.evaluators.base import GIT, NO_GIT_ABOVE, Tick, run_in
 from activities.evaluators.patches import junk_excludes
 from activities.runtimes.base import Runtime
-from polar.models import RuntimeHandle
+from polar.contracts import RuntimeHandle
 
 log = logging.getLogger("polar.worker")
 

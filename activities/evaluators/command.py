@@ -27,7 +27,8 @@ from pathlib import Path
 from activities.evaluators.base import Evaluation, EvaluatorError, Tick, reap
 from activities.evaluators.fresh import carry_changes
 from activities.runtimes.base import Runtime
-from polar.models import EvaluatorSpec, RuntimeHandle
+from polar.contracts import RuntimeHandle
+from polar.task_spec import EvaluatorSpec
 
 __all__ = ["Evaluation", "InvalidRewardFile", "evaluate_command"]
 

@@ -23,7 +23,8 @@ from activities.evaluators.patches import (
     extract_patch,
 )
 from activities.runtimes.base import Runtime
-from polar.models import EvaluatorSpec, PrepareRequest, RuntimeHandle, RuntimeSpec, Source
+from polar.contracts import PrepareRequest, RuntimeHandle
+from polar.task_spec import EvaluatorSpec, RuntimeSpec, Source
 
 
 @contextlib.asynccontextmanager

@@ -24,7 +24,7 @@ from typing import Any
 
 from activities.evaluators.base import GIT, NO_GIT_ABOVE, EvaluatorError, Tick, run_in
 from activities.runtimes.base import Runtime
-from polar.models import RuntimeHandle
+from polar.contracts import RuntimeHandle
 
 # path components that are never part of a fix
 JUNK_DIRS = frozenset(

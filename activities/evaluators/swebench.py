@@ -68,7 +68,8 @@ from activities.evaluators.patches import (
 )
 from activities.evaluators.statuses import PytestRun, read_results
 from activities.runtimes.base import Runtime
-from polar.models import RuntimeHandle, SweBenchSpec
+from polar.contracts import RuntimeHandle
+from polar.task_spec import SweBenchSpec
 
 __all__ = [
     "EvaluatorError",

@@ -8,8 +8,9 @@ from pathlib import Path
 from temporalio import activity
 
 from activities.runtimes.base import InvalidRuntime, PrepareFailed, Runtime
+from polar.contracts import RuntimeHandle
 from polar.host_paths import resolved_problem
-from polar.models import CommandAction, PrepareAction, RuntimeHandle, UploadAction
+from polar.task_spec import CommandAction, PrepareAction, UploadAction
 
 
 def _tick(elapsed: float) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Protocol
 
 from activities.process import ProcessOutcome
-from polar.models import PrepareRequest, RuntimeHandle
+from polar.contracts import PrepareRequest, RuntimeHandle
 
 
 class InvalidSource(ValueError):

@@ -68,7 +68,8 @@ from activities.runtimes.base import InvalidRuntime
 from activities.runtimes.channel import SANDBOX_DIR
 from activities.runtimes.limits import DISK_LABEL, ContainerLimits, writable_layer_bytes
 from activities.runtimes.local import materialise_source, session_dir, session_dirs
-from polar.models import PrepareRequest, RuntimeHandle, RuntimeSpec
+from polar.contracts import PrepareRequest, RuntimeHandle
+from polar.task_spec import RuntimeSpec
 
 WORKSPACE = "/workspace"
 LABEL = "polar.session"

@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from polar.models import RuntimeSpec, parse_size
+from polar.task_spec import RuntimeSpec, parse_size
 
 DISK_LABEL = "polar.disk-bytes"
 """Container label carrying the session's disk limit, for the watchdog of `run`."""

@@ -35,18 +35,12 @@ from activities.process import ProcessOutcome, run_shell
 from activities.runtimes.actions import run_prepare_actions
 from activities.runtimes.base import InvalidRuntime, InvalidSource
 from activities.runtimes.local_sandbox import HARNESS_USER, SYSTEM_PATH, Sandbox, detect_sandbox
+from polar.contracts import PrepareRequest, RuntimeHandle
 from polar.host_paths import local_git_path, resolved_problem
-from polar.models import (
-    DirSource,
-    GitSource,
-    InvalidId,
-    PrepareRequest,
-    RuntimeHandle,
-    Source,
-    checked_id,
-)
+from polar.ids import InvalidId, checked_id
 from polar.processes import kill_pids, pids_with_env
 from polar.settings import get_settings
+from polar.task_spec import DirSource, GitSource, Source
 
 log = logging.getLogger("polar.worker")
 

@@ -64,7 +64,7 @@ from activities.runtimes.docker import (
 )
 from activities.runtimes.limits import DISK_LABEL, ContainerLimits
 from activities.runtimes.local import session_dirs
-from polar.models import RuntimeSpec
+from polar.task_spec import RuntimeSpec
 
 RUNNER = "polar-runner"
 RUNNER_HOME = Path("/var/lib/polar-runner")

@@ -16,7 +16,8 @@ from typing import Any
 from polar.builders.base import BuildContext, BuilderConfig, BuildOutput, RewardPolicy
 from polar.builders.per_request import build_per_request
 from polar.builders.prefix_merging import PrefixMergingConfig, build_prefix_merging
-from polar.models import CompletionRecord
+from polar.records import CompletionRecord
+from polar.task_spec import BuilderSpec
 
 Builder = Callable[[list[CompletionRecord], BuildContext], BuildOutput]
 
@@ -37,7 +38,7 @@ __all__ = [
     "Builder",
     "BuilderConfig",
     "UnknownBuilder",
-    "check_resolvable",
+    "check_builder",
     "get_builder",
     "reward_policy",
     "validate_builder_config",
@@ -64,13 +65,22 @@ def get_builder(name: str) -> Builder:
     return builder
 
 
-def check_resolvable(name: str) -> None:
-    """Raise UnknownBuilder naming the field if `name` does not resolve here (a
-    `module:function` that does not import): for submit, before any harness runs."""
+def check_builder(spec: BuilderSpec) -> Builder:
+    """The builder `spec` names, with its config checked: the one check, at submit (SDK and
+    CLI, before any harness runs) and in the build activity; never in workflow code, so a
+    registry change cannot break the replay of old histories.
+
+    UnknownBuilder names `builder.name`; a bad config is a ValueError naming `builder.config`.
+    """
     try:
-        get_builder(name)
+        builder = get_builder(spec.name)
     except UnknownBuilder as exc:
         raise UnknownBuilder(f"builder.name: {exc}") from None
+    try:
+        validate_builder_config(spec.name, spec.config)
+    except ValueError as exc:
+        raise ValueError(f"builder.config: {exc}") from None
+    return builder
 
 
 def validate_builder_config(name: str, config: dict[str, Any]) -> None:

@@ -11,7 +11,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from polar.models import CompletionRecord, ReconstructionStats, StrictModel, Trace, TraceProvenance
+from polar.records import CompletionRecord, ReconstructionStats, Trace, TraceProvenance
+from polar.task_spec import StrictModel
 
 RewardPolicy = Literal["broadcast", "session_normalized"]
 UnseenReason = Literal["client_disconnected", "resent"]

@@ -10,7 +10,7 @@ from polar.builders.base import (
     prepare_records,
     provenance,
 )
-from polar.models import CompletionRecord, ReconstructionStats, Trace
+from polar.records import CompletionRecord, ReconstructionStats, Trace
 
 
 def build_per_request(records: list[CompletionRecord], ctx: BuildContext) -> BuildOutput:

@@ -91,7 +91,7 @@ from polar.builders.base import (
     provenance,
 )
 from polar.builders.progress import report_progress
-from polar.models import BreakKind, ChainBreak, CompletionRecord, ReconstructionStats, Trace
+from polar.records import BreakKind, ChainBreak, CompletionRecord, ReconstructionStats, Trace
 
 
 class PrefixMergingConfig(BuilderConfig):

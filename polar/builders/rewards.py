@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from polar.builders.base import RewardPolicy
-from polar.models import SessionStatus, Trace
+from polar.records import SessionStatus, Trace
 
 
 def trace_reward(reward: float | None, num_traces: int, policy: RewardPolicy) -> float | None:

@@ -14,7 +14,8 @@ from activities.evaluators.fresh import eval_prepare_request, fresh_runtime
 from activities.evaluators.rewards import check_rewards
 from activities.evaluators.swebench import evaluate_swebench
 from activities.runtimes.base import Runtime
-from polar.models import EvaluatorSpec, PrepareRequest, RuntimeHandle, RuntimeSpec, Source
+from polar.contracts import PrepareRequest, RuntimeHandle
+from polar.task_spec import EvaluatorSpec, RuntimeSpec, Source
 
 # pytest and what it imports (pure Python), for a local runtime's own interpreter
 PYTEST_PACKAGES = ("pytest", "_pytest", "pluggy", "iniconfig", "packaging", "pygments", "py.py")

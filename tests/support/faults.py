@@ -24,9 +24,9 @@ from temporalio.client import Client
 
 from polar.cli import demo_task
 from polar.devstack import DevStack, free_port
-from polar.models import TaskSpec
 from polar.sdk import PolarClient
 from polar.settings import Settings
+from polar.task_spec import TaskSpec
 from polar.temporal_client import connect
 
 from .scripted_backend import render_answer, serve_app, text

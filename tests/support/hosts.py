@@ -24,9 +24,11 @@ from pathlib import Path
 import docker
 import pytest
 
-from polar.models import SessionResult, SessionStatus, TaskResult, TaskSpec
+from polar.contracts import SessionResult, TaskResult
 from polar.processes import die_with_parent
+from polar.records import SessionStatus
 from polar.sdk import PolarClient
+from polar.task_spec import TaskSpec
 from tests.support.faults import Node, activity_runs
 
 IMAGE = "polar/runtime:py311"

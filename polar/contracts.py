@@ -1,0 +1,234 @@
+"""Stage contracts: the inputs and outputs of Polar's workflows and activities.
+
+Everything goes through Temporal's pydantic data converter, so field
+changes must stay compatible with stored workflow histories.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import (
+    BaseModel,
+    Field,
+)
+
+from polar.ids import SessionId
+from polar.records import SessionStatus
+from polar.task_spec import BuilderSpec, EvaluatorSpec, HarnessSpec, RuntimeSpec, Source, TaskSpec
+
+
+class SpecRef(BaseModel):
+    """Where a task's full TaskSpec lies in S3 and what it hashes to (polar/spec_ref.py)."""
+
+    key: str
+    sha256: str
+    size: int
+
+
+class SessionSpec(BaseModel):
+    """Input of one Session child workflow."""
+
+    session_id: SessionId
+    index: int
+    task: TaskSpec
+    spec_ref: SpecRef | None = None
+    """Set when `task` is a slim copy: the full spec (instruction, test patch) is in S3."""
+
+
+class Stage(StrEnum):
+    PENDING = "pending"
+    PREPARE = "prepare"
+    RUN = "run"
+    BUILD = "build"
+    EVALUATE = "evaluate"
+    TEARDOWN = "teardown"
+    DONE = "done"
+
+
+class RuntimeHandle(BaseModel):
+    """What prepare_runtime hands to later stages."""
+
+    kind: str
+    session_id: str
+    workdir: str
+    host: str
+    baseline: str | None = None
+    """The workspace's git commit right after prepare (made by Polar when the source is not a
+    git work tree): what the session's changes are diffed against. None: prepared by older
+    code, or the workspace has no git."""
+    host_id: str | None = None
+    """The host holding the runtime (`POLAR_HOST_ID` of the worker that prepared it); None:
+    prepared by older code."""
+    host_queue: str | None = None
+    """That host's queue prefix (`{queue}-host-{host_id}`): later stages that touch the
+    runtime go to its `-init`/`-run`/`-postrun` queues. None: the shared queues."""
+
+
+class TeardownResult(BaseModel):
+    """What teardown found: `found` False means there was no runtime to remove."""
+
+    session_id: str
+    host_id: str
+    found: bool
+
+
+class PrepareRequest(BaseModel):
+    session_id: str
+    task_id: str
+    runtime: RuntimeSpec
+    source: Source | None = None
+
+
+class HarnessRequest(BaseModel):
+    session_id: str
+    task_id: str
+    runtime: RuntimeHandle
+    harness: HarnessSpec
+    instruction: str
+    budget_s: float
+    spec_ref: SpecRef | None = None
+    """Set when `instruction` was left out: the activity reads it from the stored spec."""
+    attempt_base: int = 0
+    """Added to the activity's attempt number: a re-issued run stage (another placement of the
+    session) records its calls and logs under attempts of its own."""
+
+
+class HarnessResult(BaseModel):
+    status: Literal["completed", "failed", "timeout"]
+    exit_code: int | None
+    duration_s: float
+    stdout_key: str
+    stderr_key: str
+    attempt: int
+    artifact_keys: list[str] = Field(
+        default_factory=list,
+        description="the harness's native logs and $POLAR_ARTIFACTS_DIR files kept in S3",
+    )
+    artifacts_skipped: list[str] = Field(
+        default_factory=list,
+        description="files of $POLAR_ARTIFACTS_DIR not kept, and why (symlink, size, count)",
+    )
+    detail: str | None = Field(
+        default=None, description="why the runtime stopped the harness, e.g. a resource limit"
+    )
+
+
+class BuildRequest(BaseModel):
+    session_id: str
+    task_id: str
+    harness: str
+    builder: BuilderSpec
+    policy_version: int | None = None
+
+
+class BuildResult(BaseModel):
+    traces_key: str
+    num_completions: int
+    num_traces: int
+    num_response_tokens: int
+    trace_bytes: int
+    unusable_completions: int = 0
+    breaks: dict[str, int] = Field(
+        default_factory=dict, description="chain breaks by BreakKind (prefix_merging)"
+    )
+    unseen_completions: dict[str, int] = Field(
+        default_factory=dict,
+        description="records left out because the harness never saw their answer, by reason "
+        "(client_disconnected, resent)",
+    )
+
+
+class EvaluateRequest(BaseModel):
+    session_id: str
+    task_id: str
+    runtime: RuntimeHandle
+    evaluator: EvaluatorSpec
+    budget_s: float
+    traces_key: str | None = None
+    source: Source | None = None
+    """The task's source: every evaluator grades in a fresh runtime made from it plus the
+    session's changes (`runtime` is only read, never graded in)."""
+    runtime_spec: RuntimeSpec | None = None
+    """The task's runtime spec, for that fresh runtime (default: the session's kind)."""
+    eval_runtime: RuntimeHandle | None = None
+    """That fresh runtime, already prepared while the harness ran (prewarm); None: the
+    evaluator prepares it itself. Used by the first attempt only (a retry starts fresh)."""
+    spec_ref: SpecRef | None = None
+    """Set when `evaluator` is slim (no test patch): the activity reads the stored spec's."""
+
+
+class EvaluateResult(BaseModel):
+    reward: float
+    """Finite and within the evaluator's `reward_range` (clamped; `detail` says so)."""
+    detail: str
+    log_key: str | None = None
+    trace_rewards: dict[str, float] = Field(default_factory=dict)
+    """Per-trace rewards the evaluator gave (trace id → reward); others get `reward`."""
+    report_key: str | None = None
+    """The evaluator's JSON report in S3 (swebench: per-test results and flags)."""
+
+
+class RewardRequest(BaseModel):
+    traces_key: str
+    reward: float | None
+    status: SessionStatus
+    trace_rewards: dict[str, float] = Field(default_factory=dict)
+
+
+class SessionResult(BaseModel):
+    """Small summary of one session; traces themselves live in S3 under `traces_key`."""
+
+    session_id: str
+    task_id: str
+    index: int
+    status: SessionStatus
+    reward: float | None = None
+    harness: str
+    num_completions: int = 0
+    num_traces: int = 0
+    num_response_tokens: int = 0
+    trace_bytes: int = 0
+    traces_key: str | None = None
+    trace_breaks: dict[str, int] = Field(default_factory=dict)
+    """Why the builder started new traces, by break kind (prefix_merging)."""
+    unseen_completions: dict[str, int] = Field(default_factory=dict)
+    """Records not trained on because the harness never saw their answer, by reason."""
+    harness_exit_code: int | None = None
+    evaluation: str | None = None
+    error: str | None = None
+    stage_seconds: dict[str, float] = Field(default_factory=dict)
+    hosts: list[str] = Field(default_factory=list)
+    """The hosts that held the session's runtime, in order (more than one: a host was lost
+    and the session went on elsewhere)."""
+    warnings: list[str] = Field(default_factory=list)
+    """What went wrong without failing the session (a lost host, a runtime teardown could not
+    find or reach)."""
+
+
+class TaskResult(BaseModel):
+    task_id: str
+    sessions: list[SessionResult]
+    stopped_early: bool = False
+    """min_usable_sessions were in before every session finished; the rest were cancelled."""
+    policy_version: int | None = None
+
+    @property
+    def usable(self) -> list[SessionResult]:
+        """Sessions that completed with traces."""
+        return [s for s in self.sessions if s.status == SessionStatus.COMPLETED and s.num_traces]
+
+    @property
+    def mean_reward(self) -> float | None:
+        rewards = [s.reward for s in self.sessions if s.reward is not None]
+        return sum(rewards) / len(rewards) if rewards else None
+
+
+class SessionProgress(BaseModel):
+    """Answer of the Session workflow's `progress` query."""
+
+    session_id: str
+    stage: Stage
+    status: SessionStatus | None = None
+    detail: str = ""

@@ -1,0 +1,173 @@
+"""Records and traces: what the gateway stores per model call and what builders make of it."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    Field,
+    model_validator,
+)
+
+
+class SessionStatus(StrEnum):
+    """Terminal status of a session."""
+
+    COMPLETED = "completed"  # harness exited 0
+    HARNESS_FAILED = "harness_failed"  # harness exited non-zero
+    TIMEOUT = "timeout"  # harness ran past its time budget
+    ERROR = "error"  # a stage failed after its retries
+    CANCELLED = "cancelled"
+
+
+class SampledChoice(BaseModel):
+    """One choice of an answer with `n > 1`: what the upstream sampled for it."""
+
+    index: int
+    response_token_ids: list[int] | None = None
+    response_logprobs: list[float] | None = None
+    finish_reason: str | None = None
+
+
+class CompletionRecord(BaseModel):
+    """One model call as the gateway saw it, stored before the caller gets its answer.
+
+    The top-level response fields are choice 0's. An answer of several
+    choices (`n`, `candidateCount`) also lists every choice in `choices`
+    (choice 0 included); a single-choice answer leaves it empty.
+    """
+
+    session_id: str
+    task_id: str
+    seq: int = Field(description="gateway start time in ns; orders calls across gateways")
+    record_id: str
+    attempt: int = 1
+    provider: str = "openai_chat"
+    request: dict[str, Any]
+    normalized_request: dict[str, Any]
+    response: dict[str, Any] | None = None
+    status_code: int = 200
+    error: str | None = None
+    model: str | None = None
+    prompt_token_ids: list[int] | None = None
+    response_token_ids: list[int] | None = None
+    response_logprobs: list[float] | None = None
+    finish_reason: str | None = None
+    has_token_ids: bool = False
+    choices: list[SampledChoice] = Field(default_factory=list)
+    started_at: float
+    finished_at: float
+    gateway_id: str = ""
+    client_disconnected: bool = Field(
+        default=False,
+        description="the caller hung up before its answer was sent: the harness never saw "
+        "this sample, so no builder trains on it",
+    )
+
+    def sampled(self) -> list[SampledChoice]:
+        """Every choice the upstream sampled: `choices`, or choice 0 from the top-level fields."""
+        if self.choices:
+            return list(self.choices)
+        return [
+            SampledChoice(
+                index=0,
+                response_token_ids=self.response_token_ids,
+                response_logprobs=self.response_logprobs,
+                finish_reason=self.finish_reason,
+            )
+        ]
+
+
+class BreakKind(StrEnum):
+    """Why a completion could not continue an existing chain (see polar/builders/README.md)."""
+
+    NEW_CONTEXT = "new_context"  # differs inside the chain's first prompt: compaction, sub-agent
+    HISTORY_CHANGED = "history_changed"  # differs in later non-sampled history (tool output, glue)
+    BRANCH = "branch"  # same context again or another turn after it: parallel call, retry
+    THINK_DROPPED = "think_dropped"  # a sampled turn came back without its <think> block
+    TOOL_CALL_RERENDERED = "tool_call_rerendered"  # a sampled tool call came back re-serialised
+    TRUNCATED_TURN = "truncated_turn"  # a turn cut by length came back re-rendered
+    RESPONSE_RETOKENIZED = "response_retokenized"  # a sampled turn came back as other tokens
+
+
+class ChainBreak(BaseModel):
+    """One place where a completion's prompt diverged from a chain's tokens."""
+
+    kind: BreakKind
+    record_id: str = Field(description="the completion whose prompt diverged")
+    seq: int
+    chain: str | None = Field(default=None, description="trace id of the chain compared against")
+    position: int = Field(description="index in the completion's prompt ids of the first change")
+    repaired: bool = False
+    detail: str = ""
+
+
+class ReconstructionStats(BaseModel):
+    """How a builder made one trace, and the session-wide picture it belongs to."""
+
+    chains: int = Field(description="traces the builder made for the session")
+    members: int = Field(description="completions merged into this trace")
+    started_by: ChainBreak | None = Field(
+        default=None,
+        description="why this chain could not continue an earlier one; None: first context",
+    )
+    repairs: list[ChainBreak] = Field(
+        default_factory=list, description="drift repaired inside this chain (opt-in)"
+    )
+    session_breaks: dict[str, int] = Field(
+        default_factory=dict, description="chains split off, by break kind, over the session"
+    )
+    session_repairs: dict[str, int] = Field(
+        default_factory=dict, description="breaks repaired in place, by kind, over the session"
+    )
+    sampled_tokens: int = Field(default=0, description="mask-1 tokens")
+    interstitial_tokens: int = Field(default=0, description="mask-0 tokens after the prompt")
+    sampled_eos: int = Field(default=0, description="turns ended by a sampled end token (mask 1)")
+    template_eos: int = Field(
+        default=0, description="end tokens only the chat template wrote (mask 0): cut by length"
+    )
+    prompt_ids_rebuilt: list[str] = Field(
+        default_factory=list, description="record ids whose prompt ids the tokenizer rebuilt"
+    )
+    unusable: int = Field(default=0, description="the session's completions no builder could use")
+
+
+class TraceProvenance(BaseModel):
+    session_id: str
+    task_id: str
+    harness: str
+    builder: str
+    model: str | None
+    completion_seqs: list[int]
+    record_ids: list[str]
+    reward_policy: Literal["broadcast", "session_normalized"] = "broadcast"
+    reconstruction: ReconstructionStats | None = None
+    policy_version: int | None = None
+
+
+class Trace(BaseModel):
+    """One trainer-facing sequence: prompt, response with loss mask and logprobs, reward."""
+
+    trace_id: str
+    prompt_ids: list[int]
+    response_ids: list[int]
+    loss_mask: list[int]
+    response_logprobs: list[float]
+    prompt_messages: list[dict[str, Any]] = Field(default_factory=list)
+    response_message: dict[str, Any] | None = None
+    tools: list[dict[str, Any]] | None = None
+    reward: float | None = None
+    status: SessionStatus | None = None
+    provenance: TraceProvenance
+
+    @model_validator(mode="after")
+    def _aligned(self) -> Trace:
+        n = len(self.response_ids)
+        if len(self.loss_mask) != n or len(self.response_logprobs) != n:
+            raise ValueError(
+                f"trace {self.trace_id}: response_ids ({n}), loss_mask ({len(self.loss_mask)}) "
+                f"and response_logprobs ({len(self.response_logprobs)}) must align"
+            )
+        return self

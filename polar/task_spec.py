@@ -1,0 +1,382 @@
+"""The task spec: what a user writes to ask for rollouts (TaskSpec and its parts).
+
+Strict (unknown fields are errors) and registry-free: builder names and
+configs are checked by `polar.builders.check_builder` at submit and in the
+build activity, never while a workflow decodes its input.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shlex
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
+
+from polar.host_paths import checked_host_path
+from polar.ids import TaskId
+
+
+class StrictModel(BaseModel):
+    """Base for user-facing specs: unknown fields are an error, not silently ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+MAX_TIMEOUT_S = 7 * 86400
+"""The longest any stage, action or container may be given (finite: timers must fit)."""
+_GIT_HELPER = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*::")
+
+
+def _git_arg(value: str, what: str) -> str:
+    """A git url or ref git cannot read as an option: not empty, no control characters or
+    surrounding blanks, no leading '-'."""
+    if not value or value != value.strip() or any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise ValueError(
+            f"{what} {value!r:.80} must be non-empty, without control characters "
+            "or surrounding blanks"
+        )
+    if value.startswith("-"):
+        raise ValueError(f"{what} {value!r:.80} starts with '-': git would read it as an option")
+    return value
+
+
+class DirSource(StrictModel):
+    """Copy a directory of the worker host into the session's workspace: never `/` or a
+    system directory (polar/host_paths.py)."""
+
+    type: Literal["dir"] = "dir"
+    path: str = Field(min_length=1)
+
+    @field_validator("path")
+    @classmethod
+    def _allowed_path(cls, v: str) -> str:
+        return checked_host_path(v, "source.path")
+
+
+class GitSource(StrictModel):
+    """Clone a git repository and check out `ref` (a branch, tag or commit).
+
+    `url`: `https://`, `ssh://`, `git://`, `user@host:path`, or a local path
+    (checked like `source.path`). Refused: a url or ref starting with '-' (git
+    would read an option), remote helpers (`ext::`, `fd::`, any `<helper>::`,
+    which run commands), and `file://` URLs (give the local path instead: one
+    spelling for local repositories, checked one way).
+    """
+
+    type: Literal["git"] = "git"
+    url: str
+    ref: str | None = None
+
+    @field_validator("url")
+    @classmethod
+    def _safe_url(cls, v: str) -> str:
+        _git_arg(v, "git url")
+        if _GIT_HELPER.match(v):
+            raise ValueError(
+                f"git url {v!r:.80} names a remote helper ('<transport>::', such as ext::), "
+                "which runs commands: use https://, ssh://, git:// or a local path"
+            )
+        if v.lower().startswith("file:"):
+            raise ValueError(
+                f"git url {v!r:.80}: file:// URLs are refused, give the repository's local "
+                "path instead (checked like source.path)"
+            )
+        return checked_host_path(v, "git url")
+
+    @field_validator("ref")
+    @classmethod
+    def _safe_ref(cls, v: str | None) -> str | None:
+        if v is not None and any(c.isspace() for c in _git_arg(v, "git ref")):
+            raise ValueError(f"git ref {v!r:.80} has blanks: not a branch, tag or commit")
+        return v
+
+
+Source = Annotated[DirSource | GitSource, Field(discriminator="type")]
+
+
+class UploadAction(StrictModel):
+    """Prepare action: copy a file or folder from the worker host into the runtime.
+
+    A relative `dest` is relative to the workspace.
+    """
+
+    type: Literal["upload"] = "upload"
+    src: str = Field(min_length=1, description="never / or a system directory (host_paths.py)")
+    dest: str
+
+    @field_validator("src")
+    @classmethod
+    def _allowed_src(cls, v: str) -> str:
+        return checked_host_path(v, "upload src")
+
+
+class CommandAction(StrictModel):
+    """Prepare action: run a shell command in the workspace; retried on a non-zero exit."""
+
+    type: Literal["run"] = "run"
+    command: str = Field(min_length=1)
+    env: dict[str, str] = Field(default_factory=dict)
+    timeout_s: float = Field(default=600, gt=0, le=MAX_TIMEOUT_S, allow_inf_nan=False)
+    retries: int = Field(default=0, ge=0, le=10)
+
+
+PrepareAction = Annotated[UploadAction | CommandAction, Field(discriminator="type")]
+
+
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+MIN_SIZE, MAX_SIZE = 16 << 20, 1 << 50
+"""Bounds of a container's memory and disk limits (16m to 1 PiB)."""
+
+
+def parse_size(text: str) -> int:
+    """Bytes in a docker-style size: `512`, `64m`, `4g` (binary units)."""
+    match = re.fullmatch(r"([0-9]+)([bkmgBKMG]?)", text.strip())
+    if match is None:
+        raise ValueError(f"not a size: {text!r} (e.g. '512m', '4g')")
+    return int(match.group(1)) * _SIZE_UNITS[match.group(2).lower()]
+
+
+class RuntimeSpec(StrictModel):
+    """Where a session runs.
+
+    `local`: a trusted, dev-only work dir on the worker host, the harness as an
+    unprivileged user in its own PID and network namespaces (zero setup, default).
+    `docker`: one container per session from `image` (built locally, see
+    infra/images/build.py), the source in /workspace, no network (its only way
+    out is the session's gateway channel), CPU, memory, pids and disk limits by
+    default, and a wall-clock budget after which the container stops.
+    `podman`: the same container sessions with the daemonless `podman` CLI,
+    rootless where the host allows (activities/runtimes/podman.py).
+    `prepare` actions run after the source is in place, in every kind.
+    """
+
+    kind: Literal["local", "docker", "podman"] = "local"
+    image: str = Field(default="polar/runtime:py311", description="docker: the image to run")
+    cpus: float | None = Field(
+        default=2.0, ge=0.1, le=512, description="containers: CPU limit (None: the default)"
+    )
+    memory: str | None = Field(
+        default="4g", pattern=r"^[0-9]+[bkmgBKMG]?$", description="containers: memory, e.g. '2g'"
+    )
+    pids: int | None = Field(
+        default=1024, ge=16, le=1_000_000, description="containers: process limit"
+    )
+    disk: str | None = Field(
+        default="10g",
+        pattern=r"^[0-9]+[bkmgBKMG]?$",
+        description="containers: most bytes the session may write (its writable layer)",
+    )
+    wall_clock_s: float = Field(
+        default=4 * 3600,
+        gt=0,
+        le=MAX_TIMEOUT_S,
+        allow_inf_nan=False,
+        description="docker: the container's whole lifetime",
+    )
+    prepare: list[PrepareAction] = Field(default_factory=list)
+
+    @field_validator("memory", "disk")
+    @classmethod
+    def _sane_size(cls, v: str | None) -> str | None:
+        if v is not None and not MIN_SIZE <= parse_size(v) <= MAX_SIZE:
+            raise ValueError(f"{v!r} is not between 16m and {MAX_SIZE >> 30}g")
+        return v
+
+
+class HarnessSpec(StrictModel):
+    """The agent program (activities/harnesses/).
+
+    `command`: a shell command run in the workspace (`command` required).
+    `codex`, `claude_code`, `qwen_code`, `pi`: the real CLI, configured in a
+    fresh HOME to call the gateway, run non-interactively with the task's
+    instruction. `args` are appended to the command line, `env` overrides the
+    harness's environment.
+    """
+
+    kind: Literal["command", "codex", "claude_code", "qwen_code", "pi"] = "command"
+    command: str | None = None
+    model: str = Field(default="policy", description="model name the harness is told to use")
+    args: list[str] = Field(default_factory=list, description="extra command-line arguments")
+    env: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _command_for_command_kind(self) -> HarnessSpec:
+        if self.kind == "command" and not (self.command and self.command.strip()):
+            raise ValueError("harness kind 'command' needs a non-empty 'command'")
+        if self.kind != "command" and self.command is not None:
+            raise ValueError(
+                f"harness kind {self.kind!r} runs its own CLI: 'command' is only for kind "
+                "'command' (use 'args' for extra arguments)"
+            )
+        return self
+
+
+class BuilderSpec(StrictModel):
+    """Which trajectory builder turns completions into traces, with its config."""
+
+    name: str = "per_request"
+    config: dict[str, Any] = Field(default_factory=dict)
+
+
+class SweBenchSpec(StrictModel):
+    """A SWE-bench-style instance's grading (activities/evaluators/swebench.py).
+
+    The session's patch (`git diff` of its workspace against `base_commit`,
+    junk filtered) is applied in a fresh runtime of the same source, then the
+    `test_patch`, then the tests run; reward 1 only if every `fail_to_pass`
+    test passes and every `pass_to_pass` test still passes.
+    """
+
+    instance_id: str
+    repo: str = ""
+    base_commit: str = Field(min_length=4)
+    test_patch: str = ""
+    fail_to_pass: list[str] = Field(min_length=1)
+    pass_to_pass: list[str] = Field(default_factory=list)
+    test_cmd: str | None = Field(
+        default=None,
+        description="test command; `{test_files}` is replaced by the test files, else they "
+        "are appended (default: python -m pytest -rA -p no:cacheprovider)",
+    )
+    test_files: list[str] | None = Field(
+        default=None, description="default: the files of the test ids and of the test patch"
+    )
+    install: str | None = Field(
+        default=None,
+        description="run while preparing the evaluator's runtime (during the harness, within "
+        "`timeouts.prepare_s`), before the patches; a failure is an evaluator error",
+    )
+    log_parser: str | None = Field(
+        default=None,
+        description="trusting mode, for test commands that are not pytest: a swebench "
+        "PARSER_REGISTRY name whose parser reads per-test status from the test log (which the "
+        "code under test can print to). Default: pytest's own reports, written by Polar's "
+        "plugin to a file outside the workspace",
+    )
+    exclude: list[str] = Field(
+        default_factory=list, description="extra junk globs left out of the session's patch"
+    )
+
+    @field_validator("base_commit")
+    @classmethod
+    def _safe_commit(cls, v: str) -> str:
+        return _git_arg(v, "swebench.base_commit")
+
+
+class EvaluatorSpec(StrictModel):
+    """How a session is scored.
+
+    `command`: exit code 0 means reward 1, else 0. `swebench`: the instance's
+    tests on the session's patch in a fresh runtime (`swebench` required).
+    """
+
+    kind: Literal["command", "swebench", "none"] = "none"
+    command: str | None = None
+    swebench: SweBenchSpec | None = None
+    protected: list[str] = Field(
+        default_factory=list,
+        description="task-owned paths (globs: `*` within a name, `**/` any folders) restored "
+        "before grading: the harness's changes to them are dropped from its patch",
+    )
+    reward_range: tuple[float, float] = Field(
+        default=(0.0, 1.0), description="rewards (session and per-trace) are clamped to it"
+    )
+
+    @model_validator(mode="after")
+    def _command_needed(self) -> EvaluatorSpec:
+        if self.kind == "command" and not self.command:
+            raise ValueError("evaluator kind 'command' needs a non-empty 'command'")
+        if self.kind == "swebench" and self.swebench is None:
+            raise ValueError("evaluator kind 'swebench' needs its 'swebench' instance fields")
+        lo, hi = self.reward_range
+        if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+            raise ValueError(f"reward_range must be finite with lo < hi, not {self.reward_range}")
+        return self
+
+    def eval_runtime_spec(self, runtime: RuntimeSpec) -> RuntimeSpec:
+        """The spec of the evaluator's fresh runtime: the task's, then (swebench) the checkout
+        of `base_commit` and the instance's install as prepare actions, so they run while
+        the harness does."""
+        if self.kind != "swebench" or self.swebench is None:
+            return runtime
+        base = shlex.quote(self.swebench.base_commit)
+        git = "git -c safe.directory=* -c core.hooksPath=/dev/null"
+        checkout = (
+            f'[ "$({git} rev-parse HEAD)" = "$({git} rev-parse {base}^{{commit}})" ] '
+            f"|| {git} checkout --quiet {base}"
+        )
+        actions: list[PrepareAction] = [CommandAction(command=checkout, timeout_s=300)]
+        if self.swebench.install:
+            actions.append(CommandAction(command=self.swebench.install))
+        return runtime.model_copy(update={"prepare": [*runtime.prepare, *actions]})
+
+
+def _stage_timeout(default: float) -> Any:
+    return Field(default=default, ge=1, le=MAX_TIMEOUT_S, allow_inf_nan=False)
+
+
+class Timeouts(StrictModel):
+    """Per-stage limits in seconds, each from 1 s to 7 days. `harness_s` is the harness's
+    own time budget."""
+
+    prepare_s: float = _stage_timeout(300)
+    harness_s: float = _stage_timeout(1800)
+    build_s: float = _stage_timeout(300)
+    evaluate_s: float = _stage_timeout(600)
+    teardown_s: float = _stage_timeout(120)
+    heartbeat_s: float = _stage_timeout(30)
+    max_attempts: int = Field(default=3, ge=1, le=20)
+
+
+class TaskSpec(StrictModel):
+    """One rollout task: N sessions (one GRPO group) of a harness on one problem."""
+
+    task_id: TaskId
+    instruction: str = ""
+    num_sessions: int = Field(default=1, ge=1, le=1024)
+    source: Source | None = None
+    runtime: RuntimeSpec = Field(default_factory=RuntimeSpec)
+    harness: HarnessSpec
+    builder: BuilderSpec = Field(default_factory=BuilderSpec)
+    evaluator: EvaluatorSpec = Field(default_factory=EvaluatorSpec)
+    timeouts: Timeouts = Field(default_factory=Timeouts)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    min_usable_sessions: int | None = Field(
+        default=None,
+        ge=1,
+        description="early stop: finish once this many sessions completed with traces, "
+        "cancelling the rest (they end as cancelled)",
+    )
+    priority: int | None = Field(
+        default=None,
+        ge=1,
+        le=5,
+        description="Temporal priority key of the task's sessions and stages: 1 goes first; "
+        "None inherits (the server default is 3)",
+    )
+    policy_version: int | None = Field(
+        default=None,
+        ge=0,
+        description="version of the policy serving this task; copied into every trace's "
+        "provenance (default: metadata['policy_version'] when it is an int)",
+    )
+
+    @model_validator(mode="after")
+    def _task_control(self) -> TaskSpec:
+        if self.min_usable_sessions is not None and self.min_usable_sessions > self.num_sessions:
+            raise ValueError(
+                f"min_usable_sessions ({self.min_usable_sessions}) cannot exceed "
+                f"num_sessions ({self.num_sessions})"
+            )
+        tagged = self.metadata.get("policy_version")
+        if self.policy_version is None and isinstance(tagged, int) and not isinstance(tagged, bool):
+            self.policy_version = tagged
+        return self
