@@ -2,19 +2,19 @@
 sessions against their length, trace counts on harness runs.
 
     .venv/bin/python bench/bench_builders.py            # all parts; sessions from bench/data
-    .venv/bin/python bench/bench_builders.py --record   # re-record the four CLIs first
+    .venv/bin/python -m tests.support.record_harness_sessions   # re-record the four CLIs
     .venv/bin/python bench/bench_builders.py --runs 9 --calls 200
     .venv/bin/python bench/bench_builders.py --drift-calls 50 200 300 1000 --out X.json \\
         --compare bench/results/builders-before.json   # plot against an earlier run
 
 (a) A 200-call session rendered by the tiny Qwen3-style tokenizer's chat
-template (tests/builders_support.TinyBackend): multi-turn tool use with
+template (bench/tiny_backend.TinyBackend): multi-turn tool use with
 reasoning and growing prompts, two sub-agents, a follow-up user turn (the
 template drops earlier `<think>` blocks), two compactions. Each builder
 rebuilds it `--runs` times after one warm-up; the median and the minimum are
 reported, with the token counts.
 
-(b) Drifting sessions (tests/drifting_sessions.py): one agent whose harness
+(b) Drifting sessions (bench/drifting_sessions.py): one agent whose harness
 changes every answer it sends back, so every turn breaks the chain:
 `think_dropped` (reasoning not sent back: the template renders the turn
 without its `<think>`) and `tool_args_reordered` (tool-call argument keys
@@ -27,9 +27,10 @@ skipped and marked so.
 (c) Real harness sessions: Codex, Claude Code, Qwen Code and Pi driven through
 the gateway by the agent backend of tests/test_harness_clis.py (list, read,
 edit, check, answer), their CompletionRecords as the gateway stored them in S3,
-kept xz-compressed in bench/data/{harness}.jsonl.xz (`--record` re-records
-them; it needs infra/harnesses/install.sh). Reports traces per builder per harness and the
-pooled per_request / prefix_merging ratio.
+kept xz-compressed in bench/data/{harness}.jsonl.xz (re-recorded by
+`python -m tests.support.record_harness_sessions`, test machinery the benchmark
+does not import; it needs infra/harnesses/install.sh). Reports traces per
+builder per harness and the pooled per_request / prefix_merging ratio.
 
 Prints markdown tables; writes bench/results/builders.json and, beside it,
 builders.png (build time against calls, one line per drift variant; dashed:
@@ -46,7 +47,6 @@ import platform
 import random
 import statistics
 import sys
-import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -55,9 +55,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from polar.builders import BuildContext, BuildOutput, get_builder  # noqa: E402
-from polar.records import CompletionRecord  # noqa: E402
-from tests.builders_support import (  # noqa: E402
+from bench.drifting_sessions import DRIFT_VARIANTS, drifting_session  # noqa: E402
+from bench.tiny_backend import (  # noqa: E402
     SYSTEM,
     TINY_MODEL,
     TOOLS,
@@ -65,14 +64,13 @@ from tests.builders_support import (  # noqa: E402
     assistant_text,
     tool_result,
 )
-from tests.drifting_sessions import DRIFT_VARIANTS, drifting_session  # noqa: E402
+from polar.builders import BuildContext, BuildOutput, get_builder  # noqa: E402
+from polar.records import CompletionRecord  # noqa: E402
 
 DATA = REPO / "bench" / "data"
 RESULTS = REPO / "bench" / "results" / "builders.json"
 DRIFT_CALLS = (50, 200, 300, 1000)
 BUILDERS = ("per_request", "prefix_merging")
-# harness kind -> the name of its recorded session file in bench/data/
-HARNESS_ORDER = {"codex": "codex", "claude_code": "claude", "qwen_code": "qwen", "pi": "pi"}
 
 
 # --------------------------------------------------------------------------- (a) long session
@@ -275,56 +273,6 @@ def slim(record: CompletionRecord) -> dict[str, Any]:
     return data
 
 
-def record_harnesses(out_dir: Path) -> dict[str, str]:
-    """Run each CLI once through an in-thread gateway (as tests/test_harness_clis.py does)."""
-    from _pytest.outcomes import OutcomeException
-
-    from activities.harnesses import CLI_ADAPTERS
-    from polar.devstack import DevStack, free_port
-    from polar.settings import Settings
-    from polar.storage import Storage
-    from tests.test_harness_clis import run_harness
-
-    work = Path(tempfile.mkdtemp(prefix="polar-bench-"))
-    base = free_port(span=48)
-    settings = Settings(
-        data_dir=work / "data",
-        temporal_address=f"127.0.0.1:{base}",
-        s3_endpoint=f"http://127.0.0.1:{base + 30}",
-        s3_bucket="polar-bench",
-        gateway_port=base + 40,
-        vllm_port=base + 41,
-        session_secret="bench-secret",
-    )
-    stack = DevStack(settings, with_model=False, workers=0, die_with_parent=True)
-    settings = stack.settings  # with the stack's generated S3 keys
-    stack.start(stack.seaweedfs())
-    outcome: dict[str, str] = {}
-    try:
-        storage = Storage(settings)
-        storage.ensure_bucket()
-        out_dir.mkdir(parents=True, exist_ok=True)
-        for kind, harness in HARNESS_ORDER.items():
-            try:
-                run = run_harness(kind, work / harness, settings, storage, TINY_MODEL)
-            except OutcomeException as exc:  # pytest.skip / pytest.fail inside the helper
-                outcome[harness] = f"not recorded: {exc.msg}"
-                continue
-            if run.returncode != 0 or not run.records:
-                outcome[harness] = f"not recorded: rc={run.returncode}, {len(run.records)} records"
-                continue
-            lines = "".join(json.dumps(slim(r)) + "\n" for r in run.records)
-            (out_dir / f"{harness}.jsonl.xz").write_bytes(lzma.compress(lines.encode()))
-            adapter = CLI_ADAPTERS[kind]
-            version = adapter.installed_version(settings.harness_bin_dir)
-            outcome[harness] = f"{adapter.package}@{version}: " + run.describe()
-    finally:
-        stack.stop("seaweedfs", quiet=True)
-    manifest = {"date": time.strftime("%Y-%m-%d"), "sessions": outcome}
-    (out_dir / "recorded.json").write_text(json.dumps(manifest, indent=2) + "\n")
-    return outcome
-
-
 def load_sessions(data_dir: Path) -> dict[str, list[list[CompletionRecord]]]:
     """Recorded sessions by harness: `{harness}.jsonl[.xz]`, one or more sessions each."""
     sessions: dict[str, list[list[CompletionRecord]]] = {}
@@ -444,13 +392,11 @@ def main() -> None:
         help="skip a drift size whose extrapolated build time passes this many seconds",
     )
     parser.add_argument("--compare", type=Path, help="an earlier results JSON to plot against")
-    parser.add_argument("--record", action="store_true", help="re-record the harness sessions")
     parser.add_argument("--data", type=Path, default=DATA, help="recorded sessions (*.jsonl)")
     parser.add_argument("--out", type=Path, default=RESULTS, help="results JSON")
     args = parser.parse_args()
     if not (TINY_MODEL / ".complete").exists():
         sys.exit(f"no tiny model at {TINY_MODEL}: run `polar dev model` (or infra/setup.sh)")
-    recorded = record_harnesses(args.data) if args.record else None
     result: dict[str, Any] = {
         "machine": {
             "cpus": os.cpu_count(),
@@ -462,8 +408,6 @@ def main() -> None:
         "drift": bench_drift(TINY_MODEL, args.drift_calls, args.drift_runs, args.drift_cap),
         "ratio": bench_ratio(args.data, TINY_MODEL),
     }
-    if recorded is not None:
-        result["recorded"] = recorded
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     compare = json.loads(args.compare.read_text()) if args.compare else None

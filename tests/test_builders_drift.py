@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from temporalio.testing import ActivityEnvironment
 
 from activities.session_activities import SessionActivities
+from bench.drifting_sessions import DRIFT_VARIANTS, DriftVariant, drifting_session
 from polar.builders import BuildContext, BuildOutput, get_builder
 from polar.builders.base import end_of_turn_ids, prepare_records
 from polar.builders.prefix_merging import (
@@ -44,7 +45,6 @@ from tests.builders_support import (
     context,
     tokenizer_dir_fixture,  # noqa: F401  (the tokenizer_dir fixture)
 )
-from tests.drifting_sessions import DRIFT_VARIANTS, DriftVariant, drifting_session
 from tests.test_builders_properties import EOS, sessions_with_unusable
 
 

@@ -1,6 +1,6 @@
 """Sessions whose every turn breaks the prefix chain: the drift the builders must index, not scan.
 
-Made with `tests.builders_support.TinyBackend` (the tiny Qwen3-style template
+Made with `bench.tiny_backend.TinyBackend` (the tiny Qwen3-style template
 with tools). One agent calls a shell tool each turn with reasoning and gets a
 short file back; the harness sends each answer back changed, so the next
 prompt re-renders the sampled turn:
@@ -22,8 +22,8 @@ import json
 import random
 from typing import Any, Literal
 
+from bench.tiny_backend import SYSTEM, TOOLS, TinyBackend, assistant_text, tool_result
 from polar.records import CompletionRecord
-from tests.builders_support import SYSTEM, TOOLS, TinyBackend, assistant_text, tool_result
 
 DriftVariant = Literal["think_dropped", "tool_args_reordered"]
 DRIFT_VARIANTS: tuple[DriftVariant, ...] = ("think_dropped", "tool_args_reordered")
