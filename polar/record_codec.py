@@ -109,7 +109,11 @@ def _without_prompt_ids(
     else:
         choices = response.get("choices")
         first = choices[0] if isinstance(choices, list) and choices else None
-        if isinstance(first, dict) and first.get("prompt_token_ids") == prompt_ids:
+        if (
+            isinstance(choices, list)
+            and isinstance(first, dict)
+            and first.get("prompt_token_ids") == prompt_ids
+        ):
             first = {k: v for k, v in first.items() if k != "prompt_token_ids"}
             out = {**response, "choices": [first, *choices[1:]]}
             codec["response_prompt_ids"] = "choice0"

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import boto3
 import obstore
@@ -29,6 +29,9 @@ from polar.ids import InvalidId, checked_id
 from polar.record_codec import CONTENT_TYPE, RECORD_SUFFIX, decode_record, encode_record
 from polar.records import CompletionRecord, Trace
 from polar.settings import Settings, get_settings
+
+if TYPE_CHECKING:  # a stub-only TypedDict, not importable at runtime
+    from obstore.store import S3Config
 
 
 def session_prefix(session_id: str) -> str:
@@ -82,7 +85,7 @@ def _object_store(s: Settings) -> S3Store:
     Retries like the boto3 client: a few attempts with backoff on 5xx and connection
     errors, bounded, so a caller waits seconds, not minutes, for its 503 while S3 is down.
     """
-    config: dict[str, Any] = {"region": s.s3_region, "virtual_hosted_style_request": False}
+    config: S3Config = {"region": s.s3_region, "virtual_hosted_style_request": False}
     if s.s3_endpoint:
         config["endpoint"] = s.s3_endpoint
     if s.s3_access_key:
@@ -91,7 +94,7 @@ def _object_store(s: Settings) -> S3Store:
         config["secret_access_key"] = s.s3_secret_key
     return S3Store(
         s.s3_bucket,
-        config=config,  # type: ignore[arg-type]
+        config=config,
         client_options={"allow_http": True, "connect_timeout": "5s", "timeout": "60s"},
         retry_config={
             "max_retries": 4,

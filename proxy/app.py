@@ -36,6 +36,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from polar import fastjson
 from polar.logs import log_context
 from polar.providers import APIError, CallContext, ProviderAPI, get_provider
+from polar.providers.base import dict_at
 from polar.providers.google_generate import split_action
 from polar.session_keys import SessionIdentity
 from polar.settings import Settings
@@ -166,7 +167,7 @@ class Gateway:
     def _count_tokens(
         self, provider: str, identity: SessionIdentity, body: dict[str, Any], ex: Extracted
     ) -> None:
-        usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
+        usage = dict_at(body, "usage")
         prompt = len(ex.prompt_token_ids or []) or int(usage.get("prompt_tokens") or 0)
         completion = ex.sampled_tokens or int(usage.get("completion_tokens") or 0)
         self.metrics.tokens(provider, identity.session_id, identity.task_id, prompt, completion)

@@ -10,6 +10,7 @@ and never a bare 500 traceback.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -27,7 +28,7 @@ def provider_for(request: Request) -> ProviderAPI:
 
 
 def error_response(
-    request: Request, exc: APIError, headers: dict[str, str] | None = None
+    request: Request, exc: APIError, headers: Mapping[str, str] | None = None
 ) -> JSONResponse:
     """`exc` as a JSON response in the shape of the request's provider API."""
     status, body = provider_for(request).render_error(exc)

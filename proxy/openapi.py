@@ -163,4 +163,5 @@ def install_openapi(app: FastAPI) -> None:
                 app.openapi_schema = complete_schema(plain())
         return app.openapi_schema
 
+    # FastAPI documents replacing app.openapi; mypy forbids assigning to any method
     app.openapi = openapi  # type: ignore[method-assign]

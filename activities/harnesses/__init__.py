@@ -30,7 +30,10 @@ from activities.harnesses.qwen_code import QwenCodeAdapter
 class HarnessAdapter(Protocol):
     """Configure a harness in a fresh HOME, say how to launch it, name its native logs."""
 
-    kind: str
+    @property
+    def kind(self) -> str:
+        """The harness kind this adapter serves (its key in `ADAPTERS`)."""
+        ...
 
     def prepare(self, home: Path, workdir: str, ctx: HarnessContext) -> Launch:
         """Write the harness's config under `home`; the command and env to run in `workdir`."""

@@ -33,6 +33,7 @@ from polar.providers.base import (
     answer_message,
     arr,
     bad_request,
+    dict_at,
     first_choice,
     malformed_is_400,
     new_id,
@@ -65,7 +66,7 @@ STOP_REASONS = {"tool_calls": "tool_use", "length": "max_tokens", "stop": "end_t
 
 
 def _image_part(block: dict[str, Any], where: str) -> dict[str, Any]:
-    source = block.get("source") if isinstance(block.get("source"), dict) else {}
+    source = dict_at(block, "source")
     if source.get("type") == "base64":
         url = f"data:{source.get('media_type')};base64,{source.get('data')}"
     elif source.get("type") == "url" and isinstance(source.get("url"), str):
@@ -81,7 +82,7 @@ def _user_part(block: dict[str, Any], where: str) -> dict[str, Any]:
         return {"type": "text", "text": block["text"]}
     if kind == "image":
         return _image_part(block, where)
-    source = block.get("source") if isinstance(block.get("source"), dict) else {}
+    source = dict_at(block, "source")
     if kind == "document" and source.get("type") == "text":
         return {"type": "text", "text": str(source.get("data") or "")}
     raise bad_request(

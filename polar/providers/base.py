@@ -18,10 +18,11 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 log = logging.getLogger("polar.providers")
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 
 PIECES = 4
 REASONING_KEYS = ("reasoning_content", "reasoning")
@@ -184,6 +185,18 @@ def answer_message(answer: dict[str, Any]) -> dict[str, Any]:
     return message if isinstance(message, dict) else {}
 
 
+def dict_at(container: Mapping[str, Any], key: str) -> dict[str, Any]:
+    """`container[key]` if it is an object, else {}."""
+    value = container.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def str_at(container: Mapping[str, Any], key: str) -> str:
+    """`container[key]` if it is a string, else ""."""
+    value = container.get(key)
+    return value if isinstance(value, str) else ""
+
+
 def reasoning_of(message: dict[str, Any]) -> str | None:
     """The reasoning text of an assistant message (`reasoning_content` or `reasoning`)."""
     for key in REASONING_KEYS:
@@ -195,7 +208,7 @@ def reasoning_of(message: dict[str, Any]) -> str | None:
 
 def usage_of(answer: dict[str, Any]) -> tuple[int, int]:
     """(prompt tokens, completion tokens) of a Chat Completions answer."""
-    usage = answer.get("usage") if isinstance(answer.get("usage"), dict) else {}
+    usage = dict_at(answer, "usage")
     prompt = usage.get("prompt_tokens")
     completion = usage.get("completion_tokens")
     return (
@@ -251,7 +264,7 @@ def arr(value: Any, where: str) -> list[Any]:
     return value
 
 
-def malformed_is_400(method: F) -> F:
+def malformed_is_400(method: Callable[P, R]) -> Callable[P, R]:
     """Make a request transformer answer a 400 for shapes its checks did not foresee.
 
     A type error while reading a request is the request's fault (a field of
@@ -260,7 +273,7 @@ def malformed_is_400(method: F) -> F:
     """
 
     @functools.wraps(method)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return method(*args, **kwargs)
         except (TypeError, AttributeError, LookupError, ValueError) as exc:
@@ -270,4 +283,4 @@ def malformed_is_400(method: F) -> F:
                 code="invalid_request",
             ) from exc
 
-    return wrapper  # type: ignore[return-value]
+    return wrapper

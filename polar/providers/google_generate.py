@@ -35,6 +35,7 @@ from polar.providers.base import (
     ProviderAPI,
     arr,
     bad_request,
+    dict_at,
     malformed_is_400,
     new_id,
     parse_arguments,
@@ -129,7 +130,7 @@ def json_schema(schema: Any) -> Any:
         return schema
     out: dict[str, Any] = {}
     for raw_key, value in schema.items():
-        key = _SNAKE.get(raw_key, raw_key)
+        key = _SNAKE.get(raw_key) or raw_key
         if key in SCHEMA_DROPPED or (key == "format" and value == "enum"):
             continue
         if key == "type":
@@ -257,13 +258,13 @@ def chat_messages(request: dict[str, Any]) -> list[dict[str, Any]]:
     calls = _Calls()
     for i, content in enumerate(contents):
         where = f"contents[{i}]"
-        parts = content.get("parts") if isinstance(content, dict) else None
-        if not isinstance(parts, list):
+        turn_parts = content.get("parts") if isinstance(content, dict) else None
+        if not isinstance(turn_parts, list):
             raise bad_request(f"{where}.parts must be an array", param=where)
         if content.get("role") == "model":
-            out.append(_model_turn(parts, i, calls, where))
+            out.append(_model_turn(turn_parts, i, calls, where))
         else:
-            out.extend(_user_turn(parts, calls, where))
+            out.extend(_user_turn(turn_parts, calls, where))
     return out
 
 
@@ -338,7 +339,7 @@ def generation_settings(config: Any) -> dict[str, Any]:
 
 def choice_parts(choice: dict[str, Any]) -> list[dict[str, Any]]:
     """The parts of one Chat choice's message: thought text, text, function calls."""
-    message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
+    message = dict_at(choice, "message")
     parts: list[dict[str, Any]] = []
     reasoning = reasoning_of(message)
     if reasoning:
@@ -362,7 +363,9 @@ def choice_parts(choice: dict[str, Any]) -> list[dict[str, Any]]:
 def answer_choices(answer: dict[str, Any]) -> list[dict[str, Any]]:
     """Every choice of a Chat answer (one empty choice if it has none)."""
     choices = answer.get("choices")
-    kept = [c for c in choices if isinstance(c, dict)] if isinstance(choices, list) else []
+    kept: list[dict[str, Any]] = (
+        [c for c in choices if isinstance(c, dict)] if isinstance(choices, list) else []
+    )
     return kept or [{}]
 
 

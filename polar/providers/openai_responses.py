@@ -39,6 +39,7 @@ from polar.providers.base import (
     answer_message,
     arr,
     bad_request,
+    dict_at,
     first_choice,
     malformed_is_400,
     new_id,
@@ -49,6 +50,7 @@ from polar.providers.base import (
     require_object,
     split_text,
     sse,
+    str_at,
     usage_of,
 )
 from polar.providers.canonical import canonical_arguments, canonical_json, canonical_messages
@@ -85,8 +87,8 @@ def _function(name: str, description: Any, parameters: Any) -> dict[str, Any]:
 
 
 def _custom_function(name: str, tool: dict[str, Any]) -> dict[str, Any]:
-    description = tool.get("description") if isinstance(tool.get("description"), str) else ""
-    fmt = tool.get("format") if isinstance(tool.get("format"), dict) else {}
+    description = str_at(tool, "description")
+    fmt = dict_at(tool, "format")
     if fmt.get("type") == "grammar" and isinstance(fmt.get("definition"), str):
         description += f"\n\nInput grammar ({fmt.get('syntax') or 'grammar'}):\n{fmt['definition']}"
     parameters = {
@@ -447,7 +449,7 @@ def _item_events(index: int, item: dict[str, Any]) -> Iterator[tuple[str, dict[s
         part = item["content"][0]
         text = part["text"]
         delta_type = "output_text" if kind == "message" else "reasoning_text"
-        extra = {"logprobs": []} if kind == "message" else {}
+        extra: dict[str, list[Any]] = {"logprobs": []} if kind == "message" else {}
         yield "response.content_part.added", at | {"content_index": 0, "part": part | {"text": ""}}
         for piece in split_text(text):
             yield f"response.{delta_type}.delta", at | {"content_index": 0, "delta": piece} | extra
