@@ -17,7 +17,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import Priority, RetryPolicy, TypedSearchAttributes
+from temporalio.common import Priority, RetryPolicy, SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import CancelledError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
@@ -66,13 +66,16 @@ async def run_session(
     try:
         result = await workflow.execute_child_workflow(
             Session.run,
-            SessionSpec(session_id=session_id, index=index, task=task, spec_ref=spec_ref),
+            # Session.run takes the raw dict (it validates it itself); same payload bytes
+            SessionSpec(
+                session_id=session_id, index=index, task=task, spec_ref=spec_ref
+            ).model_dump(mode="json"),
             id=session_id,
             task_queue=workflow.info().task_queue,
             search_attributes=TypedSearchAttributes(
                 [
-                    sa.TASK_ID.value_set(task.task_id),
-                    sa.HARNESS.value_set(task.harness.kind),
+                    SearchAttributePair(sa.TASK_ID, task.task_id),
+                    SearchAttributePair(sa.HARNESS, task.harness.kind),
                 ]
             ),
             static_summary=f"{task.task_id} · session {index} · {task.harness.kind}",
@@ -220,19 +223,20 @@ class RolloutTask:
         self, k: int, part: range, task: TaskSpec, ids: list[str], nonce: str, ref: SpecRef | None
     ) -> list[SessionResult]:
         """Run one SessionBatch child over the sessions `part`."""
+        raw: dict[str, Any] = {
+            "task": task.model_dump(mode="json"),
+            "first": part.start,
+            "session_ids": ids[part.start : part.stop],
+            "spec_ref": ref.model_dump(mode="json") if ref else None,
+        }
+        # the result type comes from SessionBatch.run's annotation
         return await workflow.execute_child_workflow(
             SessionBatch.run,
-            {
-                "task": task.model_dump(mode="json"),
-                "first": part.start,
-                "session_ids": ids[part.start : part.stop],
-                "spec_ref": ref.model_dump(mode="json") if ref else None,
-            },
+            raw,
             id=f"{task.task_id}-{nonce}-b{k}",
             task_queue=workflow.info().task_queue,
             static_summary=f"{task.task_id} · sessions {part.start}-{part.stop - 1}",
             priority=(Priority(priority_key=task.priority) if task.priority else Priority.default),
-            result_type=list[SessionResult],
         )
 
     def _record(self, result: SessionResult) -> None:
