@@ -25,7 +25,7 @@ import json
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from polar.records import CompletionRecord
 
@@ -136,7 +136,13 @@ def render_prompt_ids(
         return_dict=False,
         **kwargs,
     )
-    return [int(i) for i in ids]
+    if not _is_token_ids(ids):
+        raise TypeError(f"the chat template rendered a {type(ids).__name__}, not token ids")
+    return ids
+
+
+def _is_token_ids(value: object) -> TypeGuard[list[int]]:
+    return isinstance(value, list) and all(isinstance(i, int) for i in value)
 
 
 def reported_prompt_tokens(record: CompletionRecord) -> int | None:
