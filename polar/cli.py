@@ -97,9 +97,6 @@ app.add_typer(keys_app, name="key")
 # a pipe or CI log gets wide lines instead of 80 columns of wrapped ids
 console = Console(width=None if sys.stdout.isatty() else 160)
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-TINY_MODEL_SCRIPT = REPO_ROOT / "infra" / "tiny_model" / "build_tiny_model.py"
-
 
 @app.callback()
 def main(
@@ -134,12 +131,31 @@ def default_model_dir(settings: Settings) -> Path:
     return (settings.data_dir / "models" / "tiny-qwen3").resolve()
 
 
+def vllm_python(settings: Settings) -> Path:
+    """The CPU vLLM venv's python (checkout-only: infra/setup.sh), or exit 1 saying so."""
+    if not Path(settings.vllm_python).exists():
+        console.print(
+            f"[red]no vLLM environment at {settings.vllm_python}: run infra/setup.sh in a "
+            "checkout, or set POLAR_VLLM_PYTHON (or start the stack with --no-model)[/red]"
+        )
+        raise typer.Exit(1)
+    return Path(settings.vllm_python)
+
+
 def ensure_tiny_model(settings: Settings) -> Path:
     """Build the project's tiny model (tokenizer, template, random weights) unless present."""
+    from polar.assets import AssetMissing, asset_dir
+
     target = default_model_dir(settings)
     if not (target / ".complete").exists():
+        python = vllm_python(settings)
+        try:
+            script = asset_dir("tiny_model") / "build_tiny_model.py"
+        except AssetMissing as exc:
+            console.print(f"[red]{exc}[/red]")
+            raise typer.Exit(1) from exc
         console.print(f"building the tiny test model in {target} …")
-        subprocess.run([str(settings.vllm_python), str(TINY_MODEL_SCRIPT), str(target)], check=True)
+        subprocess.run([str(python), str(script), str(target)], check=True)
     return target
 
 
@@ -148,11 +164,7 @@ def _stack(with_model: bool = True, workers: int = 1) -> Any:
 
     settings = get_settings()
     if with_model and settings.model_dir is None and settings.upstream_model:
-        if not Path(settings.vllm_python).exists():
-            console.print(
-                f"[red]no vLLM environment at {settings.vllm_python}: run infra/setup.sh[/red]"
-            )
-            raise typer.Exit(1)
+        vllm_python(settings)
         os.environ["POLAR_MODEL_DIR"] = str(ensure_tiny_model(settings))
         get_settings.cache_clear()
         settings = get_settings()
@@ -587,9 +599,13 @@ def key_mint(
     from activities.harnesses.command import gateway_env
     from polar.session_keys import SessionIdentity, mint_session_key
 
-    errors, plain = Console(stderr=True), {"markup": False, "soft_wrap": True}
+    errors = Console(stderr=True)
+
+    def fail(text: str) -> None:  # plain text: an id or secret is never read as markup
+        errors.print(text, markup=False, soft_wrap=True)
+
     if not (math.isfinite(ttl_s) and ttl_s > 0):
-        errors.print(f"--ttl-s must be a positive number of seconds, not {ttl_s}", **plain)
+        fail(f"--ttl-s must be a positive number of seconds, not {ttl_s}")
         raise typer.Exit(2)
     settings = get_settings()
     try:
@@ -597,7 +613,7 @@ def key_mint(
             SessionIdentity(session_id, task_id), settings.session_secret, ttl_s=ttl_s
         )
     except ValueError as exc:  # an unsafe id (InvalidId), no secret
-        errors.print(f"cannot mint a session key: {exc}", **plain)
+        fail(f"cannot mint a session key: {exc}")
         raise typer.Exit(2) from None
     if key_only:
         print(api_key)
@@ -666,11 +682,21 @@ def demo(
 
 
 def demo_task(sessions: int) -> TaskSpec:
-    """The bundled demo: a multi-turn OpenAI-SDK agent on a tiny repo, graded by a command."""
-    examples = REPO_ROOT / "examples" / "demo"
-    spec = json.loads((examples / "task.json").read_text())
+    """The bundled demo: a multi-turn OpenAI-SDK agent on a tiny repo, graded by a command.
+
+    The task and its repo come from a checkout's examples/demo or the installed package's
+    data files (polar.assets); the repo is copied into the data dir, which the dev stack's
+    worker may read (its source roots default to its working directory)."""
+    import shutil
+
+    from polar.assets import asset_dir
+
+    demo_dir = asset_dir("demo")
+    spec = json.loads((demo_dir / "task.json").read_text())
+    repo = get_settings().data_dir.resolve() / "demo" / "repo"
+    shutil.copytree(demo_dir / "repo", repo, dirs_exist_ok=True)
     spec["num_sessions"] = sessions
-    spec["source"]["path"] = str(examples / "repo")
+    spec["source"]["path"] = str(repo)
     return TaskSpec.model_validate(spec)
 
 

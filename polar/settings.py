@@ -15,6 +15,16 @@ from pathlib import Path
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from polar.assets import checkout_root
+
+
+def checkout_path(relative: str) -> Path:
+    """`relative` inside the checkout Polar runs from (the venvs and npm CLIs that
+    infra/setup.sh makes there); in an installed wheel, relative to the working directory.
+    Each such path is a setting, and its users say which `POLAR_*` names it when missing."""
+    root = checkout_root()
+    return root / relative if root is not None else Path(relative)
+
 
 class Settings(BaseSettings):
     """Every knob of Polar; each field is `POLAR_<NAME>` in the environment."""
@@ -118,7 +128,10 @@ class Settings(BaseSettings):
 
     # embedded model backend (vLLM on CPU)
     vllm_port: int = 8000
-    vllm_python: Path = Field(default=Path(".venv-vllm/bin/python"))
+    vllm_python: Path = Field(
+        default_factory=lambda: checkout_path(".venv-vllm/bin/python"),
+        description="python of the CPU vLLM venv (infra/setup.sh makes .venv-vllm in a checkout)",
+    )
     model_dir: Path | None = Field(default=None, description="HF model directory to serve")
     vllm_weight_reload: bool = Field(
         default=False,
@@ -133,11 +146,11 @@ class Settings(BaseSettings):
 
     # harness CLIs (codex, claude, qwen, pi) for runtimes that run them on the worker's host
     harness_bin_dir: Path = Field(
-        default=Path(__file__).resolve().parents[1] / "infra/harnesses/node_modules/.bin",
+        default_factory=lambda: checkout_path("infra/harnesses/node_modules/.bin"),
         description="directory holding the harness CLI executables (infra/harnesses/install.sh)",
     )
     harness_python_dir: Path = Field(
-        default=Path(__file__).resolve().parents[1] / ".venv-harness/bin",
+        default_factory=lambda: checkout_path(".venv-harness/bin"),
         description="bin dir of the harnesses' own venv (openai, anthropic SDKs), first on a "
         "local session's PATH (infra/setup.sh); never the worker's venv",
     )
