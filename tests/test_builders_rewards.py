@@ -10,7 +10,7 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.session_activities import SessionActivities
 from polar.advantages import trace_advantages
-from polar.builders import get_builder
+from polar.builders import check_builder, get_builder
 from polar.builders.rewards import assign_rewards, trace_reward
 from polar.contracts import BuildRequest, RewardRequest
 from polar.records import CompletionRecord, SessionStatus, Trace
@@ -64,8 +64,9 @@ def test_no_evaluation_means_no_reward() -> None:
     ],
 )
 def test_builder_configs_are_validated(builder: dict[str, Any], problem: str) -> None:
+    spec = TaskSpec.model_validate({"task_id": "t", "harness": HARNESS, "builder": builder})
     with pytest.raises(ValueError, match=problem):
-        TaskSpec.model_validate({"task_id": "t", "harness": HARNESS, "builder": builder})
+        check_builder(spec.builder)  # at submit and in the build activity
 
 
 def test_valid_builder_configs() -> None:
@@ -74,7 +75,8 @@ def test_valid_builder_configs() -> None:
         {"name": "per_request", "config": {"reward": "session_normalized", "tokenizer": "/m"}},
         {"name": "tests.test_builders_rewards:custom", "config": {"anything": 1}},
     ):
-        TaskSpec.model_validate({"task_id": "t", "harness": HARNESS, "builder": builder})
+        spec = TaskSpec.model_validate({"task_id": "t", "harness": HARNESS, "builder": builder})
+        check_builder(spec.builder)
 
 
 def custom(records: list[CompletionRecord], ctx: Any) -> Any:
