@@ -3,6 +3,11 @@
 Ports are picked free at start so the suite never collides with a developer's
 own `polar dev up`. Heavier parts (vLLM, gateway, workers) have their own
 session fixtures, started only by the tests that need them.
+
+Two lanes: `pytest` runs everything; `pytest -m "not slow"` is the fast lane. A test
+is `slow` when its module or itself says so, or when it uses a fixture of
+`SLOW_FIXTURES` (vLLM, Docker or podman images, the harness CLIs' stack): so a new
+test lands in the right lane by what it uses.
 """
 
 from __future__ import annotations
@@ -28,6 +33,50 @@ from tests.support.scripted_backend import serve_app
 from tests.support.tap import Tap, tap_app
 
 REPO = Path(__file__).resolve().parent.parent
+
+SLOW_FIXTURES = frozenset(
+    {
+        "vllm",
+        "tap",
+        "gateway",
+        "docker_engine",
+        "docker_image",
+        "podman_image",
+        "harness_image",
+        "harness_stack",
+    }
+)
+"""This file's fixtures that make a test slow: the real vLLM (and the tap and gateway in
+front of it), a Docker engine and the images built for it, the harness CLIs' stack."""
+SLOW_TESTS = (
+    # long end-to-end runs in files that say nothing themselves
+    "tests/test_fan_out.py::test_a_large_task_runs_through_batches_and_replays",
+    "tests/test_fan_out.py::test_cancelling_a_batched_task_cancels_every_session",
+)
+"""Node id prefixes of slow tests in modules that do not mark them."""
+
+
+def uses_slow_fixture(item: pytest.Item) -> bool:
+    """Whether `item` uses one of this file's SLOW_FIXTURES (not a module's own fixture of
+    the same name, e.g. an in-process `gateway`)."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    for name in SLOW_FIXTURES.intersection(info.names_closure):
+        defs = info.name2fixturedefs.get(name, ())
+        if defs and defs[-1].func.__module__ == __name__:
+            return True
+    return False
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark `slow` what uses a slow fixture or is listed in SLOW_TESTS (see the docstring)."""
+    for item in items:
+        if item.get_closest_marker("slow"):
+            continue
+        if uses_slow_fixture(item) or item.nodeid.startswith(SLOW_TESTS):
+            item.add_marker(pytest.mark.slow)
 
 
 def open_for_harness(path: Path, factory: pytest.TempPathFactory) -> Path:

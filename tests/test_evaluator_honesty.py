@@ -235,7 +235,7 @@ def pytest_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return python_with_pytest(tmp_path_factory.mktemp("py"))
 
 
-@pytest.fixture(params=["local", "docker"])
+@pytest.fixture(params=["local", pytest.param("docker", marks=pytest.mark.slow)])
 async def rt(
     request: pytest.FixtureRequest, tmp_path: Path, pytest_bin: Path
 ) -> AsyncIterator[tuple[Runtime, RuntimeSpec]]:

@@ -24,6 +24,7 @@ from polar.settings import Settings
 from polar.storage import Storage
 from proxy.app import create_app
 from tests.support import error, scripted_backend, serve_app, text
+from tests.support.faults import wait_for
 
 TOKEN = "admin-test-token"
 ADMIN = {"Authorization": f"Bearer {TOKEN}"}
@@ -66,11 +67,14 @@ async def test_pause_drains_in_flight_holds_new_calls_and_resume_releases_them(
         session_id, key = session_key(settings)
         async with httpx.AsyncClient(timeout=30) as client:
             slow = [asyncio.create_task(chat(client, url, key)) for _ in range(3)]
-            for _ in range(100):
-                status = (await client.get(f"{admin}/admin/status", headers=ADMIN)).json()
-                if status["in_flight"] == 3:
-                    break
-                await asyncio.sleep(0.02)
+
+            async def in_flight() -> int:
+                return (await client.get(f"{admin}/admin/status", headers=ADMIN)).json()[
+                    "in_flight"
+                ]
+
+            await wait_for(lambda: in_flight(), 10, "three calls in flight", every_s=0.02)
+            status = (await client.get(f"{admin}/admin/status", headers=ADMIN)).json()
             assert status["in_flight"] == 3 and not status["paused"]
 
             paused = await client.post(f"{admin}/admin/pause", headers=ADMIN)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from polar.processes import pids_with_env
 from polar.records import SessionStatus
 from polar.sdk import PolarClient
 from polar.task_spec import TaskSpec
+from tests.support.faults import wait_for
 
 
 def _spec(task_id: str, command: str, tmp_path: Path, **extra: object) -> TaskSpec:
@@ -108,16 +108,16 @@ async def test_cancel_tears_down_every_session_and_stops_its_harness(
     run = await polar.submit(spec)
     runtimes = Path(polar.settings.data_dir) / "runtimes"
     pids: dict[str, list[int]] = {}  # host pids (the pid file holds the sandbox's own)
-    for _ in range(200):  # until both harnesses run
-        status = await polar.status(run)
-        for s in status.sessions:
+
+    async def both_running() -> bool:
+        for s in (await polar.status(run)).sessions:
             pidfile = runtimes / s.session_id / "workspace" / "harness.pid"
             if pidfile.exists() and pidfile.read_text().strip():
                 pids[s.session_id] = pids_with_env(f"{SANDBOX_ENV}={s.session_id}")
-        if len(pids) == 2:
-            break
-        await asyncio.sleep(0.1)
-    assert len(pids) == 2 and all(pids.values())
+        return len(pids) == 2
+
+    await wait_for(both_running, 60, "both harnesses running", every_s=0.1)
+    assert all(pids.values())
     await polar.cancel(run)
     with pytest.raises(WorkflowFailureError):
         await polar.wait(run, timeout_s=60)

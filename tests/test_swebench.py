@@ -37,6 +37,7 @@ from polar.swe import (
 )
 from polar.task_spec import DirSource, EvaluatorSpec, GitSource, RuntimeSpec, SweBenchSpec
 from tests.support.eval_runtimes import python_with_pytest, run_harness
+from tests.support.faults import wait_for
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples" / "swe" / "instances.jsonl"
@@ -551,16 +552,20 @@ async def test_prewarmed_eval_runtime_is_torn_down_on_cancel(
     )
     run = await polar.submit(spec)
     runtimes = Path(polar.settings.data_dir) / "runtimes"
-    session_id = None
-    for _ in range(300):  # until the harness runs and the evaluator's runtime is ready
+    running: list[str] = []
+
+    async def prewarmed_while_running() -> bool:
         status = await polar.status(run)
-        if status.sessions and status.sessions[0].stage == "run":
-            session_id = status.sessions[0].session_id
-            if (runtimes / f"{session_id}-eval" / "workspace" / "installed.txt").exists():
-                break
-        await asyncio.sleep(0.1)
-    else:
-        raise AssertionError("the evaluator runtime was not prewarmed while the harness ran")
+        running[:] = [s.session_id for s in status.sessions if s.stage == "run"]
+        return (
+            bool(running)
+            and (runtimes / f"{running[0]}-eval" / "workspace" / "installed.txt").exists()
+        )
+
+    await wait_for(
+        prewarmed_while_running, 30, "the evaluator runtime prewarmed while the harness ran"
+    )
+    session_id = running[0]
     await polar.cancel(run)
     with pytest.raises(WorkflowFailureError):
         await polar.wait(run, timeout_s=60)

@@ -8,7 +8,6 @@ sessions end with traces and count as usable; stragglers `sleep 60`.
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -25,6 +24,7 @@ from polar.sdk import PolarClient
 from polar.task_spec import TaskSpec
 from proxy.app import create_app
 from tests.support import scripted_backend, serve_app, text
+from tests.support.faults import wait_for
 
 # one chat call through the gateway the harness is pointed at
 CALL = (
@@ -192,11 +192,14 @@ async def test_cancelling_an_early_stop_task_tears_every_session_down(
         min_usable_sessions=1,
     )
     run = await polar.submit(spec)
-    for _ in range(300):  # until both harnesses run
+    status = await polar.status(run)
+
+    async def both_running() -> bool:
+        nonlocal status
         status = await polar.status(run)
-        if len(status.sessions) == 2 and all(s.stage == "run" for s in status.sessions):
-            break
-        await asyncio.sleep(0.1)
+        return len(status.sessions) == 2 and all(s.stage == "run" for s in status.sessions)
+
+    await wait_for(both_running, 60, "both harnesses running", every_s=0.1)
     await polar.cancel(run)
     with pytest.raises(WorkflowFailureError):
         await polar.wait(run, timeout_s=60)

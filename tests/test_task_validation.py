@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import subprocess
 import sys
@@ -26,6 +25,7 @@ from polar.sdk import PolarClient
 from polar.settings import Settings
 from polar.storage import Storage
 from polar.task_spec import BuilderSpec, TaskSpec
+from tests.support.faults import wait_for
 
 
 async def test_invalid_task_spec_fails_workflow_without_retry(polar: PolarClient) -> None:
@@ -115,12 +115,11 @@ async def test_temporal_cli_start_with_input_file_works_like_submit(
     # the sessions are filterable by the search attributes the Web UI shows
     query = "PolarTaskId = 'cli-start' AND PolarStatus = 'completed' AND PolarReward = 1.0"
     expected = sorted(s.session_id for s in result.sessions)
-    for _ in range(50):  # visibility is eventually consistent
-        found = sorted([w.id async for w in polar.client.list_workflows(query)])
-        if found == expected:
-            break
-        await asyncio.sleep(0.2)
-    assert found == expected
+
+    async def listed() -> bool:  # visibility is eventually consistent
+        return sorted([w.id async for w in polar.client.list_workflows(query)]) == expected
+
+    await wait_for(listed, 10, f"{expected} listed by {query!r}")
 
 
 # --------------------------------------------------------------------------- injections

@@ -3,7 +3,6 @@ and stage log lines carrying session and task ids. Real Temporal dev server, rea
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
@@ -21,6 +20,7 @@ from polar.records import SessionStatus
 from polar.sdk import PolarClient
 from polar.task_spec import TaskSpec
 from polar.temporal_client import connect
+from tests.support.faults import wait_for
 
 
 async def test_worker_metrics_endpoint_after_a_real_task(
@@ -100,11 +100,12 @@ async def test_queue_depth_gauges_show_prepared_sessions_waiting_for_run_slots(
         polar = PolarClient(client, settings)
         run = await polar.submit(spec)
         depths: dict[str, int] = {}
-        for _ in range(100):
-            depths = await metrics.refresh_queue_depths(client, settings)
-            if depths["run"] == 3:
-                break
-            await asyncio.sleep(0.2)
+
+        async def three_waiting() -> bool:
+            depths.update(await metrics.refresh_queue_depths(client, settings))
+            return depths["run"] == 3
+
+        await wait_for(three_waiting, 20, "three sessions waiting for run slots")
         await polar.cancel(run)
     assert depths["run"] == 3 and depths["init"] == 0, depths
     # the run stage goes to the runtime's host queue (the shared one stays empty)
