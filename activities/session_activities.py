@@ -8,23 +8,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
-from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.evaluators.base import Evaluation, EvaluatorError, while_ticking
+from activities.evaluators import (
+    Evaluation,
+    EvaluationJob,
+    Evaluator,
+    EvaluatorError,
+    UnknownEvaluator,
+    get_evaluator,
+)
 from activities.evaluators.baseline import record_baseline
-from activities.evaluators.command import InvalidRewardFile, evaluate_command
+from activities.evaluators.command import InvalidRewardFile
 from activities.evaluators.fresh import eval_prepare_request, fresh_runtime
 from activities.evaluators.rewards import InvalidReward, check_rewards
-from activities.evaluators.swebench import SweEvaluation, evaluate_swebench
 from activities.harnesses import HarnessContext, HarnessNotInstalled, get_adapter
 from activities.harnesses.artifacts import ARTIFACTS_SUBDIR, collect_artifacts
+from activities.heartbeat import Heartbeater, heartbeat, heartbeating
 from activities.runtimes import (
     InvalidRuntime,
     InvalidSource,
@@ -62,29 +67,8 @@ from polar.storage import Storage, artifact_key, traces_key
 from polar.task_spec import DirSource, GitSource, UploadAction
 from workflows.queues import host_queue_prefix
 
-T = TypeVar("T")
-
 CALL_COUNT_EVERY_S = 15.0
 """How often a running harness's heartbeat re-counts its recorded calls in S3."""
-
-
-def _heartbeat(**details: object) -> None:
-    activity.heartbeat(details)
-
-
-async def heartbeating(
-    work: Awaitable[T],
-    every_s: float = 2.0,
-    progress: Callable[[], Mapping[str, object]] | None = None,
-    **details: object,
-) -> T:
-    """Await `work` while heartbeating `details` (and what `progress()` says then) every
-    `every_s` (killing a fork bomb or copying a big tree must not look like a dead worker)."""
-
-    def beat(_: float) -> None:
-        _heartbeat(**details, **(progress() if progress is not None else {}))
-
-    return await while_ticking(work, beat, every_s)
 
 
 def _home_in_runtime(runtime: Runtime, handle: RuntimeHandle) -> str | None:
@@ -158,20 +142,19 @@ class SessionActivities:
     # ------------------------------------------------------------------ init queue
     @activity.defn(name="prepare_runtime")
     async def prepare_runtime(self, request: PrepareRequest) -> RuntimeHandle:
-        _heartbeat(step="preparing", runtime=request.runtime.kind)
         runtime = self._runtime(request.runtime.kind)
-        try:
-            check_source_roots(request, source_roots(self.settings.source_roots))
-            # a container start or a big copy must not look like a dead worker
-            handle = await heartbeating(runtime.prepare(request), step="preparing")
-        except (InvalidSource, InvalidRuntime, PrepareFailed) as exc:
-            raise ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True) from exc
-
-        def tick(elapsed: float) -> None:
-            _heartbeat(step="recording the workspace baseline", elapsed_s=round(elapsed, 1))
-
-        # the commit the session's changes are diffed against (git init for a plain folder)
-        handle = await record_baseline(runtime, handle, on_tick=tick)
+        # a container start, a clone or a big copy must not look like a dead worker
+        async with Heartbeater(step="preparing", runtime=request.runtime.kind) as hb:
+            try:
+                check_source_roots(request, source_roots(self.settings.source_roots))
+                handle = await runtime.prepare(request)
+            except (InvalidSource, InvalidRuntime, PrepareFailed) as exc:
+                raise ApplicationError(
+                    str(exc), type=type(exc).__name__, non_retryable=True
+                ) from exc
+            # the commit the session's changes are diffed against (git init for a plain folder)
+            hb.update(step="recording the workspace baseline")
+            handle = await record_baseline(runtime, handle)
         return self._on_this_host(handle)  # later stages come to this host's queues
 
     @activity.defn(name="prepare_eval_runtime")
@@ -185,7 +168,7 @@ class SessionActivities:
         """Close the session (the gateway refuses its keys from now on), then release its
         runtime. Only a session's final teardown: a runtime given up for a new attempt is
         released without closing the session (its attempt closed when its run ended)."""
-        _heartbeat(step="teardown")
+        heartbeat(step="teardown")
         self._check_host(handle, "teardown")
         await asyncio.to_thread(self.storage.mark_closed, handle.session_id)
         return await self._remove_runtime(handle)
@@ -194,7 +177,7 @@ class SessionActivities:
     async def release_runtime(self, handle: RuntimeHandle) -> TeardownResult:
         """Remove a runtime the session gave up (its host was lost; it went on elsewhere),
         without closing the session; sent to that host's queue, it runs if the host returns."""
-        _heartbeat(step="releasing a given-up runtime")
+        heartbeat(step="releasing a given-up runtime")
         self._check_host(handle, "release_runtime")
         return await self._remove_runtime(handle)
 
@@ -278,11 +261,11 @@ class SessionActivities:
                     )
                 except Exception:  # noqa: BLE001 - any S3 failure
                     counted["calls"] = None
-            _heartbeat(
+            heartbeat(
                 step="harness running", elapsed_s=round(elapsed, 1), model_calls=counted["calls"]
             )
 
-        _heartbeat(step="harness starting", attempt=attempt, sealed=bool(channel))
+        heartbeat(step="harness starting", attempt=attempt, sealed=bool(channel))
         try:
             async with contextlib.AsyncExitStack() as stack:
                 if channel:
@@ -327,6 +310,7 @@ class SessionActivities:
             key = artifact_key(request.session_id, f"{log_name}/artifacts/{name}")
             await asyncio.to_thread(self.storage.put_bytes, key, data)
             artifact_keys.append(key)
+        status: Literal["completed", "failed", "timeout"]
         if outcome.timed_out:
             status = "timeout"
         elif outcome.limit_exceeded:
@@ -364,40 +348,33 @@ class SessionActivities:
             policy = reward_policy(request.builder.config)
         except (UnknownBuilder, ValueError) as exc:
             raise ApplicationError(str(exc), type="InvalidBuilder", non_retryable=True) from exc
-        # reading and building run in threads, heartbeating their progress (a long session
-        # must not look like a dead worker)
-        progress: dict[str, int] = {}
+        # the serial S3 listing and reads, then the build, run in threads, heartbeating
+        # their progress (a long session must not look like a dead worker)
+        async with Heartbeater(step="loading completions") as hb:
 
-        def read(done: int, total: int) -> None:
-            progress.update(records_read=done, records=total)
+            def read(done: int, total: int) -> None:
+                hb.update(records_read=done, records=total)
 
-        def built(done: int, total: int) -> None:
-            progress.update(calls_built=done, calls=total)
+            def built(done: int, total: int) -> None:
+                hb.update(calls_built=done, calls=total)
 
-        _heartbeat(step="loading completions")
-        records = await heartbeating(
-            asyncio.to_thread(self.storage.list_completions, request.session_id, read),
-            step="loading completions",
-            progress=lambda: progress,
-        )
-        # a sample the harness never saw (caller hung up, or resent because its answer never
-        # arrived) is no training data, whatever the builder
-        unseen = unseen_records(records)
-        seen = [r for r in records if r.record_id not in unseen]
-        _heartbeat(step="building", completions=len(seen), unseen=len(unseen))
-        ctx = BuildContext(
-            session_id=request.session_id,
-            task_id=request.task_id,
-            harness=request.harness,
-            builder=request.builder.name,
-            config=request.builder.config,
-        )
-        with listening(built):  # asyncio.to_thread carries the listener into the thread
-            output = await heartbeating(
-                asyncio.to_thread(builder, seen, ctx),
-                step="building",
-                progress=lambda: {"completions": len(records), **progress},
+            records = await asyncio.to_thread(
+                self.storage.list_completions, request.session_id, read
             )
+            # a sample the harness never saw (caller hung up, or resent because its answer
+            # never arrived) is no training data, whatever the builder
+            unseen = unseen_records(records)
+            seen = [r for r in records if r.record_id not in unseen]
+            hb.update(step="building", completions=len(seen), unseen=len(unseen))
+            ctx = BuildContext(
+                session_id=request.session_id,
+                task_id=request.task_id,
+                harness=request.harness,
+                builder=request.builder.name,
+                config=request.builder.config,
+            )
+            with listening(built):  # asyncio.to_thread carries the listener into the thread
+                output = await asyncio.to_thread(builder, seen, ctx)
         for trace in output.traces:  # score_traces applies it; custom builders need not
             trace.provenance.reward_policy = policy
             trace.provenance.policy_version = request.policy_version
@@ -416,76 +393,45 @@ class SessionActivities:
 
     @activity.defn(name="evaluate")
     async def evaluate(self, request: EvaluateRequest) -> EvaluateResult:
-        """Grade the session where its harness never was: a fresh runtime of the task's source
-        plus the session's changes (prewarmed while the harness ran, or prepared here), torn
-        down after. Rewards are checked (finite) and clamped to the task's range; the report,
-        patch and logs go to S3 as artifacts. An evaluator error (the task cannot be graded)
-        or an invalid reward fails the session instead of giving it a reward."""
+        """Grade the session with its evaluator (activities/evaluators, by kind): where its
+        harness never was, a fresh runtime of the task's source plus the session's changes
+        (prewarmed while the harness ran, or prepared here), torn down after. Rewards are
+        checked (finite) and clamped to the task's range; the report, patch and logs go to
+        S3 as artifacts. An evaluator error (the task cannot be graded) or an invalid reward
+        fails the session instead of giving it a reward."""
         request = await self.specs.with_evaluator(request)
         kind = request.evaluator.kind
-        if kind not in ("command", "swebench"):
-            raise ApplicationError(f"unknown evaluator {kind!r}", non_retryable=True)
+        try:
+            evaluator = get_evaluator(kind)
+        except UnknownEvaluator as exc:
+            raise ApplicationError(str(exc), type="UnknownEvaluator", non_retryable=True) from None
         self._check_host(request.runtime, "evaluate")
         runtime = self._runtime(request.runtime.kind)
-        prepare = eval_prepare_request(
-            request.session_id,
-            request.task_id,
-            request.source,
-            request.runtime_spec,
-            request.runtime.kind,
-            request.evaluator,
-        )
-        eval_runtime = self._runtime(prepare.runtime.kind)
+        traces = None
+        if evaluator.needs_traces and request.traces_key:
+            traces = await asyncio.to_thread(self.storage.get_bytes, request.traces_key)
         # the runtime prepared while the harness ran; a retry cannot trust it (it may hold
         # the patch of the failed attempt) and prepares a fresh one under the same id
         prewarmed = request.eval_runtime if activity.info().attempt == 1 else None
-        traces = None
-        if kind == "command" and request.traces_key:
-            traces = await asyncio.to_thread(self.storage.get_bytes, request.traces_key)
-
-        def tick(elapsed: float) -> None:
-            _heartbeat(step="evaluating", elapsed_s=round(elapsed, 1))
-
-        _heartbeat(step="preparing the evaluator runtime", prewarmed=prewarmed is not None)
         started = time.monotonic()
         try:
-            async with fresh_runtime(eval_runtime, prepare, prewarmed, tick) as eval_handle:
-                _heartbeat(step="evaluator runtime ready")
-                # the budget covers preparing the fresh runtime too
-                budget = max(1.0, request.budget_s - (time.monotonic() - started))
-                try:
-                    if kind == "swebench":
-                        assert request.evaluator.swebench is not None
-                        evaluation: Evaluation = await evaluate_swebench(
-                            runtime,
-                            request.runtime,
-                            eval_runtime,
-                            eval_handle,
-                            request.evaluator.swebench,
-                            timeout_s=budget,
-                            protected=request.evaluator.protected,
-                            on_tick=tick,
-                        )
-                    else:
-                        evaluation = await evaluate_command(
-                            runtime,
-                            request.runtime,
-                            eval_runtime,
-                            eval_handle,
-                            request.evaluator,
-                            timeout_s=budget,
-                            traces=traces,
-                            on_tick=tick,
-                        )
-                except EvaluatorError as exc:
-                    evaluation = Evaluation(0.0, f"evaluator error: {str(exc)[:500]}")
-                    evaluation.report["evaluator_error"] = str(exc)
-                if kind == "command":  # swebench keeps its test log with its report
-                    log_keys = await self._upload_eval_logs(
-                        eval_runtime, eval_handle, "evaluate", request.session_id
+            async with Heartbeater(step="evaluating", evaluator=kind) as hb:
+                if evaluator.needs_fresh_runtime:
+                    hb.update(step="preparing the evaluator runtime", prewarmed=bool(prewarmed))
+                    evaluation, logs = await self._evaluate_in_fresh_runtime(
+                        evaluator, request, runtime, prewarmed, traces, started
                     )
                 else:
-                    log_keys = [artifact_key(request.session_id, "swebench-tests.log")]
+                    job = EvaluationJob(
+                        runtime,
+                        request.runtime,
+                        None,
+                        None,
+                        request.evaluator,
+                        timeout_s=request.budget_s,
+                        traces=traces,
+                    )
+                    evaluation, logs = await self._graded(evaluator, job)
         except PrepareFailed as exc:  # the task's prepare actions or the instance's install
             raise ApplicationError(
                 f"preparing the evaluator's runtime failed: {exc}",
@@ -496,16 +442,18 @@ class SessionActivities:
             raise ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True) from exc
         except InvalidRewardFile as exc:
             raise ApplicationError(str(exc), type="InvalidRewardFile", non_retryable=True) from exc
-        evaluation.report["eval_runtime"] = "prewarmed" if prewarmed else "fresh"
+        if evaluator.needs_fresh_runtime:
+            evaluation.report.eval_runtime = "prewarmed" if prewarmed else "fresh"
         failure = None
-        if evaluation.report.get("evaluator_error"):
+        if evaluation.report.evaluator_error:
             failure = ("EvaluatorError", evaluation.detail)
         else:
             try:
                 check_rewards(evaluation, request.evaluator.reward_range)
             except InvalidReward as exc:
-                evaluation.report["invalid_reward"] = str(exc)
+                evaluation.report.invalid_reward = str(exc)
                 failure = ("InvalidReward", str(exc))
+        log_keys = await self._upload_eval_logs(request.session_id, logs)
         report_key = await self._upload_evaluation(request.session_id, kind, evaluation)
         if failure is not None:
             error_type, message = failure
@@ -520,30 +468,69 @@ class SessionActivities:
             report_key=report_key,
         )
 
-    async def _upload_eval_logs(
-        self, runtime: Runtime, handle: RuntimeHandle, log_name: str, session_id: str
-    ) -> list[str]:
-        """The evaluator runtime's logs of `log_name`, kept under the session's artifacts."""
+    async def _evaluate_in_fresh_runtime(
+        self,
+        evaluator: Evaluator,
+        request: EvaluateRequest,
+        runtime: Runtime,
+        prewarmed: RuntimeHandle | None,
+        traces: bytes | None,
+        started: float,
+    ) -> tuple[Evaluation, dict[str, bytes]]:
+        """Grade in the evaluator's fresh runtime (the prewarmed one, or prepared now); its
+        logs are read before it is torn down."""
+        prepare = eval_prepare_request(
+            request.session_id,
+            request.task_id,
+            request.source,
+            request.runtime_spec,
+            request.runtime.kind,
+            request.evaluator,
+        )
+        eval_runtime = self._runtime(prepare.runtime.kind)
+        async with fresh_runtime(eval_runtime, prepare, prewarmed) as eval_handle:
+            job = EvaluationJob(
+                runtime,
+                request.runtime,
+                eval_runtime,
+                eval_handle,
+                request.evaluator,
+                # the budget covers preparing the fresh runtime too
+                timeout_s=max(1.0, request.budget_s - (time.monotonic() - started)),
+                traces=traces,
+            )
+            return await self._graded(evaluator, job)
+
+    @staticmethod
+    async def _graded(
+        evaluator: Evaluator, job: EvaluationJob
+    ) -> tuple[Evaluation, dict[str, bytes]]:
+        """`evaluator`'s outcome (an EvaluatorError made one, with a zero reward) and logs."""
+        try:
+            evaluation = await heartbeating(evaluator.evaluate(job), step="evaluating")
+        except EvaluatorError as exc:
+            evaluation = Evaluation(
+                0.0,
+                f"evaluator error: {str(exc)[:500]}",
+                report=evaluator.report_model(evaluator_error=str(exc)),
+            )
+        return evaluation, await asyncio.to_thread(evaluator.logs, job, evaluation)
+
+    async def _upload_eval_logs(self, session_id: str, logs: dict[str, bytes]) -> list[str]:
+        """The evaluator's logs, kept under the session's artifacts; their keys."""
         keys = []
-        for path in runtime.log_paths(handle, log_name):
-            key = artifact_key(session_id, path.name)
-            data = path.read_bytes() if path.exists() else b""
+        for name, data in logs.items():
+            key = artifact_key(session_id, name)
             await asyncio.to_thread(self.storage.put_bytes, key, data, "text/plain")
             keys.append(key)
         return keys
 
     async def _upload_evaluation(self, session_id: str, kind: str, evaluation: Evaluation) -> str:
-        """The evaluation's report, the patch it graded (and swebench's test log) in S3; the
-        report's key."""
+        """The evaluation's report and the patch it graded in S3; the report's key."""
         uploads = {
-            f"{kind}-report.json": (
-                json.dumps(evaluation.report, indent=2).encode(),
-                "application/json",
-            ),
+            f"{kind}-report.json": (evaluation.report.to_json(), "application/json"),
             f"{kind}-model.patch": (evaluation.patch, "text/x-diff"),
         }
-        if isinstance(evaluation, SweEvaluation):
-            uploads["swebench-tests.log"] = (evaluation.test_log, "text/plain")
         for name, (data, content_type) in uploads.items():
             await asyncio.to_thread(
                 self.storage.put_bytes, artifact_key(session_id, name), data, content_type

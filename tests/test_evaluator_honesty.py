@@ -44,6 +44,7 @@ from activities.evaluators.swebench import (
 )
 from activities.runtimes.base import Runtime
 from activities.runtimes.local import LocalRuntime
+from polar.evaluation_reports import CommandReport
 from polar.records import SessionStatus
 from polar.sdk import PolarClient
 from polar.storage import Storage, artifact_key
@@ -183,7 +184,7 @@ def test_rewards_are_finite_and_clamped() -> None:
     e = check_rewards(Evaluation(-5.0, "x"), (-1.0, 2.0))
     assert e.reward == -1.0 and "[-1, 2]" in e.detail
     e = check_rewards(Evaluation(0.25, "fine", {"a": 1.0}), (0.0, 1.0))
-    assert e.detail == "fine" and "rewards_clamped" not in e.report
+    assert e.detail == "fine" and not e.report.rewards_clamped
     for bad in (math.nan, math.inf, -math.inf):
         with pytest.raises(InvalidReward, match="not finite"):
             check_rewards(Evaluation(bad, "x"), (0.0, 1.0))
@@ -275,9 +276,9 @@ def _textkit(swe_dir: Path, instances: dict[str, SweInstance]) -> tuple[Source, 
 
 
 def _not_resolved(e: Evaluation, failing: list[str]) -> None:
-    assert e.reward == 0.0 and not e.report["resolved"], (e.detail, e.report)
-    assert e.report["evaluator_error"] is None, e.report["evaluator_error"]
-    assert e.report["FAIL_TO_PASS"]["failure"] == failing, e.report
+    assert e.reward == 0.0 and not e.report.resolved, (e.detail, e.report)
+    assert e.report.evaluator_error is None, e.report.evaluator_error
+    assert e.report.fail_to_pass.failure == failing, e.report
 
 
 async def test_edited_graded_tests_are_restored(
@@ -291,8 +292,8 @@ async def test_edited_graded_tests_are_restored(
     script = textkit_fix("wrong") + write("tests/test_slug.py", fake)
     e = await _swe_session(rt, source, spec, script, "edit-tests")
     _not_resolved(e, [STRIPS])
-    assert e.report["protected_files_dropped"] == ["tests/test_slug.py"]
-    assert e.report["PASS_TO_PASS"]["success"] == inst.PASS_TO_PASS
+    assert e.report.protected_files_dropped == ["tests/test_slug.py"]
+    assert e.report.pass_to_pass.success == inst.PASS_TO_PASS
 
 
 async def test_planted_conftest_is_dropped(
@@ -309,8 +310,8 @@ async def test_planted_conftest_is_dropped(
     )
     e = await _swe_session(rt, source, spec, script, "conftest")
     _not_resolved(e, [STRIPS])
-    assert e.report["protected_files_dropped"] == ["conftest.py", "tests/conftest.py"]
-    assert e.report["patch_files"] == ["textkit/slug.py"]
+    assert e.report.protected_files_dropped == ["conftest.py", "tests/conftest.py"]
+    assert e.report.patch_files == ["textkit/slug.py"]
     if rt[1].kind != "local":
         return  # the attack is real: with nothing protected, the same session scores 1
     monkeypatch.setattr(swebench_module, "protected_paths", lambda spec, extra=(): [])
@@ -334,12 +335,12 @@ async def test_pytest_section_of_pyproject_is_restored(
     script = textkit_fix("wrong") + write("polar_evil.py", PASS_EVERYTHING) + inject
     e = await _swe_session(rt, source, spec, script, "pyproject")
     _not_resolved(e, [STRIPS])
-    assert e.report["protected_files_dropped"] == ["pyproject.toml (pytest section)"]
-    assert sorted(e.report["patch_files"]) == ["polar_evil.py", "pyproject.toml", "textkit/slug.py"]
+    assert e.report.protected_files_dropped == ["pyproject.toml (pytest section)"]
+    assert sorted(e.report.patch_files) == ["polar_evil.py", "pyproject.toml", "textkit/slug.py"]
     # a change outside the pytest section is the fix's own: kept
     script = textkit_fix("gold") + "sed -i 's/^version = .*$/version = \"0.2.0\"/' pyproject.toml\n"
     kept = await _swe_session(rt, source, spec, script, "pyproject-version")
-    assert kept.reward == 1.0 and kept.report["protected_files_dropped"] == [], kept.detail
+    assert kept.reward == 1.0 and kept.report.protected_files_dropped == [], kept.detail
     if rt[1].kind != "local":
         return
 
@@ -366,9 +367,9 @@ async def test_fake_passed_lines_do_not_count(
     script = textkit_fix("wrong") + f"cat >> textkit/__init__.py <<'POLAR_EOF'\n{liar}POLAR_EOF\n"
     e = await _swe_session(rt, source, spec, script, "fake-passed")
     _not_resolved(e, [STRIPS])
-    assert e.report["tests_exit_code"] == 1
+    assert e.report.tests_exit_code == 1
     assert f"PASSED {STRIPS}" in e.test_log.decode()  # printed, and ignored
-    assert e.report["results_from"] == "pytest plugin"
+    assert e.report.results_from == "pytest plugin"
     if rt[1].kind != "local":
         return  # the trusting mode (log_parser) believes the log: why it is not the default
     trusting = spec.model_copy(update={"log_parser": "parse_log_pytest"})
@@ -402,12 +403,12 @@ async def test_correct_fix_scores_with_colour_and_without_rA(
         {**evaluator_fields(inst), "base_commit": base, "test_cmd": "python -m pytest {test_files}"}
     )
     gold = await _swe_session(rt, source, spec, textkit_fix("gold"), "colour-gold")
-    assert gold.reward == 1.0 and gold.report["resolved"], (gold.detail, gold.test_log[-2000:])
+    assert gold.reward == 1.0 and gold.report.resolved, (gold.detail, gold.test_log[-2000:])
     wrong = await _swe_session(rt, source, spec, textkit_fix("wrong"), "colour-wrong")
     _not_resolved(wrong, [STRIPS])
     trusting = spec.model_copy(update={"log_parser": "parse_log_pytest"})
     blind = await _swe_session(rt, source, trusting, textkit_fix("gold"), "colour-trusting")
-    assert "none of the 2 FAIL_TO_PASS" in (blind.report["evaluator_error"] or ""), blind.detail
+    assert "none of the 2 FAIL_TO_PASS" in (blind.report.evaluator_error or ""), blind.detail
 
 
 async def test_grading_that_finds_no_graded_test_is_an_evaluator_error(
@@ -419,15 +420,15 @@ async def test_grading_that_finds_no_graded_test_is_an_evaluator_error(
         update={"fail_to_pass": ["tests/test_slug.py::test_nope"], "pass_to_pass": []}
     )
     e = await _swe_session(rt, source, renamed, textkit_fix("gold"), "no-ids")
-    assert "none of the 1 FAIL_TO_PASS / 0 PASS_TO_PASS" in e.report["evaluator_error"], e.detail
-    assert "tests/test_slug.py::test_slugify_lowercases" in e.report["evaluator_error"]
+    assert "none of the 1 FAIL_TO_PASS / 0 PASS_TO_PASS" in e.report.evaluator_error, e.detail
+    assert "tests/test_slug.py::test_slugify_lowercases" in e.report.evaluator_error
     not_pytest = spec.model_copy(update={"test_cmd": "true"})
     e = await _swe_session(rt, source, not_pytest, textkit_fix("gold"), "not-pytest")
-    assert "never started pytest" in e.report["evaluator_error"], e.detail
+    assert "never started pytest" in e.report.evaluator_error, e.detail
     # a patch that breaks the import is the session's doing: not resolved, not an error
     broken = textkit_fix("gold") + "echo 'raise ImportError(1)' >> textkit/__init__.py\n"
     e = await _swe_session(rt, source, spec, broken, "import-error")
-    assert e.reward == 0.0 and e.report["evaluator_error"] is None, e.report
+    assert e.reward == 0.0 and e.report.evaluator_error is None, e.report
     assert "collection problems: tests/test_slug.py" in e.detail
 
 
@@ -477,13 +478,14 @@ async def test_command_evaluator_grades_in_a_fresh_runtime(
     evaluator = EvaluatorSpec(kind="command", command="sh tests/check.sh", protected=["tests/**"])
     fixed, _ = await _command_session(rt, source, evaluator, "echo fixed > hello.txt", "c-fixed")
     assert fixed.reward == 1.0, fixed.detail
-    assert fixed.report["patch_files"] == ["hello.txt"]
-    baselines = fixed.report["baselines"]  # a plain folder, prepared twice: the same commit
-    assert baselines["session"] == baselines["eval"] and len(baselines["session"]) == 40
+    assert fixed.report.patch_files == ["hello.txt"]
+    assert isinstance(fixed.report, CommandReport) and fixed.report.baselines is not None
+    baselines = fixed.report.baselines  # a plain folder, prepared twice: the same commit
+    assert baselines.session == baselines.eval and len(baselines.session or "") == 40
     # the harness rewrites the test the evaluator runs: the task's own copy is run
     cheat = "echo wrong > hello.txt && echo 'exit 0' > tests/check.sh"
     honest, _ = await _command_session(rt, source, evaluator, cheat, "c-cheat")
-    assert honest.reward == 0.0 and honest.report["protected_files_dropped"] == ["tests/check.sh"]
+    assert honest.reward == 0.0 and honest.report.protected_files_dropped == ["tests/check.sh"]
     if rt[1].kind == "local":  # the attack is real where the task protects nothing
         open_spec = evaluator.model_copy(update={"protected": []})
         fooled, _ = await _command_session(rt, source, open_spec, cheat, "c-cheat-open")
@@ -495,13 +497,13 @@ async def test_command_evaluator_grades_in_a_fresh_runtime(
         f"{git} update-ref refs/polar/baseline HEAD"
     )
     moved, _ = await _command_session(rt, source, evaluator, history, "c-history")
-    assert moved.reward == 1.0 and moved.report["patch_files"] == ["hello.txt"], moved.detail
+    assert moved.reward == 1.0 and moved.report.patch_files == ["hello.txt"], moved.detail
     # a harness that removes its git: its work cannot be read, reward 0, and why
     gone, _ = await _command_session(
         rt, source, evaluator, "echo fixed > hello.txt; rm -rf .git", "c-nogit"
     )
     assert gone.reward == 0.0 and "could not be read" in gone.detail
-    assert gone.report["extract_error"]
+    assert gone.report.extract_error
 
 
 async def test_reward_file_planted_by_the_harness_is_ignored(
@@ -519,7 +521,7 @@ nohup sh -c 'while :; do echo "{\\"reward\\": 1000}" > "$(dirname "$PWD")-eval/s
   sleep 0.2; done' >/dev/null 2>&1 &
 """
     e, planted = await _command_session(rt, source, evaluator, plant, "c-plant", prewarm=True)
-    assert e.reward == 0.0 and "reward_file" not in e.report, e.detail
+    assert e.reward == 0.0 and not e.report.reward_file, e.detail
     if rt[1].kind == "local":  # the write landed (same disk), and did not count
         assert planted
 

@@ -25,6 +25,7 @@ from activities.evaluators.swebench import (
 )
 from activities.runtimes.local import LocalRuntime
 from polar.contracts import PrepareRequest, RuntimeHandle
+from polar.evaluation_reports import SweBenchReport, TestOutcomes, parse_report
 from polar.records import SessionStatus
 from polar.sdk import PolarClient
 from polar.storage import Storage, artifact_key
@@ -395,29 +396,31 @@ async def test_evaluator_grades_each_bundled_instance(
 
     gold = await _grade(local, swe_dir, inst, "gold")
     report = gold.report
-    assert gold.reward == 1.0 and report["resolved"], (gold.detail, gold.test_log.decode()[-3000:])
-    assert report["FAIL_TO_PASS"] == {"success": inst.FAIL_TO_PASS, "failure": []}
-    assert report["PASS_TO_PASS"] == {"success": inst.PASS_TO_PASS, "failure": []}
-    assert {report["test_status"][t] for t in inst.FAIL_TO_PASS + inst.PASS_TO_PASS} == {"PASSED"}
-    assert report["apply_strategy"] == "git apply"
-    assert report["patch_files"] == [p for p in _patch_paths(inst.patch)]  # junk left out
+    assert gold.reward == 1.0 and report.resolved, (gold.detail, gold.test_log.decode()[-3000:])
+    assert report.fail_to_pass == TestOutcomes(success=inst.FAIL_TO_PASS, failure=[])
+    assert report.pass_to_pass == TestOutcomes(success=inst.PASS_TO_PASS, failure=[])
+    assert {report.test_status[t] for t in inst.FAIL_TO_PASS + inst.PASS_TO_PASS} == {"PASSED"}
+    assert report.apply_strategy == "git apply"
+    assert report.patch_files == [p for p in _patch_paths(inst.patch)]  # junk left out
     assert gold.detail.startswith("resolved")
-    json.dumps(report)  # the report is JSON
+    stored = json.loads(report.to_json())  # the report is JSON, under its stored names
+    assert stored["FAIL_TO_PASS"]["success"] == inst.FAIL_TO_PASS and stored["resolved"]
+    assert SweBenchReport.model_validate(stored) == report
 
     empty = await _grade(local, swe_dir, inst, None)
-    assert empty.reward == 0.0 and empty.report["empty_patch"]
+    assert empty.reward == 0.0 and empty.report.empty_patch
     assert "empty patch" in empty.detail
 
     wrong = await _grade(local, swe_dir, inst, "wrong")
-    assert wrong.reward == 0.0 and not wrong.report["resolved"]
-    assert wrong.report["FAIL_TO_PASS"]["failure"] == EXPECTED[instance_id]["wrong"]
-    assert wrong.report["PASS_TO_PASS"]["failure"] == []
+    assert wrong.reward == 0.0 and not wrong.report.resolved
+    assert wrong.report.fail_to_pass.failure == EXPECTED[instance_id]["wrong"]
+    assert wrong.report.pass_to_pass.failure == []
     assert all(t in wrong.detail for t in EXPECTED[instance_id]["wrong"])
 
     breaking = await _grade(local, swe_dir, inst, "breaking")
     assert breaking.reward == 0.0
-    assert breaking.report["FAIL_TO_PASS"]["failure"] == []
-    assert breaking.report["PASS_TO_PASS"]["failure"] == EXPECTED[instance_id]["breaking"]
+    assert breaking.report.fail_to_pass.failure == []
+    assert breaking.report.pass_to_pass.failure == EXPECTED[instance_id]["breaking"]
     assert "PASS_TO_PASS failed" in breaking.detail
 
 
@@ -436,8 +439,8 @@ async def test_evaluator_flags_patch_apply_failure_timeout_and_errors(
     )
     failed = await _grade(local, swe_dir, inst, "gold", install=drift)
     assert failed.reward == 0.0
-    assert failed.report["patch_apply_failed"] and not failed.report["patch_applied"]
-    assert [a["strategy"] for a in failed.report["apply_attempts"]] == [
+    assert failed.report.patch_apply_failed and not failed.report.patch_applied
+    assert [a.strategy for a in failed.report.apply_attempts] == [
         "git apply",
         "git apply --3way",
         "git apply --reject",
@@ -446,13 +449,13 @@ async def test_evaluator_flags_patch_apply_failure_timeout_and_errors(
     assert "did not apply" in failed.detail
 
     timed_out = await _grade_with_budget(local, swe_dir, inst, budget_s=4)
-    assert timed_out.reward == 0.0 and timed_out.report["tests_timed_out"]
+    assert timed_out.reward == 0.0 and timed_out.report.tests_timed_out
     assert "timed out" in timed_out.detail
 
     nope = "diff --git a/tests/nope.py b/tests/nope.py\n--- a/tests/nope.py\n+++ b/tests/nope.py\n"
     broken = await _grade(local, swe_dir, inst, "gold", test_patch=nope + "@@ -1 +1 @@\n-a\n+b\n")
     assert broken.reward == 0.0
-    assert "test patch does not apply" in broken.report["evaluator_error"]
+    assert "test patch does not apply" in broken.report.evaluator_error
     assert broken.detail.startswith("evaluator error")
 
 
@@ -524,9 +527,13 @@ async def test_sessions_graded_end_to_end(
     assert g.evaluation and g.evaluation.startswith("resolved")
     assert w.evaluation and "test_slugify_strips_separators" in w.evaluation
 
-    report = json.loads(storage.get_bytes(artifact_key(g.session_id, "swebench-report.json")))
+    stored = storage.get_bytes(artifact_key(g.session_id, "swebench-report.json"))
+    report = json.loads(stored)
     assert report["resolved"] and report["patch_files"] == ["textkit/slug.py"]
     assert report["PASS_TO_PASS"]["success"] == inst.PASS_TO_PASS
+    parsed = parse_report("swebench", stored)  # what a reader of the artifacts does
+    assert isinstance(parsed, SweBenchReport) and parsed.pass_to_pass.success == inst.PASS_TO_PASS
+    assert set(report) <= {f.alias or name for name, f in SweBenchReport.model_fields.items()}
     patch = storage.get_bytes(artifact_key(g.session_id, "swebench-model.patch")).decode()
     assert ".codex" not in patch and "__pycache__" not in patch
     log = storage.get_bytes(artifact_key(w.session_id, "swebench-tests.log")).decode()

@@ -1,1 +1,47 @@
-"""Evaluators: score a finished session (`command` now; SWE-bench-style later)."""
+"""Evaluators by kind: `command` and `swebench` (`EvaluatorSpec.kind`; `none` has none).
+
+Each evaluator (activities/evaluators/base.py: `Evaluator`) says whether it
+needs a fresh runtime (the workflow prewarms one while the harness runs) and
+whether it reads the session's traces; its report is a typed model
+(polar/evaluation_reports.py). The `evaluate` activity looks the kind up here.
+"""
+
+from __future__ import annotations
+
+from activities.evaluators.base import Evaluation, EvaluationJob, Evaluator, EvaluatorError
+from activities.evaluators.command import CommandEvaluator
+from activities.evaluators.swebench import SweBenchEvaluator
+
+__all__ = [
+    "EVALUATORS",
+    "Evaluation",
+    "EvaluationJob",
+    "Evaluator",
+    "EvaluatorError",
+    "UnknownEvaluator",
+    "get_evaluator",
+    "kinds_needing_fresh_runtime",
+]
+
+EVALUATORS: dict[str, Evaluator] = {
+    evaluator.kind: evaluator for evaluator in (CommandEvaluator(), SweBenchEvaluator())
+}
+"""Every evaluator, by the `EvaluatorSpec.kind` it serves."""
+
+
+class UnknownEvaluator(ValueError):
+    """No evaluator serves this kind (a spec from newer code, or a typo past validation)."""
+
+
+def get_evaluator(kind: str) -> Evaluator:
+    """The evaluator of `kind` (UnknownEvaluator, naming it, otherwise)."""
+    try:
+        return EVALUATORS[kind]
+    except KeyError:
+        known = ", ".join(sorted(EVALUATORS))
+        raise UnknownEvaluator(f"unknown evaluator kind {kind!r} (known: {known})") from None
+
+
+def kinds_needing_fresh_runtime() -> frozenset[str]:
+    """The evaluator kinds graded in a fresh runtime (the ones the workflow prewarms)."""
+    return frozenset(kind for kind, e in EVALUATORS.items() if e.needs_fresh_runtime)

@@ -1,33 +1,18 @@
-"""What every evaluator shares: its outcome, its errors, one command in a runtime."""
+"""What every evaluator shares: the interface, its input and outcome, its errors, one
+command in a runtime."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import ClassVar, Protocol
 
 from activities.runtimes.base import Runtime
 from polar.contracts import RuntimeHandle
+from polar.evaluation_reports import EvaluationReport
+from polar.task_spec import EvaluatorSpec
 
 Tick = Callable[[float], Awaitable[None] | None] | None
-T = TypeVar("T")
-
-
-async def while_ticking(work: Awaitable[T], on_tick: Tick, every_s: float = 2.0) -> T:
-    """Await `work`, calling `on_tick(elapsed)` every `every_s` meanwhile (an activity's
-    heartbeat: long work must not look like a dead worker)."""
-    task = asyncio.ensure_future(work)
-    started = time.monotonic()
-    while True:
-        done, _ = await asyncio.wait({task}, timeout=every_s)
-        if done:
-            return task.result()
-        if on_tick is not None:
-            ticked = on_tick(time.monotonic() - started)
-            if ticked is not None:
-                await ticked
 
 
 # git must not read anything the harness may have left in the repo's config; safe.directory
@@ -54,8 +39,52 @@ class Evaluation:
     reward: float
     detail: str
     trace_rewards: dict[str, float] = field(default_factory=dict)
-    report: dict[str, Any] = field(default_factory=dict)
+    report: EvaluationReport = field(default_factory=EvaluationReport)
     patch: bytes = b""
+
+
+@dataclass(frozen=True)
+class EvaluationJob:
+    """What an evaluator grades: the session's runtime, the evaluator's fresh one (None for
+    an evaluator that needs none), the task's evaluator spec and the time left."""
+
+    session_runtime: Runtime
+    session_handle: RuntimeHandle
+    eval_runtime: Runtime | None
+    eval_handle: RuntimeHandle | None
+    spec: EvaluatorSpec
+    timeout_s: float
+    traces: bytes | None = None
+    on_tick: Tick = None
+
+    def fresh(self) -> tuple[Runtime, RuntimeHandle]:
+        """The evaluator's fresh runtime and handle (an evaluator that declares it needs one
+        always gets one)."""
+        if self.eval_runtime is None or self.eval_handle is None:
+            raise EvaluatorError("this evaluator needs a fresh runtime and got none")
+        return self.eval_runtime, self.eval_handle
+
+
+class Evaluator(Protocol):
+    """One evaluator kind (`EvaluatorSpec.kind`), registered in activities/evaluators."""
+
+    kind: ClassVar[str]
+    needs_fresh_runtime: ClassVar[bool]
+    """Grades in a runtime prepared afresh from the task's source (the workflow prewarms it
+    while the harness runs), never in the session's own."""
+    needs_traces: ClassVar[bool]
+    """Reads the session's traces (the activity loads them from S3 first)."""
+    report_model: ClassVar[type[EvaluationReport]]
+
+    async def evaluate(self, job: EvaluationJob) -> Evaluation:
+        """Grade the session; raises EvaluatorError where the task cannot be graded."""
+        ...
+
+    def logs(self, job: EvaluationJob, evaluation: Evaluation) -> dict[str, bytes]:
+        """The logs kept as artifacts (name -> content), the session's evaluation log first;
+        read before the fresh runtime is torn down. `evaluation` may be the one the activity
+        made of an EvaluatorError."""
+        ...
 
 
 async def run_in(

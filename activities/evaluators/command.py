@@ -23,14 +23,19 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import ClassVar
 
-from activities.evaluators.base import Evaluation, EvaluatorError, Tick, reap
+from activities.evaluators.base import Evaluation, EvaluationJob, EvaluatorError, Tick, reap
 from activities.evaluators.fresh import carry_changes
 from activities.runtimes.base import Runtime
 from polar.contracts import RuntimeHandle
+from polar.evaluation_reports import Baselines, CommandReport, EvaluationReport
 from polar.task_spec import EvaluatorSpec
 
-__all__ = ["Evaluation", "InvalidRewardFile", "evaluate_command"]
+__all__ = ["CommandEvaluator", "Evaluation", "InvalidRewardFile", "evaluate_command"]
+
+LOG_NAME = "evaluate"
+"""The command's log in the evaluator runtime (kept as `evaluate.stdout` / `.stderr`)."""
 
 
 class InvalidRewardFile(ValueError):
@@ -66,12 +71,12 @@ async def evaluate_command(
         timeout_s=timeout_s,
         on_tick=on_tick,
     )
-    evaluation = Evaluation(0.0, "", report=changes.report(), patch=changes.patch)
-    # equal when both runtimes were prepared alike (fixed author and dates)
-    evaluation.report["baselines"] = {
-        "session": session_handle.baseline,
-        "eval": eval_handle.baseline,
-    }
+    report = CommandReport(
+        # equal when both runtimes were prepared alike (fixed author and dates)
+        baselines=Baselines(session=session_handle.baseline, eval=eval_handle.baseline)
+    )
+    changes.fill(report)
+    evaluation = Evaluation(0.0, "", report=report, patch=changes.patch)
     if changes.extract_error is not None:
         evaluation.detail = (
             "the session's changes could not be read from its workspace (was its git "
@@ -97,12 +102,12 @@ async def evaluate_command(
         eval_handle,
         spec.command,
         env=env,
-        log_name="evaluate",
+        log_name=LOG_NAME,
         timeout_s=timeout_s,
         on_tick=on_tick,
     )
     await reap(eval_runtime, eval_handle)
-    evaluation.report["exit_code"] = outcome.exit_code
+    report.exit_code = outcome.exit_code
     if outcome.timed_out:
         evaluation.detail = f"evaluation timed out after {timeout_s:.0f}s"
         return evaluation
@@ -112,8 +117,39 @@ async def evaluate_command(
         evaluation.detail += f"; protected files kept: {', '.join(changes.protected_dropped[:5])}"
     if reward_file.exists():
         _apply_reward_file(evaluation, reward_file)
-        evaluation.report["reward_file"] = True
+        report.reward_file = True
     return evaluation
+
+
+class CommandEvaluator:
+    """`kind: command`: the task's command in a fresh runtime holding the session's changes;
+    it may read the session's traces and write per-trace rewards."""
+
+    kind: ClassVar[str] = "command"
+    needs_fresh_runtime: ClassVar[bool] = True
+    needs_traces: ClassVar[bool] = True
+    report_model: ClassVar[type[EvaluationReport]] = CommandReport
+
+    async def evaluate(self, job: EvaluationJob) -> Evaluation:
+        eval_runtime, eval_handle = job.fresh()
+        return await evaluate_command(
+            job.session_runtime,
+            job.session_handle,
+            eval_runtime,
+            eval_handle,
+            job.spec,
+            timeout_s=job.timeout_s,
+            traces=job.traces,
+            on_tick=job.on_tick,
+        )
+
+    def logs(self, job: EvaluationJob, evaluation: Evaluation) -> dict[str, bytes]:
+        """The command's stdout and stderr (empty where it never ran)."""
+        eval_runtime, eval_handle = job.fresh()
+        return {
+            path.name: path.read_bytes() if path.exists() else b""
+            for path in eval_runtime.log_paths(eval_handle, LOG_NAME)
+        }
 
 
 def _apply_reward_file(evaluation: Evaluation, path: Path) -> None:

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from activities.evaluators.base import Tick, while_ticking
+from activities.evaluators.base import Tick
 from activities.evaluators.baseline import record_baseline
 from activities.evaluators.patches import (
     ExtractionFailed,
@@ -22,8 +22,10 @@ from activities.evaluators.patches import (
     drop_protected,
     extract_patch,
 )
+from activities.heartbeat import heartbeating
 from activities.runtimes.base import Runtime
 from polar.contracts import PrepareRequest, RuntimeHandle
+from polar.evaluation_reports import ApplyAttempt, EvaluationReport
 from polar.task_spec import EvaluatorSpec, RuntimeSpec, Source
 
 
@@ -38,8 +40,10 @@ async def fresh_runtime(
     prepared earlier for `request`), torn down whatever happens."""
     handle: RuntimeHandle | None = prewarmed
     try:
-        if handle is None:  # a cold clone or image start can take minutes: keep ticking
-            handle = await while_ticking(runtime.prepare(request), on_tick)
+        if handle is None:  # a cold clone or image start can take minutes: keep beating
+            handle = await heartbeating(
+                runtime.prepare(request), step="preparing the evaluator runtime"
+            )
         if handle.baseline is None:
             handle = await record_baseline(runtime, handle, on_tick=on_tick)
         yield handle
@@ -88,19 +92,20 @@ class Changes:
     def applied(self) -> bool:
         return self.extract_error is None and (self.empty or self.strategy is not None)
 
-    def report(self) -> dict[str, Any]:
-        return {
-            "patch_files": self.files,
-            "dropped_files": self.dropped_junk,
-            "protected_files_dropped": self.protected_dropped,
-            "patch_bytes": len(self.patch),
-            "empty_patch": self.extract_error is None and self.empty,
-            "extract_error": self.extract_error,
-            "patch_applied": self.strategy is not None,
-            "patch_apply_failed": not self.empty and self.strategy is None,
-            "apply_strategy": self.strategy,
-            "apply_attempts": [{k: a[k] for k in ("strategy", "exit_code")} for a in self.attempts],
-        }
+    def fill(self, report: EvaluationReport) -> None:
+        """Write what became of the changes into `report`."""
+        report.patch_files = list(self.files)
+        report.dropped_files = list(self.dropped_junk)
+        report.protected_files_dropped = list(self.protected_dropped)
+        report.patch_bytes = len(self.patch)
+        report.empty_patch = self.extract_error is None and self.empty
+        report.extract_error = self.extract_error
+        report.patch_applied = self.strategy is not None
+        report.patch_apply_failed = not self.empty and self.strategy is None
+        report.apply_strategy = self.strategy
+        report.apply_attempts = [
+            ApplyAttempt(strategy=a["strategy"], exit_code=a["exit_code"]) for a in self.attempts
+        ]
 
 
 async def carry_changes(

@@ -44,5 +44,5 @@ def check_rewards(evaluation: Evaluation, reward_range: tuple[float, float]) -> 
         notes.append(f"{outside} per-trace reward(s) clamped")
     if notes:
         evaluation.detail += f"; {', '.join(notes)} (reward_range [{_fmt(lo)}, {_fmt(hi)}])"
-        evaluation.report["rewards_clamped"] = notes
+        evaluation.report.rewards_clamped = notes
     return evaluation

@@ -47,11 +47,19 @@ import shlex
 import time
 import tomllib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, ClassVar
 
-from activities.evaluators.base import GIT, Evaluation, EvaluatorError, Tick, reap, run_in
+from activities.evaluators.base import (
+    GIT,
+    Evaluation,
+    EvaluationJob,
+    EvaluatorError,
+    Tick,
+    reap,
+    run_in,
+)
 from activities.evaluators.fresh import (
     carry_changes,
     eval_prepare_request,
@@ -69,10 +77,17 @@ from activities.evaluators.patches import (
 from activities.evaluators.statuses import PytestRun, read_results
 from activities.runtimes.base import Runtime
 from polar.contracts import RuntimeHandle
+from polar.evaluation_reports import (
+    EvaluationReport,
+    PytestSessions,
+    SweBenchReport,
+    TestOutcomes,
+)
 from polar.task_spec import SweBenchSpec
 
 __all__ = [
     "EvaluatorError",
+    "SweBenchEvaluator",
     "SweEvaluation",
     "apply_patch",
     "build_test_command",
@@ -116,6 +131,7 @@ PYTEST_SECTION_FILES = ("setup.cfg", "pyproject.toml")
 class SweEvaluation(Evaluation):
     """The outcome, its JSON report, and the files worth keeping as artifacts."""
 
+    report: SweBenchReport = field(default_factory=SweBenchReport)
     test_log: bytes = b""
 
 
@@ -365,31 +381,14 @@ async def evaluate_swebench(
     """Grade the session's workspace in the (fresh, prepared) evaluator runtime."""
     clock = _Clock(timeout_s)
     started = time.monotonic()
-    report: dict[str, Any] = {
-        "instance_id": spec.instance_id,
-        "resolved": False,
-        "reward": 0.0,
-        "empty_patch": False,
-        "patch_applied": False,
-        "patch_apply_failed": False,
-        "apply_strategy": None,
-        "tests_timed_out": False,
-        "evaluator_error": None,
-        "patch_files": [],
-        "dropped_files": [],
-        "protected_files_dropped": [],
-        "patch_bytes": 0,
-        "test_command": None,
-        "tests_exit_code": None,
-        "results_from": f"log parser {spec.log_parser}" if spec.log_parser else "pytest plugin",
-        "FAIL_TO_PASS": {"success": [], "failure": []},
-        "PASS_TO_PASS": {"success": [], "failure": []},
-        "test_status": {},
-    }
+    report = SweBenchReport(
+        instance_id=spec.instance_id,
+        results_from=f"log parser {spec.log_parser}" if spec.log_parser else "pytest plugin",
+    )
     result = SweEvaluation(0.0, "", report=report)
 
     def done(detail: str) -> SweEvaluation:
-        report["duration_s"] = round(time.monotonic() - started, 3)
+        report.duration_s = round(time.monotonic() - started, 3)
         result.detail = detail
         return result
 
@@ -407,21 +406,21 @@ async def evaluate_swebench(
             on_tick=on_tick,
         )
         result.patch = changes.patch
-        report.update(changes.report())
+        changes.fill(report)
         if changes.extract_error is not None:
             return done(
                 "the session's changes could not be read from its workspace (was its git "
                 f"removed or broken?): {changes.extract_error[:300]}"
             )
         if changes.empty:
-            report["empty_patch"] = True
+            report.empty_patch = True
             kept = changes.protected_dropped
             why = f" (changes to protected files dropped: {_names(kept)})" if kept else ""
             return done(f"empty patch: the session changed nothing (junk aside){why}")
         if changes.strategy is None:
-            report["apply_log"] = changes.attempts[-1]["log"] if changes.attempts else ""
+            report.apply_log = changes.attempts[-1]["log"] if changes.attempts else ""
             return done(f"patch did not apply ({len(changes.attempts)} strategies tried)")
-        report["protected_files_dropped"] += await _restore_pytest_sections(
+        report.protected_files_dropped += await _restore_pytest_sections(
             eval_runtime, eval_handle, changes.files
         )
 
@@ -440,7 +439,7 @@ async def evaluate_swebench(
                 raise EvaluatorError(f"the test patch does not apply: {test_attempts[-1]['log']}")
         return await _run_tests(eval_runtime, eval_handle, spec, clock, result, done, on_tick)
     except EvaluatorError as exc:
-        report["evaluator_error"] = str(exc)
+        report.evaluator_error = str(exc)
         return done(f"evaluator error: {str(exc)[:500]}")
 
 
@@ -456,7 +455,7 @@ async def _run_tests(
     """Run the tests, kill what they left, grade what pytest (or the log parser) reported."""
     report = result.report
     command = build_test_command(spec)
-    report["test_command"] = command
+    report.test_command = command
     scratch = runtime.scratch(handle)
     results_file = scratch / "pytest-results.jsonl"
     results_file.unlink(missing_ok=True)
@@ -471,7 +470,7 @@ async def _run_tests(
     )
     await reap(runtime, handle)
     result.test_log = log.encode()
-    report["tests_exit_code"] = code
+    report.tests_exit_code = code
 
     run: PytestRun | None = None
     if spec.log_parser:
@@ -480,16 +479,16 @@ async def _run_tests(
         run = read_results(results_file)
         status = run.status if run else {}
         if run is not None:
-            report["collect_problems"] = run.collect_problems
-            report["pytest_sessions"] = {
-                "started": run.started,
-                "finished": run.finished,
-                "exit_statuses": run.exit_statuses,
-            }
+            report.collect_problems = run.collect_problems
+            report.pytest_sessions = PytestSessions(
+                started=run.started, finished=run.finished, exit_statuses=run.exit_statuses
+            )
     tests = grade(status, spec)
-    report.update(test_status=status, **tests)
+    report.test_status = status
+    report.fail_to_pass = TestOutcomes.model_validate(tests["FAIL_TO_PASS"])
+    report.pass_to_pass = TestOutcomes.model_validate(tests["PASS_TO_PASS"])
     if timed_out:
-        report["tests_timed_out"] = True
+        report.tests_timed_out = True
         return done(f"tests timed out (evaluation budget {clock.budget_s:.0f}s)")
     if run is None and not spec.log_parser:
         raise EvaluatorError(
@@ -513,11 +512,11 @@ async def _run_tests(
             + (_parser_hint(spec) if not spec.log_parser else "")
         )
     if is_resolved(tests, spec):
-        why = inconsistency(code, run)
-        if why is not None:
-            report["inconsistent"] = why
-            return done(f"not resolved: {why}")
-        report.update(resolved=True, reward=1.0)
+        problem = inconsistency(code, run)
+        if problem is not None:
+            report.inconsistent = problem
+            return done(f"not resolved: {problem}")
+        report.resolved, report.reward = True, 1.0
         result.reward = 1.0
         return done(
             f"resolved: FAIL_TO_PASS {len(spec.fail_to_pass)}/{len(spec.fail_to_pass)}, "
@@ -535,3 +534,32 @@ def _names(tests: list[str], limit: int = 5) -> str:
     """Test ids for a one-line detail (the report has them all)."""
     more = f" (+{len(tests) - limit} more)" if len(tests) > limit else ""
     return ", ".join(tests[:limit]) + more
+
+
+class SweBenchEvaluator:
+    """`kind: swebench`: the instance's tests on the session's patch in a fresh runtime."""
+
+    kind: ClassVar[str] = "swebench"
+    needs_fresh_runtime: ClassVar[bool] = True
+    needs_traces: ClassVar[bool] = False
+    report_model: ClassVar[type[EvaluationReport]] = SweBenchReport
+
+    async def evaluate(self, job: EvaluationJob) -> Evaluation:
+        if job.spec.swebench is None:
+            raise EvaluatorError("evaluator kind 'swebench' without its 'swebench' fields")
+        eval_runtime, eval_handle = job.fresh()
+        return await evaluate_swebench(
+            job.session_runtime,
+            job.session_handle,
+            eval_runtime,
+            eval_handle,
+            job.spec.swebench,
+            timeout_s=job.timeout_s,
+            protected=job.spec.protected,
+            on_tick=job.on_tick,
+        )
+
+    def logs(self, job: EvaluationJob, evaluation: Evaluation) -> dict[str, bytes]:
+        """The test command's log (empty where the tests never ran)."""
+        log = evaluation.test_log if isinstance(evaluation, SweEvaluation) else b""
+        return {"swebench-tests.log": log}

@@ -7,12 +7,11 @@ import subprocess
 import sysconfig
 from pathlib import Path
 
+from activities.evaluators import EvaluationJob, get_evaluator
 from activities.evaluators.base import Evaluation, reap
 from activities.evaluators.baseline import record_baseline
-from activities.evaluators.command import evaluate_command
 from activities.evaluators.fresh import eval_prepare_request, fresh_runtime
 from activities.evaluators.rewards import check_rewards
-from activities.evaluators.swebench import evaluate_swebench
 from activities.runtimes.base import Runtime
 from polar.contracts import PrepareRequest, RuntimeHandle
 from polar.task_spec import EvaluatorSpec, RuntimeSpec, Source
@@ -78,31 +77,14 @@ async def grade(
 ) -> Evaluation:
     """Grade `session` as the `evaluate` activity does: a fresh runtime of the source (and the
     instance's install; or `prewarmed`, made by `prepare_eval`), the session's changes carried
-    over, rewards checked."""
+    over (by the registered evaluator of its kind), rewards checked."""
     prepare = eval_prepare_request(session.session_id, "t", source, spec, spec.kind, evaluator)
     async with fresh_runtime(runtime, prepare, prewarmed) as eval_handle:
-        if evaluator.kind == "swebench":
-            assert evaluator.swebench is not None
-            evaluation: Evaluation = await evaluate_swebench(
-                runtime,
-                session,
-                runtime,
-                eval_handle,
-                evaluator.swebench,
-                timeout_s=timeout_s,
-                protected=evaluator.protected,
-            )
-        else:
-            evaluation = await evaluate_command(
-                runtime,
-                session,
-                runtime,
-                eval_handle,
-                evaluator,
-                timeout_s=timeout_s,
-                traces=traces,
-            )
-    if evaluation.report.get("evaluator_error"):
+        job = EvaluationJob(
+            runtime, session, runtime, eval_handle, evaluator, timeout_s=timeout_s, traces=traces
+        )
+        evaluation = await get_evaluator(evaluator.kind).evaluate(job)
+    if evaluation.report.evaluator_error:
         return evaluation
     return check_rewards(evaluation, evaluator.reward_range)
 
