@@ -4,10 +4,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from activities.runtimes.base import InvalidRuntime, InvalidSource, PrepareFailed, Runtime
+from activities.runtimes.base import (
+    InvalidRuntime,
+    InvalidSource,
+    PrepareFailed,
+    Runtime,
+    SourceUnavailable,
+)
 from activities.runtimes.local import LocalRuntime
 
-__all__ = ["InvalidRuntime", "InvalidSource", "PrepareFailed", "Runtime", "get_runtime"]
+__all__ = [
+    "InvalidRuntime",
+    "InvalidSource",
+    "PrepareFailed",
+    "Runtime",
+    "SourceUnavailable",
+    "get_runtime",
+]
 
 
 def get_runtime(

@@ -5,17 +5,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from temporalio import activity
-
+from activities.heartbeat import Heartbeater
 from activities.runtimes.base import InvalidRuntime, PrepareFailed, Runtime
 from polar.contracts import RuntimeHandle
 from polar.host_paths import resolved_problem
 from polar.task_spec import CommandAction, PrepareAction, UploadAction
-
-
-def _tick(elapsed: float) -> None:
-    if activity.in_activity():
-        activity.heartbeat({"step": "prepare action", "elapsed_s": round(elapsed, 1)})
 
 
 async def run_prepare_actions(
@@ -36,7 +30,8 @@ async def run_prepare_actions(
                 raise InvalidRuntime(f"prepare upload: src {src} {problem}")
             if not src.exists():
                 raise InvalidRuntime(f"prepare upload: {src} does not exist")
-            await upload(src, action.dest)
+            async with Heartbeater(step="prepare upload", action=index):
+                await upload(src, action.dest)
         elif isinstance(action, CommandAction):
             await _run_with_retries(runtime, handle, index, action)
 
@@ -44,18 +39,19 @@ async def run_prepare_actions(
 async def _run_with_retries(
     runtime: Runtime, handle: RuntimeHandle, index: int, action: CommandAction
 ) -> None:
-    for attempt in range(action.retries + 1):
-        log_name = f"prepare-{index}-try{attempt}"
-        outcome = await runtime.run(
-            handle,
-            action.command,
-            env=action.env,
-            log_name=log_name,
-            timeout_s=action.timeout_s,
-            on_tick=_tick,
-        )
-        if outcome.exit_code == 0 and not outcome.timed_out:
-            return
+    async with Heartbeater(step="prepare action", action=index) as hb:
+        for attempt in range(action.retries + 1):
+            hb.update(attempt=attempt)
+            log_name = f"prepare-{index}-try{attempt}"
+            outcome = await runtime.run(
+                handle,
+                action.command,
+                env=action.env,
+                log_name=log_name,
+                timeout_s=action.timeout_s,
+            )
+            if outcome.exit_code == 0 and not outcome.timed_out:
+                return
     stderr = runtime.log_paths(handle, log_name)[1]
     tail = stderr.read_text(errors="replace")[-1500:] if stderr.exists() else ""
     why = "timed out" if outcome.timed_out else f"exited {outcome.exit_code}"

@@ -11,7 +11,13 @@ from polar.contracts import PrepareRequest, RuntimeHandle
 
 
 class InvalidSource(ValueError):
-    """The task's source cannot be materialised (missing dir, bad git URL or ref)."""
+    """The task's source cannot be materialised (missing dir, bad git URL or ref); not
+    retryable."""
+
+
+class SourceUnavailable(RuntimeError):
+    """The task's source could not be fetched this time (the remote did not answer, hung up,
+    or the clone timed out): retried, maybe on another worker."""
 
 
 class InvalidRuntime(ValueError):
@@ -69,8 +75,9 @@ class Runtime(Protocol):
         """
         ...
 
-    def channel_in_sandbox(self, handle: RuntimeHandle) -> str:
-        """Where commands inside the sandbox find `channel_dir` (read-only for them)."""
+    def channel_in_sandbox(self, handle: RuntimeHandle) -> str | None:
+        """Where commands inside the sandbox find `channel_dir` (read-only for them); None
+        where the runtime is not sealed (its commands reach the gateway directly)."""
         ...
 
     async def reap(self, handle: RuntimeHandle) -> None:

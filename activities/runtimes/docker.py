@@ -57,11 +57,12 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, Protocol
 
 import docker
 from docker.errors import APIError, ImageNotFound, NotFound
 
+from activities.heartbeat import heartbeating
 from activities.process import ProcessOutcome
 from activities.runtimes.actions import run_prepare_actions
 from activities.runtimes.base import InvalidRuntime
@@ -185,7 +186,11 @@ class DockerRuntime:
             container = await asyncio.to_thread(self._create, request.session_id, spec)
             mkdirs = [WORKSPACE, str(self.home(handle)), str(self.scratch(handle))]
             await asyncio.to_thread(self._exec_checked, container, ["mkdir", "-p", *mkdirs])
-            await asyncio.to_thread(self._put_source, container, request)
+            # a dir copy or a git clone (up to GIT_TIMEOUT_S) made on the worker
+            await heartbeating(
+                asyncio.to_thread(self._put_source, container, request),
+                step="copying the source in",
+            )
             await run_prepare_actions(
                 self,
                 handle,
@@ -342,7 +347,7 @@ class DockerRuntime:
         workdir: str,
         stdout: Path,
         stderr: Path,
-    ) -> _Pump:
+    ) -> ExecPump:
         """Start `argv` in the container, its output streaming into the two log files."""
         created = self.client.api.exec_create(
             container.id, argv, stdout=True, stderr=True, environment=env, workdir=workdir
@@ -448,6 +453,15 @@ def _upper_dir_and_limit(container: Any) -> tuple[Path | None, int | None]:
         label = ((attrs.get("Config") or {}).get("Labels") or {}).get(DISK_LABEL)
         return (Path(upper) if upper else None), (int(label) if label else None)
     return None, None
+
+
+class ExecPump(Protocol):
+    """A started command, waited on in a thread: `done` is set when it ends."""
+
+    done: threading.Event
+    error: BaseException | None
+
+    def exit_code(self) -> int | None: ...
 
 
 class _Pump(threading.Thread):

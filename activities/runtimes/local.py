@@ -25,15 +25,17 @@ import logging
 import os
 import re
 import shutil
+import signal
 import socket
 import stat
 import subprocess
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from activities.heartbeat import heartbeating
 from activities.process import ProcessOutcome, run_shell
 from activities.runtimes.actions import run_prepare_actions
-from activities.runtimes.base import InvalidRuntime, InvalidSource
+from activities.runtimes.base import InvalidRuntime, InvalidSource, SourceUnavailable
 from activities.runtimes.local_sandbox import HARNESS_USER, SYSTEM_PATH, Sandbox, detect_sandbox
 from polar.contracts import PrepareRequest, RuntimeHandle
 from polar.host_paths import local_git_path, resolved_problem
@@ -120,7 +122,11 @@ class LocalRuntime:
             await self._remove(bare)
         await asyncio.to_thread(self._make_dirs, base, sandbox)
         workspace = base / "workspace"
-        await asyncio.to_thread(materialise_source, request.source, workspace, (self.root,))
+        # a dir copy or a git clone (up to GIT_TIMEOUT_S): heartbeating all the while
+        await heartbeating(
+            asyncio.to_thread(materialise_source, request.source, workspace, (self.root,)),
+            step="materialising the source",
+        )
         await asyncio.to_thread(self._own, [workspace])
         handle = RuntimeHandle(
             kind=self.kind,
@@ -340,6 +346,8 @@ def materialise_source(
     or a system directory (polar/host_paths.py), nor under `forbidden` (the runtime's own
     session dirs). Every git argument the task gives comes after `--` (the url), or is a ref
     that cannot start with '-' (TaskSpec refuses it; checked here again) right before `--`.
+    A source that does not exist is InvalidSource (not retried); a fetch that may work next
+    time (network error, timeout) is SourceUnavailable (retried).
     """
     if source is None:
         workspace.mkdir(parents=True)
@@ -369,11 +377,53 @@ def _check_host_path(path: Path, what: str, forbidden: tuple[Path, ...]) -> None
 GIT = ["git", "-c", "protocol.ext.allow=never", "-c", "core.hooksPath=/dev/null"]
 """Every git call: no `ext::` transport (nor in submodules), no hooks."""
 
+GIT_TIMEOUT_S = 600.0
+"""The longest a git call (a clone of a big repository) may take."""
+
+TRANSIENT_GIT_ERROR = re.compile(
+    r"could not resolve (host|proxy)|temporary failure in name resolution"
+    r"|failed to connect|couldn't connect|connection (refused|reset|timed out|closed)"
+    r"|operation timed out|early eof|rpc failed|remote end hung up|unexpected disconnect"
+    r"|transfer closed|empty reply from server|gnutls_handshake|ssl_error_syscall"
+    r"|openssl ssl_(read|connect)|returned error: (408|429|5\d\d)",
+    re.IGNORECASE,
+)
+"""What git prints when a fetch failed for a reason that may pass (the network, the
+remote's load); anything else (no such repository or ref, refused access) is the task's."""
+
 
 def _git(args: list[str], cwd: Path) -> None:
-    proc = subprocess.run([*GIT, *args], cwd=cwd, capture_output=True, text=True, timeout=600)
-    if proc.returncode != 0:
-        raise InvalidSource(f"git {args[0]} failed: {git_error(proc.stderr)}")
+    """Run git; InvalidSource if it refused the task's input, SourceUnavailable if it may
+    work on a retry (a transient error, a timeout, git killed by a signal)."""
+    what = f"git {args[0]}"
+    # its own process group: a timeout kills its transport helpers too (git-remote-https
+    # holds the pipes, and would keep `communicate` waiting)
+    with subprocess.Popen(
+        [*GIT, *args],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    ) as proc:
+        try:
+            _, stderr = proc.communicate(timeout=GIT_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise SourceUnavailable(f"{what} timed out after {GIT_TIMEOUT_S:.0f}s") from None
+    if proc.returncode == 0:
+        return
+    message = f"{what} failed: {git_error(stderr)}"
+    if proc.returncode < 0 or is_transient_git_error(stderr):
+        raise SourceUnavailable(message)
+    raise InvalidSource(message)
+
+
+def is_transient_git_error(stderr: str) -> bool:
+    """Whether git's error output says the failure may pass on a retry."""
+    return TRANSIENT_GIT_ERROR.search(stderr) is not None
 
 
 def git_error(stderr: str) -> str:

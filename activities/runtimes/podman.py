@@ -61,6 +61,7 @@ from activities.runtimes.docker import (
     LABEL,
     MAIN_COMMAND,
     DockerRuntime,
+    ExecPump,
 )
 from activities.runtimes.limits import DISK_LABEL, ContainerLimits
 from activities.runtimes.local import session_dirs
@@ -362,7 +363,7 @@ class PodmanRuntime(DockerRuntime):
         workdir: str,
         stdout: Path,
         stderr: Path,
-    ) -> _ExecPump:
+    ) -> ExecPump:
         # values travel in podman's own environment (`--env NAME`), not on its command line
         # (where `ps` shows them), except the few podman itself reads
         inline = {k: v for k, v in env.items() if k in OWN_ENV or k.startswith("XDG_")}
