@@ -3,7 +3,8 @@
 With `metrics_port` set, a worker serves `GET /metrics` on
 `metrics_host:metrics_port` with
 * `polar_stage_seconds{stage,status}`: how long each stage activity ran
-  (stage = activity name, status = ok / error / cancelled), and
+  (stage = activity name in the stage table, workflows/stages.py, every one
+  present from the start; status = ok / error / cancelled), and
   `polar_stage_in_progress{stage}`;
 * `polar_queue_backlog{stage,queue}` and `polar_queue_backlog_age_seconds`:
   the depth of each stage queue, read from Temporal every few seconds (a
@@ -54,6 +55,7 @@ from temporalio.worker import (
 from polar.logs import log_context
 from polar.settings import Settings
 from workflows.queues import HostQueues, Queues
+from workflows.stages import STAGE_ACTIVITIES
 
 log = logging.getLogger("polar.worker")
 STAGE_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600)
@@ -89,12 +91,16 @@ class WorkerMetrics:
             ["stage", "queue"],
             registry=self.registry,
         )
+        for name in STAGE_ACTIVITIES:  # every stage of the table is a series from the start
+            self.in_progress.labels(name)
+            for status in ("ok", "error", "cancelled"):
+                self.stage_seconds.labels(name, status)
 
     async def refresh_queue_depths(self, client: Client, settings: Settings) -> dict[str, int]:
         """Read every stage queue's backlog from Temporal into the gauges (the shared queues and
         this worker host's own); backlog by stage, both summed."""
-        shared = Queues.for_workflow_queue(settings.task_queue).by_stage()
-        host = HostQueues.for_host(settings.task_queue, settings.host_id).by_stage()
+        shared = Queues.for_workflow_queue(settings.task_queue).by_pool()
+        host = HostQueues.for_host(settings.task_queue, settings.host_id).by_pool()
         pairs = [*shared.items(), *host.items()]
         depths: dict[str, int] = {}
         for stage, queue in pairs:

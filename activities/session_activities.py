@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -559,16 +560,18 @@ class SessionActivities:
             trace_bytes=size,
         )
 
-    def all(self) -> dict[str, list[object]]:
-        """Activities grouped by the stage queue that serves them."""
-        return {
-            "init": [
-                self.prepare_runtime,
-                self.prepare_eval_runtime,
-                self.teardown,
-                self.release_runtime,
-                self.specs.store_task_spec,
-            ],
-            "run": [self.run_harness],
-            "postrun": [self.build_trajectory, self.evaluate, self.score_traces],
-        }
+    def all(self) -> list[Callable[..., Any]]:
+        """Every activity implementation; activities/worker.py serves each on the pool the
+        stage table (workflows/stages.py) gives it."""
+        return [
+            self.prepare_runtime,
+            self.prepare_eval_runtime,
+            self.teardown,
+            self.release_runtime,
+            self.host_alive,
+            self.specs.store_task_spec,
+            self.run_harness,
+            self.build_trajectory,
+            self.evaluate,
+            self.score_traces,
+        ]

@@ -20,10 +20,12 @@ import contextlib
 import logging
 import os
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
+from temporalio.activity import _Definition as _ActivityDefinition
 from temporalio.client import Client
 from temporalio.worker import Interceptor, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
@@ -38,8 +40,10 @@ from polar.temporal_client import connect
 from workflows.queues import HostQueues, Queues
 from workflows.rollout_task import RolloutTask, SessionBatch
 from workflows.session import Session
+from workflows.stages import POOLS, STAGE_ACTIVITIES, Pool
 
-STAGES = ("workflow", "init", "run", "postrun")
+STAGES = ("workflow", *(p.value for p in POOLS))
+"""What a worker can serve: the workflow queue and each stage pool (workflows/stages.py)."""
 PROBE_SLOTS = 16  # host_alive answers at once, whatever the stage pools are doing
 # the project's modules are deterministic at import (definitions only, no I/O): the sandbox
 # takes them from the worker instead of re-importing them for every workflow run
@@ -56,14 +60,17 @@ def build_workers(
     """One temporalio Worker per served queue; stage activities are timed and log with ids."""
     if interceptors is None:
         interceptors = (StageInterceptor(),)
-    queues = Queues.for_workflow_queue(settings.task_queue).by_stage()
+    queues = Queues.for_workflow_queue(settings.task_queue)
     host = HostQueues.for_host(settings.task_queue, settings.host_id)
-    activities = SessionActivities(settings, Storage(settings))
-    acts = activities.all()
-    caps = {"init": settings.max_init, "run": settings.max_run, "postrun": settings.max_postrun}
+    by_pool = activities_by_pool(SessionActivities(settings, Storage(settings)).all())
+    caps = {
+        Pool.INIT: settings.max_init,
+        Pool.RUN: settings.max_run,
+        Pool.POSTRUN: settings.max_postrun,
+    }
     workers: list[Worker] = []
 
-    def activity_worker(queue: str, served: list[object], cap: int) -> Worker:
+    def activity_worker(queue: str, served: list[Callable[..., Any]], cap: int) -> Worker:
         return Worker(
             client,
             task_queue=queue,
@@ -78,17 +85,45 @@ def build_workers(
             workers.append(
                 Worker(
                     client,
-                    task_queue=queues["workflow"],
+                    task_queue=queues.workflow,
                     workflows=[RolloutTask, SessionBatch, Session],
                     workflow_runner=workflow_runner(),
                 )
             )
-        else:  # the shared queue, and this host's queue of the same pool
-            workers.append(activity_worker(queues[stage], acts[stage], caps[stage]))
-            workers.append(activity_worker(host.by_stage()[stage], acts[stage], caps[stage]))
+            continue
+        pool = Pool(stage)  # the shared queue, and this host's queue of the same pool
+        workers.append(activity_worker(queues.of(pool), by_pool[pool], caps[pool]))
+        workers.append(activity_worker(host.of(pool), by_pool[pool], caps[pool]))
     if set(stages) - {"workflow"}:
-        workers.append(activity_worker(host.probe, [activities.host_alive], PROBE_SLOTS))
+        workers.append(activity_worker(host.probe, by_pool[None], PROBE_SLOTS))
     return workers
+
+
+def activities_by_pool(
+    implementations: list[Callable[..., Any]],
+) -> dict[Pool | None, list[Callable[..., Any]]]:
+    """The activity implementations grouped by the pool the stage table gives them (None: a
+    host's probe queue); every table entry must be implemented, and nothing else."""
+    named = {activity_name(fn): fn for fn in implementations}
+    missing = sorted(set(STAGE_ACTIVITIES) - set(named))
+    extra = sorted(set(named) - set(STAGE_ACTIVITIES))
+    if missing or extra:
+        raise RuntimeError(
+            f"activities and the stage table disagree: unimplemented {missing}, "
+            f"not in the table {extra}"
+        )
+    grouped: dict[Pool | None, list[Callable[..., Any]]] = {pool: [] for pool in (*POOLS, None)}
+    for name, stage in STAGE_ACTIVITIES.items():
+        grouped[stage.pool].append(named[name])
+    return grouped
+
+
+def activity_name(fn: Callable[..., Any]) -> str:
+    """The Temporal activity name of an `@activity.defn` callable."""
+    definition = _ActivityDefinition.from_callable(fn)
+    if definition is None or definition.name is None:
+        raise TypeError(f"{fn!r} is not an @activity.defn")
+    return definition.name
 
 
 def workflow_runner() -> SandboxedWorkflowRunner:

@@ -13,6 +13,7 @@ from pydantic import (
     BaseModel,
     Field,
 )
+from temporalio.exceptions import ApplicationError
 
 from polar.ids import SessionId
 from polar.records import SessionStatus
@@ -37,12 +38,42 @@ class SessionSpec(BaseModel):
     """Set when `task` is a slim copy: the full spec (instruction, test patch) is in S3."""
 
 
+NON_RETRYABLE_ERRORS: tuple[str, ...] = (
+    "InvalidSessionSpec",
+    "InvalidTaskSpec",
+    "InvalidSource",
+    "InvalidRuntime",
+    "InvalidHarness",
+    "InvalidBuilder",
+    "InvalidEvaluator",
+    "InvalidRewardFile",
+    "InvalidReward",
+    "PrepareFailed",
+    "EvaluatorError",
+    "WrongHost",
+    "RuntimeNotFound",
+)
+"""ApplicationError types that mean "this input cannot work": never retried. Every other
+failure of a stage is retried (workflows/stages.py); raise these with `invalid_input`."""
+
+
+def invalid_input(message: str, error_type: str) -> ApplicationError:
+    """The non-retryable error of a stage whose input cannot work (`error_type` must be one
+    of NON_RETRYABLE_ERRORS, the one list the retry policies read)."""
+    if error_type not in NON_RETRYABLE_ERRORS:
+        raise ValueError(f"{error_type!r} is not in NON_RETRYABLE_ERRORS")
+    return ApplicationError(message, type=error_type, non_retryable=True)
+
+
 class Stage(StrEnum):
+    """Where a session is: the stage it shows (PolarStage, progress) and books time to."""
+
     PENDING = "pending"
     PREPARE = "prepare"
     RUN = "run"
     BUILD = "build"
     EVALUATE = "evaluate"
+    SCORE = "score"
     TEARDOWN = "teardown"
     DONE = "done"
 

@@ -1,4 +1,4 @@
-"""Task queue names of the three stage pools, derived from the workflow queue.
+"""Task queue names of the stage pools (workflows/stages.py), derived from the workflow queue.
 
 Workflows run on `{queue}`; their activities go to `{queue}-init`,
 `{queue}-run` and `{queue}-postrun`, each served by its own worker pool with
@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from workflows.stages import POOLS, Pool
+
 
 @dataclass(frozen=True)
 class Queues:
@@ -28,15 +30,15 @@ class Queues:
 
     @classmethod
     def for_workflow_queue(cls, queue: str) -> Queues:
-        return cls(queue, f"{queue}-init", f"{queue}-run", f"{queue}-postrun")
+        return cls(queue, **{p.value: f"{queue}-{p.value}" for p in POOLS})
 
-    def by_stage(self) -> dict[str, str]:
-        return {
-            "workflow": self.workflow,
-            "init": self.init,
-            "run": self.run,
-            "postrun": self.postrun,
-        }
+    def of(self, pool: Pool) -> str:
+        """The shared queue of `pool`."""
+        return str(getattr(self, pool.value))
+
+    def by_pool(self) -> dict[str, str]:
+        """Every queue by name: `workflow` and each pool."""
+        return {"workflow": self.workflow, **{p.value: self.of(p) for p in POOLS}}
 
 
 def host_queue_prefix(queue: str, host_id: str) -> str:
@@ -55,11 +57,16 @@ class HostQueues:
 
     @classmethod
     def for_prefix(cls, prefix: str) -> HostQueues:
-        return cls(prefix, f"{prefix}-init", f"{prefix}-run", f"{prefix}-postrun")
+        return cls(prefix, **{p.value: f"{prefix}-{p.value}" for p in POOLS})
 
     @classmethod
     def for_host(cls, queue: str, host_id: str) -> HostQueues:
         return cls.for_prefix(host_queue_prefix(queue, host_id))
 
-    def by_stage(self) -> dict[str, str]:
-        return {"init": self.init, "run": self.run, "postrun": self.postrun}
+    def of(self, pool: Pool | None) -> str:
+        """This host's queue of `pool` (None: its probe queue)."""
+        return self.probe if pool is None else str(getattr(self, pool.value))
+
+    def by_pool(self) -> dict[str, str]:
+        """This host's queue of each pool."""
+        return {p.value: self.of(p) for p in POOLS}

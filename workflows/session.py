@@ -1,7 +1,9 @@
 """The Session workflow: one harness run, from runtime to scored traces.
 
 prepare_runtime (init queue) → run_harness (run queue) → build_trajectory →
-evaluate → score_traces (postrun queue) → teardown (init queue, always).
+evaluate → score_traces (postrun queue) → teardown (init queue, always). Each
+stage's queue, timeout and retry rule come from the stage table
+(workflows/stages.py).
 Every evaluator grades in a fresh runtime (the task's source plus the
 session's changes), prepared by `prepare_eval_runtime` (init queue, with the
 instance's install) while the harness runs, off the critical path; it is torn
@@ -28,10 +30,10 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 from temporalio import workflow
-from temporalio.common import Priority, RetryPolicy
+from temporalio.common import Priority, SearchAttributeUpdate
 from temporalio.exceptions import (
     ActivityError,
     TimeoutError,
@@ -41,15 +43,11 @@ from temporalio.exceptions import (
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
-    import polar.builders  # noqa: F401  (TaskSpec validation looks builders up)
     from polar import search_attributes as sa
     from polar.contracts import (
         BuildRequest,
-        BuildResult,
         EvaluateRequest,
-        EvaluateResult,
         HarnessRequest,
-        HarnessResult,
         PrepareRequest,
         RewardRequest,
         RuntimeHandle,
@@ -59,10 +57,11 @@ with workflow.unsafe.imports_passed_through():
         Stage,
     )
     from polar.records import SessionStatus
+    from polar.task_spec import Timeouts
+    from workflows import stages
     from workflows.inputs import parse_input
     from workflows.queues import HostQueues, Queues
-
-T = TypeVar("T")
+    from workflows.stages import StageActivity
 
 # the evaluator's fresh runtime is prepared while the harness runs, behind one patch id per
 # evaluator kind (histories recorded before each replay without it)
@@ -78,6 +77,9 @@ HOST_QUEUES_PATCH = "host-queues"
 FEWER_UPSERTS_PATCH = "fewer-search-attribute-upserts"
 # no traces to score: score_traces is not called (histories before: always called)
 SKIP_EMPTY_SCORE_PATCH = "skip-empty-score"
+# score_traces is the stage `score`: its time and its errors are its own (histories before:
+# booked to teardown, errors labelled with the stage before it)
+SCORE_STAGE_PATCH = "score-stage"
 # the long stages, whose PolarStage is worth a visibility update
 UPSERTED_STAGES = frozenset({Stage.PREPARE, Stage.RUN, Stage.EVALUATE})
 
@@ -100,7 +102,7 @@ class Session:
     """One session of a rollout task: a harness in a runtime, recorded and scored."""
 
     def __init__(self) -> None:
-        self._retry = RetryPolicy()
+        self._timeouts = Timeouts()
         self._heartbeat = timedelta(seconds=30)
         self._priority = Priority.default
         self._current = Stage.PENDING
@@ -136,7 +138,7 @@ class Session:
 
     def _finish(self, result: SessionResult) -> None:
         self._status = result.status
-        updates = [sa.STATUS.value_set(result.status.value)]
+        updates: list[SearchAttributeUpdate[Any]] = [sa.STATUS.value_set(result.status.value)]
         if result.reward is not None:
             updates.append(sa.REWARD.value_set(result.reward))
         if self._few_upserts:  # sent with the stage `done`
@@ -152,12 +154,7 @@ class Session:
         task = spec.task
         t = task.timeouts
         queues = Queues.for_workflow_queue(workflow.info().task_queue)
-        self._retry = RetryPolicy(
-            initial_interval=timedelta(seconds=1),
-            maximum_interval=timedelta(seconds=30),
-            maximum_attempts=t.max_attempts,
-            non_retryable_error_types=["InvalidSource", "InvalidBuilder"],
-        )
+        self._timeouts = t
         self._heartbeat = timedelta(seconds=t.heartbeat_s)
         self._host_wait = timedelta(seconds=max(60.0, 4 * t.heartbeat_s))
         self._probe_wait = timedelta(seconds=max(10.0, 2 * t.heartbeat_s))
@@ -188,7 +185,7 @@ class Session:
                 # the next placement's result carries these on (pydantic copied the lists)
                 hosts, warnings = result.hosts, result.warnings
                 warnings.append(f"host {lost.host_id} lost ({lost.detail})")
-                self._give_up(spec, placed, queues.init, t.teardown_s)
+                self._give_up(spec, placed)
                 if placement < t.max_attempts:
                     workflow.logger.warning(
                         "session %s: %s; preparing it again elsewhere",
@@ -202,14 +199,14 @@ class Session:
                 break
             except ActivityError as exc:
                 if is_cancelled_exception(exc):
-                    return await self._cancelled(spec, result, placed, queues.init, t.teardown_s)
+                    return await self._cancelled(spec, result, placed, queues)
                 result.status = SessionStatus.ERROR
                 result.error = f"{self._current.value}: {_error_text(exc)}"
                 break
             except asyncio.CancelledError:
-                return await self._cancelled(spec, result, placed, queues.init, t.teardown_s)
+                return await self._cancelled(spec, result, placed, queues)
         self._finish(result)
-        await self._teardown(spec, result, placed, queues.init, t.teardown_s)
+        await self._teardown(spec, result, placed, queues)
         self._lap(result, Stage.TEARDOWN)
         self._enter(Stage.DONE, f"{result.status.value}, reward {result.reward}")
         return result
@@ -228,28 +225,25 @@ class Session:
         t = task.timeouts
         self._started = workflow.time()
         self._enter(Stage.PREPARE, f"preparing {task.runtime.kind} runtime")
-        runtime = await self._stage(
-            "prepare_runtime",
+        runtime: RuntimeHandle = await self._stage(
+            stages.PREPARE_RUNTIME,
             PrepareRequest(
                 session_id=spec.session_id,
                 task_id=task.task_id,
                 runtime=task.runtime,
                 source=task.source,
             ),
-            RuntimeHandle,
-            queues.init,
-            t.prepare_s,
+            queues,
         )
         placed.runtime = runtime
         if placed.hosted and runtime.host_queue:
             placed.host = HostQueues.for_prefix(runtime.host_queue)
             result.hosts.append(runtime.host_id or runtime.host)
-        on = placed.host or queues  # a runtime from older code: the shared queues
         self._lap(result, Stage.PREPARE)
 
         patch_id = EVAL_PREWARM_PATCHES.get(task.evaluator.kind)
         if patch_id is not None and workflow.patched(patch_id):
-            placed.prewarm = self._start_prewarm(spec, on.init, t.prepare_s, placed.host)
+            placed.prewarm = self._start_prewarm(spec, queues, placed.host)
 
         self._enter(Stage.RUN, f"running {task.harness.kind} harness on {runtime.host}")
         try:
@@ -268,14 +262,7 @@ class Session:
                     attempt_base=base,
                 )
 
-            harness = await self._on_host(
-                "run_harness",
-                harness_request,
-                HarnessResult,
-                on.run,
-                t.harness_s + 120,  # backstop: the budget is enforced inside
-                placed,
-            )
+            harness = await self._on_host(stages.RUN_HARNESS, harness_request, queues, placed)
             result.status = HARNESS_STATUS[harness.status]
             result.harness_exit_code = harness.exit_code
         except ActivityError as exc:
@@ -291,7 +278,7 @@ class Session:
         # whatever the harness did, its recorded calls become traces and get scored
         self._enter(Stage.BUILD, f"building traces with {task.builder.name}")
         build = await self._stage(
-            "build_trajectory",
+            stages.BUILD_TRAJECTORY,
             BuildRequest(
                 session_id=spec.session_id,
                 task_id=task.task_id,
@@ -299,9 +286,7 @@ class Session:
                 builder=task.builder,
                 policy_version=task.policy_version,
             ),
-            BuildResult,
-            queues.postrun,
-            t.build_s,
+            queues,
         )
         result.traces_key = build.traces_key
         result.num_completions = build.num_completions
@@ -332,14 +317,7 @@ class Session:
                     spec_ref=spec.spec_ref,  # the test patch is in S3 when it is set
                 )
 
-            evaluation = await self._on_host(
-                "evaluate",
-                evaluate_request,
-                EvaluateResult,
-                on.postrun,
-                t.evaluate_s + 60,
-                placed,
-            )
+            evaluation = await self._on_host(stages.EVALUATE, evaluate_request, queues, placed)
             result.reward = evaluation.reward
             result.evaluation = evaluation.detail
             trace_rewards = evaluation.trace_rewards
@@ -347,49 +325,43 @@ class Session:
 
         if build.num_traces == 0 and workflow.patched(SKIP_EMPTY_SCORE_PATCH):
             return  # nothing to score
-        build = await self._stage(
-            "score_traces",
+        own_stage = workflow.patched(SCORE_STAGE_PATCH)
+        if own_stage:
+            self._enter(Stage.SCORE, f"scoring {build.num_traces} traces")
+        scored = await self._stage(
+            stages.SCORE_TRACES,
             RewardRequest(
                 traces_key=build.traces_key,
                 reward=result.reward,
                 status=result.status,
                 trace_rewards=trace_rewards,
             ),
-            BuildResult,
-            queues.postrun,
-            t.build_s,
+            queues,
         )
-        result.trace_bytes = build.trace_bytes
+        result.trace_bytes = scored.trace_bytes
+        if own_stage:
+            self._lap(result, Stage.SCORE)
 
     async def _on_host(
         self,
-        name: str,
+        stage: StageActivity,
         request: Callable[[int], object],
-        result_type: type[T],
-        queue: str,
-        timeout_s: float,
+        queues: Queues,
         placed: _Placed,
-    ) -> T:
+    ) -> Any:
         """A stage on the runtime's host: not started there within the host wait (or its last
         attempt's heartbeat lost), the host is probed; alive, a stage that never started is
         issued again (the host is only busy); silent, `_HostLost`."""
         issue = 0
         while True:
             try:
-                return await self._stage(
-                    name,
-                    request(issue),
-                    result_type,
-                    queue,
-                    timeout_s,
-                    schedule_to_start=self._host_wait if placed.host else None,
-                )
+                return await self._stage(stage, request(issue), queues, placed.host)
             except ActivityError as exc:
                 silence = _silence(exc)
                 if placed.host is None or silence is None:
                     raise
                 if not await self._alive(placed.host.probe):
-                    raise _HostLost(_host_of(placed), name, _error_text(exc)) from None
+                    raise _HostLost(_host_of(placed), stage.activity, _error_text(exc)) from None
                 if silence != TimeoutType.SCHEDULE_TO_START:
                     raise  # the host is up: the stage itself stopped answering
                 issue += 1
@@ -397,12 +369,13 @@ class Session:
     async def _alive(self, probe_queue: str) -> bool:
         """Whether a worker of the host answers on its probe queue within the probe wait."""
         try:
+            probe = stages.HOST_ALIVE
             await workflow.execute_activity(
-                "host_alive",
+                probe.activity,
                 task_queue=probe_queue,
                 schedule_to_start_timeout=self._probe_wait,
-                start_to_close_timeout=timedelta(seconds=30),
-                retry_policy=RetryPolicy(maximum_attempts=1),
+                start_to_close_timeout=probe.start_to_close(self._timeouts),
+                retry_policy=probe.retry_policy(self._timeouts),
                 priority=self._priority,
             )
         except ActivityError as exc:
@@ -411,7 +384,7 @@ class Session:
             return False
         return True
 
-    def _give_up(self, spec: SessionSpec, placed: _Placed, queue: str, timeout_s: float) -> None:
+    def _give_up(self, spec: SessionSpec, placed: _Placed) -> None:
         """Leave a lost host's runtimes behind: a release sent to its queue (not awaited) runs
         if the host comes back while the session lives; its sweep removes them otherwise."""
         if placed.prewarm is not None and not placed.prewarm.done():
@@ -421,13 +394,14 @@ class Session:
         eval_handle = placed.runtime.model_copy(
             update={"session_id": f"{spec.session_id}-eval", "workdir": ""}
         )
+        release = stages.RELEASE_RUNTIME
         for handle in (placed.runtime, eval_handle):
             workflow.start_activity(
-                "release_runtime",
+                release.activity,
                 handle,
-                task_queue=placed.host.init,
-                start_to_close_timeout=timedelta(seconds=timeout_s),
-                retry_policy=RetryPolicy(maximum_attempts=5),
+                task_queue=placed.host.of(release.pool),
+                start_to_close_timeout=release.start_to_close(self._timeouts),
+                retry_policy=release.retry_policy(self._timeouts),
                 priority=self._priority,
             )
 
@@ -436,8 +410,7 @@ class Session:
         spec: SessionSpec,
         result: SessionResult,
         placed: _Placed,
-        queue: str,
-        timeout_s: float,
+        queues: Queues,
     ) -> SessionResult:
         """Mark the session cancelled, tear its runtime down, end the workflow as cancelled."""
         result.status = SessionStatus.CANCELLED
@@ -447,41 +420,50 @@ class Session:
                 [sa.STAGE.value_set(Stage.TEARDOWN.value), *self._pending_upserts]
             )
             self._pending_upserts = []
-        await self._teardown(spec, result, placed, queue, timeout_s)
+        await self._teardown(spec, result, placed, queues)
         raise asyncio.CancelledError("session cancelled")
+
+    def _queue(self, stage: StageActivity, queues: Queues, host: HostQueues | None) -> str:
+        """Where `stage` goes: its pool's queue on the runtime's host when it follows the
+        runtime and the runtime has a host queue, else its pool's shared queue."""
+        if stage.on_host and host is not None:
+            return host.of(stage.pool)
+        assert stage.pool is not None, f"{stage.activity} has no shared queue"
+        return queues.of(stage.pool)
 
     async def _stage(
         self,
-        name: str,
+        stage: StageActivity,
         arg: object,
-        result_type: type[T],
-        queue: str,
-        timeout_s: float,
-        schedule_to_start: timedelta | None = None,
-    ) -> T:
-        """Run one stage activity with the session's heartbeat timeout and retry policy."""
+        queues: Queues,
+        host: HostQueues | None = None,
+    ) -> Any:
+        """Run one stage activity as the stage table says, with the session's heartbeat
+        timeout; on a host queue with a schedule-to-start timeout (the host may be gone)."""
+        hosted = stage.on_host and host is not None
         return await workflow.execute_activity(
-            name,
+            stage.activity,
             arg,
-            result_type=result_type,
-            task_queue=queue,
-            schedule_to_start_timeout=schedule_to_start,
-            start_to_close_timeout=timedelta(seconds=timeout_s),
-            heartbeat_timeout=self._heartbeat,
-            retry_policy=self._retry,
+            result_type=stage.output,
+            task_queue=self._queue(stage, queues, host),
+            schedule_to_start_timeout=self._host_wait if hosted else None,
+            start_to_close_timeout=stage.start_to_close(self._timeouts),
+            heartbeat_timeout=self._heartbeat if stage.heartbeat else None,
+            retry_policy=stage.retry_policy(self._timeouts),
             # on cancel, wait until the activity has stopped its processes, then tear down
             cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             priority=self._priority,
         )
 
     def _start_prewarm(
-        self, spec: SessionSpec, queue: str, timeout_s: float, host: HostQueues | None = None
+        self, spec: SessionSpec, queues: Queues, host: HostQueues | None
     ) -> workflow.ActivityHandle[RuntimeHandle]:
         """Start preparing the evaluator's fresh runtime (`{session}-eval`) on the session's
         host; not awaited here."""
         task = spec.task
+        prewarm = stages.PREPARE_EVAL_RUNTIME
         return workflow.start_activity(
-            "prepare_eval_runtime",
+            prewarm.activity,
             PrepareRequest(
                 session_id=f"{spec.session_id}-eval",
                 task_id=task.task_id,
@@ -489,11 +471,11 @@ class Session:
                 source=task.source,
             ),
             result_type=RuntimeHandle,
-            task_queue=queue,
+            task_queue=self._queue(prewarm, queues, host),
             schedule_to_start_timeout=self._host_wait if host else None,
-            start_to_close_timeout=timedelta(seconds=timeout_s),
+            start_to_close_timeout=prewarm.start_to_close(self._timeouts),
             heartbeat_timeout=self._heartbeat,
-            retry_policy=self._retry,
+            retry_policy=prewarm.retry_policy(self._timeouts),
             cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             priority=self._priority,
         )
@@ -517,20 +499,21 @@ class Session:
         spec: SessionSpec,
         result: SessionResult,
         placed: _Placed,
-        queue: str,
-        timeout_s: float,
+        queues: Queues,
     ) -> None:
         """Release the runtime (and the prewarmed evaluator runtime, if one was started) on
         the host holding them; runs on success, failure and cancellation alike. What teardown
         could not do is in the result's warnings."""
         self._enter(Stage.TEARDOWN, "releasing the runtime")
-        on = placed.host.init if placed.host else queue
+        teardown = stages.TEARDOWN
+        shared = self._queue(teardown, queues, None)
+        on = self._queue(teardown, queues, placed.host)
         handle = placed.runtime or RuntimeHandle(
             kind=spec.task.runtime.kind, session_id=spec.session_id, workdir="", host=""
         )
         if placed.runtime is None:  # nothing prepared (or left on a lost host): close only
-            on = queue
-        await self._release(result, handle, on, timeout_s, placed)
+            on = shared
+        await self._release(result, handle, on, placed)
         prewarm = placed.prewarm
         if prewarm is None:
             return
@@ -548,25 +531,25 @@ class Session:
                 host="",
                 host_id=placed.runtime.host_id if placed.runtime else None,
             )
-        await self._release(result, eval_handle, on, timeout_s, placed)
+        await self._release(result, eval_handle, on, placed)
 
     async def _release(
         self,
         result: SessionResult,
         handle: RuntimeHandle,
         queue: str,
-        timeout_s: float,
         placed: _Placed,
     ) -> None:
-        hosted = placed.host is not None and queue == placed.host.init
+        teardown = stages.TEARDOWN
+        hosted = placed.host is not None and queue == placed.host.of(teardown.pool)
         try:
             await workflow.execute_activity(
-                "teardown",
+                teardown.activity,
                 handle,
                 task_queue=queue,
                 schedule_to_start_timeout=self._host_wait if hosted else None,
-                start_to_close_timeout=timedelta(seconds=timeout_s),
-                retry_policy=RetryPolicy(maximum_attempts=5),
+                start_to_close_timeout=teardown.start_to_close(self._timeouts),
+                retry_policy=teardown.retry_policy(self._timeouts),
                 priority=self._priority,
             )
         except ActivityError as exc:
