@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
 
 from activities.evaluators import (
     Evaluation,
@@ -60,6 +59,7 @@ from polar.contracts import (
     RewardRequest,
     RuntimeHandle,
     TeardownResult,
+    invalid_input,
 )
 from polar.host_paths import local_git_path, outside_roots, source_roots
 from polar.session_keys import EXPIRY_MARGIN_S, SessionIdentity, mint_session_key
@@ -133,11 +133,10 @@ class SessionActivities:
     def _check_host(self, handle: RuntimeHandle, stage: str) -> None:
         """A stage that touches a runtime runs on the host holding it, or fails loudly."""
         if handle.host_id is not None and handle.host_id != self.settings.host_id:
-            raise ApplicationError(
+            raise invalid_input(
                 f"{stage}: the runtime of {handle.session_id} is on host {handle.host_id!r}, "
                 f"not on this one ({self.settings.host_id!r})",
-                type="WrongHost",
-                non_retryable=True,
+                "WrongHost",
             )
 
     # ------------------------------------------------------------------ init queue
@@ -150,9 +149,7 @@ class SessionActivities:
                 check_source_roots(request, source_roots(self.settings.source_roots))
                 handle = await runtime.prepare(request)
             except (InvalidSource, InvalidRuntime, PrepareFailed) as exc:
-                raise ApplicationError(
-                    str(exc), type=type(exc).__name__, non_retryable=True
-                ) from exc
+                raise invalid_input(str(exc), type(exc).__name__) from exc
             # the commit the session's changes are diffed against (git init for a plain folder)
             hb.update(step="recording the workspace baseline")
             handle = await record_baseline(runtime, handle)
@@ -188,14 +185,13 @@ class SessionActivities:
         try:
             found = await self._runtime(handle.kind).teardown(handle)
         except InvalidRuntime as exc:  # e.g. a session id that is not a safe path
-            raise ApplicationError(str(exc), type="InvalidRuntime", non_retryable=True) from exc
+            raise invalid_input(str(exc), "InvalidRuntime") from exc
         if not found and handle.workdir:
-            raise ApplicationError(
+            raise invalid_input(
                 f"teardown: no {handle.kind} runtime of {handle.session_id} on host "
                 f"{self.settings.host_id!r} (prepared on {handle.host_id or handle.host!r}); "
                 "nothing was removed",
-                type="RuntimeNotFound",
-                non_retryable=True,
+                "RuntimeNotFound",
             )
         return TeardownResult(
             session_id=handle.session_id, host_id=self.settings.host_id, found=found
@@ -241,7 +237,7 @@ class SessionActivities:
         try:
             launch = await asyncio.to_thread(adapter.prepare, home, request.runtime.workdir, ctx)
         except (HarnessNotInstalled, ValueError) as exc:
-            raise ApplicationError(str(exc), type="InvalidHarness", non_retryable=True) from exc
+            raise invalid_input(str(exc), "InvalidHarness") from exc
         command, env = launch.command, launch.env
         if channel:
             command = with_forwarder(command, channel)
@@ -348,7 +344,7 @@ class SessionActivities:
             builder = check_builder(request.builder)
             policy = reward_policy(request.builder.config)
         except (UnknownBuilder, ValueError) as exc:
-            raise ApplicationError(str(exc), type="InvalidBuilder", non_retryable=True) from exc
+            raise invalid_input(str(exc), "InvalidBuilder") from exc
         # the serial S3 listing and reads, then the build, run in threads, heartbeating
         # their progress (a long session must not look like a dead worker)
         async with Heartbeater(step="loading completions") as hb:
@@ -405,7 +401,7 @@ class SessionActivities:
         try:
             evaluator = get_evaluator(kind)
         except UnknownEvaluator as exc:
-            raise ApplicationError(str(exc), type="UnknownEvaluator", non_retryable=True) from None
+            raise invalid_input(str(exc), "UnknownEvaluator") from None
         self._check_host(request.runtime, "evaluate")
         runtime = self._runtime(request.runtime.kind)
         traces = None
@@ -434,15 +430,13 @@ class SessionActivities:
                     )
                     evaluation, logs = await self._graded(evaluator, job)
         except PrepareFailed as exc:  # the task's prepare actions or the instance's install
-            raise ApplicationError(
-                f"preparing the evaluator's runtime failed: {exc}",
-                type="EvaluatorError",
-                non_retryable=True,
+            raise invalid_input(
+                f"preparing the evaluator's runtime failed: {exc}", "EvaluatorError"
             ) from None  # the session's error says this, not only the prepare action's
         except (InvalidSource, InvalidRuntime) as exc:
-            raise ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True) from exc
+            raise invalid_input(str(exc), type(exc).__name__) from exc
         except InvalidRewardFile as exc:
-            raise ApplicationError(str(exc), type="InvalidRewardFile", non_retryable=True) from exc
+            raise invalid_input(str(exc), "InvalidRewardFile") from exc
         if evaluator.needs_fresh_runtime:
             evaluation.report.eval_runtime = "prewarmed" if prewarmed else "fresh"
         failure = None
@@ -458,9 +452,7 @@ class SessionActivities:
         report_key = await self._upload_evaluation(request.session_id, kind, evaluation)
         if failure is not None:
             error_type, message = failure
-            raise ApplicationError(
-                f"{message} (report: {report_key})", type=error_type, non_retryable=True
-            )
+            raise invalid_input(f"{message} (report: {report_key})", error_type)
         return EvaluateResult(
             reward=evaluation.reward,
             detail=evaluation.detail,

@@ -45,7 +45,7 @@ NON_RETRYABLE_ERRORS: tuple[str, ...] = (
     "InvalidRuntime",
     "InvalidHarness",
     "InvalidBuilder",
-    "InvalidEvaluator",
+    "UnknownEvaluator",
     "InvalidRewardFile",
     "InvalidReward",
     "PrepareFailed",

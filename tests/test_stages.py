@@ -8,6 +8,8 @@ session's result.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from activities.session_activities import SessionActivities
@@ -85,3 +87,18 @@ async def test_a_session_books_score_to_its_own_stage(polar: PolarClient, gatewa
     assert session.num_traces > 0
     stages_seen = set(session.stage_seconds)
     assert stages_seen == {"prepare", "run", "build", "evaluate", "score", "teardown"}
+
+
+def test_non_retryable_is_decided_in_one_place() -> None:
+    """Stages raise non-retryable errors only through `invalid_input` (one list); a transient
+    failure such as an unreachable git remote stays retryable."""
+    root = Path(__file__).resolve().parents[1]
+    flagged = [
+        f"{path.relative_to(root)}:{n}"
+        for folder in ("activities", "workflows", "proxy")
+        for path in sorted((root / folder).rglob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if "non_retryable=True" in line
+    ]
+    assert flagged == []
+    assert "SourceUnavailable" not in NON_RETRYABLE_ERRORS

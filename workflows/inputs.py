@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from temporalio import workflow
-from temporalio.exceptions import ApplicationError
+
+from polar.contracts import invalid_input
 
 with workflow.unsafe.imports_passed_through():
     from pydantic import BaseModel, ValidationError
@@ -31,6 +32,4 @@ def parse_input(model: type[M], raw: Any, error_type: str) -> M:
             f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}"
             for err in exc.errors()
         )
-        raise ApplicationError(
-            f"invalid {model.__name__}: {problems}", type=error_type, non_retryable=True
-        ) from None
+        raise invalid_input(f"invalid {model.__name__}: {problems}", error_type) from None
