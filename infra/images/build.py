@@ -45,6 +45,7 @@ import sys
 import tarfile
 import tempfile
 import time
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -218,11 +219,22 @@ def build_harness(client: docker.DockerClient, *, force: bool, log=print) -> boo
     return True
 
 
+def _data_files() -> list[str]:
+    """The files pyproject.toml ships as data files (`[tool.setuptools.data-files]`): a wheel
+    built from the service image's source needs them too."""
+    with open(REPO / "pyproject.toml", "rb") as f:
+        table = tomllib.load(f).get("tool", {}).get("setuptools", {}).get("data-files", {})
+    return [name for names in table.values() for name in names]
+
+
 def _source_files() -> list[Path]:
     files: list[Path] = []
-    for name in SERVICE_SOURCES:
+    for name in (*SERVICE_SOURCES, *_data_files()):
         path = REPO / name
-        candidates = [path] if path.is_file() else sorted(path.rglob("*"))
+        if any(c in name for c in "*?["):  # a data-files glob
+            candidates = sorted(REPO.glob(name))
+        else:
+            candidates = [path] if path.is_file() else sorted(path.rglob("*"))
         files += [f for f in candidates if f.is_file() and "__pycache__" not in f.parts]
     return files
 
