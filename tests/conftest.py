@@ -52,6 +52,7 @@ SLOW_TESTS = (
     # long end-to-end runs in files that say nothing themselves
     "tests/test_fan_out.py::test_a_large_task_runs_through_batches_and_replays",
     "tests/test_fan_out.py::test_cancelling_a_batched_task_cancels_every_session",
+    "tests/test_fan_out.py::test_early_stop_keeps_direct_starts",
 )
 """Node id prefixes of slow tests in modules that do not mark them."""
 

@@ -281,6 +281,7 @@ def _not_resolved(e: Evaluation, failing: list[str]) -> None:
     assert e.report.fail_to_pass.failure == failing, e.report
 
 
+@pytest.mark.slow
 async def test_edited_graded_tests_are_restored(
     rt: tuple[Runtime, RuntimeSpec], swe_dir: Path, instances: dict[str, SweInstance]
 ) -> None:
@@ -296,6 +297,7 @@ async def test_edited_graded_tests_are_restored(
     assert e.report.pass_to_pass.success == inst.PASS_TO_PASS
 
 
+@pytest.mark.slow
 async def test_planted_conftest_is_dropped(
     rt: tuple[Runtime, RuntimeSpec],
     swe_dir: Path,
@@ -319,6 +321,7 @@ async def test_planted_conftest_is_dropped(
     assert fooled.reward == 1.0, fooled.detail
 
 
+@pytest.mark.slow
 async def test_pytest_section_of_pyproject_is_restored(
     rt: tuple[Runtime, RuntimeSpec],
     swe_dir: Path,
@@ -359,6 +362,7 @@ async def test_pytest_section_of_pyproject_is_restored(
     assert fooled.reward == 1.0, fooled.detail
 
 
+@pytest.mark.slow
 async def test_fake_passed_lines_do_not_count(
     rt: tuple[Runtime, RuntimeSpec], swe_dir: Path, instances: dict[str, SweInstance]
 ) -> None:
@@ -377,6 +381,7 @@ async def test_fake_passed_lines_do_not_count(
     assert fooled.reward == 1.0, fooled.detail
 
 
+@pytest.mark.slow
 async def test_correct_fix_scores_with_colour_and_without_rA(
     rt: tuple[Runtime, RuntimeSpec],
     swe_dir: Path,
@@ -411,6 +416,7 @@ async def test_correct_fix_scores_with_colour_and_without_rA(
     assert "none of the 2 FAIL_TO_PASS" in (blind.report.evaluator_error or ""), blind.detail
 
 
+@pytest.mark.slow
 async def test_grading_that_finds_no_graded_test_is_an_evaluator_error(
     rt: tuple[Runtime, RuntimeSpec], swe_dir: Path, instances: dict[str, SweInstance]
 ) -> None:
@@ -555,6 +561,7 @@ def _command_task(task_id: str, repo: DirSource, harness: str, evaluator: dict) 
     )
 
 
+@pytest.mark.slow
 async def test_command_sessions_on_the_stack(
     polar: PolarClient, storage: Storage, tmp_path: Path
 ) -> None:

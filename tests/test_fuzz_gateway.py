@@ -221,6 +221,7 @@ def gateway_operations() -> list[Any]:
 OPERATIONS = gateway_operations()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("operation", OPERATIONS, ids=[op.label for op in OPERATIONS])
 def test_schemathesis_gateway(operation: Any, gateway_url: str) -> None:
     """Every operation of /openapi.json, fuzzed: never a 5xx, every error in the caller's shape.

@@ -50,6 +50,7 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+@pytest.mark.slow
 async def test_generate_keeps_resolved_sessions(
     polar: PolarClient, swe_dir: Path, instances: dict[str, SweInstance], tmp_path: Path
 ) -> None:
@@ -114,6 +115,7 @@ def invoke(args: list[str], env: dict[str, str]) -> Any:
         get_settings.cache_clear()
 
 
+@pytest.mark.slow
 async def test_cli_generate(polar: PolarClient, swe_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "cli-gen"
     env = polar_env(polar.settings)

@@ -269,6 +269,7 @@ async def test_extract_patch_is_binary_safe_and_filters_junk(
         await extract_patch(local, not_git, inst.base_commit)
 
 
+@pytest.mark.slow
 async def test_apply_fallbacks(local: LocalRuntime, tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     repo.mkdir()
@@ -388,6 +389,7 @@ async def _grade(
     return evaluation
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("instance_id", IDS)
 async def test_evaluator_grades_each_bundled_instance(
     local: LocalRuntime, swe_dir: Path, instances: dict[str, SweInstance], instance_id: str
@@ -428,6 +430,7 @@ def _patch_paths(patch: str) -> list[str]:
     return [line.split(" b/", 1)[1] for line in patch.splitlines() if line.startswith("diff --git")]
 
 
+@pytest.mark.slow
 async def test_evaluator_flags_patch_apply_failure_timeout_and_errors(
     local: LocalRuntime, swe_dir: Path, instances: dict[str, SweInstance]
 ) -> None:
@@ -544,6 +547,7 @@ async def test_sessions_graded_end_to_end(
         assert not (runtimes / f"{s.session_id}-eval").exists()
 
 
+@pytest.mark.slow
 async def test_prewarmed_eval_runtime_is_torn_down_on_cancel(
     polar: PolarClient, swe_dir: Path, instances: dict[str, SweInstance]
 ) -> None:
@@ -588,6 +592,7 @@ async def test_prewarmed_eval_runtime_is_torn_down_on_cancel(
     assert "evaluate" not in scheduled
 
 
+@pytest.mark.slow
 async def test_failing_install_is_an_evaluator_error(
     polar: PolarClient, swe_dir: Path, instances: dict[str, SweInstance]
 ) -> None:

@@ -76,6 +76,7 @@ def _slow_unless(fast: str) -> str:
     return f'case "$POLAR_SESSION_ID" in {fast}) ;; *) sleep 60 ;; esac; {CALL}'
 
 
+@pytest.mark.slow
 async def test_early_stop_cancels_stragglers_and_tears_them_down(
     polar: PolarClient, model_gateway: str, tmp_path: Path
 ) -> None:
@@ -149,6 +150,7 @@ def test_task_control_fields_are_validated() -> None:
     assert tagged.policy_version == 4
 
 
+@pytest.mark.slow
 async def test_iter_groups_yields_groups_in_finish_order_and_drops_stale(
     polar: PolarClient, model_gateway: str, tmp_path: Path
 ) -> None:
@@ -181,6 +183,7 @@ async def test_iter_groups_yields_groups_in_finish_order_and_drops_stale(
     assert arrived[0][1] + 3 < arrived[-1][1]
 
 
+@pytest.mark.slow
 async def test_cancelling_an_early_stop_task_tears_every_session_down(
     polar: PolarClient, model_gateway: str, tmp_path: Path
 ) -> None:
