@@ -99,17 +99,16 @@ def verl_schema() -> Any:
             ("completion_seqs", pa.list_(pa.int64())),
         ]
     )
-    return pa.schema(
-        [
-            ("prompt_ids", pa.list_(pa.int64())),
-            ("response_ids", pa.list_(pa.int64())),
-            ("response_mask", pa.list_(pa.int8())),
-            ("response_logprobs", pa.list_(pa.float64())),
-            ("reward_score", pa.float64()),
-            ("num_turns", pa.int64()),
-            ("extra_fields", extra),
-        ]
-    )
+    columns: list[tuple[str, pa.DataType]] = [
+        ("prompt_ids", pa.list_(pa.int64())),
+        ("response_ids", pa.list_(pa.int64())),
+        ("response_mask", pa.list_(pa.int8())),
+        ("response_logprobs", pa.list_(pa.float64())),
+        ("reward_score", pa.float64()),
+        ("num_turns", pa.int64()),
+        ("extra_fields", extra),
+    ]
+    return pa.schema(columns)
 
 
 # --------------------------------------------------------------------------- TRL
