@@ -33,8 +33,9 @@ from temporalio.common import Priority
 from temporalio.service import RPCError
 
 from polar.builders import check_builder
-from polar.contracts import SessionProgress, SessionResult, TaskResult
-from polar.records import Trace
+from polar.contracts import SessionProgress, SessionResult, Stage, TaskResult
+from polar.records import SessionStatus, Trace
+from polar.search_attributes import STAGE, STATUS
 from polar.settings import Settings, get_settings
 from polar.storage import Storage
 from polar.task_spec import TaskSpec
@@ -144,9 +145,15 @@ class PolarClient:
         async for execution in self.client.list_workflows(
             f"RootWorkflowId = '{handle.id}' AND WorkflowType = 'Session'", limit=10_000
         ):
-            stage = (execution.search_attributes or {}).get("PolarStage", ["pending"])[0]
-            state = (execution.search_attributes or {}).get("PolarStatus", [None])[0]
-            sessions.append(SessionProgress(session_id=execution.id, stage=stage, status=state))
+            stage = execution.typed_search_attributes.get(STAGE, Stage.PENDING)
+            state = execution.typed_search_attributes.get(STATUS)
+            sessions.append(
+                SessionProgress(
+                    session_id=execution.id,
+                    stage=Stage(stage),
+                    status=SessionStatus(state) if state is not None else None,
+                )
+            )
         status = desc.status.name.lower() if desc.status else "unknown"
         return TaskStatus(
             workflow_id=handle.id,
