@@ -68,12 +68,11 @@ async def test_pause_drains_in_flight_holds_new_calls_and_resume_releases_them(
         async with httpx.AsyncClient(timeout=30) as client:
             slow = [asyncio.create_task(chat(client, url, key)) for _ in range(3)]
 
-            async def in_flight() -> int:
-                return (await client.get(f"{admin}/admin/status", headers=ADMIN)).json()[
-                    "in_flight"
-                ]
+            async def three_in_flight() -> bool:
+                status = (await client.get(f"{admin}/admin/status", headers=ADMIN)).json()
+                return status["in_flight"] == 3
 
-            await wait_for(lambda: in_flight(), 10, "three calls in flight", every_s=0.02)
+            await wait_for(three_in_flight, 10, "three calls in flight", every_s=0.02)
             status = (await client.get(f"{admin}/admin/status", headers=ADMIN)).json()
             assert status["in_flight"] == 3 and not status["paused"]
 
