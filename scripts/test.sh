@@ -5,4 +5,5 @@ cd "$(dirname "$0")/.."
 bash infra/setup.sh
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .  # the formatter is the style: no `# fmt: skip`
+.venv/bin/mypy  # types of polar/, proxy/, workflows/, activities/ (mypy.ini)
 exec .venv/bin/pytest --durations=20 "$@"  # and the 20 slowest tests

@@ -20,7 +20,7 @@ import json
 import os
 
 _PATH = os.environ.get("POLAR_PYTEST_RESULTS")
-_state = {"out": None, "on": True}
+_state: dict = {"out": None, "on": True}  # the open results file, and whether to write
 
 
 def _write(record):
