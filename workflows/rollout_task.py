@@ -13,15 +13,13 @@ and the children get a slim copy plus its reference (polar/spec_ref.py).
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.common import Priority, RetryPolicy, SearchAttributePair, TypedSearchAttributes
+from temporalio.common import Priority, SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import CancelledError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
-    import polar.builders  # noqa: F401  (TaskSpec validation looks builders up)
     from polar import search_attributes as sa
     from polar.contracts import SessionResult, SessionSpec, SpecRef, TaskResult
     from polar.records import SessionStatus
@@ -30,6 +28,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.inputs import parse_input
     from workflows.queues import Queues
     from workflows.session import Session
+    from workflows.stages import STORE_TASK_SPEC
 
 # above BATCH_SIZE sessions, SessionBatch workflows start them (histories before: all direct)
 SESSION_BATCHES_PATCH = "session-batches"
@@ -179,13 +178,15 @@ class RolloutTask:
 
     async def _store_spec(self, task: TaskSpec) -> SpecRef:
         """Store the full spec in S3 once (shared init queue); its reference."""
+        stage = STORE_TASK_SPEC
+        assert stage.pool is not None
         return await workflow.execute_activity(
-            "store_task_spec",
+            stage.activity,
             task,
             result_type=SpecRef,
-            task_queue=Queues.for_workflow_queue(workflow.info().task_queue).init,
-            start_to_close_timeout=timedelta(seconds=60),
-            retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10), maximum_attempts=10),
+            task_queue=Queues.for_workflow_queue(workflow.info().task_queue).of(stage.pool),
+            start_to_close_timeout=stage.start_to_close(task.timeouts),
+            retry_policy=stage.retry_policy(task.timeouts),
         )
 
     async def _in_batches(
