@@ -239,12 +239,15 @@ async def test_the_build_activity_heartbeats_what_it_has_read_and_built(
     request = BuildRequest(session_id="s1", task_id="t1", harness="command", builder=spec)
     built = await env.run(acts.build_trajectory, request)
     assert built.num_traces == 5
+    # every beat also says how long the step has run (`elapsed_s`, activities/heartbeat.py)
+    assert all(isinstance(b.pop("elapsed_s"), float) for b in beats)
     assert {"step": "loading completions", "records_read": 2, "records": 5} in beats
     assert {
         "step": "building",
         "completions": 5,
         "records_read": 5,
         "records": 5,
+        "unseen": 0,
         "calls_built": 1,
         "calls": 5,
     } in beats
