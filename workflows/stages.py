@@ -18,7 +18,7 @@ also lists; anything else is retried up to the task's `max_attempts`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from enum import StrEnum
 from typing import Literal
@@ -189,17 +189,8 @@ TEARDOWN = _stage(
     retry="release",
     heartbeat=False,
 )
-RELEASE_RUNTIME = _stage(
-    "release_runtime",
-    Stage.TEARDOWN,  # a lost host's runtime, released if the host comes back
-    RuntimeHandle,
-    TeardownResult,
-    Pool.INIT,
-    lambda t: t.teardown_s,
-    on_host=True,
-    retry="release",
-    heartbeat=False,
-)
+# a lost host's runtime, released (not awaited) in case the host comes back: teardown's rules
+RELEASE_RUNTIME = replace(TEARDOWN, activity="release_runtime")
 HOST_ALIVE = _stage(
     "host_alive",
     None,
