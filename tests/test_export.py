@@ -512,6 +512,7 @@ def test_cli_reads_traces_and_records_from_s3(
     assert "left out" not in result.output
 
 
+@pytest.mark.slow
 async def test_cli_exports_a_finished_workflow_end_to_end(
     polar: PolarClient, tmp_path: Path
 ) -> None:

@@ -68,6 +68,7 @@ async def test_harness_and_evaluator_run_in_an_isolated_workspace(
     assert not any((runtimes / s.session_id).exists() for s in result.sessions)
 
 
+@pytest.mark.slow
 async def test_failing_harness_still_builds_and_evaluates(
     polar: PolarClient, tmp_path: Path
 ) -> None:
@@ -80,6 +81,7 @@ async def test_failing_harness_still_builds_and_evaluates(
         assert {"run", "build", "evaluate"} <= set(session.stage_seconds)
 
 
+@pytest.mark.slow
 async def test_harness_timeout_is_terminal_status_not_failure(
     polar: PolarClient, tmp_path: Path
 ) -> None:
@@ -96,6 +98,7 @@ async def test_harness_timeout_is_terminal_status_not_failure(
         assert session.stage_seconds["run"] < 30
 
 
+@pytest.mark.slow
 async def test_cancel_tears_down_every_session_and_stops_its_harness(
     polar: PolarClient, tmp_path: Path
 ) -> None:

@@ -110,6 +110,7 @@ async def test_stages_read_the_large_fields_back_from_s3(storage: Storage) -> No
         await specs.with_instruction(harness.model_copy(update={"spec_ref": bad}))
 
 
+@pytest.mark.slow
 async def test_large_instruction_goes_by_reference_and_reaches_the_harness(
     polar: PolarClient, storage: Storage
 ) -> None:

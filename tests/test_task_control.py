@@ -121,6 +121,7 @@ async def test_early_stop_cancels_stragglers_and_tears_them_down(
     assert started_event.priority.priority_key == 2
 
 
+@pytest.mark.slow
 async def test_early_stop_never_reached_waits_for_all(
     polar: PolarClient, model_gateway: str, tmp_path: Path
 ) -> None:

@@ -84,6 +84,7 @@ def test_metrics_port_zero_means_off(devstack: DevStack) -> None:
     assert start_observability(devstack.settings.model_copy(update={"metrics_port": 0})) is None
 
 
+@pytest.mark.slow
 async def test_queue_depth_gauges_show_prepared_sessions_waiting_for_run_slots(
     devstack: DevStack,
 ) -> None:
