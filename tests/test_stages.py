@@ -8,6 +8,7 @@ session's result.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from polar.sdk import PolarClient
 from polar.settings import Settings
 from polar.storage import Storage
 from polar.task_spec import Timeouts
+from workflows import replay as rp
 from workflows import stages
 from workflows.queues import HostQueues, Queues
 from workflows.stages import POOLS, STAGE_ACTIVITIES, Pool
@@ -87,6 +89,13 @@ async def test_a_session_books_score_to_its_own_stage(polar: PolarClient, gatewa
     assert session.num_traces > 0
     stages_seen = set(session.stage_seconds)
     assert stages_seen == {"prepare", "run", "build", "evaluate", "score", "teardown"}
+    # its history (with the score-stage patch) replays; stored as tests/histories/
+    # session-scored.json with POLAR_RECORD_HISTORIES=1
+    history = await rp.fetch_history(polar.client, session.session_id)
+    report = await rp.replay(history)
+    assert report.ok, report.explanation
+    if os.environ.get("POLAR_RECORD_HISTORIES"):
+        rp.save_history(history, Path(__file__).parent / "histories" / "session-scored.json")
 
 
 def test_non_retryable_is_decided_in_one_place() -> None:
