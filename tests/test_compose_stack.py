@@ -18,7 +18,6 @@ the engine's Unix socket.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import re
 import shutil
@@ -42,7 +41,7 @@ from polar.settings import Settings
 from polar.storage import Storage
 from polar.task_spec import TaskSpec
 from polar.temporal_client import connect
-from tests.support.faults import activity_runs
+from tests.support.faults import activity_runs, wait_for
 from tests.test_deploy import DEPLOY, REPO, compose_cmd, new_env
 
 pytestmark = pytest.mark.slow
@@ -211,15 +210,6 @@ def task(task_id: str) -> TaskSpec:
     )
 
 
-async def wait_until(predicate, timeout_s: float, what: str) -> None:  # noqa: ANN001
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if await predicate():
-            return
-        await asyncio.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
-
-
 def session_containers(host_id: str) -> list:
     return docker.from_env().containers.list(filters={"label": f"polar.host={host_id}"})
 
@@ -260,7 +250,7 @@ async def test_compose_stack_runs_a_task_through_a_worker_restart(stack: Stack) 
                     return True
         return False
 
-    await wait_until(harness_mid_run, 300, "a harness running in a session container")
+    await wait_for(harness_mid_run, 300, "a harness running in a session container", every_s=0.5)
     # the sessions' containers: no network, one mount (the channel dir, read-only)
     for container in session_containers(host_id):
         assert container.attrs["HostConfig"]["NetworkMode"] == "none", container.name

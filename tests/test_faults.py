@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import time
 from pathlib import Path
 
 import httpx
@@ -142,13 +141,14 @@ async def test_worker_killed_in_each_stage_retries_and_loses_nothing(
 
 async def _session_id(polar: PolarClient, run) -> str:  # noqa: ANN001
     """The id of the task's first session, once the task has started it."""
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        status = await polar.status(run)
-        if status.sessions:
-            return status.sessions[0].session_id
-        await asyncio.sleep(0.3)
-    raise AssertionError("the task never started its session")
+    started: list[str] = []
+
+    async def has_started() -> bool:
+        started[:] = [s.session_id for s in (await polar.status(run)).sessions]
+        return bool(started)
+
+    await wait_for(has_started, 60, "the task to start its session", every_s=0.3)
+    return started[0]
 
 
 async def test_gateway_restarted_mid_call_loses_and_duplicates_nothing(

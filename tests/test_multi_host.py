@@ -14,12 +14,10 @@ such container`) and its teardown ran on B too, leaking A's container.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 import signal
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,7 +27,7 @@ from polar.devstack import DevStack
 from polar.sdk import PolarClient
 from polar.temporal_client import connect
 from tests.support import netns
-from tests.support.faults import Node, endless_backend
+from tests.support.faults import Node, endless_backend, wait_for
 from tests.support.hosts import (
     Engine,
     check_lost_host_outcome,
@@ -148,15 +146,21 @@ async def test_a_lost_host_sessions_go_on_elsewhere_and_nothing_leaks(
             lost, survivor = nodes
             # kill host A once it runs harnesses (its worker and its engine)
             lost_pid = f"{lost.pid('worker')}@"
-            deadline = time.monotonic() + 300
-            while time.monotonic() < deadline and not await runs_harness(
-                polar, run, lambda identity: identity.startswith(lost_pid)
-            ):
-                await asyncio.sleep(2)
+            await wait_for(
+                lambda: runs_harness(polar, run, lambda identity: identity.startswith(lost_pid)),
+                300,
+                "host A running a harness",
+                every_s=2,
+            )
             os.killpg(lost.pid("worker"), signal.SIGKILL)  # type: ignore[arg-type]
             engines[0].kill()  # dockerd, containerd, shims and containers
             result = await polar.wait(run, timeout_s=900)
-            await asyncio.sleep(8)  # the survivor's sweep runs every 5 s
+            await wait_for(  # the survivor's sweep runs every 5 s
+                lambda: not engines[1].containers() and not runtime_dirs(survivor),
+                60,
+                "the survivor's sweep to leave nothing behind",
+                every_s=1,
+            )
             host_of = host_by_pid({str(survivor.pid("worker")): survivor.name})
             survivor_containers = engines[1].containers()
         finally:

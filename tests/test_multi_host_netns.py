@@ -21,7 +21,6 @@ left. Run in that order (the second one takes a host away).
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 import tempfile
 import time
@@ -38,7 +37,7 @@ from polar.sdk import PolarClient
 from polar.settings import Settings
 from polar.temporal_client import connect
 from tests.support import netns
-from tests.support.faults import Node, endless_backend
+from tests.support.faults import Node, endless_backend, wait_for
 from tests.support.hosts import (
     Engine,
     check_lost_host_outcome,
@@ -166,11 +165,12 @@ async def test_a_killed_namespace_host_is_survived_and_nothing_leaks(cluster: Cl
     lost, survivors = "hc", ("ha", "hb")
     polar = PolarClient(await connect(cluster.settings), cluster.settings)
     run = await polar.submit(docker_task("netns-kill", cluster.source, sessions=12, pause_s=4.0))
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and not await runs_harness(
-        polar, run, lambda identity: host_of(identity) == lost
-    ):
-        await asyncio.sleep(2)
+    await wait_for(
+        lambda: runs_harness(polar, run, lambda identity: host_of(identity) == lost),
+        300,
+        f"host {lost} running a harness",
+        every_s=2,
+    )
     # the host goes at once: worker, engine (containerd, shims, containers) and its namespace
     host = cluster.net[lost]
     kill_pids(cluster.engines[lost].pids() | host.pids())
@@ -181,7 +181,17 @@ async def test_a_killed_namespace_host_is_survived_and_nothing_leaks(cluster: Cl
         f"after killing {lost}: task done in {time.monotonic() - started:.0f}s; "
         f"sessions per host: {[s.hosts for s in result.sessions]}"
     )
-    await asyncio.sleep(8)  # the survivors' sweeps run every 5 s
+    await wait_for(  # the survivors' sweeps run every 5 s
+        lambda: (
+            not any(
+                cluster.engines[name].containers() or runtime_dirs(cluster.nodes[name])
+                for name in survivors
+            )
+        ),
+        60,
+        "the survivors' sweeps to leave nothing behind",
+        every_s=1,
+    )
 
     assert not host.linked(), host.root_link  # the host is gone: its namespace took its veth
     moved = check_lost_host_outcome(result, lost)

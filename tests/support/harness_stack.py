@@ -9,11 +9,9 @@ runtime's host-side dir under `stack.runtimes`.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import threading
-import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -25,6 +23,7 @@ from polar.settings import Settings
 from polar.storage import Storage
 from proxy.app import create_app
 from tests.support.agent_backend import AgentBackend, RepoTask, agent_backend_app
+from tests.support.faults import wait_for
 from tests.support.scripted_backend import serve_app
 
 
@@ -91,11 +90,12 @@ async def running_harness_stack(base: Settings, model_dir: Path) -> AsyncIterato
 
 async def assign_when_prepared(stack: HarnessStack, task_id: str, task: RepoTask) -> str:
     """Wait for the session's (local) workspace to appear; point the backend's plan at it."""
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        found = sorted(stack.runtimes.resolve().glob(f"{task_id}-*"))
-        if found:
-            stack.backend.assign(dataclasses.replace(task, workspace=found[0] / "workspace"))
-            return found[0].name
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"no runtime for {task_id} appeared")
+    found: list[Path] = []
+
+    def prepared() -> bool:
+        found[:] = sorted(stack.runtimes.resolve().glob(f"{task_id}-*"))
+        return bool(found)
+
+    await wait_for(prepared, 120, f"a runtime for {task_id}", every_s=0.05)
+    stack.backend.assign(dataclasses.replace(task, workspace=found[0] / "workspace"))
+    return found[0].name
