@@ -452,8 +452,15 @@ class DevStack:
             f"see {self.log_path(service.name)}"
         )
 
-    def stop(self, name: str, quiet: bool = False, log: Callable[[str], None] = print) -> None:
-        """Stop one part (SIGTERM to its process group, SIGKILL after 15 s)."""
+    def stop(
+        self,
+        name: str,
+        quiet: bool = False,
+        log: Callable[[str], None] = print,
+        grace_s: float = 15.0,
+    ) -> None:
+        """Stop one part (SIGTERM to its process group, SIGKILL after `grace_s`; 0: SIGKILL at
+        once, for a throwaway stack whose data nobody keeps)."""
         pid = self.pid(name)
         ready_file = self.run_dir / f"{name}.ready"
         ready_file.unlink(missing_ok=True)
@@ -463,8 +470,8 @@ class DevStack:
                 log(f"{name}: not running")
             return
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, signal.SIGTERM)
-        deadline = time.monotonic() + 15
+            os.killpg(pid, signal.SIGTERM if grace_s > 0 else signal.SIGKILL)
+        deadline = time.monotonic() + max(grace_s, 1.0)  # a killed one still has to go
         while time.monotonic() < deadline and self.pid(name):
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)

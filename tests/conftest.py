@@ -132,7 +132,7 @@ def devstack(base_settings: Settings) -> Iterator[DevStack]:
     Storage(base_settings).ensure_bucket()
     yield stack
     for name in ("temporal", "seaweedfs"):
-        stack.stop(name, quiet=True)
+        stack.stop(name, quiet=True, grace_s=0)  # throwaway data: no graceful stop to wait for
 
 
 @pytest.fixture(scope="session")
