@@ -16,7 +16,6 @@ import shlex
 import signal
 import socket
 import subprocess
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -43,6 +42,7 @@ from polar.settings import Settings
 from polar.storage import Storage
 from proxy.app import create_app
 from tests.support import ScriptedBackend, scripted_backend, serve_app, text
+from tests.support.polling import wait_until
 
 SYSTEM_PYTHON = "/usr/bin/python3"
 MESSAGES = [{"role": "user", "content": "Say hello."}]
@@ -97,14 +97,12 @@ def channel_gateway(base_settings: Settings, storage: Storage) -> Iterator[Chann
 
 
 def wait_for_port(port: int, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
+    def listening() -> bool:
         assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
         with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.02)
-    raise AssertionError(f"forwarder did not listen on {port}")
+            return probe.connect_ex(("127.0.0.1", port)) == 0
+
+    wait_until(listening, 10, f"the forwarder listening on {port}", every_s=0.02)
 
 
 def start_forwarder(channel_dir: Path) -> tuple[subprocess.Popen[bytes], int]:

@@ -41,7 +41,8 @@ from polar.settings import Settings
 from polar.storage import Storage
 from polar.task_spec import TaskSpec
 from polar.temporal_client import connect
-from tests.support.faults import activity_runs, wait_for
+from tests.support.faults import activity_runs
+from tests.support.polling import wait_for
 from tests.test_deploy import DEPLOY, REPO, compose_cmd, new_env
 
 pytestmark = pytest.mark.slow

@@ -20,7 +20,7 @@ from temporalio.client import WorkflowFailureError
 from polar.records import SessionStatus
 from polar.sdk import PolarClient
 from polar.task_spec import TaskSpec
-from tests.support.faults import wait_for
+from tests.support.polling import wait_for
 from workflows import replay as rp
 from workflows.rollout_task import BATCH_SIZE, batches
 

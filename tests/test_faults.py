@@ -30,14 +30,8 @@ import pytest
 from polar.devstack import DevStack
 from polar.records import SessionStatus
 from polar.sdk import PolarClient
-from tests.support.faults import (
-    Node,
-    activity_runs,
-    answered,
-    fault_task,
-    single_node,
-    wait_for,
-)
+from tests.support.faults import Node, activity_runs, answered, fault_task, single_node
+from tests.support.polling import wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -24,7 +24,7 @@ from polar.settings import Settings
 from polar.storage import Storage
 from proxy.app import create_app
 from tests.support import error, scripted_backend, serve_app, text
-from tests.support.faults import wait_for
+from tests.support.polling import wait_for
 
 TOKEN = "admin-test-token"
 ADMIN = {"Authorization": f"Bearer {TOKEN}"}

@@ -33,7 +33,7 @@ from polar.storage import Storage
 from polar.task_spec import TaskSpec
 from proxy.app import create_app
 from tests.support import scripted_backend, serve_app, text
-from tests.support.faults import wait_for
+from tests.support.polling import wait_for
 
 BUILT_IN_DEV_SECRET = "polar-dev-secret-change-me"  # the default every gateway had before
 REPO = Path(__file__).resolve().parent.parent

@@ -27,7 +27,7 @@ from polar.devstack import DevStack
 from polar.sdk import PolarClient
 from polar.temporal_client import connect
 from tests.support import netns
-from tests.support.faults import Node, endless_backend, wait_for
+from tests.support.faults import Node, endless_backend
 from tests.support.hosts import (
     Engine,
     check_lost_host_outcome,
@@ -41,6 +41,7 @@ from tests.support.hosts import (
     stage_hosts,
     start_host,
 )
+from tests.support.polling import wait_for
 
 pytestmark = pytest.mark.slow
 

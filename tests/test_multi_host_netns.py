@@ -37,7 +37,7 @@ from polar.sdk import PolarClient
 from polar.settings import Settings
 from polar.temporal_client import connect
 from tests.support import netns
-from tests.support.faults import Node, endless_backend, wait_for
+from tests.support.faults import Node, endless_backend
 from tests.support.hosts import (
     Engine,
     check_lost_host_outcome,
@@ -52,6 +52,7 @@ from tests.support.hosts import (
     start_host,
 )
 from tests.support.netns import NetHost
+from tests.support.polling import wait_for
 from tests.support.relay import tcp_relays
 
 pytestmark = pytest.mark.slow

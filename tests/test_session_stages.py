@@ -13,7 +13,7 @@ from polar.processes import pids_with_env
 from polar.records import SessionStatus
 from polar.sdk import PolarClient
 from polar.task_spec import TaskSpec
-from tests.support.faults import wait_for
+from tests.support.polling import wait_for
 
 
 def _spec(task_id: str, command: str, tmp_path: Path, **extra: object) -> TaskSpec:

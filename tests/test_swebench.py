@@ -38,7 +38,7 @@ from polar.swe import (
 )
 from polar.task_spec import DirSource, EvaluatorSpec, GitSource, RuntimeSpec, SweBenchSpec
 from tests.support.eval_runtimes import python_with_pytest, run_harness
-from tests.support.faults import wait_for
+from tests.support.polling import wait_for
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples" / "swe" / "instances.jsonl"

@@ -24,7 +24,7 @@ from polar.sdk import PolarClient
 from polar.task_spec import TaskSpec
 from proxy.app import create_app
 from tests.support import scripted_backend, serve_app, text
-from tests.support.faults import wait_for
+from tests.support.polling import wait_for
 
 # one chat call through the gateway the harness is pointed at
 CALL = (

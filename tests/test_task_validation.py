@@ -25,7 +25,7 @@ from polar.sdk import PolarClient
 from polar.settings import Settings
 from polar.storage import Storage
 from polar.task_spec import BuilderSpec, TaskSpec
-from tests.support.faults import wait_for
+from tests.support.polling import wait_for
 
 
 async def test_invalid_task_spec_fails_workflow_without_retry(polar: PolarClient) -> None:

@@ -34,7 +34,7 @@ from polar.storage import Storage
 from polar.task_spec import BuilderSpec
 from proxy.app import create_app
 from tests.support import scripted_backend, serve_app, text
-from tests.support.faults import wait_for
+from tests.support.polling import wait_for
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 

@@ -20,7 +20,7 @@ from polar.records import SessionStatus
 from polar.sdk import PolarClient
 from polar.task_spec import TaskSpec
 from polar.temporal_client import connect
-from tests.support.faults import wait_for
+from tests.support.polling import wait_for
 
 
 async def test_worker_metrics_endpoint_after_a_real_task(

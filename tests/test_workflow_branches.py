@@ -48,7 +48,7 @@ from polar.devstack import DevStack
 from polar.records import SessionStatus
 from polar.task_spec import TaskSpec
 from polar.temporal_client import connect
-from tests.support.faults import wait_for
+from tests.support.polling import wait_for
 from workflows.queues import Queues
 from workflows.rollout_task import RolloutTask, SessionBatch
 from workflows.session import Session

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field, replace
@@ -183,23 +182,6 @@ async def activity_runs(client: Client, workflow_id: str) -> list[ActivityRun]:
                 ActivityRun(scheduled[attrs.scheduled_event_id], attrs.attempt, attrs.identity)
             )
     return runs
-
-
-async def wait_for(predicate: Any, timeout_s: float, what: str, every_s: float = 0.2) -> None:
-    """Poll `predicate` (plain or async) until true; AssertionError naming `what` after
-    `timeout_s`."""
-    import asyncio
-    import inspect
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        outcome = predicate()
-        if inspect.isawaitable(outcome):
-            outcome = await outcome
-        if outcome:
-            return
-        await asyncio.sleep(every_s)
-    raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
 
 
 @asynccontextmanager

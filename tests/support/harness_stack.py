@@ -23,7 +23,7 @@ from polar.settings import Settings
 from polar.storage import Storage
 from proxy.app import create_app
 from tests.support.agent_backend import AgentBackend, RepoTask, agent_backend_app
-from tests.support.faults import wait_for
+from tests.support.polling import wait_for
 from tests.support.scripted_backend import serve_app
 
 

@@ -16,7 +16,6 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -30,6 +29,7 @@ from polar.records import SessionStatus
 from polar.sdk import PolarClient
 from polar.task_spec import TaskSpec
 from tests.support.faults import Node, activity_runs
+from tests.support.polling import wait_until
 
 IMAGE = "polar/runtime:py311"
 # the stages that touch a session's runtime after prepare_runtime: they must run on its host
@@ -137,13 +137,16 @@ class Engine:
             start_new_session=True,
             preexec_fn=die_with_parent,
         )
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            if self.sock.exists() and self._answers():
-                return
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.5)
+
+        def answers() -> bool:
+            assert self.proc.poll() is None, "dockerd exited"
+            return self.sock.exists() and self._answers()
+
+        try:
+            wait_until(answers, 90, "its own dockerd", every_s=0.5)
+            return
+        except AssertionError:
+            pass
         tail = (self.root / "dockerd.log").read_text(errors="replace")[-2000:]
         self.kill()
         pytest.skip(f"a dockerd of its own does not start here: {tail}")

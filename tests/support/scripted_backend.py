@@ -33,6 +33,8 @@ from fastapi.responses import JSONResponse
 
 from polar.devstack import free_port
 
+from .polling import wait_until
+
 END_OF_TURN = 256  # one past the byte range: the id that ends a turn
 
 
@@ -268,11 +270,12 @@ def serve_app(app: Any, port: int | None = None) -> Iterator[str]:
     )
     thread = threading.Thread(target=server.run, daemon=True, name=f"uvicorn-{port}")
     thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError(f"uvicorn on port {port} did not start")
-        time.sleep(0.01)
+
+    def started() -> bool:
+        assert thread.is_alive(), f"uvicorn on port {port} exited"
+        return bool(server.started)
+
+    wait_until(started, 10, f"uvicorn on port {port}", every_s=0.01)
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
