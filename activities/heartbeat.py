@@ -105,17 +105,19 @@ class Heartbeater:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._timer
-            self._timer = None
+        # the bookkeeping first: a cancel that lands while the timer is awaited below must not
+        # leave the parent muted (its `_children` count up) for the rest of the activity
         if self._token is not None:
             _innermost.reset(self._token)
             self._token = None
         if self._parent is not None:
             self._parent._children -= 1
             self._parent = None
+        if self._timer is not None:
+            self._timer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._timer
+            self._timer = None
 
     async def _tick(self) -> None:
         while True:
