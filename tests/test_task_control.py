@@ -212,3 +212,47 @@ async def test_cancelling_an_early_stop_task_tears_every_session_down(
         desc = await polar.client.get_workflow_handle(session.session_id).describe()
         assert desc.status == WorkflowExecutionStatus.CANCELED
         assert not (runtimes / session.session_id).exists(), "teardown did not run on cancel"
+
+
+async def test_a_cancel_that_lands_while_prepare_finishes_still_ends_the_session(
+    polar: PolarClient, tmp_path: Path
+) -> None:
+    """The heartbeat that would bring the cancel to `prepare_runtime` is throttled (a 60 s
+    heartbeat timeout sends one every 48 s), so prepare completes first and hands the
+    workflow its runtime. The session must still end cancelled, its runtime torn down,
+    without starting the harness (which would run to its one-hour budget)."""
+    spec = _spec(
+        f"cancel-in-prepare-{uuid.uuid4().hex[:6]}",
+        "sleep 3600",
+        tmp_path,
+        runtime={"prepare": [{"type": "run", "command": "sleep 6"}]},
+        timeouts={"heartbeat_s": 60, "harness_s": 3600},
+    )
+    run = await polar.submit(spec)
+    query = f"PolarTaskId = '{spec.task_id}' AND WorkflowType = 'Session'"
+    ids: list[str] = []
+
+    async def preparing() -> bool:
+        ids[:] = [ex.id async for ex in polar.client.list_workflows(query)]
+        if not ids:
+            return False
+        desc = await polar.client.get_workflow_handle(ids[0]).describe()
+        return any(
+            pa.activity_type.name == "prepare_runtime" and pa.HasField("last_started_time")
+            for pa in desc.raw_description.pending_activities
+        )
+
+    await wait_for(preparing, 60, "prepare_runtime started", every_s=0.2)
+    session = polar.client.get_workflow_handle(ids[0])
+    await polar.cancel(run)
+    with pytest.raises(WorkflowFailureError):
+        await polar.wait(run, timeout_s=60)
+    assert (await session.describe()).status == WorkflowExecutionStatus.CANCELED
+    scheduled = [
+        event.activity_task_scheduled_event_attributes.activity_type.name
+        async for event in session.fetch_history_events()
+        if event.HasField("activity_task_scheduled_event_attributes")
+    ]
+    assert "prepare_runtime" in scheduled and "run_harness" not in scheduled, scheduled
+    runtimes = Path(polar.settings.data_dir) / "runtimes"
+    assert not (runtimes / ids[0]).exists(), "teardown did not run on cancel"

@@ -80,6 +80,10 @@ SKIP_EMPTY_SCORE_PATCH = "skip-empty-score"
 # score_traces is the stage `score`: its time and its errors are its own (histories before:
 # booked to teardown, errors labelled with the stage before it)
 SCORE_STAGE_PATCH = "score-stage"
+# a cancel that lands while a stage's activity finishes anyway (it ended before its next
+# heartbeat could bring the cancel) ends the session before its next stage, instead of
+# being absorbed by the stage's result (histories before: the next stage ran)
+CANCEL_BETWEEN_STAGES_PATCH = "cancel-between-stages"
 # the long stages, whose PolarStage is worth a visibility update
 UPSERTED_STAGES = frozenset({Stage.PREPARE, Stage.RUN, Stage.EVALUATE})
 
@@ -240,6 +244,7 @@ class Session:
             placed.host = HostQueues.for_prefix(runtime.host_queue)
             result.hosts.append(runtime.host_id or runtime.host)
         self._lap(result, Stage.PREPARE)
+        self._stop_if_cancelled()
 
         patch_id = EVAL_PREWARM_PATCHES.get(task.evaluator.kind)
         if patch_id is not None and workflow.patched(patch_id):
@@ -274,6 +279,7 @@ class Session:
             result.status = SessionStatus.TIMEOUT if timed_out else SessionStatus.ERROR
             result.error = f"run_harness: {_error_text(exc)}"
         self._lap(result, Stage.RUN)
+        self._stop_if_cancelled()
 
         # whatever the harness did, its recorded calls become traces and get scored
         self._enter(Stage.BUILD, f"building traces with {task.builder.name}")
@@ -296,6 +302,7 @@ class Session:
         result.trace_breaks = build.breaks
         result.unseen_completions = build.unseen_completions
         self._lap(result, Stage.BUILD)
+        self._stop_if_cancelled()
 
         trace_rewards: dict[str, float] = {}
         if task.evaluator.kind != "none":
@@ -322,6 +329,7 @@ class Session:
             result.evaluation = evaluation.detail
             trace_rewards = evaluation.trace_rewards
             self._lap(result, Stage.EVALUATE)
+            self._stop_if_cancelled()
 
         if build.num_traces == 0 and workflow.patched(SKIP_EMPTY_SCORE_PATCH):
             return  # nothing to score
@@ -341,6 +349,16 @@ class Session:
         result.trace_bytes = scored.trace_bytes
         if own_stage:
             self._lap(result, Stage.SCORE)
+
+    @staticmethod
+    def _stop_if_cancelled() -> None:
+        """Raise CancelledError if the session was cancelled while the stage that just ended
+        finished anyway: with WAIT_CANCELLATION_COMPLETED, an activity that completes before
+        it sees the cancel hands the workflow its result and the cancel is spent."""
+        if workflow.cancellation_reason() is not None and workflow.patched(
+            CANCEL_BETWEEN_STAGES_PATCH
+        ):
+            raise asyncio.CancelledError("session cancelled between stages")
 
     async def _on_host(
         self,
