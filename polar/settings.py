@@ -158,9 +158,10 @@ class Settings(BaseSettings):
     @field_validator("host_id")
     @classmethod
     def _safe_host_id(cls, value: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}", value):
+        # up to 253: a Kubernetes node name (a DNS subdomain; the chart's POLAR_HOST_ID)
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,252}", value):
             raise ValueError(
-                f"host_id {value!r}: 1-63 of letters, digits, '_', '.', '-' (a task queue name)"
+                f"host_id {value!r}: 1-253 of letters, digits, '_', '.', '-' (a task queue name)"
             )
         return value
 

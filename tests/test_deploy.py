@@ -238,6 +238,92 @@ def test_helm_session_pools_get_the_engine_at_host_paths() -> None:
         assert "volumes" not in pod and "volumeMounts" not in pod["containers"][0]
 
 
+def _container_env(deployment: dict) -> dict[str, dict]:
+    """name -> env entry (less its name) of a Deployment's one container."""
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    return {
+        e["name"]: {k: v for k, v in e.items() if k != "name"} for e in container.get("env", [])
+    }
+
+
+def test_helm_session_pools_take_their_node_as_host_id() -> None:
+    """Every `sessions: true` pool (the shipped ones and one added by values) gets POLAR_HOST_ID
+    from its node's name: the init, run and postrun pods of one node share the host queues its
+    runtimes' later stages go to. Pools that touch no session (workflow) and the gateway keep
+    the default."""
+    shipped = yaml.safe_load((CHART / "values.yaml").read_text())["workerPools"]
+    assert {name for name, pool in shipped.items() if pool.get("sessions")} == {
+        "init",
+        "run",
+        "postrun",
+    }
+    extra = ["--set", "workerPools.eval.queues=postrun", "--set", "workerPools.eval.replicas=1"]
+    extra += ["--set", "workerPools.eval.sessions=true"]
+    out = helm("template", "prod", str(CHART), *SECRETS, *extra)
+    assert out.returncode == 0, out.stderr
+    deployments = _by_name(out.stdout, "Deployment")
+    from_node = {"valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
+    for pool in ("init", "run", "postrun", "eval"):
+        env = _container_env(deployments[f"prod-polar-worker-{pool}"])
+        assert env["POLAR_HOST_ID"] == from_node, pool
+    for name in ("prod-polar-worker-workflow", "prod-polar-gateway"):
+        assert "POLAR_HOST_ID" not in _container_env(deployments[name]), name
+
+
+def test_a_kubernetes_node_name_is_a_valid_host_id() -> None:
+    """Node names are lowercase DNS subdomains of up to 253 characters (dots allowed): each is
+    a host id; what is not a queue-name-safe id is refused with the setting's name."""
+    from pydantic import ValidationError
+
+    from polar.settings import Settings
+
+    longest = ".".join(["a" * 63] * 3) + "." + "b" * 61  # 253 characters
+    for node in (
+        "ip-10-0-1-23.eu-central-1.compute.internal",
+        "aks-pool1-1234-vmss000000",
+        longest,
+    ):
+        assert Settings(host_id=node).host_id == node
+    for bad in (longest + "c", "node/1", "-node", ""):
+        with pytest.raises(ValidationError, match="host_id"):
+            Settings(host_id=bad)
+
+
+def test_helm_pools_take_node_placement(tmp_path: Path) -> None:
+    """`nodeSelector`, `affinity` and `tolerations` of a pool land in its pod spec (how the
+    session pools are pinned to the same nodes, one pod of each per node)."""
+    anti = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "labelSelector": {"matchLabels": {"polar.dev/pool": "run"}},
+                    "topologyKey": "kubernetes.io/hostname",
+                }
+            ]
+        }
+    }
+    values = {
+        "workerPools": {
+            "run": {
+                "nodeSelector": {"polar.dev/sessions": "true"},
+                "affinity": anti,
+                "tolerations": [{"key": "sessions", "operator": "Exists", "effect": "NoSchedule"}],
+            }
+        }
+    }
+    placement = tmp_path / "placement.yaml"
+    placement.write_text(yaml.safe_dump(values))
+    out = helm("template", "prod", str(CHART), *SECRETS, "-f", str(placement))
+    assert out.returncode == 0, out.stderr
+    deployments = _by_name(out.stdout, "Deployment")
+    pod = deployments["prod-polar-worker-run"]["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"polar.dev/sessions": "true"}
+    assert pod["affinity"] == anti
+    assert pod["tolerations"] == values["workerPools"]["run"]["tolerations"]
+    init = deployments["prod-polar-worker-init"]["spec"]["template"]["spec"]
+    assert not {"nodeSelector", "affinity", "tolerations"} & set(init)
+
+
 def test_helm_generates_missing_secrets_and_refuses_placeholders() -> None:
     rendered = [
         helm("template", "prod", str(CHART), "--set", "s3.secretKey=k3y" + "x" * 20)
