@@ -10,7 +10,8 @@ stages that touch a runtime it prepared come, with the pool's cap (its own
 slots: a host's `-run` queue runs at most `max_run` harnesses), and the host's
 probe queue (`{queue}-host-{host_id}`: `host_alive`). A `polar worker` also
 sweeps its host's runtimes of closed sessions at start and on a timer
-(activities/host_sweep.py).
+(activities/host_sweep.py). Before it polls, a worker adds Polar's search attributes its
+namespace lacks (polar/search_attributes.py).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from activities.host_sweep import sweep_forever
 from activities.observability import StageInterceptor, start_observability
 from activities.session_activities import SessionActivities
+from polar import search_attributes
 from polar.credentials import refuse_weak_secrets
 from polar.settings import Settings
 from polar.storage import Storage
@@ -138,6 +140,7 @@ async def running_workers(
 ) -> AsyncIterator[None]:
     """Serve `stages` in this process for the duration of the block (tests, scripts)."""
     client = await connect(settings)
+    await search_attributes.ensure_registered(client, settings.temporal_namespace)
     async with contextlib.AsyncExitStack() as stack:
         for worker in build_workers(client, settings, stages):
             await stack.enter_async_context(worker)
@@ -153,6 +156,7 @@ async def run_worker(settings: Settings, stages: tuple[str, ...] = STAGES) -> No
     Storage(settings).ensure_bucket()
     obs = start_observability(settings)  # metrics_port 0: None
     client = await connect(settings, runtime=obs.runtime if obs else None)
+    await search_attributes.ensure_registered(client, settings.temporal_namespace)
     workers = build_workers(client, settings, stages, (obs.interceptor,) if obs else None)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
