@@ -43,6 +43,7 @@ from polar.settings import Settings
 from polar.storage import Storage
 from proxy.admin import Admission, create_admin_app
 from proxy.auth import authenticate
+from proxy.call_routes import CALL_PREFIXES, CALL_ROUTES, CallRoutes
 from proxy.errors import install_error_handlers, provider_for
 from proxy.limits import BodyLimit
 from proxy.metrics import GatewayMetrics
@@ -258,26 +259,25 @@ class Gateway:
 
 
 def _api_routes(gw: Gateway) -> APIRouter:
-    """OpenAI and Anthropic routes, served under `/v1` and at the root."""
+    """OpenAI and Anthropic routes, served under `/v1` and at the root. The recorded calls
+    (`CALL_ROUTES`) are answered by `CallRoutes` before the router; their routes here make
+    the OpenAPI schema and serve the same way should a call reach the router."""
     router = APIRouter()
-    chat, responses = get_provider("openai_chat"), get_provider("openai_responses")
-    messages = get_provider("anthropic_messages")
 
-    @router.post("/chat/completions", response_model=None)
-    async def chat_completions(request: Request, identity: Identity) -> Response:
-        return await gw.serve(chat, request, identity, call_context(request))
+    def call_route(path: str, provider: ProviderAPI) -> None:
+        async def call(request: Request, identity: Identity) -> Response:
+            return await gw.serve(provider, request, identity, call_context(request))
 
-    @router.post("/responses", response_model=None)
-    async def create_response(request: Request, identity: Identity) -> Response:
-        return await gw.serve(responses, request, identity, call_context(request))
+        call.__name__ = f"{provider.name}_call"
+        router.add_api_route(path, call, methods=["POST"], response_model=None)
+
+    for path, name in CALL_ROUTES.items():
+        call_route(path, get_provider(name))
+    responses, messages = get_provider("openai_responses"), get_provider("anthropic_messages")
 
     @router.post("/responses/input_tokens")
     async def response_tokens(request: Request, _: Identity) -> dict[str, Any]:
         return await gw.count(responses, request, call_context(request))
-
-    @router.post("/messages", response_model=None)
-    async def create_message(request: Request, identity: Identity) -> Response:
-        return await gw.serve(messages, request, identity, call_context(request))
 
     @router.post("/messages/count_tokens")
     async def message_tokens(request: Request, _: Identity) -> dict[str, Any]:
@@ -338,9 +338,17 @@ def create_app(
     app.state.recorder = gw.recorder
     app.state.gateway = gw
     install_error_handlers(app)
+
+    async def serve_call(
+        provider: ProviderAPI, request: Request, identity: SessionIdentity
+    ) -> Response:
+        return await gw.serve(provider, request, identity, call_context(request))
+
+    # added first, so inside BodyLimit: oversized bodies are refused on the fast path too
+    app.add_middleware(CallRoutes, serve=serve_call, secret=settings.session_secret)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     api, models = _api_routes(gw), _model_routes(gw)
-    for prefix in ("/v1", ""):
+    for prefix in CALL_PREFIXES:
         app.include_router(api, prefix=prefix)
     for prefix in ("/v1beta", "/v1", ""):
         app.include_router(models, prefix=prefix)

@@ -58,10 +58,15 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     return error_response(request, err, headers=exc.headers)
 
 
-async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
+def unexpected_error_response(request: Request, exc: Exception) -> JSONResponse:
+    """A bug's 500, logged with its traceback, in the caller's shape (no details leak)."""
     log.exception("unexpected error on %s %s", request.method, request.url.path, exc_info=exc)
     err = APIError(500, f"internal gateway error: {type(exc).__name__}", code="internal_error")
     return error_response(request, err)
+
+
+async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
+    return unexpected_error_response(request, exc)
 
 
 def install_error_handlers(app: FastAPI) -> None:
