@@ -8,6 +8,7 @@ sessions end with traces and count as usable; stragglers `sleep 60`.
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -25,6 +26,9 @@ from polar.task_spec import TaskSpec
 from proxy.app import create_app
 from tests.support import scripted_backend, serve_app, text
 from tests.support.polling import wait_for
+from workflows import replay as rp
+
+HISTORIES = Path(__file__).parent / "histories"
 
 # one chat call through the gateway the harness is pointed at
 CALL = (
@@ -256,3 +260,10 @@ async def test_a_cancel_that_lands_while_prepare_finishes_still_ends_the_session
     assert "prepare_runtime" in scheduled and "run_harness" not in scheduled, scheduled
     runtimes = Path(polar.settings.data_dir) / "runtimes"
     assert not (runtimes / ids[0]).exists(), "teardown did not run on cancel"
+    # the history replays (and is stored as tests/histories/session-cancelled-between-stages.json
+    # with POLAR_RECORD_HISTORIES=1)
+    history = await rp.fetch_history(polar.client, ids[0])
+    report = await rp.replay(history)
+    assert report.ok, report.explanation
+    if os.environ.get("POLAR_RECORD_HISTORIES"):
+        rp.save_history(history, HISTORIES / "session-cancelled-between-stages.json")
