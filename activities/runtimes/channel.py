@@ -281,9 +281,9 @@ def with_forwarder(command: str, channel_in_sandbox: str, port: int = SANDBOX_PO
         f"python3 -I {script} --socket {sock} --port {port} "
         '</dev/null >/dev/null 2>"$__polar_log" & '
         "__polar_fwd=$!; __polar_ready=; "
-        "for __polar_i in $(seq 200); do "
+        "for __polar_i in $(seq 1000); do "
         f"if (: <>/dev/tcp/127.0.0.1/{port}) 2>/dev/null; then __polar_ready=1; break; fi; "
-        'kill -0 "$__polar_fwd" 2>/dev/null || break; sleep 0.05; done; '
+        'kill -0 "$__polar_fwd" 2>/dev/null || break; sleep 0.01; done; '
         'if [ -z "$__polar_ready" ]; then '
         f"echo 'polar: the gateway forwarder did not start on 127.0.0.1:{port}' >&2; "
         'cat "$__polar_log" >&2 2>/dev/null; exit 97; fi; '
