@@ -63,8 +63,7 @@ def agent_steps(backend: TinyBackend, messages: list[dict[str, Any]], steps: int
             messages.append(tool_result(answer, f"def {tag}{i}():\n    return {i}\n"))
 
 
-@pytest.fixture(scope="module")
-def records(tokenizer_dir: Path) -> list[CompletionRecord]:
+def realistic_records(tokenizer_dir: Path) -> list[CompletionRecord]:
     """One realistic session: tool use, a sub-agent, a follow-up user turn, a compaction.
 
     Conversations, by the record that ends each: 5 (sub-agent), 7 (main, whose
@@ -83,6 +82,12 @@ def records(tokenizer_dir: Path) -> list[CompletionRecord]:
     compacted = [SYSTEM, {"role": "user", "content": "Summary: fixed f0 and added a test."}]
     agent_steps(backend, compacted, 2, "final")  # 8, 9
     return backend.records
+
+
+@pytest.fixture(scope="module")
+def records(tokenizer_dir: Path) -> list[CompletionRecord]:
+    """`realistic_records` (also what scripts/check_trainer_layouts.py --sample exports)."""
+    return realistic_records(tokenizer_dir)
 
 
 def session_records(records: list[CompletionRecord], session_id: str) -> list[CompletionRecord]:
@@ -340,6 +345,51 @@ SLIME_SAMPLE_FIELDS = {
 }
 """`slime.utils.types.Sample` fields (THUDM/slime 624b824a, slime/utils/types.py)."""
 SLIME_STATUSES = {"pending", "completed", "truncated", "aborted", "failed"}
+TRL_PROMPT_COMPLETION = {"prompt", "completion", "tools"}
+"""TRL 1.16.0's conversational prompt–completion columns (message lists; `tools` its function
+schemas, as `apply_chat_template` takes them)."""
+TRL_PRE_TOKENIZED = {"input_ids", "completion_mask"}
+"""What `SFTTrainer` 1.16.0 reads of a processed row (`"input_ids" in column_names` skips its
+tokenization; `completion_mask` becomes the labels under `completion_only_loss=True`)."""
+TRL_POLAR_COLUMNS = {
+    "rollout_logprobs",
+    "reward",
+    "trace_id",
+    "session_id",
+    "task_id",
+    "status",
+    "policy_version",
+    "reward_policy",
+    "builder",
+    "harness",
+    "model",
+    "record_ids",
+    "completion_seqs",
+}
+"""Polar's extra columns (TRL drops unused columns before collating)."""
+CHAT_ROLES = {"system", "user", "assistant", "tool"}
+
+
+def check_trl_structure(row: dict[str, Any]) -> None:
+    """A trl.jsonl row is TRL's conversational prompt–completion row, pre-tokenized."""
+    assert set(row) == TRL_PROMPT_COMPLETION | TRL_PRE_TOKENIZED | TRL_POLAR_COLUMNS
+    for key in ("prompt", "completion"):
+        assert isinstance(row[key], list) and row[key], key
+        assert all(isinstance(m, dict) and m["role"] in CHAT_ROLES for m in row[key]), key
+    assert row["completion"][0]["role"] == "assistant"  # the completion starts with a sample
+    assert row["completion"][-1]["role"] == "assistant"
+    assert row["prompt"][-1]["role"] in {"user", "tool"}
+    for message in (m for m in row["prompt"] + row["completion"] if m["role"] == "assistant"):
+        for call in message.get("tool_calls") or []:
+            assert call["type"] == "function" and isinstance(call["function"]["name"], str)
+    assert all(t["type"] == "function" and "name" in t["function"] for t in row["tools"] or [])
+    n = len(row["input_ids"])
+    assert len(row["completion_mask"]) == len(row["rollout_logprobs"]) == n
+    assert all(isinstance(t, int) for t in row["input_ids"])
+    assert set(row["completion_mask"]) <= {0, 1} and row["completion_mask"][0] == 0
+    assert all(isinstance(lp, float) for lp in row["rollout_logprobs"])
+    pairs = zip(row["rollout_logprobs"], row["completion_mask"], strict=True)
+    assert all(lp == 0.0 for lp, m in pairs if not m)
 
 
 def test_trainer_layouts_keep_ids_masks_logprobs_reward_and_version(
@@ -365,6 +415,7 @@ def test_trainer_layouts_keep_ids_masks_logprobs_reward_and_version(
         assert v["reward_score"] == trace.reward
         assert v["extra_fields"]["policy_version"] == POLICY_VERSION
         assert v["extra_fields"]["status"] == trace.status
+        check_trl_structure(t)
         assert (t["input_ids"], t["completion_mask"]) == (full, [0] * p + trace.loss_mask)
         assert t["rollout_logprobs"] == [0.0] * p + trace.response_logprobs
         assert (t["reward"], t["policy_version"]) == (trace.reward, POLICY_VERSION)
