@@ -104,6 +104,7 @@ async def test_early_stop_cancels_stragglers_and_tears_them_down(
         SessionStatus.CANCELLED,
     ]
     assert result.stopped_early
+    assert [by_index[i].error for i in (2, 3)] == ["cancelled by early stop"] * 2
     assert [s.index for s in result.usable] == [0, 1]
     runtimes = Path(polar.settings.data_dir) / "runtimes"
     for session in result.sessions:

@@ -82,9 +82,11 @@ async def run_session(
             priority=(Priority(priority_key=task.priority) if task.priority else Priority.default),
         )
     except ChildWorkflowError as exc:
+        error = str(exc.cause or exc)
         if isinstance(exc.cause, CancelledError):
             status = SessionStatus.CANCELLED
-        error = str(exc.cause or exc)
+            if stopping():  # the child ran its teardown and ended cancelled: say why
+                error = "cancelled by early stop"
         result = None
     except asyncio.CancelledError:
         if not stopping():  # the task itself was cancelled
