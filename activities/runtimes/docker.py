@@ -131,7 +131,7 @@ class DockerRuntime:
         """Session ids with a container of this deployment and host, or a session dir here."""
 
         def listed() -> set[str]:
-            filters = {
+            filters: dict[str, str | list[str] | bool] = {
                 "label": [f"{DEPLOYMENT_LABEL}={self.deployment}", f"{HOST_LABEL}={self.host_id}"]
             }
             found = {

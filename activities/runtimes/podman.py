@@ -226,7 +226,10 @@ def load_from_docker(image: str, mode: str | None = None) -> bool:
     podman = Podman(resolve_mode(mode)[0])
     if podman.as_runner:
         ensure_runner()
-    want = docker.from_env(timeout=600).images.get(image).id.removeprefix("sha256:")
+    image_id = docker.from_env(timeout=600).images.get(image).id
+    if not image_id:
+        raise RuntimeError(f"the Docker engine gave no id for image {image!r}")
+    want = image_id.removeprefix("sha256:")
     if podman.image_id(image) == want:
         return False
     with tempfile.TemporaryFile() as tar:
