@@ -309,9 +309,11 @@ class EvaluatorSpec(StrictModel):
             return runtime
         base = shlex.quote(self.swebench.base_commit)
         git = "git -c safe.directory=* -c core.hooksPath=/dev/null"
+        # rev-list reads the commit after --end-of-options as a revision, never as an option;
+        # rev-parse and checkout (no --end-of-options before git 2.44) get its hash
         checkout = (
-            f'[ "$({git} rev-parse HEAD)" = "$({git} rev-parse {base}^{{commit}})" ] '
-            f"|| {git} checkout --quiet {base}"
+            f"commit=$({git} rev-list -n 1 --end-of-options {base}^{{commit}} --) && "
+            f'{{ [ "$({git} rev-parse HEAD)" = "$commit" ] || {git} checkout --quiet "$commit"; }}'
         )
         actions: list[PrepareAction] = [CommandAction(command=checkout, timeout_s=300)]
         if self.swebench.install:

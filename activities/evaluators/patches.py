@@ -24,7 +24,7 @@ from typing import Any
 
 from activities.evaluators.base import GIT, NO_GIT_ABOVE, EvaluatorError, Tick, run_in
 from activities.runtimes.base import Runtime
-from polar.contracts import RuntimeHandle
+from polar.contracts import RuntimeHandle, invalid_input
 
 # path components that are never part of a fix
 JUNK_DIRS = frozenset(
@@ -124,6 +124,55 @@ def _clean_keeps_junk() -> str:
     return " ".join(f"-e {shlex.quote(n)}" for n in names)
 
 
+# --------------------------------------------------------------------------- git revisions
+
+
+def checked_base_commit(base_commit: str) -> str:
+    """`base_commit` unchanged; a non-retryable EvaluatorError where git could read it as an
+    option (empty, or starting with '-'). The TaskSpec refuses such a commit at submit; this
+    is the worker's own check, before any git call sees it."""
+    if not base_commit or base_commit.startswith("-"):
+        raise invalid_input(
+            f"base commit {base_commit!r:.80} is empty or starts with '-': git would read it "
+            "as an option",
+            "EvaluatorError",
+        )
+    return base_commit
+
+
+def revision(rev: str, suffix: str = "") -> str:
+    """`rev` as a git revision argument of a shell command line: after `--end-of-options`
+    (git >= 2.24), so git never reads it as an option, and shell-quoted. `suffix` (such as
+    `^{commit}`, or `:` and a quoted path) is appended as given."""
+    return f"--end-of-options {shlex.quote(rev)}{suffix}"
+
+
+def resolve_commit(rev: str, var: str = "commit") -> str:
+    """A shell line that sets `$var` to the full hash of commit `rev`, or exits 1 with git's
+    message. For git commands that take no `--end-of-options` before their revision in
+    git < 2.44 (checkout, rev-parse): they get the hash, which cannot read as an option."""
+    return f"{var}=$({GIT} rev-list -n 1 {revision(rev, '^{commit}')} --) || exit 1"
+
+
+def extract_command(base: str, index: str, out: str, exclude: Sequence[str] = ()) -> str:
+    """The shell script that writes the workspace's changes against `base` to `out` (a git
+    diff through the temporary index `index`; the session's own index is untouched)."""
+    return f"""set -eu
+{NO_GIT_ABOVE}
+{GIT} rev-parse --is-inside-work-tree >/dev/null
+{GIT} cat-file -e {revision(base, "^{commit}")}
+idx={shlex.quote(index)}; rm -f "$idx"
+src=$({GIT} rev-parse --git-path index)
+if [ -f "$src" ]; then cp "$src" "$idx"; fi
+export GIT_INDEX_FILE="$idx"
+[ -f "$src" ] || {GIT} read-tree {revision(base)}
+{GIT} add -A -- . {junk_excludes(exclude)}
+{GIT} diff --cached --binary --full-index --no-renames --no-ext-diff {revision(base)} \
+  > {shlex.quote(out)}
+rm -f "$idx"
+"""
+
+
 # --------------------------------------------------------------------------- patch text
 
 
@@ -204,25 +253,13 @@ async def extract_patch(
 ) -> tuple[bytes, list[str], list[str]]:
     """(patch, files, dropped junk files): the workspace against `base_commit`, binary-safe.
 
-    Raises ExtractionFailed when the workspace's git cannot produce it."""
+    Raises ExtractionFailed when the workspace's git cannot produce it, and the
+    non-retryable EvaluatorError for a `base_commit` git would read as an option."""
+    checked_base_commit(base_commit)
     scratch = runtime.scratch(handle)
     out, index = scratch / "model.patch", scratch / "extract.index"
     out.unlink(missing_ok=True)
-    base = shlex.quote(base_commit)
-    command = f"""set -eu
-{NO_GIT_ABOVE}
-{GIT} rev-parse --is-inside-work-tree >/dev/null
-{GIT} cat-file -e {base}^{{commit}}
-idx={shlex.quote(str(index))}; rm -f "$idx"
-src=$({GIT} rev-parse --git-path index)
-if [ -f "$src" ]; then cp "$src" "$idx"; fi
-export GIT_INDEX_FILE="$idx"
-[ -f "$src" ] || {GIT} read-tree {base}
-{GIT} add -A -- . {junk_excludes(exclude)}
-{GIT} diff --cached --binary --full-index --no-renames --no-ext-diff {base} \
-  > {shlex.quote(str(out))}
-rm -f "$idx"
-"""
+    command = extract_command(base_commit, str(index), str(out), exclude)
     code, timed_out, log = await run_in(runtime, handle, command, "extract", timeout_s, on_tick)
     if timed_out or code != 0 or not out.exists():
         why = "timed out" if timed_out else f"exited {code}"
@@ -246,8 +283,7 @@ async def apply_patch(
     path = runtime.scratch(handle) / f"{name}-apply.patch"
     path.write_bytes(patch)
     reset = (
-        f"{GIT} read-tree --reset -u {shlex.quote(reset_to)} && "
-        f"{GIT} clean -fdq {_clean_keeps_junk()}"
+        f"{GIT} read-tree --reset -u {revision(reset_to)} && {GIT} clean -fdq {_clean_keeps_junk()}"
     )
     attempts: list[dict[str, Any]] = []
     for i, (strategy, template) in enumerate(strategies):

@@ -68,10 +68,13 @@ from activities.evaluators.fresh import (
 from activities.evaluators.patches import (
     APPLY_STRATEGIES,
     apply_patch,
+    checked_base_commit,
     extract_patch,
     filter_patch,
     is_junk,
     patch_files,
+    resolve_commit,
+    revision,
     split_patch,
 )
 from activities.evaluators.statuses import PytestRun, read_results
@@ -292,13 +295,54 @@ class _Clock:
         return max(floor, self.deadline - time.monotonic())
 
 
+def check_workspace_command(base: str) -> str:
+    """The command that exits 0 where the workspace is a git checkout holding commit `base`."""
+    return (
+        f"{GIT} rev-parse --is-inside-work-tree >/dev/null && "
+        f"{GIT} cat-file -e {revision(base, '^{commit}')}"
+    )
+
+
+def read_config_command(base: str, files: Sequence[str], out: Path) -> str:
+    """The command that copies each of `files` into `out` as `<i>.base` (its content at
+    commit `base`, absent where it had none) and `<i>.new` (the workspace's, if any)."""
+    lines = [f"rm -rf {shlex.quote(str(out))}", f"mkdir -p {shlex.quote(str(out))}"]
+    for i, f in enumerate(files):
+        q, dest = shlex.quote(f), shlex.quote(str(out / str(i)))
+        lines.append(
+            f"{GIT} show {revision(base, ':' + q)} > {dest}.base 2>/dev/null || rm -f {dest}.base"
+        )
+        lines.append(f"if [ -f {q} ]; then cat -- {q} > {dest}.new; fi")
+    return "\n".join(lines)
+
+
+def restore_files_command(base: str, files: Sequence[tuple[str, bool]]) -> str:
+    """The command that puts each (path, existed at `base`) back as it was at commit `base`:
+    checked out from it, or removed."""
+    restore = " && ".join(
+        f'{GIT} checkout "$commit" -- {shlex.quote(f)}' if existed else f"rm -f -- {shlex.quote(f)}"
+        for f, existed in files
+    )
+    return f"{resolve_commit(base)}\n{restore}"
+
+
+def reset_test_files_command(base: str, files: Sequence[str]) -> str:
+    """The command that puts each of `files` back to commit `base`, or removes it where
+    `base` has no such file."""
+    lines = [resolve_commit(base)]
+    for f in files:
+        q = shlex.quote(f)
+        lines.append(
+            f'if {GIT} cat-file -e --end-of-options "$commit":{q} 2>/dev/null; '
+            f'then {GIT} checkout "$commit" -- {q}; else rm -rf -- {q}; fi'
+        )
+    return "\n".join(lines)
+
+
 async def _check_workspace(runtime: Runtime, handle: RuntimeHandle, spec: SweBenchSpec) -> None:
     """The evaluator's workspace is a git checkout holding `base_commit` (prepare checked it
     out, before the install); EvaluatorError where it is not."""
-    base = shlex.quote(spec.base_commit)
-    check = (
-        f"{GIT} rev-parse --is-inside-work-tree >/dev/null && {GIT} cat-file -e {base}^{{commit}}"
-    )
+    check = check_workspace_command(spec.base_commit)
     code, _, log = await run_in(runtime, handle, check, "swebench-base", 60)
     if code != 0:
         raise EvaluatorError(
@@ -315,14 +359,9 @@ async def _restore_pytest_sections(
     candidates = [f for f in files if PurePosixPath(f).name in PYTEST_SECTION_FILES]
     if not candidates:
         return []
-    base = shlex.quote(handle.baseline or "HEAD")
+    base = handle.baseline or "HEAD"
     out = runtime.scratch(handle) / "pytest-config"
-    lines = [f"rm -rf {shlex.quote(str(out))}", f"mkdir -p {shlex.quote(str(out))}"]
-    for i, f in enumerate(candidates):
-        q, dest = shlex.quote(f), shlex.quote(str(out / str(i)))
-        lines.append(f"{GIT} show {base}:{q} > {dest}.base 2>/dev/null || rm -f {dest}.base")
-        lines.append(f"if [ -f {q} ]; then cat -- {q} > {dest}.new; fi")
-    await run_in(runtime, handle, "\n".join(lines), "swebench-config", 60)
+    await run_in(runtime, handle, read_config_command(base, candidates, out), "swebench-config", 60)
 
     def text(path: Path) -> str | None:
         return path.read_text(errors="replace") if path.exists() else None
@@ -335,11 +374,8 @@ async def _restore_pytest_sections(
         if before != after:
             changed.append((f, (out / f"{i}.base").exists()))
     if changed:
-        restore = [
-            f"{GIT} checkout {base} -- {shlex.quote(f)}" if existed else f"rm -f {shlex.quote(f)}"
-            for f, existed in changed
-        ]
-        code, _, log = await run_in(runtime, handle, " && ".join(restore), "swebench-restore", 60)
+        restore = restore_files_command(base, changed)
+        code, _, log = await run_in(runtime, handle, restore, "swebench-restore", 60)
         if code != 0:
             raise EvaluatorError(f"cannot restore the pytest configuration: {log.strip()}")
     return [f"{f} (pytest section)" for f, _ in changed]
@@ -351,15 +387,8 @@ async def _reset_test_files(runtime: Runtime, handle: RuntimeHandle, spec: SweBe
     files = patch_files(spec.test_patch)
     if not files:
         return
-    base = shlex.quote(spec.base_commit)
-    lines = []
-    for f in files:
-        q = shlex.quote(f)
-        lines.append(
-            f"if {GIT} cat-file -e {base}:{q} 2>/dev/null; then {GIT} checkout {base} -- {q}; "
-            f"else rm -rf -- {q}; fi"
-        )
-    code, _, log = await run_in(runtime, handle, "\n".join(lines), "swebench-reset-tests", 120)
+    command = reset_test_files_command(spec.base_commit, files)
+    code, _, log = await run_in(runtime, handle, command, "swebench-reset-tests", 120)
     if code != 0:
         raise EvaluatorError(f"cannot reset the test files: {log.strip()}")
 
@@ -378,7 +407,9 @@ async def evaluate_swebench(
     protected: Sequence[str] = (),
     on_tick: Tick = None,
 ) -> SweEvaluation:
-    """Grade the session's workspace in the (fresh, prepared) evaluator runtime."""
+    """Grade the session's workspace in the (fresh, prepared) evaluator runtime; the
+    non-retryable EvaluatorError for a `base_commit` git would read as an option."""
+    checked_base_commit(spec.base_commit)
     clock = _Clock(timeout_s)
     started = time.monotonic()
     report = SweBenchReport(
