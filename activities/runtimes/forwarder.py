@@ -3,8 +3,10 @@
 Runs inside the session's image (or the local sandbox) with the system
 `python3`, so it uses only the standard library (Python 3.9+). Each TCP
 connection gets its own Unix-socket connection and bytes are spliced both
-ways unchanged; a half-close on one side is passed on to the other, so
-keep-alive, large bodies and SSE streams behave as on a direct connection.
+ways unchanged, a thread per direction; a half-close on one side is passed
+on to the other, so keep-alive, large bodies and SSE streams behave as on a
+direct connection. Threads, not asyncio: importing asyncio alone costs the
+sandbox's `python3` about 80 ms, on every session's start.
 
     python3 forwarder.py --socket /run/polar/gateway.sock --port 4000 [--host 127.0.0.1]
 """
@@ -12,69 +14,61 @@ keep-alive, large bodies and SSE streams behave as on a direct connection.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import os
+import socket
 import sys
-from collections.abc import Awaitable, Callable
+import threading
 
 CHUNK = 64 * 1024
 
 
-async def pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """Copy `reader` to `writer` until EOF, then half-close `writer`."""
-    while True:
-        data = await reader.read(CHUNK)
-        if not data:
-            break
-        writer.write(data)
-        await writer.drain()
-    if writer.can_write_eof():
-        writer.write_eof()
+def _shut(sock: socket.socket, how: int) -> None:
+    with contextlib.suppress(OSError):  # already closed or reset
+        sock.shutdown(how)
 
 
-async def close(writer: asyncio.StreamWriter) -> None:
-    writer.close()
-    with contextlib.suppress(Exception):
-        await writer.wait_closed()
+def pump(src: socket.socket, dst: socket.socket) -> None:
+    """Copy `src` to `dst` until EOF, then half-close `dst`; a reset on either side ends
+    both directions (a clean EOF ends only its own)."""
+    try:
+        while True:
+            data = src.recv(CHUNK)
+            if not data:
+                break
+            dst.sendall(data)
+        _shut(dst, socket.SHUT_WR)
+    except OSError:
+        _shut(src, socket.SHUT_RDWR)
+        _shut(dst, socket.SHUT_RDWR)
 
 
-Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+def splice(client: socket.socket, socket_path: str) -> None:
+    """Splice one TCP connection to a new connection to `socket_path`, both ways."""
+    relay = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        relay.connect(socket_path)
+    except OSError as exc:
+        print(f"forwarder: cannot reach {socket_path}: {exc}", file=sys.stderr, flush=True)
+        relay.close()
+        client.close()
+        return
+    up = threading.Thread(target=pump, args=(client, relay), daemon=True)
+    up.start()
+    pump(relay, client)
+    up.join()
+    relay.close()
+    client.close()
 
 
-def handler(socket_path: str) -> Handler:
-    """A connection handler splicing each TCP connection to a new connection to `socket_path`."""
-
-    async def handle(client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
-        try:
-            relay_r, relay_w = await asyncio.open_unix_connection(socket_path)
-        except OSError as exc:
-            print(f"forwarder: cannot reach {socket_path}: {exc}", file=sys.stderr, flush=True)
-            await close(client_w)
-            return
-        up = asyncio.ensure_future(pump(client_r, relay_w))
-        down = asyncio.ensure_future(pump(relay_r, client_w))
-        try:
-            # a reset on either side ends both directions; a clean EOF ends only its own
-            pending = {up, down}
-            while pending:
-                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                if any(t.exception() is not None for t in done):
-                    break
-        finally:
-            for task in (up, down):
-                task.cancel()
-            await asyncio.gather(up, down, return_exceptions=True)
-            await close(relay_w)
-            await close(client_w)
-
-    return handle
-
-
-async def serve(socket_path: str, host: str, port: int) -> None:
-    server = await asyncio.start_server(handler(socket_path), host, port, reuse_address=True)
-    async with server:
-        await server.serve_forever()
+def serve(socket_path: str, host: str, port: int) -> None:
+    """Accept on `host:port` forever, each connection spliced on its own threads."""
+    with socket.create_server((host, port), backlog=128) as server:  # SO_REUSEADDR
+        while True:
+            client, _ = server.accept()
+            # small writes go out at once, as on asyncio's TCP transports
+            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            threading.Thread(target=splice, args=(client, socket_path), daemon=True).start()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         os.chdir(os.path.dirname(socket_path) or ".")
         socket_path = os.path.basename(socket_path)
     try:
-        asyncio.run(serve(socket_path, args.host, args.port))
+        serve(socket_path, args.host, args.port)
     except KeyboardInterrupt:
         return 0
     except OSError as exc:
