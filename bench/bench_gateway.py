@@ -26,7 +26,9 @@ Afterwards the S3 bucket is listed: one record per gateway call must be there.
 Client, gateway, SeaweedFS, the fake upstream and LiteLLM share the machine's cores.
 
 Prints markdown tables (latency and throughput; CPU per call per process);
-writes bench/results/gateway.json.
+writes bench/results/gateway.json and, beside it, gateway.png (added latency and
+proxy CPU per call against sessions; `--png` to put it elsewhere). `--plot-only
+JSON` re-plots an existing results file without running anything.
 """
 
 from __future__ import annotations
@@ -639,6 +641,153 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n\n" + "\n".join(f"* {n}" for n in notes)
 
 
+PLOTTED = {"polar": ("Polar gateway", "C0"), "litellm": ("LiteLLM proxy", "C1")}
+PROXY_PROCESS = {"polar": "gateway", "litellm": "litellm"}  # whose CPU is the proxy's
+
+
+def _spans_decades(values: list[float]) -> bool:
+    """Whether positive `values` span a factor of 10 or more (then a log axis reads better)."""
+    positive = [v for v in values if v > 0]
+    return len(positive) > 1 and max(positive) >= 10 * min(positive)
+
+
+def _payload_label(result: dict[str, Any]) -> str:
+    params = result.get("params", {})
+    if params.get("payload") == "realistic":
+        request = params.get("request", {})
+        return (
+            f"realistic request ({request.get('bytes', 0) / 1000:.0f} kB, "
+            f"{request.get('messages', '?')} messages, {request.get('tools', '?')} tools, streamed)"
+        )
+    return "small request (system + user, 8 tokens out)"
+
+
+def _label_points(ax: Any, xs: list[int], ys: list[float], fmt: str) -> None:
+    """Each point's value beside it: right of the first points, left of the last."""
+    for i, (x, y) in enumerate(zip(xs, ys, strict=True)):
+        last = i == len(xs) - 1 and len(xs) > 1
+        ax.annotate(
+            fmt.format(y),
+            (x, y),
+            textcoords="offset points",
+            xytext=(-7 if last else 7, 5),
+            ha="right" if last else "left",
+            fontsize=8,
+        )
+
+
+def _plain_log_labels(ax: Any, values: list[float]) -> None:
+    """A log y axis labelled with plain numbers (1, 10, 100; also 2 and 5 between them when
+    the values span under two decades), not powers of ten."""
+    from matplotlib.ticker import FuncFormatter
+
+    positive = [v for v in values if v > 0]
+    narrow = math.log10(max(positive) / min(positive)) < 2
+
+    def minor(value: float, _pos: int) -> str:
+        mantissa = round(value / 10 ** math.floor(math.log10(value)))
+        return f"{value:,g}" if narrow and mantissa in (2, 5) else ""
+
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _pos: f"{value:,g}"))
+    ax.yaxis.set_minor_formatter(FuncFormatter(minor))
+
+
+def plot_results(result: dict[str, Any], path: Path) -> None:
+    """Draw a results dict as a two-panel PNG at `path`: (a) added latency (p50, p99
+    lighter) and (b) the proxy's CPU per call (SeaweedFS's behind Polar dashed), each
+    against concurrent sessions, one line per proxy measured."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullLocator
+
+    rows = [r for r in result["rows"] if r["target"] in PLOTTED]
+    sessions = sorted({r["sessions"] for r in result["rows"]})
+    fig, (lat, cpu) = plt.subplots(1, 2, figsize=(11, 4.6))
+    lat_values: list[float] = []
+    cpu_values: list[float] = []
+    for target, (label, color) in PLOTTED.items():
+        mine = sorted((r for r in rows if r["target"] == target), key=lambda r: r["sessions"])
+        if target == "litellm" and result.get("litellm", {}).get("version"):
+            label = f"LiteLLM proxy {result['litellm']['version']}"
+        timed = [r for r in mine if "added_p50_ms" in r]
+        if timed:
+            xs = [r["sessions"] for r in timed]
+            p50 = [r["added_p50_ms"] for r in timed]
+            p99 = [r["added_p99_ms"] for r in timed]
+            lat.plot(xs, p50, "-o", color=color, label=f"{label}, p50")
+            lat.plot(xs, p99, "--", marker=".", color=color, alpha=0.4, label=f"{label}, p99")
+            _label_points(lat, xs, p50, "{:,.1f}")
+            lat_values += p50 + p99
+        process = PROXY_PROCESS[target]
+        spent = [r for r in mine if process in r.get("cpu_ms_per_call", {}) and r["calls"]]
+        if spent:
+            xs = [r["sessions"] for r in spent]
+            ms = [r["cpu_ms_per_call"][process] for r in spent]
+            cpu.plot(xs, ms, "-o", color=color, label=label)
+            _label_points(cpu, xs, ms, "{:.2f}")
+            cpu_values += ms
+        if target == "polar":
+            s3 = [r for r in spent if "seaweedfs" in r["cpu_ms_per_call"]]
+            if s3:
+                ms = [r["cpu_ms_per_call"]["seaweedfs"] for r in s3]
+                cpu.plot(
+                    [r["sessions"] for r in s3],
+                    ms,
+                    "--s",
+                    color=color,
+                    alpha=0.6,
+                    label="SeaweedFS (Polar's record writes)",
+                )
+                cpu_values += ms
+    for ax, values in ((lat, lat_values), (cpu, cpu_values)):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sessions, [str(s) for s in sessions])
+        ax.xaxis.set_minor_locator(NullLocator())
+        if _spans_decades(values):
+            ax.set_yscale("log", nonpositive="mask")
+            _plain_log_labels(ax, values)
+        else:
+            ax.set_ylim(bottom=min(0.0, *values) if values else 0.0)
+        ax.margins(y=0.1)  # room for the value labels
+        ax.set_xlabel("concurrent sessions")
+        ax.grid(True, which="both", alpha=0.3)
+        if values:
+            ax.legend(fontsize=8)
+    lat.set_ylabel("added latency over direct (ms)")
+    lat.set_title("(a) latency the proxy adds", fontsize=10)
+    cpu.set_ylabel("CPU per call (ms)")
+    cpu.set_title("(b) proxy process CPU per timed call", fontsize=10)
+    meta = result.get("meta", {})
+    litellm = result.get("litellm", {})
+    missing = "" if litellm.get("status") == "measured" else " (LiteLLM not measured)"
+    fig.suptitle(
+        f"Gateway overhead, {_payload_label(result)}{missing}\n{meta.get('date', '?')[:10]}, "
+        f"{meta.get('cpus', '?')} cores shared by every process, load average "
+        f"{meta.get('load_avg_1m_before', '?')} before the run",
+        fontsize=10,
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_plot(result: dict[str, Any], path: Path) -> Path | None:
+    """`plot_results`, or None with the reason printed when matplotlib is not installed."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        print(
+            "no plot: matplotlib is not installed (a dev dependency: pip install -e '.[dev]')",
+            file=sys.stderr,
+        )
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    plot_results(result, path)
+    return path
+
+
 def _added(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Fill in added latency per proxy row; the Polar / LiteLLM ratios per concurrency."""
     ratios: dict[str, Any] = {}
@@ -741,11 +890,36 @@ def main() -> None:
         help="run the gateway from this checkout (e.g. a git worktree of an earlier commit): "
         "`python -m polar.cli gateway` with it as working directory",
     )
+    parser.add_argument(
+        "--png",
+        type=Path,
+        default=None,
+        help="plot (default: the results JSON's path with .png; none without matplotlib)",
+    )
+    parser.add_argument(
+        "--plot-only",
+        type=Path,
+        metavar="JSON",
+        default=None,
+        help="run nothing: read this results file and write its plot (beside it, or --png)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs, S3 data)")
     parser.add_argument("--serve-upstream", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_upstream:
         serve_upstream(args.serve_upstream, args.prompt_tokens)
+        return
+    if args.plot_only:
+        try:
+            saved = json.loads(args.plot_only.read_text())
+        except (OSError, ValueError) as exc:
+            sys.exit(f"--plot-only: cannot read {args.plot_only}: {exc}")
+        if not isinstance(saved, dict) or not isinstance(saved.get("rows"), list):
+            sys.exit(f"--plot-only: {args.plot_only} is not a bench_gateway.py results file")
+        plot = write_plot(saved, args.png or args.plot_only.with_suffix(".png"))
+        if plot is None:
+            sys.exit(1)
+        print(f"plot: {plot}")
         return
     realistic = args.payload == "realistic"
     args.request = realistic_request() if realistic else REQUEST
@@ -853,7 +1027,8 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(markdown(result))
-    print(f"\nresults: {args.out}")
+    plot = write_plot(result, args.png or args.out.with_suffix(".png"))
+    print(f"\nresults: {args.out}" + (f", plot: {plot}" if plot else ""))
     if not records["ok"]:
         sys.exit(f"records check failed: {records}")
 
