@@ -748,9 +748,11 @@ def plot_results(result: dict[str, Any], path: Path) -> None:
         if _spans_decades(values):
             ax.set_yscale("log", nonpositive="mask")
             _plain_log_labels(ax, values)
-        else:
-            ax.set_ylim(bottom=min(0.0, *values) if values else 0.0)
-        ax.margins(y=0.1)  # room for the value labels
+        elif values:  # linear from 0 (or below, if a proxy came out faster than direct)
+            low, high = min(0.0, *values), max(0.0, *values)
+            pad = 0.1 * (high - low or 1.0)
+            ax.set_ylim(low - pad if low < 0 else 0.0, high + pad)
+        ax.margins(y=0.1)  # room for the value labels (log axes; linear ones are padded above)
         ax.set_xlabel("concurrent sessions")
         ax.grid(True, which="both", alpha=0.3)
         if values:
