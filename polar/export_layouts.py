@@ -137,6 +137,46 @@ def trl_row(
 
 # --------------------------------------------------------------------------- slime
 
+SLIME_SAMPLE_FIELDS = frozenset(
+    {
+        "group_index",
+        "index",
+        "rollout_id",
+        "prompt",
+        "tokens",
+        "multimodal_inputs",
+        "multimodal_train_inputs",
+        "multimodal_train_input_id",
+        "apply_chat_template_kwargs",
+        "response",
+        "response_length",
+        "label",
+        "reward",
+        "loss_mask",
+        "weight_versions",
+        "rollout_log_probs",
+        "rollout_top_p_token_ids",
+        "rollout_top_p_token_offsets",
+        "rollout_routed_experts",
+        "remove_sample",
+        "teacher_log_probs",
+        "status",
+        "metadata",
+        "generate_function_path",
+        "custom_rm_path",
+        "train_metadata",
+        "session_id",
+        "non_generation_time",
+        "spec_info",
+        "prefix_cache_info",
+    }
+)
+"""slime's documented `Sample` fields (THUDM/slime 624b824a, slime/utils/types.py), which a
+slime row may use: slime is not on PyPI (the name there is another project), so exports are
+checked against this schema (tests/test_export.py, scripts/check_trainer_layouts.py)."""
+SLIME_STATUSES = frozenset({"pending", "completed", "truncated", "aborted", "failed"})
+"""slime's `Sample.Status` values at the same commit."""
+
 SLIME_STATUS = {
     SessionStatus.COMPLETED: "completed",
     SessionStatus.HARNESS_FAILED: "failed",

@@ -56,46 +56,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from polar.export_layouts import SLIME_SAMPLE_FIELDS, SLIME_STATUSES
+
 REPO = Path(__file__).resolve().parents[1]
 TRAINERS = ("verl", "trl", "slime")
 
-SLIME_SAMPLE_FIELDS = frozenset(
-    {
-        "group_index",
-        "index",
-        "rollout_id",
-        "prompt",
-        "tokens",
-        "multimodal_inputs",
-        "multimodal_train_inputs",
-        "multimodal_train_input_id",
-        "apply_chat_template_kwargs",
-        "response",
-        "response_length",
-        "label",
-        "reward",
-        "loss_mask",
-        "weight_versions",
-        "rollout_log_probs",
-        "rollout_top_p_token_ids",
-        "rollout_top_p_token_offsets",
-        "rollout_routed_experts",
-        "remove_sample",
-        "teacher_log_probs",
-        "status",
-        "metadata",
-        "generate_function_path",
-        "custom_rm_path",
-        "train_metadata",
-        "session_id",
-        "non_generation_time",
-        "spec_info",
-        "prefix_cache_info",
-    }
-)
-"""`slime.utils.types.Sample`'s fields at THUDM/slime 624b824a (slime/utils/types.py)."""
-SLIME_STATUSES = frozenset({"pending", "completed", "truncated", "aborted", "failed"})
-"""`Sample.Status` values at the same commit."""
 DATASETS_JSON_ROUNDING = 5e-11
 """Largest change `datasets.load_dataset('json')` makes to a float it re-encodes (10 decimals)."""
 

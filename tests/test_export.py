@@ -311,40 +311,6 @@ VERL_AGENT_LOOP_OUTPUT = {
 }
 """Fields of verl 0.9.1 `verl.experimental.agent_loop.agent_loop.AgentLoopOutput` we fill
 (its others: `routed_experts`, multi-modal ones, `metrics`, all optional or defaulted)."""
-SLIME_SAMPLE_FIELDS = {
-    "group_index",
-    "index",
-    "rollout_id",
-    "prompt",
-    "tokens",
-    "multimodal_inputs",
-    "multimodal_train_inputs",
-    "multimodal_train_input_id",
-    "apply_chat_template_kwargs",
-    "response",
-    "response_length",
-    "label",
-    "reward",
-    "loss_mask",
-    "weight_versions",
-    "rollout_log_probs",
-    "rollout_top_p_token_ids",
-    "rollout_top_p_token_offsets",
-    "rollout_routed_experts",
-    "remove_sample",
-    "teacher_log_probs",
-    "status",
-    "metadata",
-    "generate_function_path",
-    "custom_rm_path",
-    "train_metadata",
-    "session_id",
-    "non_generation_time",
-    "spec_info",
-    "prefix_cache_info",
-}
-"""`slime.utils.types.Sample` fields (THUDM/slime 624b824a, slime/utils/types.py)."""
-SLIME_STATUSES = {"pending", "completed", "truncated", "aborted", "failed"}
 TRL_PROMPT_COMPLETION = {"prompt", "completion", "tools"}
 """TRL 1.16.0's conversational prompt–completion columns (message lists; `tools` its function
 schemas, as `apply_chat_template` takes them)."""
@@ -421,7 +387,7 @@ def test_trainer_layouts_keep_ids_masks_logprobs_reward_and_version(
         assert (t["reward"], t["policy_version"]) == (trace.reward, POLICY_VERSION)
         assert t["prompt"] == trace.prompt_messages and t["completion"] is not None
         assert t["completion"][-1] == ex.clean_message(trace.response_message or {})
-        assert set(s) <= SLIME_SAMPLE_FIELDS and s["status"] in SLIME_STATUSES
+        assert set(s) <= lay.SLIME_SAMPLE_FIELDS and s["status"] in lay.SLIME_STATUSES
         assert (s["tokens"], s["response_length"]) == (full, len(trace.response_ids))
         assert s["loss_mask"] == trace.loss_mask
         assert s["rollout_log_probs"] == trace.response_logprobs
