@@ -8,16 +8,11 @@ a session that made no model call, and a group with no spread.
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from polar.advantages import EPS, trace_advantages
-from polar.builders import get_builder
-from polar.builders.rewards import assign_rewards
-from polar.records import SessionStatus, Trace
-from tests.builders_support import context
-from tests.test_builders_rewards import three_calls
+from polar.records import SessionStatus
+from tests.test_builders_rewards import scored_group
 
 # (session, status, reward, calls): every terminal status once
 EVERY_OUTCOME = [
@@ -27,19 +22,6 @@ EVERY_OUTCOME = [
     ("broken", SessionStatus.ERROR, None, 2),
     ("stopped", SessionStatus.CANCELLED, None, 1),
 ]
-
-
-def scored_group(
-    policy: str, outcomes: list[tuple[str, SessionStatus, float | None, int]]
-) -> list[Trace]:
-    """Each session's per_request traces, scored under `policy` as `score_traces` does."""
-    traces: list[Trace] = []
-    for sid, status, reward, calls in outcomes:
-        ctx = dataclasses.replace(context("per_request", reward=policy), session_id=sid)
-        out = get_builder("per_request")(three_calls()[:calls], ctx)
-        assign_rewards(out.traces, reward, status)
-        traces += out.traces
-    return traces
 
 
 @pytest.mark.parametrize("policy", ["broadcast", "session_normalized"])

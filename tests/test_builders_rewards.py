@@ -139,15 +139,23 @@ MIXED_GROUP = [
 ]
 
 
-def mixed_group(policy: str) -> list[Trace]:
-    """Every session of MIXED_GROUP built by per_request and scored under `policy`."""
+def scored_group(
+    policy: str, outcomes: list[tuple[str, SessionStatus, float | None, int]]
+) -> list[Trace]:
+    """Each session (id, status, reward, calls) built by per_request and scored under
+    `policy` as `score_traces` does."""
     traces: list[Trace] = []
-    for sid, status, reward, calls in MIXED_GROUP:
+    for sid, status, reward, calls in outcomes:
         ctx = dataclasses.replace(context("per_request", reward=policy), session_id=sid)
         out = get_builder("per_request")(three_calls()[:calls], ctx)
         assign_rewards(out.traces, reward, status)
         traces += out.traces
     return traces
+
+
+def mixed_group(policy: str) -> list[Trace]:
+    """Every session of MIXED_GROUP, scored under `policy`."""
+    return scored_group(policy, MIXED_GROUP)
 
 
 @pytest.mark.parametrize("policy", ["broadcast", "session_normalized"])
