@@ -31,6 +31,7 @@ from tests.support.container_sessions import (
     skip_without_disk_watchdog,
     small_repo,
 )
+from tests.support.git import git as run_git
 
 pytestmark = pytest.mark.slow
 
@@ -116,13 +117,7 @@ async def test_git_source_at_a_ref(runtime: DockerRuntime, tmp_path: Path) -> No
     repo = small_repo(tmp_path)
 
     def git(*args: str) -> str:
-        return subprocess.run(
-            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
-            cwd=repo,
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
+        return run_git(repo, *args)
 
     git("init", "-q")
     git("add", ".")
@@ -396,7 +391,6 @@ async def test_session_end_to_end_in_docker(
 
 def test_service_image_builds_and_runs_polar(docker_image: str) -> None:
     """infra/deploy's image: the project installed from source, its CLI runs in a container."""
-    import subprocess
     import sys
 
     from tests.conftest import REPO

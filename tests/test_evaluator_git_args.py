@@ -21,6 +21,7 @@ from activities.evaluators.swebench import (
 from activities.runtimes.local import LocalRuntime
 from polar.contracts import NON_RETRYABLE_ERRORS, RuntimeHandle
 from polar.task_spec import CommandAction, EvaluatorSpec, RuntimeSpec, SweBenchSpec
+from tests.support.git import git
 
 SECRET = "TOP-SECRET-LINE-7f3a"
 
@@ -34,7 +35,7 @@ def repo(tmp_path: Path) -> Path:
     (repo / "setup.cfg").write_text("[tool:pytest]\naddopts = -q\n")
     (repo / "tests" / "test_a.py").write_text("def test_a():\n    assert True\n")
     for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "base"]):
-        _git(repo, *args)
+        git(repo, *args)
     (repo / "a.txt").write_text("a\nchanged\n")
     return repo
 
@@ -45,16 +46,6 @@ def trap(tmp_path: Path) -> Path:
     (tmp_path / "trap").mkdir()
     (tmp_path / "secret.txt").write_text(SECRET + "\n")
     return tmp_path / "trap"
-
-
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
-        cwd=repo,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
 
 
 def _bash(repo: Path, command: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
@@ -103,7 +94,7 @@ def _commands(base: str, tmp_path: Path) -> dict[str, str]:
 
 
 def test_each_git_call_reads_the_base_as_a_revision(repo: Path, trap: Path, tmp_path: Path) -> None:
-    head = _git(repo, "rev-parse", "HEAD")
+    head = git(repo, "rev-parse", "HEAD")
     (repo / "tests" / "test_a.py").write_text("changed by the patch\n")
     problems = []
     for base in _dangerous(trap):
@@ -128,13 +119,13 @@ def test_each_git_call_reads_the_base_as_a_revision(repo: Path, trap: Path, tmp_
             if not test_file.exists() or test_file.read_text() != "changed by the patch\n":
                 problems.append(f"{name} changed the workspace for {base!r}")
                 test_file.write_text("changed by the patch\n")
-            assert _git(repo, "rev-parse", "HEAD") == head
-            assert _git(repo, "diff", "--cached", "--name-only") == ""
+            assert git(repo, "rev-parse", "HEAD") == head
+            assert git(repo, "diff", "--cached", "--name-only") == ""
     assert not problems, "\n".join(problems)
 
 
 def test_the_commands_still_work_with_a_real_base(repo: Path, trap: Path, tmp_path: Path) -> None:
-    head = _git(repo, "rev-parse", "HEAD")
+    head = git(repo, "rev-parse", "HEAD")
     (repo / "tests" / "test_a.py").write_text("changed by the patch\n")
     (repo / "setup.cfg").write_text("[tool:pytest]\naddopts = -p no:tests\n")
     commands = _commands(head, tmp_path)
@@ -152,11 +143,11 @@ def test_the_commands_still_work_with_a_real_base(repo: Path, trap: Path, tmp_pa
     assert (repo / "tests" / "test_a.py").read_text().startswith("def test_a")
     # the fresh runtime's checkout: a no-op on the base, a checkout from elsewhere
     assert _bash(repo, commands["eval checkout"], tmp_path).returncode == 0
-    _git(repo, "commit", "-qam", "later")
-    assert _git(repo, "rev-parse", "HEAD") != head
+    git(repo, "commit", "-qam", "later")
+    assert git(repo, "rev-parse", "HEAD") != head
     done = _bash(repo, commands["eval checkout"], tmp_path)
     assert done.returncode == 0, done.stderr
-    assert _git(repo, "rev-parse", "HEAD") == head
+    assert git(repo, "rev-parse", "HEAD") == head
 
 
 @pytest.mark.parametrize("base", ["--output=/tmp/gaps10-x", "-p", "", "--end-of-options"])
