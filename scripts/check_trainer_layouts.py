@@ -35,11 +35,11 @@ a sample export. By hand:
 
     .venv-trainers/bin/python scripts/check_trainer_layouts.py EXPORT_DIR \\
         --model .polar/models/tiny-qwen3 --require verl,trl
-    .venv-trainers/bin/python scripts/check_trainer_layouts.py --sample OUT --require verl,trl
 
-`--sample OUT` first writes the 4-session export of tests/test_export.py
-(prefix_merging traces of a realistic agent session, with the tiny model's
-tokenizer) to OUT, with its `Trace` file, and then checks it. A trainer that
+The sample export (tests/test_export.py's 4 sessions, prefix_merging traces
+of a realistic agent session, with the tiny model's tokenizer) comes from
+`.venv/bin/python -m tests.support.sample_export OUT`, which writes OUT/export
+and its `Trace` file OUT/polar-traces.jsonl. A trainer that
 does not import is reported as skipped. That is an error (exit 1) only when the
 trainer is listed in `--require`.
 """
@@ -58,7 +58,6 @@ from typing import Any
 
 from polar.export_layouts import SLIME_SAMPLE_FIELDS, SLIME_STATUSES
 
-REPO = Path(__file__).resolve().parents[1]
 TRAINERS = ("verl", "trl", "slime")
 
 DATASETS_JSON_ROUNDING = 5e-11
@@ -396,48 +395,19 @@ def check_slime(out: Path, expected: Callable[[], Iterator[Expected]]) -> str:
     return f"{count} Samples = Polar's traces, {how}; first: {first}"
 
 
-# --------------------------------------------------------------------------- a sample export
-
-
-def write_sample(out: Path, model: Path) -> Path:
-    """tests/test_export.py's 4-session export (prefix_merging) under `out`; its Trace file."""
-    sys.path.insert(0, str(REPO))
-    from polar import export as ex
-    from tests import test_export as te
-
-    records = te.realistic_records(model)
-    traces = te.build(records, "prefix_merging", model)
-    traces_file = out / "polar-traces.jsonl"
-    out.mkdir(parents=True, exist_ok=True)
-    traces_file.write_text("".join(t.model_dump_json() + "\n" for t in traces))
-    summary = ex.export_traces(traces, out / "export", ["all"], records=te.all_records(records))
-    print(
-        f"sample: {summary.traces} traces of {summary.sessions} sessions exported to "
-        f"{out / 'export'} ({', '.join(sorted(summary.files))}); Polar's traces: {traces_file}"
-    )
-    return traces_file
-
-
 # --------------------------------------------------------------------------- main
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    parser.add_argument("out", type=Path, nargs="?", help="a `polar export` directory")
+    parser.add_argument("out", type=Path, help="a `polar export` directory")
     parser.add_argument("--traces", type=Path, action="append", help="Polar Trace JSONL")
     parser.add_argument("--model", type=Path, help="a model dir for TRL's SFTTrainer")
-    parser.add_argument("--sample", type=Path, help="write tests/test_export.py's export here")
     parser.add_argument("--require", default="", help="trainers that must import: verl,trl")
     args = parser.parse_args(argv)
     required = {name for name in args.require.split(",") if name}
     if required - set(TRAINERS):
         parser.error(f"--require: unknown trainers {sorted(required - set(TRAINERS))}")
-    if args.sample is not None:
-        args.model = args.model or REPO / ".polar" / "models" / "tiny-qwen3"
-        args.traces = [write_sample(args.sample, args.model)]
-        args.out = args.sample / "export"
-    if args.out is None:
-        parser.error("give an export directory, or --sample OUT")
     traces = args.traces or [args.out / "traces.jsonl"]
     for path in traces:
         if not path.is_file():

@@ -52,4 +52,6 @@ if (( $# )); then
 fi
 sample=$(mktemp -d)
 trap 'rm -rf "$sample"' EXIT
-$VENV/bin/python scripts/check_trainer_layouts.py --sample "$sample" --require verl,trl
+.venv/bin/python -m tests.support.sample_export "$sample"
+$VENV/bin/python scripts/check_trainer_layouts.py "$sample/export" \
+  --traces "$sample/polar-traces.jsonl" --model .polar/models/tiny-qwen3 --require verl,trl

@@ -19,6 +19,7 @@ from tests.builders_support import (
     TINY_MODEL,
     tokenizer_dir_fixture,  # noqa: F401  (the tokenizer_dir fixture)
 )
+from tests.support.sample_export import write_sample
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -38,9 +39,9 @@ check = load_check()
 
 @pytest.fixture(scope="module")
 def sample(tokenizer_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """tests/test_export.py's 4-session export, as `--sample` writes it (export/, Trace file)."""
+    """tests/test_export.py's 4-session export and its Trace file (tests.support.sample_export)."""
     out = tmp_path_factory.mktemp("sample")
-    check.write_sample(out, tokenizer_dir)
+    write_sample(out, tokenizer_dir)
     return out
 
 
