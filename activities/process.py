@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from polar.processes import die_with_parent
+from polar.processes import dying_with_parent
 
 
 @dataclass
@@ -49,17 +49,13 @@ async def run_shell(
     started = time.monotonic()
     with open(stdout, "ab") as out, open(stderr, "ab") as err:
         proc = await asyncio.create_subprocess_exec(
-            *wrap,
-            "bash",
-            "-c",
-            command,
+            *dying_with_parent([*wrap, "bash", "-c", command]),
             cwd=cwd,
             env=env,
             stdout=out,
             stderr=err,
             stdin=asyncio.subprocess.DEVNULL,
             start_new_session=True,
-            preexec_fn=die_with_parent,
         )
 
         async def tick() -> None:

@@ -37,7 +37,7 @@ import httpx
 from polar import search_attributes
 from polar.assets import AssetMissing, asset_dir
 from polar.credentials import dev_secrets_path, with_dev_secrets
-from polar.processes import die_with_parent
+from polar.processes import dying_with_parent
 from polar.settings import Settings
 
 
@@ -428,14 +428,13 @@ class DevStack:
         self.stop(service.name, quiet=True)
         logfile = open(self.log_path(service.name), "ab")  # noqa: SIM115 - handed to the child
         proc = subprocess.Popen(
-            service.argv,
+            dying_with_parent(service.argv) if self.die_with_parent else service.argv,
             stdout=logfile,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             env=os.environ | service.env,
             cwd=service.cwd,
             start_new_session=True,
-            preexec_fn=die_with_parent if self.die_with_parent else None,
         )
         self._pidfile(service.name).write_text(str(proc.pid))
         deadline = time.monotonic() + service.start_timeout_s

@@ -3,17 +3,27 @@
 from __future__ import annotations
 
 import contextlib
-import ctypes
+import functools
 import os
+import shutil
 import signal
+from collections.abc import Sequence
 
-PR_SET_PDEATHSIG = 1
+
+@functools.cache
+def _setpriv() -> str | None:
+    return shutil.which("setpriv")
 
 
-def die_with_parent() -> None:
-    """In a child between fork and exec: get SIGKILL when the parent process dies (Linux)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+def dying_with_parent(argv: Sequence[str]) -> list[str]:
+    """`argv`, run so that it gets SIGKILL when this process dies (Linux): `setpriv
+    --pdeathsig KILL -- argv` sets the signal and execs `argv` (same pid, no extra process).
+
+    Not a `preexec_fn`: Python code between fork and exec can deadlock in a threaded
+    process (a lock another thread held at the fork stays held in the child), which hung a
+    worker's `evaluate` in CI. Without `setpriv`, `argv` unchanged."""
+    setpriv = _setpriv()
+    return [setpriv, "--pdeathsig", "KILL", "--", *argv] if setpriv else list(argv)
 
 
 def pids_with_env(entry: str) -> list[int]:
