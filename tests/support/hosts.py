@@ -24,7 +24,7 @@ import docker
 import pytest
 
 from polar.contracts import SessionResult, TaskResult
-from polar.processes import die_with_parent
+from polar.processes import dying_with_parent
 from polar.records import SessionStatus
 from polar.sdk import PolarClient
 from polar.task_spec import TaskSpec
@@ -131,11 +131,10 @@ class Engine:
             str(self.root / "docker.pid"),
         ]
         self.proc = subprocess.Popen(
-            argv,
+            dying_with_parent(argv),
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=die_with_parent,
         )
 
         def answers() -> bool:

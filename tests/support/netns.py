@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from polar.processes import die_with_parent
+from polar.processes import dying_with_parent
 
 HOLD = "import signal, socket, sys; socket.sethostname(sys.argv[1]); print('ready', flush=True); "
 HOLD += "signal.pause()"
@@ -118,12 +118,11 @@ def _free_subnet() -> int:
 def _holder(name: str) -> subprocess.Popen:
     argv = ["unshare", "--net", "--uts", "--", sys.executable, "-c", HOLD, name]
     proc = subprocess.Popen(
-        argv,
+        dying_with_parent(argv),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
-        preexec_fn=die_with_parent,
     )
     if proc.stdout.readline().strip() != "ready":  # type: ignore[union-attr]
         proc.kill()
