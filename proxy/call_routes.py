@@ -14,7 +14,6 @@ routes, including these, also make the OpenAPI schema.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable, Mapping
 
 from starlette.requests import Request
@@ -25,8 +24,6 @@ from polar.providers import APIError, ProviderAPI, get_provider
 from polar.session_keys import SessionIdentity
 from proxy.auth import resolve_session
 from proxy.errors import error_response, unexpected_error_response
-
-log = logging.getLogger("polar.gateway")
 
 CALL_ROUTES: dict[str, str] = {
     "/chat/completions": "openai_chat",
