@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -29,6 +31,7 @@ import pytest
 
 from activities.runtimes.channel import (
     FORWARDER_NAME,
+    FORWARDER_SCRIPT,
     PLACEHOLDER_KEY,
     SANDBOX_DIR,
     SANDBOX_GATEWAY_URL,
@@ -396,6 +399,66 @@ async def test_with_forwarder_fails_loudly_without_a_relay(tmp_path: Path) -> No
     assert proc.returncode != 0
     assert "ran" not in proc.stdout
     assert "forwarder did not start" in proc.stderr
+
+
+async def test_with_forwarder_listens_before_the_command_runs(
+    channel_gateway: ChannelGateway, tmp_path: Path
+) -> None:
+    """The command's very first instruction reaches the gateway (it runs only once the port
+    listens: no readiness wait of its own), it runs with SIGPIPE as usual (python ignores it;
+    the exec in its place restores it), and its exit code is the result."""
+    _, key = channel_gateway.session()
+    channel_gateway.backend.push(text("first try"))
+    port = free_port()
+    probe = (
+        "import json, urllib.request\n"
+        f"call = urllib.request.Request('http://127.0.0.1:{port}/v1/chat/completions',\n"
+        f"    data=json.dumps({{'model': 'm', 'messages': {MESSAGES!r}}}).encode(),\n"
+        "    headers={'content-type': 'application/json'})\n"
+        "print(json.load(urllib.request.urlopen(call, timeout=30))['choices'][0]['message']"
+        "['content'])\n"
+    )
+    script = (
+        f"python3 -c {shlex.quote(probe)}; yes | head -c1 >/dev/null; "
+        "echo pipe=${PIPESTATUS[0]}; exit 7"
+    )
+    async with GatewayRelay(tmp_path / "channel", channel_gateway.url, key) as relay:
+        proc = await asyncio.create_subprocess_exec(
+            "bash",
+            "-c",
+            with_forwarder(script, str(relay.channel_dir), port=port),
+            env={"PATH": "/usr/bin:/bin", "TMPDIR": str(tmp_path)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,  # the forwarder it leaves (no sandbox here) is killed below
+        )
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(), 60)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 7, err.decode()
+    assert out.decode().split() == ["first", "try", "pipe=141"]
+
+
+async def test_with_forwarder_never_runs_the_command_when_the_port_is_taken(
+    tmp_path: Path,
+) -> None:
+    shutil.copyfile(FORWARDER_SCRIPT, tmp_path / FORWARDER_NAME)
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        command = with_forwarder("echo ran", str(tmp_path), port=port)
+        proc = await asyncio.to_thread(
+            subprocess.run,
+            ["bash", "-c", command],
+            env={"PATH": "/usr/bin:/bin"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert proc.returncode == 97
+    assert "ran" not in proc.stdout
+    assert f"forwarder did not start on 127.0.0.1:{port}" in proc.stderr
 
 
 @pytest.mark.slow

@@ -30,6 +30,7 @@ from polar.records import SessionStatus
 from polar.storage import Storage, artifact_key, session_prefix
 from polar.swe import SweInstance, instance_to_task
 from tests.support.harness_stack import HarnessStack
+from tests.support.histories import activity_order
 from tests.support.swe_tasks import bundled_fix
 from tests.test_harness_clis import CLI_BUDGET_S, PLAN
 
@@ -38,21 +39,6 @@ pytestmark = pytest.mark.slow
 INSTANCE = "polar-tasks__intervals-1"
 CHECK = "python -m pytest -q -p no:cacheprovider tests"
 CASES = [(k, v) for k in ("pi", "codex", "claude_code", "qwen_code") for v in ("gold", "wrong")]
-
-
-async def _activity_order(stack: HarnessStack, session_id: str) -> list[tuple[str, str]]:
-    """(event, activity) of each activity scheduled or completed, in history order."""
-    history = await stack.polar.client.get_workflow_handle(session_id).fetch_history()
-    names: dict[int, str] = {}
-    order = []
-    for e in history.events:
-        if e.HasField("activity_task_scheduled_event_attributes"):
-            names[e.event_id] = e.activity_task_scheduled_event_attributes.activity_type.name
-            order.append(("scheduled", names[e.event_id]))
-        elif e.HasField("activity_task_completed_event_attributes"):
-            sid = e.activity_task_completed_event_attributes.scheduled_event_id
-            order.append(("completed", names[sid]))
-    return order
 
 
 @pytest.mark.parametrize(("kind", "variant"), CASES, ids=[f"{k}-{v}" for k, v in CASES])
@@ -139,7 +125,7 @@ async def test_docker_harness_session_graded_by_swebench(
     assert sum(sum(t.loss_mask) for t in traces) == sampled
 
     # evaluator prewarm: its runtime was ready before the harness ended, and was used
-    order = await _activity_order(harness_stack, sid)
+    order = await activity_order(harness_stack.polar.client, sid)
     assert order.index(("scheduled", "prepare_eval_runtime")) < order.index(
         ("completed", "run_harness")
     )

@@ -13,7 +13,9 @@ from polar.processes import pids_with_env
 from polar.records import SessionStatus
 from polar.sdk import PolarClient
 from polar.task_spec import TaskSpec
+from tests.support.histories import activity_order
 from tests.support.polling import wait_for
+from workflows import replay as rp
 
 
 def _spec(task_id: str, command: str, tmp_path: Path, **extra: object) -> TaskSpec:
@@ -66,6 +68,38 @@ async def test_harness_and_evaluator_run_in_an_isolated_workspace(
     # teardown removed the workspaces
     runtimes = Path(polar.settings.data_dir) / "runtimes"
     assert not any((runtimes / s.session_id).exists() for s in result.sessions)
+    # both runtimes (the session's, the evaluator's) released side by side once evaluate ended
+    order = await activity_order(polar.client, result.sessions[0].session_id)
+    releases = [i for i, step in enumerate(order) if step == ("scheduled", "teardown")]
+    assert len(releases) == 2, order
+    assert order.index(("completed", "evaluate")) < releases[0]
+    assert releases[1] < order.index(("completed", "teardown")), order
+
+
+async def test_without_an_evaluator_the_runtime_is_released_while_traces_build(
+    polar: PolarClient, tmp_path: Path
+) -> None:
+    """Nothing needs the runtime after the run: its teardown starts with the build, not after
+    it (build and score touch only S3), and the session still completes with its traces."""
+    spec = _spec("stages-early", "echo done >> hello.txt", tmp_path, num_sessions=1, evaluator={})
+    result = await polar.wait(await polar.submit(spec), timeout_s=120)
+    (session,) = result.sessions
+    assert session.status == SessionStatus.COMPLETED and session.traces_key is not None
+    order = await activity_order(polar.client, session.session_id)
+    assert [a for e, a in order if e == "scheduled"].count("teardown") == 1
+    assert order.index(("completed", "run_harness")) < order.index(("scheduled", "teardown"))
+    assert order.index(("scheduled", "teardown")) < order.index(
+        ("completed", "build_trajectory")
+    ), order
+    assert not (Path(polar.settings.data_dir) / "runtimes" / session.session_id).exists()
+    # its history replays (stored as tests/histories/session-early-teardown.json with
+    # POLAR_RECORD_HISTORIES=1)
+    history = await rp.fetch_history(polar.client, session.session_id)
+    report = await rp.replay(history)
+    assert report.ok, report.explanation
+    if os.environ.get("POLAR_RECORD_HISTORIES"):
+        stored = Path(__file__).parent / "histories" / "session-early-teardown.json"
+        rp.save_history(history, stored)
 
 
 @pytest.mark.slow

@@ -27,6 +27,7 @@ Activities are referenced by name only; all I/O lives in `activities/`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -84,6 +85,10 @@ SCORE_STAGE_PATCH = "score-stage"
 # heartbeat could bring the cancel) ends the session before its next stage, instead of
 # being absorbed by the stage's result (histories before: the next stage ran)
 CANCEL_BETWEEN_STAGES_PATCH = "cancel-between-stages"
+# the runtimes are released as soon as nothing needs them (after the run without an
+# evaluator, else after evaluate), both at once, while build and score go on (histories
+# before: released one after the other once every stage had ended)
+EARLY_TEARDOWN_PATCH = "early-teardown"
 # the long stages, whose PolarStage is worth a visibility update
 UPSERTED_STAGES = frozenset({Stage.PREPARE, Stage.RUN, Stage.EVALUATE})
 
@@ -280,6 +285,8 @@ class Session:
             result.error = f"run_harness: {_error_text(exc)}"
         self._lap(result, Stage.RUN)
         self._stop_if_cancelled()
+        if task.evaluator.kind == "none":
+            self._release_early(spec, placed, queues)
 
         # whatever the harness did, its recorded calls become traces and get scored
         self._enter(Stage.BUILD, f"building traces with {task.builder.name}")
@@ -330,6 +337,7 @@ class Session:
             trace_rewards = evaluation.trace_rewards
             self._lap(result, Stage.EVALUATE)
             self._stop_if_cancelled()
+            self._release_early(spec, placed, queues)
 
         if build.num_traces == 0 and workflow.patched(SKIP_EMPTY_SCORE_PATCH):
             return  # nothing to score
@@ -523,6 +531,10 @@ class Session:
         the host holding them; runs on success, failure and cancellation alike. What teardown
         could not do is in the result's warnings."""
         self._enter(Stage.TEARDOWN, "releasing the runtime")
+        if placed.releases:  # started as soon as the runtimes were done with
+            for handle, queue, release in placed.releases:
+                await self._release(result, handle, queue, placed, release)
+            return
         teardown = stages.TEARDOWN
         shared = self._queue(teardown, queues, None)
         on = self._queue(teardown, queues, placed.host)
@@ -532,24 +544,67 @@ class Session:
         if placed.runtime is None:  # nothing prepared (or left on a lost host): close only
             on = shared
         await self._release(result, handle, on, placed)
-        prewarm = placed.prewarm
-        if prewarm is None:
+        if placed.prewarm is None:
             return
+        await self._release(result, await self._eval_handle(spec, placed), on, placed)
+
+    def _release_early(self, spec: SessionSpec, placed: _Placed, queues: Queues) -> None:
+        """Start releasing the session's runtime and its evaluator's (prewarm done: the
+        evaluator has run) now, side by side; `_teardown` awaits them. Build and score only
+        touch S3, so a slow container removal no longer delays the session's result."""
+        if placed.runtime is None or not workflow.patched(EARLY_TEARDOWN_PATCH):
+            return
+        on = self._queue(stages.TEARDOWN, queues, placed.host)
+        handles = [placed.runtime]
+        if placed.prewarm is not None and placed.prewarm.done():
+            handles.append(self._finished_eval_handle(spec, placed, placed.prewarm))
+        placed.releases = [(h, on, self._start_release(h, on, placed)) for h in handles]
+
+    async def _eval_handle(self, spec: SessionSpec, placed: _Placed) -> RuntimeHandle:
+        """The handle to release the evaluator's runtime by: its prewarm stopped first if it
+        still runs (then what it made is removed by id)."""
+        prewarm = placed.prewarm
+        assert prewarm is not None
         if not prewarm.done():  # still preparing: stop it, then remove what it made
             prewarm.cancel()
-        try:
-            eval_handle = await prewarm
+        with contextlib.suppress(ActivityError, asyncio.CancelledError):
+            await prewarm
+        return self._finished_eval_handle(spec, placed, prewarm)
+
+    def _finished_eval_handle(
+        self,
+        spec: SessionSpec,
+        placed: _Placed,
+        prewarm: workflow.ActivityHandle[RuntimeHandle],
+    ) -> RuntimeHandle:
+        """The evaluator runtime's handle from its ended prewarm; a bare one if it failed."""
+        if not prewarm.cancelled() and prewarm.exception() is None:
+            eval_handle = prewarm.result()
             if placed.host:  # the evaluator may have removed it already: not an error
                 eval_handle = eval_handle.model_copy(update={"workdir": ""})
-        except (ActivityError, asyncio.CancelledError):
-            eval_handle = RuntimeHandle(
-                kind=spec.task.runtime.kind,
-                session_id=f"{spec.session_id}-eval",
-                workdir="",
-                host="",
-                host_id=placed.runtime.host_id if placed.runtime else None,
-            )
-        await self._release(result, eval_handle, on, placed)
+            return eval_handle
+        return RuntimeHandle(
+            kind=spec.task.runtime.kind,
+            session_id=f"{spec.session_id}-eval",
+            workdir="",
+            host="",
+            host_id=placed.runtime.host_id if placed.runtime else None,
+        )
+
+    def _start_release(
+        self, handle: RuntimeHandle, queue: str, placed: _Placed
+    ) -> workflow.ActivityHandle[Any]:
+        teardown = stages.TEARDOWN
+        hosted = placed.host is not None and queue == placed.host.of(teardown.pool)
+        return workflow.start_activity(
+            teardown.activity,
+            handle,
+            task_queue=queue,
+            schedule_to_start_timeout=self._host_wait if hosted else None,
+            start_to_close_timeout=teardown.start_to_close(self._timeouts),
+            retry_policy=teardown.retry_policy(self._timeouts),
+            priority=self._priority,
+        )
 
     async def _release(
         self,
@@ -557,19 +612,13 @@ class Session:
         handle: RuntimeHandle,
         queue: str,
         placed: _Placed,
+        started: workflow.ActivityHandle[Any] | None = None,
     ) -> None:
-        teardown = stages.TEARDOWN
-        hosted = placed.host is not None and queue == placed.host.of(teardown.pool)
+        """Release `handle` (its teardown `started` already, or started now); a failure is a
+        warning of the result, a silent host's probed first."""
+        hosted = placed.host is not None and queue == placed.host.of(stages.TEARDOWN.pool)
         try:
-            await workflow.execute_activity(
-                teardown.activity,
-                handle,
-                task_queue=queue,
-                schedule_to_start_timeout=self._host_wait if hosted else None,
-                start_to_close_timeout=teardown.start_to_close(self._timeouts),
-                retry_policy=teardown.retry_policy(self._timeouts),
-                priority=self._priority,
-            )
+            await (started or self._start_release(handle, queue, placed))
         except ActivityError as exc:
             if (
                 hosted
@@ -593,6 +642,8 @@ class _Placed:
     runtime: RuntimeHandle | None = None
     host: HostQueues | None = None
     prewarm: workflow.ActivityHandle[RuntimeHandle] | None = None
+    # teardowns started early: (handle, queue, its activity)
+    releases: list[tuple[RuntimeHandle, str, workflow.ActivityHandle[Any]]] | None = None
 
 
 class _HostLost(Exception):

@@ -5,7 +5,8 @@ state is recorded as a commit, through `Runtime.run` so it works in every
 runtime:
 
 * a workspace that is not a git work tree (a `dir` source, no source) gets
-  `git init` and its files committed as HEAD (the harness sees a clean repo);
+  `git init` and its files committed as HEAD (the harness sees a clean repo),
+  in six git calls (a session's prepare waits for them);
 * a git work tree keeps its HEAD; if prepare left changes (a built file, an
   upload), they go into a commit on top of HEAD that HEAD does not move to.
 
@@ -46,10 +47,14 @@ def baseline_script(index: str) -> str:
     """The shell script that makes (if needed) and prints the baseline commit."""
     return f"""set -eu
 {NO_GIT_ABOVE}
-fresh=
 if ! {GIT} rev-parse --is-inside-work-tree >/dev/null 2>&1; then
   {GIT} -c init.defaultBranch=main init -q .
-  fresh=1
+  {GIT} add -A -- . {junk_excludes()}
+  commit=$(echo "polar: workspace after prepare" | {GIT} commit-tree "$({GIT} write-tree)")
+  printf 'update HEAD %s\\nupdate {BASELINE_REF} %s\\n' "$commit" "$commit" \\
+    | {GIT} update-ref --stdin
+  echo "polar-baseline=$commit"
+  exit 0
 fi
 idx={shlex.quote(index)}; rm -f "$idx"
 src=$({GIT} rev-parse --git-path index)
@@ -69,10 +74,6 @@ fi
 rm -f "$idx"
 unset GIT_INDEX_FILE
 {GIT} update-ref {BASELINE_REF} "$commit"
-if [ -n "$fresh" ]; then
-  {GIT} update-ref HEAD "$commit"
-  {GIT} read-tree "$commit"
-fi
 echo "polar-baseline=$commit"
 """
 

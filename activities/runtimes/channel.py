@@ -268,25 +268,20 @@ class GatewayRelay:
 
 
 def with_forwarder(command: str, channel_in_sandbox: str, port: int = SANDBOX_PORT) -> str:
-    """A bash command line that starts the forwarder in the background inside the sandbox
-    (`python3 {channel}/forwarder.py --socket {channel}/gateway.sock --port {port}`), waits until
-    127.0.0.1:{port} accepts connections (bounded, 10 s, then fails loudly to stderr), then runs
-    `command` with `exec bash -c ...` so the command's exit code is the result."""
+    """A bash command line that runs `command` behind the in-sandbox forwarder: `python3`
+    binds 127.0.0.1:{port}, forks the forwarder (`{channel}/forwarder.py`, spliced to
+    `{channel}/gateway.sock`, its stderr in `$TMPDIR/polar-forwarder-{port}.log`) and execs
+    `bash -c command` in its place, so the port listens before the command starts and the
+    command's exit code is the result. Without `python3` or the script, or when the port
+    cannot be bound, the command never runs: exit 97 and a line on stderr saying why."""
     channel = channel_in_sandbox.rstrip("/") or "/"
     script = shlex.quote(f"{channel}/{FORWARDER_NAME}")
     sock = shlex.quote(f"{channel}/{SOCKET_NAME}")
+    failed = f"polar: the gateway forwarder did not start on 127.0.0.1:{port}"
     return (
-        f'__polar_log="${{TMPDIR:-/tmp}}/polar-forwarder-{port}.log"; '
-        '{ : >"$__polar_log"; } 2>/dev/null || __polar_log=/dev/null; '
-        f"python3 -I {script} --socket {sock} --port {port} "
-        '</dev/null >/dev/null 2>"$__polar_log" & '
-        "__polar_fwd=$!; __polar_ready=; "
-        "for __polar_i in $(seq 1000); do "
-        f"if (: <>/dev/tcp/127.0.0.1/{port}) 2>/dev/null; then __polar_ready=1; break; fi; "
-        'kill -0 "$__polar_fwd" 2>/dev/null || break; sleep 0.01; done; '
-        'if [ -z "$__polar_ready" ]; then '
-        f"echo 'polar: the gateway forwarder did not start on 127.0.0.1:{port}' >&2; "
-        'cat "$__polar_log" >&2 2>/dev/null; exit 97; fi; '
-        "unset __polar_log __polar_fwd __polar_ready __polar_i; "
-        f"exec bash -c {shlex.quote(command)}"
+        f"if ! command -v python3 >/dev/null || [ ! -r {script} ]; then "
+        f"echo {shlex.quote(failed + ': no python3 or no ' + channel + '/' + FORWARDER_NAME)} >&2; "
+        "exit 97; fi; "
+        f"exec python3 -I -S {script} --socket {sock} --port {port} "
+        f'--log "${{TMPDIR:-/tmp}}/polar-forwarder-{port}.log" -- bash -c {shlex.quote(command)}'
     )

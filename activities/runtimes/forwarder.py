@@ -8,14 +8,21 @@ on to the other, so keep-alive, large bodies and SSE streams behave as on a
 direct connection. Threads, not asyncio: importing asyncio alone costs the
 sandbox's `python3` about 80 ms, on every session's start.
 
-    python3 forwarder.py --socket /run/polar/gateway.sock --port 4000 [--host 127.0.0.1]
+With a command after `--`, it binds the port, forks the forwarder into the
+background and execs the command in its own place: the port accepts
+connections before the command's first instruction, with no readiness polling
+(`channel.with_forwarder`). A port that cannot be bound ends it with exit 97
+before the command runs.
+
+    python3 -I -S forwarder.py --socket /run/polar/gateway.sock --port 4000 \
+        [--host 127.0.0.1] [--log FILE] [-- bash -c COMMAND]
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
+import signal
 import socket
 import sys
 import threading
@@ -61,9 +68,9 @@ def splice(client: socket.socket, socket_path: str) -> None:
     client.close()
 
 
-def serve(socket_path: str, host: str, port: int) -> None:
-    """Accept on `host:port` forever, each connection spliced on its own threads."""
-    with socket.create_server((host, port), backlog=128) as server:  # SO_REUSEADDR
+def serve(server: socket.socket, socket_path: str) -> None:
+    """Accept on `server` forever, each connection spliced on its own threads."""
+    with server:
         while True:
             client, _ = server.accept()
             # small writes go out at once, as on asyncio's TCP transports
@@ -71,23 +78,67 @@ def serve(socket_path: str, host: str, port: int) -> None:
             threading.Thread(target=splice, args=(client, socket_path), daemon=True).start()
 
 
+def _detach(log: str) -> None:
+    """In the forked forwarder: no stdin or stdout of the command's, stderr to `log`."""
+    null = os.open(os.devnull, os.O_RDWR)
+    try:
+        err = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    except OSError:
+        err = null
+    for fd, target in ((0, null), (1, null), (2, err)):
+        os.dup2(target, fd)
+
+
+USAGE = "usage: forwarder.py --socket PATH --port N [--host ADDR] [--log FILE] [-- COMMAND...]"
+OPTIONS = {"--socket": "socket", "--port": "port", "--host": "host", "--log": "log"}
+
+
+def parse(args: list[str]) -> tuple[dict[str, str], list[str]]:
+    """`--name value` options (OPTIONS) and the command after `--`; SystemExit(2) with the
+    usage otherwise. By hand: argparse (and the `re` it imports) costs each start ~10 ms."""
+    options = {"host": "127.0.0.1", "log": os.devnull}
+    rest = list(args)
+    while rest and rest[0] != "--":
+        flag = rest.pop(0)
+        if flag not in OPTIONS or not rest:
+            sys.exit(f"{USAGE}\nforwarder.py: bad argument {flag!r}")
+        options[OPTIONS[flag]] = rest.pop(0)
+    if "socket" not in options or not options.get("port", "").isdigit():
+        sys.exit(f"{USAGE}\nforwarder.py: --socket and a numeric --port are required")
+    return options, rest[1:]
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--socket", required=True, help="the relay's Unix socket")
-    parser.add_argument("--port", type=int, required=True, help="TCP port to serve")
-    parser.add_argument("--host", default="127.0.0.1", help="address to serve (default loopback)")
-    args = parser.parse_args(argv)
-    socket_path = args.socket
+    options, command = parse(sys.argv[1:] if argv is None else argv)
+    host, port = options["host"], int(options["port"])
+    try:
+        server = socket.create_server((host, port), backlog=128)  # SO_REUSEADDR
+    except OSError as exc:
+        print(
+            f"polar: the gateway forwarder did not start on {host}:{port}: {exc}",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 97
+    if command:
+        if os.fork() != 0:  # the command, in this process's place: the port already listens
+            server.close()
+            for sig in (signal.SIGPIPE, signal.SIGXFSZ):  # python ignores them; exec keeps that
+                signal.signal(sig, signal.SIG_DFL)
+            try:
+                os.execvp(command[0], command)
+            except OSError as exc:
+                print(f"polar: cannot run {command[0]}: {exc}", file=sys.stderr, flush=True)
+                return 127
+        _detach(options["log"])
+    socket_path = options["socket"]
     if len(socket_path.encode()) > 100:  # past sun_path's 108 bytes: connect from its dir
         os.chdir(os.path.dirname(socket_path) or ".")
         socket_path = os.path.basename(socket_path)
     try:
-        serve(socket_path, args.host, args.port)
+        serve(server, socket_path)
     except KeyboardInterrupt:
         return 0
-    except OSError as exc:
-        print(f"forwarder: cannot serve {args.host}:{args.port}: {exc}", file=sys.stderr)
-        return 1
     return 0
 
 
