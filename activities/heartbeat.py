@@ -11,7 +11,11 @@ runs inside a `Heartbeater`:
     handle = await heartbeating(runtime.prepare(request), step="preparing")
 
 It beats once on entry, then every `every_s` with its details (the latest
-`update`, what `progress()` returns, `elapsed_s`). `update` may be called from
+`update`, what `progress()` returns, `elapsed_s`). An activity's first moments
+(`QUIET_S`, at most a quarter of its heartbeat timeout) send nothing: every
+heartbeat the SDK sends is a write on the server, and most stages of a short
+session end within a second; a heartbeater that is still running then beats
+with its latest details. `update` may be called from
 a worker thread. Nested heartbeaters: the innermost one beats (with its
 parent's details under its own), the outer one waits until it is done, so
 the details a heartbeat carries are always the most specific. Outside an
@@ -36,14 +40,40 @@ HEARTBEAT_EVERY_S = 2.0
 """Seconds between heartbeats: well under any heartbeat timeout a stage gets (the SDK
 throttles what it sends to the server anyway)."""
 
+QUIET_S = 1.0
+"""How long an activity runs before its first heartbeat is sent (less where a quarter of
+its heartbeat timeout is shorter)."""
+
 _innermost: contextvars.ContextVar[Heartbeater | None] = contextvars.ContextVar(
     "polar_heartbeater", default=None
 )
+_activity_started: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "polar_activity_started", default=None
+)
+
+
+def mark_activity_start() -> None:
+    """Called as an activity starts (the worker's interceptor): its quiet time starts now."""
+    _activity_started.set(time.monotonic())
+
+
+def quiet_left() -> float:
+    """Seconds of the current activity's quiet start still to go (0 when it is over, when
+    outside an activity, or when its start was not marked)."""
+    started = _activity_started.get()
+    if started is None or not activity.in_activity():
+        return 0.0
+    quiet = QUIET_S
+    timeout = activity.info().heartbeat_timeout
+    if timeout:
+        quiet = min(quiet, timeout.total_seconds() / 4)
+    return max(0.0, started + quiet - time.monotonic())
 
 
 def heartbeat(**details: object) -> None:
-    """One heartbeat now with `details`; nothing outside an activity."""
-    if activity.in_activity():
+    """One heartbeat now with `details`; nothing outside an activity, nor in its quiet start
+    (a step that outlasts it beats again: a Heartbeater, a process's ticks)."""
+    if activity.in_activity() and quiet_left() == 0:
         activity.heartbeat(details)
 
 
@@ -84,8 +114,9 @@ class Heartbeater:
         return merged
 
     def beat(self) -> None:
-        """Heartbeat now (nothing outside an activity, nor while a nested one is active)."""
-        if self._children == 0 and activity.in_activity():
+        """Heartbeat now (nothing outside an activity, in its quiet start, nor while a nested
+        one is active)."""
+        if self._children == 0 and activity.in_activity() and quiet_left() == 0:
             activity.heartbeat(self.current_details())
 
     async def __aenter__(self) -> Heartbeater:
@@ -120,6 +151,10 @@ class Heartbeater:
             self._timer = None
 
     async def _tick(self) -> None:
+        quiet = quiet_left()
+        if quiet > 0:  # the entry beat was held back: the first one when the quiet time ends
+            await asyncio.sleep(quiet)
+            self.beat()
         while True:
             await asyncio.sleep(self.every_s)
             self.beat()

@@ -52,6 +52,7 @@ from temporalio.worker import (
     Interceptor,
 )
 
+from activities.heartbeat import mark_activity_start
 from polar.logs import log_context
 from polar.settings import Settings
 from workflows.queues import HostQueues, Queues
@@ -153,6 +154,7 @@ class _StageInbound(ActivityInboundInterceptor):
     async def execute_activity(self, input: ExecuteActivityInput) -> Any:
         info = activity.info()
         stage = info.activity_type
+        mark_activity_start()
         ids = _ids(input.args[0] if input.args else None)
         with log_context(**ids, stage=stage, attempt=info.attempt):
             if self.metrics:

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import http.server
 import socket
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +28,8 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.heartbeat import Heartbeater, heartbeat, heartbeating
+from activities import heartbeat as heartbeats
+from activities.heartbeat import Heartbeater, heartbeat, heartbeating, mark_activity_start
 from activities.runtimes import InvalidSource, SourceUnavailable
 from activities.runtimes import local as local_runtime
 from activities.runtimes.local import LocalRuntime, is_transient_git_error, materialise_source
@@ -78,6 +82,51 @@ async def test_it_beats_on_its_timer_with_the_latest_details() -> None:
     assert {"step": "loading completions", "records_read": 3, "records": 10}.items() <= last.items()
     assert all(isinstance(d["elapsed_s"], float) for d in beats.details)
     assert len(beats.details) >= 4
+
+
+async def test_an_activity_sends_nothing_in_its_quiet_start_then_its_latest_details(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A stage that ends within its quiet start costs the server no heartbeat; one that
+    outlasts it beats once the quiet time is over, with what it last reported."""
+    monkeypatch.setattr(heartbeats, "QUIET_S", 0.3)
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(env.info, heartbeat_timeout=timedelta(seconds=30))
+    beats = Beats(env)
+
+    async def short() -> None:
+        mark_activity_start()  # as the worker's interceptor does
+        heartbeat(step="teardown")
+        async with Heartbeater(every_s=10, step="building"):
+            await asyncio.sleep(0.05)
+
+    await env.run(short)
+    assert beats.details == []
+
+    async def long() -> float:
+        mark_activity_start()
+        started = time.monotonic()
+        heartbeat(step="harness starting")  # held back
+        async with Heartbeater(every_s=10, step="preparing") as hb:
+            hb.update(step="recording the workspace baseline")
+            await beats.when(lambda d: len(d) >= 1).wait()
+        return time.monotonic() - started
+
+    waited = await env.run(long)
+    assert waited >= 0.3
+    assert [d["step"] for d in beats.details] == ["recording the workspace baseline"]
+
+
+async def test_the_quiet_start_is_at_most_a_quarter_of_the_heartbeat_timeout() -> None:
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(env.info, heartbeat_timeout=timedelta(seconds=2))
+
+    async def quiet() -> float:
+        mark_activity_start()
+        return heartbeats.quiet_left()
+
+    assert 0.4 < await env.run(quiet) <= 0.5
+    assert ActivityEnvironment().run(heartbeats.quiet_left) == 0  # start not marked
 
 
 async def test_a_nested_heartbeater_beats_with_its_parents_details_then_hands_back() -> None:

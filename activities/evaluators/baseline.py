@@ -5,8 +5,9 @@ state is recorded as a commit, through `Runtime.run` so it works in every
 runtime:
 
 * a workspace that is not a git work tree (a `dir` source, no source) gets
-  `git init` and its files committed as HEAD (the harness sees a clean repo),
-  in six git calls (a session's prepare waits for them);
+  `git init` (without git's template files) and its files committed as HEAD
+  (the harness sees a clean repo), in six git calls: a session's prepare
+  waits for them;
 * a git work tree keeps its HEAD; if prepare left changes (a built file, an
   upload), they go into a commit on top of HEAD that HEAD does not move to.
 
@@ -48,7 +49,7 @@ def baseline_script(index: str) -> str:
     return f"""set -eu
 {NO_GIT_ABOVE}
 if ! {GIT} rev-parse --is-inside-work-tree >/dev/null 2>&1; then
-  {GIT} -c init.defaultBranch=main init -q .
+  {GIT} -c init.defaultBranch=main init -q --template= .
   {GIT} add -A -- . {junk_excludes()}
   commit=$(echo "polar: workspace after prepare" | {GIT} commit-tree "$({GIT} write-tree)")
   printf 'update HEAD %s\\nupdate {BASELINE_REF} %s\\n' "$commit" "$commit" \\

@@ -5,8 +5,10 @@ Runs inside the session's image (or the local sandbox) with the system
 connection gets its own Unix-socket connection and bytes are spliced both
 ways unchanged, a thread per direction; a half-close on one side is passed
 on to the other, so keep-alive, large bodies and SSE streams behave as on a
-direct connection. Threads, not asyncio: importing asyncio alone costs the
-sandbox's `python3` about 80 ms, on every session's start.
+direct connection. Every session's run starts it, so it imports only modules
+built into the interpreter (`_socket`, `_thread`, `_signal`, `os`): asyncio
+alone costs the sandbox's `python3` about 80 ms, and `socket`, `threading`
+and `signal` (with the `enum` and `selectors` they import) about 15 ms of CPU.
 
 With a command after `--`, it binds the port, forks the forwarder into the
 background and execs the command in its own place: the port accepts
@@ -20,22 +22,24 @@ before the command runs.
 
 from __future__ import annotations
 
-import contextlib
+import _signal  # type: ignore[import-not-found]  # no stub; `signal` would import enum
+import _socket
+import _thread
 import os
-import signal
-import socket
 import sys
-import threading
 
 CHUNK = 64 * 1024
+Socket = _socket.socket
 
 
-def _shut(sock: socket.socket, how: int) -> None:
-    with contextlib.suppress(OSError):  # already closed or reset
+def _shut(sock: Socket, how: int) -> None:
+    try:  # noqa: SIM105 - contextlib.suppress would cost an import
         sock.shutdown(how)
+    except OSError:  # already closed or reset
+        pass
 
 
-def pump(src: socket.socket, dst: socket.socket) -> None:
+def pump(src: Socket, dst: Socket) -> None:
     """Copy `src` to `dst` until EOF, then half-close `dst`; a reset on either side ends
     both directions (a clean EOF ends only its own)."""
     try:
@@ -44,15 +48,15 @@ def pump(src: socket.socket, dst: socket.socket) -> None:
             if not data:
                 break
             dst.sendall(data)
-        _shut(dst, socket.SHUT_WR)
+        _shut(dst, _socket.SHUT_WR)
     except OSError:
-        _shut(src, socket.SHUT_RDWR)
-        _shut(dst, socket.SHUT_RDWR)
+        _shut(src, _socket.SHUT_RDWR)
+        _shut(dst, _socket.SHUT_RDWR)
 
 
-def splice(client: socket.socket, socket_path: str) -> None:
+def splice(client: Socket, socket_path: str) -> None:
     """Splice one TCP connection to a new connection to `socket_path`, both ways."""
-    relay = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    relay = Socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         relay.connect(socket_path)
     except OSError as exc:
@@ -60,22 +64,43 @@ def splice(client: socket.socket, socket_path: str) -> None:
         relay.close()
         client.close()
         return
-    up = threading.Thread(target=pump, args=(client, relay), daemon=True)
-    up.start()
+    up_done = _thread.allocate_lock()
+    up_done.acquire()
+
+    def up() -> None:
+        try:
+            pump(client, relay)
+        finally:
+            up_done.release()
+
+    _thread.start_new_thread(up, ())
     pump(relay, client)
-    up.join()
+    up_done.acquire()  # the other direction has ended too
     relay.close()
     client.close()
 
 
-def serve(server: socket.socket, socket_path: str) -> None:
+def listen(host: str, port: int) -> Socket:
+    """A TCP socket listening on `host:port` (SO_REUSEADDR, as socket.create_server)."""
+    server = Socket(_socket.AF_INET, _socket.SOCK_STREAM)
+    try:
+        server.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
+        server.bind((host, port))
+        server.listen(128)
+    except OSError:
+        server.close()
+        raise
+    return server
+
+
+def serve(server: Socket, socket_path: str) -> None:
     """Accept on `server` forever, each connection spliced on its own threads."""
-    with server:
-        while True:
-            client, _ = server.accept()
-            # small writes go out at once, as on asyncio's TCP transports
-            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            threading.Thread(target=splice, args=(client, socket_path), daemon=True).start()
+    while True:
+        fd, _ = server._accept()  # type: ignore[attr-defined]  # what socket.accept wraps
+        client = Socket(fileno=fd)
+        # small writes go out at once, as on asyncio's TCP transports
+        client.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
+        _thread.start_new_thread(splice, (client, socket_path))
 
 
 def _detach(log: str) -> None:
@@ -112,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     options, command = parse(sys.argv[1:] if argv is None else argv)
     host, port = options["host"], int(options["port"])
     try:
-        server = socket.create_server((host, port), backlog=128)  # SO_REUSEADDR
+        server = listen(host, port)
     except OSError as exc:
         print(
             f"polar: the gateway forwarder did not start on {host}:{port}: {exc}",
@@ -123,8 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     if command:
         if os.fork() != 0:  # the command, in this process's place: the port already listens
             server.close()
-            for sig in (signal.SIGPIPE, signal.SIGXFSZ):  # python ignores them; exec keeps that
-                signal.signal(sig, signal.SIG_DFL)
+            for sig in (_signal.SIGPIPE, _signal.SIGXFSZ):  # python ignores them; exec keeps that
+                _signal.signal(sig, _signal.SIG_DFL)
             try:
                 os.execvp(command[0], command)
             except OSError as exc:
