@@ -329,13 +329,19 @@ class SessionActivities:
     async def _upload_logs(
         self, runtime: Runtime, handle: RuntimeHandle, log_name: str
     ) -> tuple[str, str]:
-        keys = []
-        for path in runtime.log_paths(handle, log_name):
+        """Upload the command's stdout and stderr side by side; their keys."""
+
+        def upload(path: Path) -> str:
             key = artifact_key(handle.session_id, path.name)
             data = path.read_bytes() if path.exists() else b""
-            await asyncio.to_thread(self.storage.put_bytes, key, data, "text/plain")
-            keys.append(key)
-        return keys[0], keys[1]
+            self.storage.put_bytes(key, data, "text/plain")
+            return key
+
+        stdout, stderr = runtime.log_paths(handle, log_name)
+        out, err = await asyncio.gather(
+            asyncio.to_thread(upload, stdout), asyncio.to_thread(upload, stderr)
+        )
+        return out, err
 
     # ------------------------------------------------------------------ postrun queue
     @activity.defn(name="build_trajectory")

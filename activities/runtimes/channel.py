@@ -75,6 +75,16 @@ class _QuietServer(uvicorn.Server):
     def __init__(self, config: uvicorn.Config) -> None:
         super().__init__(config)
         self._stopping = asyncio.Event()
+        self._started = asyncio.Event()
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if self.started:
+            self._started.set()
+
+    async def wait_started(self) -> None:
+        """Until the server accepts connections (set by `startup`, no polling)."""
+        await self._started.wait()
 
     def install_signal_handlers(self) -> None:  # uvicorn < 0.29
         pass
@@ -199,12 +209,13 @@ class GatewayRelay:
         )
         self._server = _QuietServer(config)
         self._task = asyncio.create_task(self._server.serve(sockets=[sock]), name=f"relay {path}")
-        while not self._server.started:
-            if self._task.done():
-                await self._close_client()
-                self._task.result()  # raises what stopped it
-                raise RuntimeError(f"gateway relay on {path} stopped while starting")
-            await asyncio.sleep(0.01)
+        started = asyncio.ensure_future(self._server.wait_started())
+        await asyncio.wait({self._task, started}, return_when=asyncio.FIRST_COMPLETED)
+        if not started.done():  # serve() ended first
+            started.cancel()
+            await self._close_client()
+            self._task.result()  # raises what stopped it
+            raise RuntimeError(f"gateway relay on {path} stopped while starting")
         path.chmod(0o666)
         return self
 

@@ -48,6 +48,8 @@ log = logging.getLogger("polar.worker")
 
 SANDBOX_ENV = "POLAR_SANDBOX"
 """Set to the session id in every command's environment: how `reap` finds leftovers."""
+OWNED_DIRS = ("home", "scratch", "tmp")
+"""The session dir's subdirs (beside the workspace) that belong to the harness user."""
 REAP_ROUNDS = 50  # most scans `reap` makes (a process may fork while it kills)
 
 
@@ -127,7 +129,8 @@ class LocalRuntime:
             asyncio.to_thread(materialise_source, request.source, workspace, (self.root,)),
             step="materialising the source",
         )
-        await asyncio.to_thread(self._own, [workspace])
+        # one chown for the fresh dirs and the source (a process each time: one, not two)
+        await asyncio.to_thread(self._own, [*(base / sub for sub in OWNED_DIRS), workspace])
         handle = RuntimeHandle(
             kind=self.kind,
             session_id=request.session_id,
@@ -147,12 +150,11 @@ class LocalRuntime:
             _check_reachable(self.root)
         base.mkdir(mode=0o711)
         base.chmod(0o711)
-        for sub in ("home", "scratch", "tmp"):
+        for sub in OWNED_DIRS:  # the harness user's (given to it once the source is in)
             (base / sub).mkdir(mode=0o700)
         for sub, mode in (("logs", 0o700), ("channel", 0o755)):
             (base / sub).mkdir(mode=mode)
             (base / sub).chmod(mode)
-        self._own([base / sub for sub in ("home", "scratch", "tmp")])
 
     def _own(self, paths: list[Path]) -> None:
         """Give `paths` (recursively, symlinks not followed) to the harness user."""
