@@ -3,7 +3,9 @@
 prepare_runtime (init queue) → run_harness (run queue) → build_trajectory →
 evaluate → score_traces (postrun queue) → teardown (init queue, always). Each
 stage's queue, timeout and retry rule come from the stage table
-(workflows/stages.py).
+(workflows/stages.py). Teardown starts as soon as nothing needs the runtimes
+(after the run without an evaluator, else after evaluate) and runs beside the
+stages that only touch S3; the session ends once both are done.
 Every evaluator grades in a fresh runtime (the task's source plus the
 session's changes), prepared by `prepare_eval_runtime` (init queue, with the
 instance's install) while the harness runs, off the critical path; it is torn
