@@ -263,6 +263,10 @@ class SessionActivities:
             )
 
         heartbeat(step="harness starting", attempt=attempt, sealed=bool(channel))
+        if info.attempt > 1:  # the last attempt's worker may have died without reaping: what it
+            # started may still run here (calling through this session's channel, holding the
+            # forwarder's port), and must not be recorded as this attempt's
+            await heartbeating(runtime.reap(request.runtime), step="reaping the last attempt")
         try:
             async with contextlib.AsyncExitStack() as stack:
                 if channel:
