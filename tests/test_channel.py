@@ -46,6 +46,7 @@ from polar.storage import Storage
 from proxy.app import create_app
 from tests.support import ScriptedBackend, scripted_backend, serve_app, text
 from tests.support.polling import wait_until
+from tests.support.ports import refusing_port
 
 SYSTEM_PYTHON = "/usr/bin/python3"
 MESSAGES = [{"role": "user", "content": "Say hello."}]
@@ -380,11 +381,12 @@ async def test_relays_side_by_side_keep_their_sessions_and_the_signal_handlers(
 
 
 async def test_gateway_unreachable_is_a_502(tmp_path: Path) -> None:
-    dead = f"http://127.0.0.1:{free_port()}"
-    async with GatewayRelay(tmp_path / "channel", dead, "pk-unused") as relay:
-        transport = httpx.AsyncHTTPTransport(uds=str(relay.socket_path))
-        async with httpx.AsyncClient(transport=transport) as client:
-            answer = await client.post("http://relay/v1/chat/completions", json={})
+    with refusing_port() as port:
+        dead = f"http://127.0.0.1:{port}"
+        async with GatewayRelay(tmp_path / "channel", dead, "pk-unused") as relay:
+            transport = httpx.AsyncHTTPTransport(uds=str(relay.socket_path))
+            async with httpx.AsyncClient(transport=transport) as client:
+                answer = await client.post("http://relay/v1/chat/completions", json={})
     assert answer.status_code == 502
     assert answer.json()["error"]["code"] == "gateway_unreachable"
 

@@ -21,7 +21,6 @@ import openai
 import pytest
 from openai import OpenAI
 
-from polar.devstack import free_port
 from polar.providers.base import split_text
 from polar.providers.openai_chat import render_chat_stream
 from polar.records import CompletionRecord
@@ -40,6 +39,7 @@ from tests.support import (
     text,
     tool_call,
 )
+from tests.support.ports import refusing_port
 
 TOOLS: list[dict[str, Any]] = [
     {
@@ -387,11 +387,13 @@ def test_admin_metrics_health_and_docs_only_on_the_admin_port(
 
 
 def test_round_robin_and_failover(base_settings: Settings, storage: Storage) -> None:
-    dead = f"http://127.0.0.1:{free_port()}/v1"
     with (
+        refusing_port() as port,  # a free_port() would be free for the gateway too
         scripted_backend([text(f"a{i}") for i in range(4)]) as one,
         scripted_backend([text(f"b{i}") for i in range(4)]) as two,
-        running_gateway(base_settings, [one.url, dead, two.url]) as gateway,
+        running_gateway(
+            base_settings, [one.url, f"http://127.0.0.1:{port}/v1", two.url]
+        ) as gateway,
     ):
         identity, key = gateway.session()
         client = gateway.client(key)
@@ -445,8 +447,10 @@ def test_missing_and_forged_keys_get_401(base_settings: Settings, storage: Stora
 def test_upstream_down_gives_502_and_a_failed_record(
     base_settings: Settings, storage: Storage
 ) -> None:
-    dead = f"http://127.0.0.1:{free_port()}/v1"
-    with running_gateway(base_settings, [dead]) as gateway:
+    with (
+        refusing_port() as port,
+        running_gateway(base_settings, [f"http://127.0.0.1:{port}/v1"]) as gateway,
+    ):
         identity, key = gateway.session()
         with pytest.raises(openai.InternalServerError) as caught:
             gateway.client(key).chat.completions.create(model="p", messages=MESSAGES, stream=True)

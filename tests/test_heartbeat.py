@@ -38,6 +38,7 @@ from polar.contracts import PrepareRequest
 from polar.settings import Settings
 from polar.storage import Storage
 from polar.task_spec import GitSource, RuntimeSpec
+from tests.support.ports import refusing_port
 
 
 class Beats:
@@ -280,12 +281,6 @@ def _silent_server() -> Iterator[str]:
         listener.close()
 
 
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_a_source_that_does_not_exist_is_invalid(tmp_path: Path, bare_repo: Path) -> None:
     with pytest.raises(InvalidSource, match="git clone failed: fatal: .*does not exist"):
         materialise_source(GitSource(url=f"{tmp_path}/missing.git"), tmp_path / "w1")
@@ -299,9 +294,8 @@ def test_a_source_that_does_not_exist_is_invalid(tmp_path: Path, bare_repo: Path
 def test_a_remote_that_refuses_or_errs_is_retried_and_a_retry_clones(
     tmp_path: Path, bare_repo: Path
 ) -> None:
-    refused = GitSource(url=f"http://127.0.0.1:{_closed_port()}/repo.git")
-    with pytest.raises(SourceUnavailable, match="git clone failed: fatal: unable to access"):
-        materialise_source(refused, tmp_path / "w1")
+    with refusing_port() as port, pytest.raises(SourceUnavailable, match="unable to access"):
+        materialise_source(GitSource(url=f"http://127.0.0.1:{port}/repo.git"), tmp_path / "w1")
     with _http_server(bare_repo.parent, failures=1) as url:
         source = GitSource(url=f"{url}/repo.git")
         with pytest.raises(SourceUnavailable, match="returned error: 503"):
@@ -367,6 +361,5 @@ async def test_prepare_runtime_heartbeats_the_clone_and_classifies_its_failure(
     with pytest.raises(ApplicationError) as info:  # the task's fault: not retried
         await env.run(acts.prepare_runtime, request("s-missing", f"{tmp_path}/none.git"))
     assert info.value.type == "InvalidSource" and info.value.non_retryable
-    refused = f"http://127.0.0.1:{_closed_port()}/repo.git"
-    with pytest.raises(SourceUnavailable):  # a plain error: Temporal retries the stage
-        await env.run(acts.prepare_runtime, request("s-refused", refused))
+    with refusing_port() as port, pytest.raises(SourceUnavailable):  # Temporal retries it
+        await env.run(acts.prepare_runtime, request("s-refused", f"http://127.0.0.1:{port}/r.git"))
