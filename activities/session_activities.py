@@ -267,6 +267,7 @@ class SessionActivities:
             # started may still run here (calling through this session's channel, holding the
             # forwarder's port), and must not be recorded as this attempt's
             await heartbeating(runtime.reap(request.runtime), step="reaping the last attempt")
+        relay: GatewayRelay | None = None
         try:
             async with contextlib.AsyncExitStack() as stack:
                 if channel:
@@ -328,6 +329,9 @@ class SessionActivities:
             artifact_keys=artifact_keys,
             artifacts_skipped=kept.notes(),
             detail=outcome.limit_exceeded,
+            # the channel was this run's only door to the gateway: what it forwarded bounds
+            # what this attempt can have recorded
+            relayed_calls=relay.forwarded if relay is not None else None,
         )
 
     async def _upload_logs(

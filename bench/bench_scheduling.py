@@ -758,8 +758,10 @@ async def bench_baseline(bench: Bench, args: argparse.Namespace) -> dict[str, An
         for system in systems:  # warm up: imports, sandbox, first polls
             await system.run_task("warm", 2)
         rows: dict[str, dict[str, Any]] = {s.name: {} for s in [*systems, direct]}
-        plan = [(phase, system) for phase in ("c1", "cN", "one_task") for system in systems]
-        plan.append(("one_task", direct))
+        phases = [p for p in ("c1", "cN", "one_task") if p in args.baseline_phases]
+        plan = [(phase, system) for phase in phases for system in systems]
+        if "one_task" in phases and not args.no_direct:
+            plan.append(("one_task", direct))
         for phase, system in plan:
             print(f"    {system.name} {phase} …", file=sys.stderr)
             cpu0 = proc_cpu_s(bench.stack.pid("temporal"))
@@ -1076,6 +1078,17 @@ def main() -> None:
         type=int,
         default=200,
         help="(d): sessions of the task whose child-start rate is measured",
+    )
+    g.add_argument(
+        "--baseline-phases",
+        type=lambda text: text.split(","),
+        default=["c1", "cN", "one_task"],
+        help="(d): the phases to run, of c1,cN,one_task (default all)",
+    )
+    g.add_argument(
+        "--no-direct",
+        action="store_true",
+        help="(d): skip the one task started without fan-out (polar_direct)",
     )
     g.add_argument("--large-sessions", type=int, default=1000, help="(e): sessions of the task")
     g.add_argument("--large-cap", type=int, default=50, help="(e): cap of each stage pool")

@@ -144,6 +144,11 @@ class HarnessResult(BaseModel):
     detail: str | None = Field(
         default=None, description="why the runtime stopped the harness, e.g. a resource limit"
     )
+    relayed_calls: int | None = Field(
+        default=None,
+        description="requests the session's sealed channel sent on to the gateway; None when "
+        "the harness could reach the gateway another way (an unsealed runtime)",
+    )
 
 
 class BuildRequest(BaseModel):

@@ -147,6 +147,11 @@ TEMPORAL_DEV_DYNAMIC_CONFIG: dict[str, object] = {
 """Dynamic config of the dev server (`temporal server start-dev`), a dev-stack property:
 a production cluster sets its own (more shards, its own rates)."""
 
+TEMPORAL_DEV_SQLITE_PRAGMAS: dict[str, str] = {
+    "journal_mode": "wal",
+    "synchronous": "normal",
+}
+
 
 @dataclass
 class Service:
@@ -269,6 +274,8 @@ class DevStack:
         argv += search_attributes.dev_server_flags()
         for key, value in TEMPORAL_DEV_DYNAMIC_CONFIG.items():
             argv += ["--dynamic-config-value", f"{key}={json.dumps(value)}"]
+        for key, value in TEMPORAL_DEV_SQLITE_PRAGMAS.items():
+            argv += ["--sqlite-pragma", f"{key}={value}"]
         return Service("temporal", argv, lambda: port_open(host, port), start_timeout_s=60)
 
     def seaweedfs(self) -> Service:

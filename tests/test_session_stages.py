@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 
-from activities.runtimes.local import SANDBOX_ENV
+from activities.runtimes.local import SANDBOX_ENV, LocalRuntime
 from polar.processes import pids_with_env
 from polar.records import SessionStatus
 from polar.sdk import PolarClient
@@ -81,7 +81,9 @@ async def test_without_an_evaluator_the_runtime_is_released_while_traces_build(
 ) -> None:
     """Nothing needs the runtime after the run: its teardown starts with the build, not after
     it (build and score touch only S3), and the session still completes with its traces."""
-    spec = _spec("stages-early", "echo done >> hello.txt", tmp_path, num_sessions=1, evaluator={})
+    # one request through the channel (a model list), so there may be records to build
+    harness = 'echo done >> hello.txt; curl -s -o /dev/null "$OPENAI_BASE_URL/models" || true'
+    spec = _spec("stages-early", harness, tmp_path, num_sessions=1, evaluator={})
     result = await polar.wait(await polar.submit(spec), timeout_s=120)
     (session,) = result.sessions
     assert session.status == SessionStatus.COMPLETED and session.traces_key is not None
@@ -100,6 +102,30 @@ async def test_without_an_evaluator_the_runtime_is_released_while_traces_build(
     if os.environ.get("POLAR_RECORD_HISTORIES"):
         stored = Path(__file__).parent / "histories" / "session-early-teardown.json"
         rp.save_history(history, stored)
+
+
+async def test_a_sealed_run_that_called_nothing_skips_build_and_score(
+    polar: PolarClient, tmp_path: Path
+) -> None:
+    """No request crossed the session's channel (its only door to the gateway) on its first
+    attempt, so no record can exist: the session ends after its run, without build or score."""
+    spec = _spec("stages-empty", "echo done >> hello.txt", tmp_path, num_sessions=1, evaluator={})
+    result = await polar.wait(await polar.submit(spec), timeout_s=120)
+    (session,) = result.sessions
+    assert session.status == SessionStatus.COMPLETED
+    order = await activity_order(polar.client, session.session_id)
+    scheduled = [a for e, a in order if e == "scheduled"]
+    if LocalRuntime(Path(polar.settings.data_dir) / "runtimes").sandbox.sealed:
+        assert scheduled == ["prepare_runtime", "run_harness", "teardown"], scheduled
+        assert (session.traces_key, session.num_completions) == (None, 0)
+    else:  # an unsealed local runtime: the harness could have called the gateway directly
+        print("local runtime not sealed here: the build is not skipped")
+        assert "build_trajectory" in scheduled, scheduled
+    history = await rp.fetch_history(polar.client, session.session_id)
+    report = await rp.replay(history)
+    assert report.ok, report.explanation
+    if os.environ.get("POLAR_RECORD_HISTORIES"):
+        rp.save_history(history, Path(__file__).parent / "histories" / "session-empty-run.json")
 
 
 @pytest.mark.slow

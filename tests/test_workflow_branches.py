@@ -296,6 +296,44 @@ async def test_a_harness_out_of_budget_ends_timeout_and_is_still_built_and_score
         assert session.session_id in stubs.sessions_of(stage), stage
 
 
+@pytest.mark.parametrize(
+    ("relayed", "attempts", "built"),
+    [
+        (0, 1, False),  # sealed, nothing forwarded, first attempt: nothing can be recorded
+        (1, 1, True),  # a request went through the channel: it may have been recorded
+        (None, 1, True),  # not sealed: the harness may have called the gateway directly
+        (0, 2, True),  # an earlier attempt may have left records
+    ],
+)
+async def test_build_is_skipped_only_when_nothing_can_have_been_recorded(
+    client: Client, relayed: int | None, attempts: int, built: bool
+) -> None:
+    async def run(request: HarnessRequest, attempt: int) -> HarnessResult:
+        if attempt < attempts:
+            raise ApplicationError("transient")
+        return HarnessResult(
+            status="completed",
+            exit_code=0,
+            duration_s=0.1,
+            stdout_key="stub/stdout",
+            stderr_key="stub/stderr",
+            attempt=request.attempt_base + attempt,
+            relayed_calls=relayed,
+        )
+
+    stubs = Stubs(script={"run_harness": run})
+    spec = task_spec("skip-build", evaluator={"kind": "none"})
+    async with serving(client, stubs) as queue:
+        session = only_session(await run_task(client, queue, spec))
+    assert session.status == SessionStatus.COMPLETED
+    mine = [c.activity for c in stubs.calls if c.session_id == session.session_id]
+    assert ("build_trajectory" in mine) is built, mine
+    assert "teardown" in mine
+    if not built:
+        assert (session.traces_key, session.num_completions, session.num_traces) == (None, 0, 0)
+        assert "score_traces" not in mine
+
+
 async def test_a_stage_past_its_timeout_is_retried_then_the_session_errors_naming_it(
     client: Client,
 ) -> None:

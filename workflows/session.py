@@ -91,6 +91,9 @@ CANCEL_BETWEEN_STAGES_PATCH = "cancel-between-stages"
 # evaluator, else after evaluate), both at once, while build and score go on (histories
 # before: released one after the other once every stage had ended)
 EARLY_TEARDOWN_PATCH = "early-teardown"
+# a first run whose sealed channel forwarded no request recorded nothing: build (and score)
+# are not called (histories before: build always called)
+SKIP_EMPTY_BUILD_PATCH = "skip-empty-build"
 # the long stages, whose PolarStage is worth a visibility update
 UPSERTED_STAGES = frozenset({Stage.PREPARE, Stage.RUN, Stage.EVALUATE})
 
@@ -99,6 +102,13 @@ HARNESS_STATUS = {
     "failed": SessionStatus.HARNESS_FAILED,
     "timeout": SessionStatus.TIMEOUT,
 }
+
+
+def _recorded_nothing(harness: Any) -> bool:
+    """Whether no model call can have been recorded for the session: its first run attempt
+    (no earlier one left records) had the sealed channel as its only door to the gateway,
+    and the channel forwarded no request."""
+    return harness.attempt == 1 and harness.relayed_calls == 0
 
 
 def _error_text(exc: BaseException) -> str:
@@ -258,6 +268,7 @@ class Session:
             placed.prewarm = self._start_prewarm(spec, queues, placed.host)
 
         self._enter(Stage.RUN, f"running {task.harness.kind} harness on {runtime.host}")
+        recorded_nothing = False
         try:
 
             def harness_request(issue: int) -> HarnessRequest:
@@ -277,6 +288,7 @@ class Session:
             harness = await self._on_host(stages.RUN_HARNESS, harness_request, queues, placed)
             result.status = HARNESS_STATUS[harness.status]
             result.harness_exit_code = harness.exit_code
+            recorded_nothing = _recorded_nothing(harness)
         except ActivityError as exc:
             if is_cancelled_exception(exc):
                 raise
@@ -290,6 +302,9 @@ class Session:
         if task.evaluator.kind == "none":
             self._release_early(spec, placed, queues)
 
+        no_records = recorded_nothing and task.evaluator.kind == "none"
+        if no_records and workflow.patched(SKIP_EMPTY_BUILD_PATCH):
+            return  # no record can exist: nothing to build or score
         # whatever the harness did, its recorded calls become traces and get scored
         self._enter(Stage.BUILD, f"building traces with {task.builder.name}")
         build = await self._stage(

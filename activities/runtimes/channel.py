@@ -177,6 +177,8 @@ class GatewayRelay:
         self._client: httpx.AsyncClient | None = None
         self._server: _QuietServer | None = None
         self._task: asyncio.Task[None] | None = None
+        self.forwarded = 0
+        """Requests sent on to the gateway so far (any path the channel serves)."""
 
     @property
     def socket_path(self) -> Path:
@@ -248,6 +250,7 @@ class GatewayRelay:
         if not _allowed(request.method, path):
             return _error(request, 404, f"{path} is not served on this channel", "not_found")
         assert self._client is not None
+        self.forwarded += 1
         headers = _clean_headers(request.headers, request.headers.get("connection", ""))
         headers = [(k, v) for k, v in headers if k.lower() != SESSION_KEY_HEADER]
         headers.append((SESSION_KEY_HEADER, self.session_key))
