@@ -633,6 +633,13 @@ def dev_server_config() -> dict[str, Any]:
     return dict(getattr(polar.devstack, "TEMPORAL_DEV_DYNAMIC_CONFIG", {}))
 
 
+def dev_server_sqlite() -> dict[str, str]:
+    """The dev server's SQLite pragmas the stack sets (a dev-server property)."""
+    import polar.devstack
+
+    return dict(polar.devstack.TEMPORAL_DEV_SQLITE_PRAGMAS)
+
+
 @dataclasses.dataclass
 class System:
     """One side of the comparison: how to run a task of n empty sessions and wait for it."""
@@ -795,6 +802,7 @@ async def bench_baseline(bench: Bench, args: argparse.Namespace) -> dict[str, An
             "evaluator": "none",
             "builder": "per_request",
             "dev_server_dynamic_config": dev_server_config(),
+            "dev_server_sqlite_pragmas": dev_server_sqlite(),
         },
         "polar": p,
         "bare": b,
@@ -1113,6 +1121,13 @@ def main() -> None:
         default="stack",
         help="dev server dynamic config: the stack's, or Temporal's defaults (to measure it)",
     )
+    parser.add_argument(
+        "--dev-sqlite",
+        choices=("stack", "default"),
+        default="stack",
+        help="dev server SQLite pragmas: the stack's (WAL, synchronous=normal), or SQLite's "
+        "defaults (rollback journal, synchronous=full)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS, help="results JSON")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs, S3 data)")
     parser.add_argument("--serve-backend", type=int, metavar="PORT", help=argparse.SUPPRESS)
@@ -1128,6 +1143,10 @@ def main() -> None:
         import polar.devstack
 
         polar.devstack.TEMPORAL_DEV_DYNAMIC_CONFIG = {}
+    if args.dev_sqlite == "default":
+        import polar.devstack
+
+        polar.devstack.TEMPORAL_DEV_SQLITE_PRAGMAS = {}
     started = time.monotonic()
     load = os.getloadavg()[0]
     if load > 0.5:

@@ -23,6 +23,7 @@ import boto3
 import obstore
 from botocore.config import Config
 from botocore.exceptions import ClientError
+from obstore.auth.boto3 import Boto3CredentialProvider
 from obstore.exceptions import NotFoundError
 from obstore.store import S3Store
 
@@ -96,6 +97,9 @@ def _object_store(s: Settings) -> S3Store:
     return S3Store(
         s.s3_bucket,
         config=config,
+        # no keys given: boto3's chain (environment, profiles, SSO, container or instance
+        # role), refreshed by obstore; none found there: obstore's own (environment, role)
+        credential_provider=None if s.s3_access_key else _boto3_credentials(),
         client_options={"allow_http": True, "connect_timeout": "5s", "timeout": "60s"},
         retry_config={
             "max_retries": 4,
@@ -107,6 +111,17 @@ def _object_store(s: Settings) -> S3Store:
             },
         },
     )
+
+
+_MISSING = (NotFoundError, FileNotFoundError)
+"""What obstore raises for a key that does not exist (its reads raise the built-in one)."""
+
+
+def _boto3_credentials() -> Boto3CredentialProvider | None:
+    try:
+        return Boto3CredentialProvider()
+    except ValueError:  # boto3 found no credentials
+        return None
 
 
 class Storage:
@@ -168,14 +183,14 @@ class Storage:
         """The object's bytes; `KeyError` if there is none."""
         try:
             return bytes(obstore.get(self.store, key).bytes())
-        except NotFoundError:
+        except _MISSING:
             raise KeyError(key) from None
 
     def exists(self, key: str) -> bool:
         try:
             obstore.head(self.store, key)
             return True
-        except NotFoundError:
+        except _MISSING:
             return False
 
     def list_keys(self, prefix: str) -> list[str]:
