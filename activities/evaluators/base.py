@@ -24,7 +24,7 @@ GIT = (
 )
 # git stops looking for a repository at the workspace (a workspace without .git must not
 # find one in a folder above it)
-NO_GIT_ABOVE = 'export GIT_CEILING_DIRECTORIES="$(dirname "$(pwd -P)")"'
+NO_GIT_ABOVE = 'above=$(pwd -P); above=${above%/*}; export GIT_CEILING_DIRECTORIES="${above:-/}"'
 
 
 class EvaluatorError(RuntimeError):

@@ -51,9 +51,11 @@ def baseline_script(index: str) -> str:
 if ! {GIT} rev-parse --is-inside-work-tree >/dev/null 2>&1; then
   {GIT} -c init.defaultBranch=main init -q --template= .
   {GIT} add -A -- . {junk_excludes()}
-  commit=$(echo "polar: workspace after prepare" | {GIT} commit-tree "$({GIT} write-tree)")
-  printf 'update HEAD %s\\nupdate {BASELINE_REF} %s\\n' "$commit" "$commit" \\
-    | {GIT} update-ref --stdin
+  commit=$({GIT} commit-tree -m "polar: workspace after prepare" "$({GIT} write-tree)")
+  {GIT} update-ref --stdin <<POLAR_REFS
+update HEAD $commit
+update {BASELINE_REF} $commit
+POLAR_REFS
   echo "polar-baseline=$commit"
   exit 0
 fi
