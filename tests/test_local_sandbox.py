@@ -133,6 +133,31 @@ async def test_commands_run_as_the_unprivileged_user_who_owns_the_workspace(
         await runtime.teardown(handle)
 
 
+async def test_what_the_worker_writes_in_home_is_the_harness_users_before_each_command(
+    session: tuple[LocalRuntime, RuntimeHandle], tmp_path: Path
+) -> None:
+    """Files the worker (root) puts in home and scratch between commands (a harness config,
+    an evaluator's input) are given to the harness user, without following a symlink."""
+    runtime, handle = session
+    outside = tmp_path / "outside.txt"  # root's, where a symlink in home points
+    outside.write_text("root's\n")
+    home = runtime.home(handle)
+    (home / ".config" / "tool").mkdir(parents=True)
+    (home / ".config" / "tool" / "settings.json").write_text("{}")
+    (home / "link").symlink_to(outside)
+    (runtime.scratch(handle) / "input.txt").write_text("in\n")
+    code, _, _, err = await _run(
+        runtime, handle, "cat ~/.config/tool/settings.json && echo more >> ~/.config/tool/x"
+    )
+    assert code == 0, err
+    uid = pwd.getpwnam(HARNESS_USER).pw_uid
+    for path in (home / ".config", home / ".config" / "tool" / "settings.json"):
+        assert path.stat().st_uid == uid, path
+    assert (runtime.scratch(handle) / "input.txt").stat().st_uid == uid
+    assert (home / "link").lstat().st_uid == uid  # the link itself
+    assert outside.stat().st_uid == os.geteuid()  # never what it points at
+
+
 async def test_nothing_outlives_the_command(session: tuple[LocalRuntime, RuntimeHandle]) -> None:
     runtime, handle = session
     beat, token = runtime.scratch(handle) / "beat", f"polar-beat-{uuid.uuid4().hex}"
