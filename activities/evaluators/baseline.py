@@ -4,10 +4,11 @@ Right after prepare (source in place, prepare actions done), the workspace's
 state is recorded as a commit, through `Runtime.run` so it works in every
 runtime:
 
-* a workspace that is not a git work tree (a `dir` source, no source) gets
-  `git init` (without git's template files) and its files committed as HEAD
-  (the harness sees a clean repo), in six git calls: a session's prepare
-  waits for them;
+* a workspace that is not a git work tree (no `.git`: a `dir` source, no source)
+  gets `git init` (without git's template files) and its files committed as
+  HEAD (the harness sees a clean repo), in three git calls (init, add, commit;
+  the baseline ref is written into `packed-refs`): a session's prepare waits
+  for them;
 * a git work tree keeps its HEAD; if prepare left changes (a built file, an
   upload), they go into a commit on top of HEAD that HEAD does not move to.
 
@@ -33,6 +34,7 @@ from polar.contracts import RuntimeHandle
 log = logging.getLogger("polar.worker")
 
 BASELINE_REF = "refs/polar/baseline"
+MESSAGE = "polar: workspace after prepare"
 IDENTITY = {
     "GIT_AUTHOR_NAME": "Polar",
     "GIT_AUTHOR_EMAIL": "polar@polar.invalid",
@@ -48,14 +50,13 @@ def baseline_script(index: str) -> str:
     """The shell script that makes (if needed) and prints the baseline commit."""
     return f"""set -eu
 {NO_GIT_ABOVE}
-if ! {GIT} rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+if [ ! -e .git ]; then
   {GIT} -c init.defaultBranch=main init -q --template= .
   {GIT} add -A -- . {junk_excludes()}
-  commit=$({GIT} commit-tree -m "polar: workspace after prepare" "$({GIT} write-tree)")
-  {GIT} update-ref --stdin <<POLAR_REFS
-update HEAD $commit
-update {BASELINE_REF} $commit
-POLAR_REFS
+  {GIT} -c commit.gpgsign=false commit -q --no-verify --allow-empty -m "{MESSAGE}"
+  read -r commit < .git/refs/heads/main
+  printf '# pack-refs with: peeled fully-peeled sorted \\n%s {BASELINE_REF}\\n' "$commit" \\
+    > .git/packed-refs
   echo "polar-baseline=$commit"
   exit 0
 fi
@@ -70,9 +71,9 @@ tree=$({GIT} write-tree)
 if [ -n "$parent" ] && [ "$tree" = "$({GIT} rev-parse "$parent^{{tree}}")" ]; then
   commit=$parent
 elif [ -n "$parent" ]; then
-  commit=$(echo "polar: workspace after prepare" | {GIT} commit-tree "$tree" -p "$parent")
+  commit=$({GIT} commit-tree -m "{MESSAGE}" "$tree" -p "$parent")
 else
-  commit=$(echo "polar: workspace after prepare" | {GIT} commit-tree "$tree")
+  commit=$({GIT} commit-tree -m "{MESSAGE}" "$tree")
 fi
 rm -f "$idx"
 unset GIT_INDEX_FILE
