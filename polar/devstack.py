@@ -465,6 +465,21 @@ class DevStack:
             f"see {self.log_path(service.name)}"
         )
 
+    def kill(self, name: str, timeout_s: float = 30.0) -> int:
+        """SIGKILL one part's process, as a crash would (what it started dies with it), and
+        wait until it is gone, so that a `start` right after starts a new one instead of
+        finding the dying one with its ready file; its pid."""
+        pid = self.pid(name)
+        if pid is None:
+            raise StackError(f"{name} is not running")
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + timeout_s
+        while self.pid(name) is not None:  # reaps it once it is a zombie of ours
+            if time.monotonic() > deadline:
+                raise StackError(f"{name} (pid {pid}) still alive {timeout_s:.0f}s after SIGKILL")
+            time.sleep(0.05)
+        return pid
+
     def stop(
         self,
         name: str,

@@ -20,8 +20,6 @@ and a fake backend that always answers, so it needs no model.
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 from pathlib import Path
 
 import httpx
@@ -98,9 +96,7 @@ async def test_worker_killed_in_each_stage_retries_and_loses_nothing(
         else:
             name = "prepare" if stage == "init" else "evaluate"
             await wait_for(lambda: _runs(marks, name) >= 1, 120, f"the {name} to start")
-        first = node.pid("worker")
-        assert first is not None
-        os.kill(first, signal.SIGKILL)
+        first = node.kill("worker")
         session_id = await _session_id(polar, run)
         before = {r.record_id for r in polar.storage.list_completions(session_id)}
         node.start_worker()  # a fresh process on the same queues
@@ -162,7 +158,7 @@ async def test_gateway_restarted_mid_call_loses_and_duplicates_nothing(
             120,
             "a call in flight after the first answer",
         )
-        os.kill(node.pid("gateway"), signal.SIGKILL)
+        node.kill("gateway")
         calls_at_kill = backend.calls
         await asyncio.sleep(2)  # the harness's SDK meets a dead port and backs off
         node.start_gateway()  # same port, a new process (a new gateway_id)

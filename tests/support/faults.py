@@ -107,6 +107,10 @@ class Node:
     def pid(self, part: str) -> int | None:
         return self.stack.pid(part)
 
+    def kill(self, part: str) -> int:
+        """SIGKILL `part` (a crash) and wait until it is gone; its pid."""
+        return self.stack.kill(part)
+
     def stop(self, part: str) -> None:
         self.stack.stop(part, quiet=True)
 
