@@ -65,6 +65,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.fake_vllm import json_asgi_app, vllm_answer  # noqa: E402
+from polar import devstack  # noqa: E402
 from polar.contracts import SessionResult  # noqa: E402
 from polar.devstack import DevStack, Service, free_port, http_ready  # noqa: E402
 from polar.records import SessionStatus  # noqa: E402
@@ -626,20 +627,6 @@ def ratio(top: dict[str, Any], bottom: dict[str, Any], phase: str, key: str) -> 
     return round(a / b, 2) if a and b else None
 
 
-def dev_server_config() -> dict[str, Any]:
-    """The dev server's dynamic config values the stack sets (a dev-server property)."""
-    import polar.devstack
-
-    return dict(getattr(polar.devstack, "TEMPORAL_DEV_DYNAMIC_CONFIG", {}))
-
-
-def dev_server_sqlite() -> dict[str, str]:
-    """The dev server's SQLite pragmas the stack sets (a dev-server property)."""
-    import polar.devstack
-
-    return dict(polar.devstack.TEMPORAL_DEV_SQLITE_PRAGMAS)
-
-
 @dataclasses.dataclass
 class System:
     """One side of the comparison: how to run a task of n empty sessions and wait for it."""
@@ -801,8 +788,9 @@ async def bench_baseline(bench: Bench, args: argparse.Namespace) -> dict[str, An
             "harness": "true",
             "evaluator": "none",
             "builder": "per_request",
-            "dev_server_dynamic_config": dev_server_config(),
-            "dev_server_sqlite_pragmas": dev_server_sqlite(),
+            # dev-server properties the stack sets (main() may have cleared them)
+            "dev_server_dynamic_config": dict(devstack.TEMPORAL_DEV_DYNAMIC_CONFIG),
+            "dev_server_sqlite_pragmas": dict(devstack.TEMPORAL_DEV_SQLITE_PRAGMAS),
         },
         "polar": p,
         "bare": b,
@@ -1140,13 +1128,9 @@ def main() -> None:
     parts = parts or ["utilisation", "overhead", "throughput", "baseline", "big_spec"]
 
     if args.dev_config == "default":
-        import polar.devstack
-
-        polar.devstack.TEMPORAL_DEV_DYNAMIC_CONFIG = {}
+        devstack.TEMPORAL_DEV_DYNAMIC_CONFIG = {}
     if args.dev_sqlite == "default":
-        import polar.devstack
-
-        polar.devstack.TEMPORAL_DEV_SQLITE_PRAGMAS = {}
+        devstack.TEMPORAL_DEV_SQLITE_PRAGMAS = {}
     started = time.monotonic()
     load = os.getloadavg()[0]
     if load > 0.5:

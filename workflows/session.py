@@ -51,6 +51,7 @@ with workflow.unsafe.imports_passed_through():
         BuildRequest,
         EvaluateRequest,
         HarnessRequest,
+        HarnessResult,
         PrepareRequest,
         RewardRequest,
         RuntimeHandle,
@@ -104,7 +105,7 @@ HARNESS_STATUS = {
 }
 
 
-def _recorded_nothing(harness: Any) -> bool:
+def _recorded_nothing(harness: HarnessResult) -> bool:
     """Whether no model call can have been recorded for the session: its first run attempt
     (no earlier one left records) had the sealed channel as its only door to the gateway,
     and the channel forwarded no request."""
