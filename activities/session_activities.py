@@ -239,8 +239,6 @@ class SessionActivities:
         except (HarnessNotInstalled, ValueError) as exc:
             raise invalid_input(str(exc), "InvalidHarness") from exc
         command, env = launch.command, launch.env
-        if channel:
-            command = with_forwarder(command, channel)
         log_name = f"harness-attempt{attempt}"
 
         counted: dict[str, Any] = {"at": -CALL_COUNT_EVERY_S, "calls": None}
@@ -270,9 +268,17 @@ class SessionActivities:
         relay: GatewayRelay | None = None
         try:
             async with contextlib.AsyncExitStack() as stack:
-                if channel:
+                if channel:  # served from the sandbox's own loopback, or by its forwarder
+                    listener = await stack.enter_async_context(
+                        runtime.open_channel(request.runtime)
+                    )
+                    if listener is None:
+                        command = with_forwarder(command, channel)
                     relay = GatewayRelay(
-                        runtime.channel_dir(request.runtime), self.settings.gateway_base_url, key
+                        runtime.channel_dir(request.runtime),
+                        self.settings.gateway_base_url,
+                        key,
+                        listener=listener,
                     )
                     await stack.enter_async_context(relay)
                 outcome = await runtime.run(

@@ -584,6 +584,35 @@ def proc_cpu_s(pid: int | None) -> float:
     return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
+def proc_cpu_split_s(pid: int | None) -> tuple[float, float]:
+    """(own, waited-for children) CPU seconds of `pid`: utime+stime, cutime+cstime."""
+    if not pid:
+        return float("nan"), float("nan")
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan"), float("nan")
+    tick = os.sysconf("SC_CLK_TCK")
+    return sum(int(x) for x in fields[11:13]) / tick, sum(int(x) for x in fields[13:15]) / tick
+
+
+def machine_busy_s() -> float:
+    """CPU seconds all cores spent busy since boot (/proc/stat: everything but idle, iowait)."""
+    cpu = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    ticks = [int(x) for x in cpu[:8]]  # user nice system idle iowait irq softirq steal
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_parts(bench: Bench, worker_pid: int | None) -> dict[str, float]:
+    """CPU seconds so far of each part of the stack, the worker split into its own and its
+    children's (sandbox, git, forwarder), and of the whole machine."""
+    own, children = proc_cpu_split_s(worker_pid)
+    parts = {"worker_own": own, "worker_children": children, "machine": machine_busy_s()}
+    for name in ("temporal", "seaweedfs", "gateway"):
+        parts[name] = proc_cpu_s(bench.stack.pid(name))
+    return parts
+
+
 def proc_peak_rss_mib(pid: int | None) -> float | None:
     """Peak resident set size (VmHWM) of `pid`, MiB."""
     if not pid:
@@ -619,6 +648,28 @@ async def start_rate(client: Any, query: str) -> dict[str, Any]:
         "children_per_s": round((len(starts) - 1) / spread, 2) if spread else None,
         "child_history": await history_size(client, found[-1][1]) if found else None,
     }
+
+
+def median_row(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One row for the rounds of a phase: the median of each number (nested dicts too), the
+    rounds' count; the first error when no round succeeded."""
+    ok = [r for r in runs if "error" not in r]
+    if not ok:
+        return runs[0]
+
+    def merge(values: list[Any]) -> Any:
+        first = values[0]
+        if isinstance(first, dict):
+            return {k: merge([v[k] for v in values if k in v]) for k in first}
+        if isinstance(first, (int, float)) and not isinstance(first, bool):
+            return round(statistics.median(values), 3)
+        return first
+
+    row = merge(ok)
+    row["rounds"] = len(ok)
+    if len(ok) < len(runs):
+        row["failed_rounds"] = len(runs) - len(ok)
+    return row
 
 
 def ratio(top: dict[str, Any], bottom: dict[str, Any], phase: str, key: str) -> float | None:
@@ -751,27 +802,42 @@ async def bench_baseline(bench: Bench, args: argparse.Namespace) -> dict[str, An
         )
         for system in systems:  # warm up: imports, sandbox, first polls
             await system.run_task("warm", 2)
-        rows: dict[str, dict[str, Any]] = {s.name: {} for s in [*systems, direct]}
+        rounds: dict[str, dict[str, list[dict[str, Any]]]] = {
+            s.name: {} for s in [*systems, direct]
+        }
         phases = [p for p in ("c1", "cN", "one_task") if p in args.baseline_phases]
-        plan = [(phase, system) for phase in phases for system in systems]
+        plan: list[tuple[str, System]] = []
+        for phase in phases:  # c1 and cN alternate the systems, round by round (drift)
+            for k in range(1 if phase == "one_task" else args.baseline_rounds):
+                plan += [(phase, s) for s in (systems if k % 2 == 0 else systems[::-1])]
         if "one_task" in phases and not args.no_direct:
             plan.append(("one_task", direct))
         for phase, system in plan:
             print(f"    {system.name} {phase} …", file=sys.stderr)
             cpu0 = proc_cpu_s(bench.stack.pid("temporal"))
+            parts0 = cpu_parts(bench, system.pid())
             finished.clear()
             try:
                 row = await measure_system(system, phase, args, client)
             except Exception as exc:  # noqa: BLE001 - recorded, the other phases go on
-                rows[system.name][phase] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+                error = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+                rounds[system.name].setdefault(phase, []).append(error)
                 continue
             row["server_cpu_ms_per_session"] = round(
                 1000 * (proc_cpu_s(bench.stack.pid("temporal")) - cpu0) / row["sessions"], 1
             )
+            parts1 = cpu_parts(bench, system.pid())
+            row["cpu_ms_per_session"] = {
+                k: round(1000 * (parts1[k] - parts0[k]) / row["sessions"], 1) for k in parts0
+            }
             row["load_avg_1m_after"] = round(os.getloadavg()[0], 2)
             if finished:  # the Session workflow's laps (workflow.time() at each stage's end)
                 row["mean_stage_s"] = mean_stages(finished)
-            rows[system.name][phase] = row
+            rounds[system.name].setdefault(phase, []).append(row)
+        rows = {
+            name: {phase: median_row(runs) for phase, runs in by_phase.items()}
+            for name, by_phase in rounds.items()
+        }
         p, b = rows["polar"], rows["bare"]
     ratios = {
         "c1_latency_p50": ratio(p, b, "c1", "latency_p50_s"),
@@ -784,6 +850,7 @@ async def bench_baseline(bench: Bench, args: argparse.Namespace) -> dict[str, An
             "sessions_cN": args.overhead_nc,
             "concurrency": args.overhead_concurrency,
             "one_task_sessions": args.one_task_sessions,
+            "rounds_c1_cN": args.baseline_rounds,
             "caps": [cap, cap, cap],
             "harness": "true",
             "evaluator": "none",
@@ -1080,6 +1147,12 @@ def main() -> None:
         type=lambda text: text.split(","),
         default=["c1", "cN", "one_task"],
         help="(d): the phases to run, of c1,cN,one_task (default all)",
+    )
+    g.add_argument(
+        "--baseline-rounds",
+        type=int,
+        default=3,
+        help="(d): rounds of c1 and cN, Polar and bare alternating; medians reported",
     )
     g.add_argument(
         "--no-direct",

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from activities.runtimes.base import InvalidRuntime
+from activities.runtimes.channel import SANDBOX_PORT
 from activities.runtimes.local import LocalRuntime
 from activities.runtimes.local_sandbox import HARNESS_USER, candidates, detect_sandbox
 from polar.contracts import PrepareRequest, RuntimeHandle
@@ -322,3 +323,44 @@ async def test_unprivileged_worker_mode_uses_its_own_namespaces(
         await _assert_stopped(beat, token)
     finally:
         await runtime.teardown(handle)
+
+
+async def test_an_open_channel_is_the_workers_socket_on_the_sandbox_loopback(
+    session: tuple[LocalRuntime, RuntimeHandle],
+) -> None:
+    """While the channel is open, every command of the session is in one network where the
+    worker listens at SANDBOX_PORT (no forwarder process); the command holds no descriptor
+    of the worker's (not the namespace's, not the listener's) and cannot open them."""
+    runtime, handle = session
+    connect = f"exec 3<>/dev/tcp/127.0.0.1/{SANDBOX_PORT} && echo hi >&3 && read -r got <&3"
+    code, _, _, err = await _run(runtime, handle, connect)
+    assert code != 0 and "refused" in err.lower(), "a closed channel's port is not served"
+    async with runtime.open_channel(handle) as listener:
+        assert listener is not None
+        listener.setblocking(False)
+        loop = asyncio.get_running_loop()
+
+        async def echo_once() -> None:
+            conn, _ = await loop.sock_accept(listener)
+            with conn:
+                data = await loop.sock_recv(conn, 64)
+                await loop.sock_sendall(conn, b"worker:" + data)
+
+        served = asyncio.create_task(echo_once())
+        worker_fds = f"/proc/{os.getpid()}/fd"
+        command = (
+            f'{connect} && echo "$got"; for f in /proc/$$/fd/*; do readlink "$f"; done '
+            '| tr "\\n" " "; echo; '
+            f"ls {worker_fds} >/dev/null 2>&1 && echo opened || echo denied"
+        )
+        code, _, out, err = await _run(runtime, handle, command)
+        await asyncio.wait_for(served, 10)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0] == "worker:hi"
+    held = lines[1].split()  # the shell's: stdin, the logs, its own connection
+    assert not [t for t in held if t.startswith("net:")], held
+    assert len([t for t in held if t.startswith("socket:")]) == 1, held
+    assert lines[2] == "denied"
+    code, _, _, err = await _run(runtime, handle, connect)
+    assert code != 0 and "refused" in err.lower(), "the channel's network went with it"

@@ -20,8 +20,10 @@ Tick = Callable[[float], Awaitable[None] | None] | None
 GIT = (
     "git -c safe.directory=* -c core.quotepath=false -c core.fsmonitor=false "
     "-c core.hooksPath=/dev/null -c diff.noprefix=false -c diff.mnemonicprefix=false "
-    "-c color.ui=false"
+    "-c color.ui=false -c maintenance.auto=false -c gc.auto=0"
 )
+"""Every git call of the evaluators and the baseline: no hooks or fsmonitor, fixed output,
+and no `git maintenance run --auto` after a commit (a second git process per baseline)."""
 # git stops looking for a repository at the workspace (a workspace without .git must not
 # find one in a folder above it)
 NO_GIT_ABOVE = 'above=$(pwd -P); above=${above%/*}; export GIT_CEILING_DIRECTORIES="${above:-/}"'

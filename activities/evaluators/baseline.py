@@ -9,6 +9,10 @@ runtime:
   HEAD (the harness sees a clean repo), in three git calls (init, add, commit;
   the baseline ref is written into `packed-refs`): a session's prepare waits
   for them;
+* an empty workspace on the worker's own disk (the local runtime, no source and
+  no prepare action that wrote there) gets the same repository and commit
+  written by the worker itself (`write_empty_repo`: the empty tree, the commit,
+  HEAD, config, refs), with no process at all;
 * a git work tree keeps its HEAD; if prepare left changes (a built file, an
   upload), they go into a commit on top of HEAD that HEAD does not move to.
 
@@ -22,9 +26,14 @@ nothing. Junk (caches, virtualenvs, node_modules) stays out of the commit.
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
 import re
 import shlex
+import zlib
+from datetime import datetime
+from pathlib import Path
 
 from activities.evaluators.base import GIT, NO_GIT_ABOVE, Tick, run_in
 from activities.evaluators.patches import junk_excludes
@@ -43,6 +52,12 @@ IDENTITY = {
     "GIT_COMMITTER_EMAIL": "polar@polar.invalid",
     "GIT_COMMITTER_DATE": "2000-01-01T00:00:00+00:00",
 }
+EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+GIT_INIT_CONFIG = (
+    "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n"
+    "\tlogallrefupdates = true\n"
+)
+"""What `git init` writes to `.git/config` (a non-bare repository, SHA-1 objects)."""
 _MARK = re.compile(r"^polar-baseline=([0-9a-f]{40,64})$", re.MULTILINE)
 
 
@@ -82,11 +97,56 @@ echo "polar-baseline=$commit"
 """
 
 
+def _git_object(kind: str, body: bytes) -> tuple[str, bytes]:
+    """(id, loose-object file content) of a git object."""
+    raw = f"{kind} {len(body)}\0".encode() + body
+    return hashlib.sha1(raw, usedforsecurity=False).hexdigest(), zlib.compress(raw)
+
+
+def empty_baseline_commit() -> tuple[str, bytes]:
+    """(id, loose object) of the baseline commit of an empty workspace, byte for byte what
+    the script's `git commit` makes (IDENTITY's names and dates, MESSAGE)."""
+
+    def who(role: str) -> str:
+        when = int(datetime.fromisoformat(IDENTITY[f"GIT_{role}_DATE"]).timestamp())
+        return f"{IDENTITY[f'GIT_{role}_NAME']} <{IDENTITY[f'GIT_{role}_EMAIL']}> {when} +0000"
+
+    body = f"tree {EMPTY_TREE}\nauthor {who('AUTHOR')}\ncommitter {who('COMMITTER')}\n\n{MESSAGE}\n"
+    return _git_object("commit", body.encode())
+
+
+def write_empty_repo(workspace: Path) -> str:
+    """Make the empty directory `workspace` the repository the baseline script would: `git
+    init` (no template) on branch main, HEAD the empty tree's baseline commit, also under
+    BASELINE_REF in `packed-refs`; its commit id. The worker's own files: the caller gives
+    them to the sandbox's user."""
+    if any(os.scandir(workspace)):
+        raise ValueError(f"{workspace} is not empty")
+    tree_id, tree = _git_object("tree", b"")
+    commit_id, commit = empty_baseline_commit()
+    git = workspace / ".git"
+    for sub in ("", "objects", "objects/info", "objects/pack", "refs", "refs/heads", "refs/tags"):
+        (git / sub).mkdir()
+    (git / "HEAD").write_text("ref: refs/heads/main\n")
+    (git / "config").write_text(GIT_INIT_CONFIG)
+    for oid, data in ((tree_id, tree), (commit_id, commit)):
+        (git / "objects" / oid[:2]).mkdir(exist_ok=True)
+        (git / "objects" / oid[:2] / oid[2:]).write_bytes(data)
+    (git / "refs" / "heads" / "main").write_text(f"{commit_id}\n")
+    (git / "packed-refs").write_text(
+        f"# pack-refs with: peeled fully-peeled sorted \n{commit_id} {BASELINE_REF}\n"
+    )
+    return commit_id
+
+
 async def record_baseline(
     runtime: Runtime, handle: RuntimeHandle, *, timeout_s: float = 600, on_tick: Tick = None
 ) -> RuntimeHandle:
     """`handle` with its `baseline` set; unchanged (baseline None) where the workspace cannot
     have one (no git in the runtime): evaluators then say so."""
+    made = await runtime.init_empty_workspace(handle, write_empty_repo)
+    if made is not None:
+        return handle.model_copy(update={"baseline": made})
     index = str(runtime.scratch(handle) / "baseline.index")
     code, _, output = await run_in(
         runtime, handle, baseline_script(index), "baseline", timeout_s, on_tick, env=IDENTITY

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import socket
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Protocol
@@ -78,6 +80,23 @@ class Runtime(Protocol):
     def channel_in_sandbox(self, handle: RuntimeHandle) -> str | None:
         """Where commands inside the sandbox find `channel_dir` (read-only for them); None
         where the runtime is not sealed (its commands reach the gateway directly)."""
+        ...
+
+    def open_channel(
+        self, handle: RuntimeHandle
+    ) -> contextlib.AbstractAsyncContextManager[socket.socket | None]:
+        """While open: a socket of the worker's listening at SANDBOX_PORT on the sandbox's
+        own loopback, which the session's commands reach at SANDBOX_GATEWAY_URL (the relay
+        serves it). None where the runtime cannot listen there from the worker: the
+        in-sandbox forwarder (`with_forwarder`) then serves that port."""
+        ...
+
+    async def init_empty_workspace(
+        self, handle: RuntimeHandle, make_repo: Callable[[Path], str]
+    ) -> str | None:
+        """If the workspace is empty and on the worker's own disk: `make_repo(workspace)` run
+        in the worker (no process), what it wrote given to the sandbox's user, its result.
+        None, with nothing done, otherwise (containers; a workspace with files)."""
         ...
 
     async def reap(self, handle: RuntimeHandle) -> None:

@@ -1,11 +1,14 @@
 """A session's only way out of its sandbox: a Unix socket to the gateway, owned by the worker.
 
-The worker runs one `GatewayRelay` per running session. It serves HTTP on
-`channel_dir/gateway.sock` and forwards model API calls to the gateway with
-the session's own key, whatever key the caller sent: the channel is the
-identity. Inside the sandbox (no network of its own) `forwarder.py` serves
-`SANDBOX_GATEWAY_URL` on loopback and splices each connection to the socket;
-`with_forwarder` wraps a command so it starts first.
+The worker runs one `GatewayRelay` per running session. It serves HTTP and
+forwards model API calls to the gateway with the session's own key, whatever
+key the caller sent: the channel is the identity. Where the runtime can listen
+inside the sandbox's network from the worker (the local runtime's `Loopback`),
+the relay serves `SANDBOX_GATEWAY_URL` there itself. In a container (no
+network of its own) it serves `channel_dir/gateway.sock` instead, and
+`forwarder.py` serves `SANDBOX_GATEWAY_URL` on the container's loopback,
+splicing each connection to that socket; `with_forwarder` wraps a command so
+it starts first.
 """
 
 from __future__ import annotations
@@ -167,13 +170,21 @@ def _error(request: Request, status: int, message: str, code: str) -> JSONRespon
 
 
 class GatewayRelay:
-    """Host side of one session's channel: HTTP on `channel_dir/gateway.sock`,
-    forwarded to the gateway."""
+    """Host side of one session's channel: HTTP on `listener` (a socket the runtime opened in
+    the sandbox's network) or else on `channel_dir/gateway.sock` (for the in-sandbox
+    forwarder), forwarded to the gateway."""
 
-    def __init__(self, channel_dir: Path, gateway_url: str, session_key: str) -> None:
+    def __init__(
+        self,
+        channel_dir: Path,
+        gateway_url: str,
+        session_key: str,
+        listener: socket.socket | None = None,
+    ) -> None:
         self.channel_dir = Path(channel_dir)
         self.gateway_url = gateway_url.rstrip("/")
         self.session_key = session_key
+        self.listener = listener
         self._client: httpx.AsyncClient | None = None
         self._server: _QuietServer | None = None
         self._task: asyncio.Task[None] | None = None
@@ -186,17 +197,18 @@ class GatewayRelay:
 
     async def __aenter__(self) -> GatewayRelay:
         path = self.socket_path
-        self.channel_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
-        self.channel_dir.chmod(0o755)
-        target = self.channel_dir / FORWARDER_NAME
-        shutil.copyfile(FORWARDER_SCRIPT, target)
-        target.chmod(0o644)
-        path.unlink(missing_ok=True)
+        if self.listener is None:  # for the in-sandbox forwarder: its script and socket
+            self.channel_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
+            self.channel_dir.chmod(0o755)
+            target = self.channel_dir / FORWARDER_NAME
+            shutil.copyfile(FORWARDER_SCRIPT, target)
+            target.chmod(0o644)
+            path.unlink(missing_ok=True)
         self._client = httpx.AsyncClient(
             timeout=httpx.Timeout(connect=10.0, read=None, write=None, pool=None),
             verify=_tls_context(),
         )
-        sock = _bind_unix(path)
+        sock = self.listener if self.listener is not None else _bind_unix(path)
         config = uvicorn.Config(
             self._app,
             interface="asgi3",
@@ -217,8 +229,10 @@ class GatewayRelay:
             started.cancel()
             await self._close_client()
             self._task.result()  # raises what stopped it
-            raise RuntimeError(f"gateway relay on {path} stopped while starting")
-        path.chmod(0o666)
+            where = path if self.listener is None else self.listener.getsockname()
+            raise RuntimeError(f"gateway relay on {where} stopped while starting")
+        if self.listener is None:
+            path.chmod(0o666)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -231,7 +245,8 @@ class GatewayRelay:
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await self._task
         await self._close_client()
-        self.socket_path.unlink(missing_ok=True)
+        if self.listener is None:
+            self.socket_path.unlink(missing_ok=True)
 
     async def _close_client(self) -> None:
         if self._client is not None:

@@ -55,7 +55,7 @@ import tarfile
 import tempfile
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
@@ -240,6 +240,18 @@ class DockerRuntime:
 
     def channel_in_sandbox(self, handle: RuntimeHandle) -> str | None:
         return SANDBOX_DIR
+
+    @contextlib.asynccontextmanager
+    async def open_channel(self, handle: RuntimeHandle) -> AsyncIterator[socket.socket | None]:
+        """None: the container's own forwarder serves its loopback (`with_forwarder`), the
+        worker cannot listen in the container's network (it may not even see its pid)."""
+        yield None
+
+    async def init_empty_workspace(
+        self, handle: RuntimeHandle, make_repo: Callable[[Path], str]
+    ) -> str | None:
+        """None: the workspace is in the container, the baseline script makes its repo."""
+        return None
 
     # ------------------------------------------------------------------ reaping
     async def reap(self, handle: RuntimeHandle) -> None:

@@ -20,6 +20,7 @@ do not trust. Later stages of a session must run on the same host.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import os
@@ -29,14 +30,22 @@ import signal
 import socket
 import stat
 import subprocess
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 from activities.heartbeat import heartbeating
 from activities.process import ProcessOutcome, run_shell
 from activities.runtimes.actions import run_prepare_actions
 from activities.runtimes.base import InvalidRuntime, InvalidSource, SourceUnavailable
-from activities.runtimes.local_sandbox import HARNESS_USER, SYSTEM_PATH, Sandbox, detect_sandbox
+from activities.runtimes.channel import SANDBOX_PORT
+from activities.runtimes.local_sandbox import (
+    HARNESS_USER,
+    SYSTEM_PATH,
+    Loopback,
+    Sandbox,
+    detect_sandbox,
+    new_loopback,
+)
 from polar.contracts import PrepareRequest, RuntimeHandle
 from polar.host_paths import local_git_path, resolved_problem
 from polar.ids import InvalidId, checked_id
@@ -68,6 +77,8 @@ class LocalRuntime:
         self._sandbox = sandbox
         self.python_dir = python_dir or get_settings().harness_python_dir
         self.host_id = host_id or socket.gethostname()
+        self._channels: dict[str, Loopback] = {}
+        """Sessions whose channel is open (`open_channel`): their commands join its network."""
 
     @property
     def sandbox(self) -> Sandbox:
@@ -115,6 +126,25 @@ class LocalRuntime:
         """The same path (the sandbox shares the file system); None when not sealed."""
         return str(self.channel_dir(handle)) if self.sandbox.sealed else None
 
+    @contextlib.asynccontextmanager
+    async def open_channel(self, handle: RuntimeHandle) -> AsyncIterator[socket.socket | None]:
+        """The session's sandbox network while the block runs, with the worker listening on
+        its loopback at SANDBOX_PORT: every `run` of the session meanwhile joins it, so the
+        relay serving that socket is the command's only way out (no in-sandbox forwarder).
+        None when not sealed."""
+        if not self.sandbox.sealed:
+            yield None
+            return
+        if handle.session_id in self._channels:
+            raise RuntimeError(f"the channel of {handle.session_id} is already open")
+        net = await asyncio.to_thread(new_loopback, SANDBOX_PORT)
+        self._channels[handle.session_id] = net
+        try:
+            yield net.listener
+        finally:
+            del self._channels[handle.session_id]
+            net.close()
+
     # ------------------------------------------------------------------ lifecycle
     async def prepare(self, request: PrepareRequest) -> RuntimeHandle:
         base = self._session_dir(request.session_id)
@@ -129,8 +159,11 @@ class LocalRuntime:
             asyncio.to_thread(materialise_source, request.source, workspace, (self.root,)),
             step="materialising the source",
         )
-        # one chown for the fresh dirs and the source (a process each time: one, not two)
-        await asyncio.to_thread(self._own, [*(base / sub for sub in OWNED_DIRS), workspace])
+        # the fresh dirs and the source to the harness user: one chown process for a source
+        # (its tree may be big), none for an empty workspace
+        owned = [*(base / sub for sub in OWNED_DIRS), workspace]
+        own = self._own if request.source is not None else self._own_in_process
+        await asyncio.to_thread(own, owned)
         handle = RuntimeHandle(
             kind=self.kind,
             session_id=request.session_id,
@@ -163,7 +196,13 @@ class LocalRuntime:
             return
         owner = f"{sandbox.uid}:{sandbox.gid}"
         proc = subprocess.run(
-            ["chown", "-R", "--no-dereference", owner, *map(str, paths)],
+            [
+                shutil.which("chown", path=SYSTEM_PATH) or "chown",
+                "-R",
+                "--no-dereference",
+                owner,
+                *map(str, paths),
+            ],
             capture_output=True,
             text=True,
             timeout=600,
@@ -185,6 +224,23 @@ class LocalRuntime:
             for _root, dirs, files, fd in os.fwalk(path):
                 for name in (*dirs, *files):
                     os.chown(name, uid, gid, dir_fd=fd, follow_symlinks=False)
+
+    async def init_empty_workspace(
+        self, handle: RuntimeHandle, make_repo: Callable[[Path], str]
+    ) -> str | None:
+        """`make_repo` in the worker when the workspace is empty (no source, no prepare
+        action wrote there; no command of the session is alive: prepare reaped them), its
+        files then the harness user's; None, nothing done, when it has entries."""
+        workspace = Path(handle.workdir)
+
+        def make() -> str | None:
+            if workspace.is_symlink() or any(os.scandir(workspace)):
+                return None
+            made = make_repo(workspace)
+            self._own_in_process([workspace])
+            return made
+
+        return await asyncio.to_thread(make)
 
     def _uploader(self, workspace: Path) -> Callable[[Path, str], Awaitable[None]]:
         async def upload(src: Path, dest: str) -> None:
@@ -234,16 +290,21 @@ class LocalRuntime:
         # what the worker wrote there since (the harness config, the evaluator's inputs): a
         # few files, given in this process (a chown process costs more than the walk)
         await asyncio.to_thread(self._own_in_process, [self.home(handle), self.scratch(handle)])
-        return await run_shell(
-            command,
-            cwd=Path(handle.workdir),
-            env=self._env(handle, env),
-            stdout=stdout,
-            stderr=stderr,
-            timeout_s=timeout_s,
-            on_tick=on_tick,
-            wrap=sandbox.prefix,
-        )
+        async with contextlib.AsyncExitStack() as stack:
+            net = self._channels.get(handle.session_id)
+            if sandbox.sealed and net is None:  # a network of its own, only loopback
+                net = await asyncio.to_thread(new_loopback)
+                stack.callback(net.close)
+            return await run_shell(
+                command,
+                cwd=Path(handle.workdir),
+                env=self._env(handle, env),
+                stdout=stdout,
+                stderr=stderr,
+                timeout_s=timeout_s,
+                on_tick=on_tick,
+                wrap=sandbox.wrap(net),
+            )
 
     async def reap(self, handle: RuntimeHandle) -> None:
         """Kill what a command of the session left alive (with a PID namespace there is
