@@ -118,23 +118,24 @@ def empty_baseline_commit() -> tuple[str, bytes]:
 def write_empty_repo(workspace: Path) -> str:
     """Make the empty directory `workspace` the repository the baseline script would: `git
     init` (no template) on branch main, HEAD the empty tree's baseline commit, also under
-    BASELINE_REF in `packed-refs`; its commit id. The worker's own files: the caller gives
-    them to the sandbox's user."""
+    BASELINE_REF; its commit id. Only what git needs is written (HEAD, config, the two
+    objects, both refs in `packed-refs`): git makes `objects/pack`, `refs/heads` and the
+    rest when it first writes there. The worker's own files: the caller gives them to the
+    sandbox's user."""
     if any(os.scandir(workspace)):
         raise ValueError(f"{workspace} is not empty")
-    tree_id, tree = _git_object("tree", b"")
     commit_id, commit = empty_baseline_commit()
     git = workspace / ".git"
-    for sub in ("", "objects", "objects/info", "objects/pack", "refs", "refs/heads", "refs/tags"):
+    for sub in ("", "objects", "refs"):
         (git / sub).mkdir()
     (git / "HEAD").write_text("ref: refs/heads/main\n")
     (git / "config").write_text(GIT_INIT_CONFIG)
-    for oid, data in ((tree_id, tree), (commit_id, commit)):
-        (git / "objects" / oid[:2]).mkdir(exist_ok=True)
+    for oid, data in (_git_object("tree", b""), (commit_id, commit)):
+        (git / "objects" / oid[:2]).mkdir()
         (git / "objects" / oid[:2] / oid[2:]).write_bytes(data)
-    (git / "refs" / "heads" / "main").write_text(f"{commit_id}\n")
     (git / "packed-refs").write_text(
-        f"# pack-refs with: peeled fully-peeled sorted \n{commit_id} {BASELINE_REF}\n"
+        "# pack-refs with: peeled fully-peeled sorted \n"  # sorted by name: heads < polar
+        f"{commit_id} refs/heads/main\n{commit_id} {BASELINE_REF}\n"
     )
     return commit_id
 

@@ -148,22 +148,22 @@ class LocalRuntime:
     # ------------------------------------------------------------------ lifecycle
     async def prepare(self, request: PrepareRequest) -> RuntimeHandle:
         base = self._session_dir(request.session_id)
-        sandbox = await asyncio.to_thread(lambda: self.sandbox)
         if base.exists():  # a retried prepare starts clean
             bare = RuntimeHandle(kind=self.kind, session_id=request.session_id, workdir="", host="")
             await self._remove(bare)
-        await asyncio.to_thread(self._make_dirs, base, sandbox)
         workspace = base / "workspace"
-        # a dir copy or a git clone (up to GIT_TIMEOUT_S): heartbeating all the while
-        await heartbeating(
-            asyncio.to_thread(materialise_source, request.source, workspace, (self.root,)),
-            step="materialising the source",
-        )
-        # the fresh dirs and the source to the harness user: one chown process for a source
-        # (its tree may be big), none for an empty workspace
         owned = [*(base / sub for sub in OWNED_DIRS), workspace]
-        own = self._own if request.source is not None else self._own_in_process
-        await asyncio.to_thread(own, owned)
+        if request.source is None:  # the dirs, all empty: made and given in one hop
+            await asyncio.to_thread(self._lay_out, base, owned)
+        else:
+            await asyncio.to_thread(self._make_dirs, base)
+            # a dir copy or a git clone (up to GIT_TIMEOUT_S): heartbeating all the while
+            await heartbeating(
+                asyncio.to_thread(materialise_source, request.source, workspace, (self.root,)),
+                step="materialising the source",
+            )
+            # the fresh dirs and the source (its tree may be big: one chown process)
+            await asyncio.to_thread(self._own, owned)
         handle = RuntimeHandle(
             kind=self.kind,
             session_id=request.session_id,
@@ -175,7 +175,15 @@ class LocalRuntime:
         )
         return handle
 
-    def _make_dirs(self, base: Path, sandbox: Sandbox) -> None:
+    def _lay_out(self, base: Path, owned: list[Path]) -> None:
+        """A session without a source: its dirs, the workspace empty, given to the harness
+        user in this process."""
+        self._make_dirs(base)
+        materialise_source(None, base / "workspace")
+        self._own_in_process(owned)
+
+    def _make_dirs(self, base: Path) -> None:
+        sandbox = self.sandbox  # detected here at first use (it probes with processes)
         self.root.mkdir(parents=True, exist_ok=True)
         if sandbox.uid is not None:
             if self.root.stat().st_uid == os.geteuid():
@@ -285,16 +293,23 @@ class LocalRuntime:
         timeout_s: float,
         on_tick: Callable[[float], Awaitable[None] | None] | None = None,
     ) -> ProcessOutcome:
-        sandbox = await asyncio.to_thread(lambda: self.sandbox)
         stdout, stderr = self.log_paths(handle, log_name)
-        # what the worker wrote there since (the harness config, the evaluator's inputs): a
-        # few files, given in this process (a chown process costs more than the walk)
-        await asyncio.to_thread(self._own_in_process, [self.home(handle), self.scratch(handle)])
+        opened = self._channels.get(handle.session_id)
+
+        def ready() -> tuple[Sandbox, Loopback | None]:
+            # what the worker wrote there since (the harness config, the evaluator's inputs):
+            # a few files, given in this process (a chown process costs more than the walk)
+            self._own_in_process([self.home(handle), self.scratch(handle)])
+            sandbox = self.sandbox
+            if sandbox.sealed and opened is None:  # a network of its own, only loopback
+                return sandbox, new_loopback()
+            return sandbox, None
+
+        sandbox, own_net = await asyncio.to_thread(ready)  # one hop to a thread, not three
         async with contextlib.AsyncExitStack() as stack:
-            net = self._channels.get(handle.session_id)
-            if sandbox.sealed and net is None:  # a network of its own, only loopback
-                net = await asyncio.to_thread(new_loopback)
-                stack.callback(net.close)
+            if own_net is not None:
+                stack.callback(own_net.close)
+            net = opened or own_net
             return await run_shell(
                 command,
                 cwd=Path(handle.workdir),
