@@ -1064,6 +1064,14 @@ def baseline_markdown(base: dict[str, Any]) -> list[str]:
             f"{g(b, phase, 'worker_cpu_ms_per_session')} / "
             f"{g(b, phase, 'server_cpu_ms_per_session')} | |"
         )
+    for phase in ("c1", "cN"):
+        cp, cb = g(p, phase, "cpu_ms_per_session"), g(b, phase, "cpu_ms_per_session")
+        if isinstance(cp, dict) and isinstance(cb, dict):
+            out.append(
+                f"| whole machine CPU ms per session, {phase} (Polar: worker's children) | "
+                f"{cp['machine']} ({cp['worker_children']}) | {cb['machine']} | "
+                f"{round(cp['machine'] / cb['machine'], 2) if cb['machine'] else '–'} |"
+            )
     for side, name in ((p, "Polar"), (b, "bare")):
         th = g(side, "one_task", "task_history")
         ch = g(side, "one_task", "child_history")
