@@ -364,3 +364,25 @@ async def test_an_open_channel_is_the_workers_socket_on_the_sandbox_loopback(
     assert lines[2] == "denied"
     code, _, _, err = await _run(runtime, handle, connect)
     assert code != 0 and "refused" in err.lower(), "the channel's network went with it"
+
+
+async def test_a_second_channel_of_a_session_waits_for_the_first_to_close(
+    session: tuple[LocalRuntime, RuntimeHandle],
+) -> None:
+    """A retried run can start while the attempt it replaces still closes its channel: the
+    new one opens once the old one is gone, never beside it."""
+    runtime, handle = session
+    order: list[str] = []
+
+    async def second() -> None:
+        async with runtime.open_channel(handle) as listener:
+            assert listener is not None
+            order.append("second open")
+
+    async with runtime.open_channel(handle):
+        waiting = asyncio.create_task(second())
+        await asyncio.sleep(0.3)
+        assert not waiting.done(), "the second channel opened beside the first"
+        order.append("first closing")
+    await asyncio.wait_for(waiting, 10)
+    assert order == ["first closing", "second open"]

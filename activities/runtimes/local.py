@@ -4,17 +4,20 @@ Layout under `{data_dir}/runtimes/{session_id}/` (the session dir, root's,
 mode 0711): `workspace/` (the task's source), `home/` (a fresh HOME),
 `scratch/`, `tmp/` (TMPDIR), all owned by the unprivileged harness user;
 `logs/` (written by the worker through its own file descriptors) and
-`channel/` (the gateway channel's socket and forwarder, read-only for the
-sandbox) stay the worker's.
+`channel/` (the channel dir of the Runtime interface, read-only for the
+sandbox: the sealed sandbox's channel is no file but the worker's socket in
+its network, `open_channel`) stay the worker's.
 
 Every command (prepare actions, harness, evaluator) runs in the sandbox of
 activities/runtimes/local_sandbox.py: by default as `polar-harness`, in its own
-PID and network namespaces, so nothing it started outlives it and its only way
-out is the channel. It gets neither the worker's venv nor its environment: PATH
-is the harnesses' own venv (`harness_python_dir`: openai, anthropic) plus the
-system dirs, with LANG, HOME, TMPDIR and what the caller passes. It shares the
-host's file system and kernel: use containers (docker, podman) for harnesses you
-do not trust. Later stages of a session must run on the same host.
+PID namespace and a network namespace of the worker's making (a `Loopback`:
+the session's while its channel is open, else one per command), so nothing it
+started outlives it and its only way out is the channel. It gets neither the
+worker's venv nor its environment: PATH is the harnesses' own venv
+(`harness_python_dir`: openai, anthropic) plus the system dirs, with LANG, HOME,
+TMPDIR and what the caller passes. It shares the host's file system and kernel:
+use containers (docker, podman) for harnesses you do not trust. Later stages of a
+session must run on the same host.
 """
 
 from __future__ import annotations
@@ -60,6 +63,8 @@ SANDBOX_ENV = "POLAR_SANDBOX"
 OWNED_DIRS = ("home", "scratch", "tmp")
 """The session dir's subdirs (beside the workspace) that belong to the harness user."""
 REAP_ROUNDS = 50  # most scans `reap` makes (a process may fork while it kills)
+CHANNEL_CLOSE_WAIT_S = 30.0
+"""How long `open_channel` waits for the same session's previous channel to close."""
 
 
 class LocalRuntime:
@@ -135,8 +140,13 @@ class LocalRuntime:
         if not self.sandbox.sealed:
             yield None
             return
-        if handle.session_id in self._channels:
-            raise RuntimeError(f"the channel of {handle.session_id} is already open")
+        # a retried run may start here while the attempt it replaces, its harness already
+        # reaped, is still closing its channel: wait for that, bounded
+        deadline = asyncio.get_running_loop().time() + CHANNEL_CLOSE_WAIT_S
+        while handle.session_id in self._channels:
+            if asyncio.get_running_loop().time() > deadline:
+                raise RuntimeError(f"the channel of {handle.session_id} is still open")
+            await asyncio.sleep(0.05)
         net = await asyncio.to_thread(new_loopback, SANDBOX_PORT)
         self._channels[handle.session_id] = net
         try:
@@ -237,8 +247,9 @@ class LocalRuntime:
         self, handle: RuntimeHandle, make_repo: Callable[[Path], str]
     ) -> str | None:
         """`make_repo` in the worker when the workspace is empty (no source, no prepare
-        action wrote there; no command of the session is alive: prepare reaped them), its
-        files then the harness user's; None, nothing done, when it has entries."""
+        action wrote there), its files then the harness user's; None, nothing done, when it
+        has entries. Sealed, no command of the session is alive to race it: none outlives
+        its PID namespace."""
         workspace = Path(handle.workdir)
 
         def make() -> str | None:
