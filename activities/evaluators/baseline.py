@@ -77,7 +77,9 @@ if [ ! -e .git ]; then
 fi
 idx={shlex.quote(index)}; rm -f "$idx"
 src=$({GIT} rev-parse --git-path index)
-if [ -f "$src" ]; then cp "$src" "$idx"; fi
+# -p: the copy keeps the index's mtime, which git's racy-entry check compares files with
+# (git compares whole seconds: a fresh mtime would hide a same-size edit of that second)
+if [ -f "$src" ]; then cp -p "$src" "$idx"; fi
 export GIT_INDEX_FILE="$idx"
 parent=$({GIT} rev-parse -q --verify 'HEAD^{{commit}}' || true)
 if [ -n "$parent" ] && [ ! -f "$src" ]; then {GIT} read-tree "$parent"; fi

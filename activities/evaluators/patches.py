@@ -163,7 +163,9 @@ def extract_command(base: str, index: str, out: str, exclude: Sequence[str] = ()
 {GIT} cat-file -e {revision(base, "^{commit}")}
 idx={shlex.quote(index)}; rm -f "$idx"
 src=$({GIT} rev-parse --git-path index)
-if [ -f "$src" ]; then cp "$src" "$idx"; fi
+# -p: the copy keeps the index's mtime, which git's racy-entry check compares files with
+# (git compares whole seconds: a fresh mtime would hide a same-size edit of that second)
+if [ -f "$src" ]; then cp -p "$src" "$idx"; fi
 export GIT_INDEX_FILE="$idx"
 [ -f "$src" ] || {GIT} read-tree {revision(base)}
 {GIT} add -A -- . {junk_excludes(exclude)}

@@ -59,8 +59,14 @@ async def prepare_session(
 
 
 async def run_harness(runtime: Runtime, handle: RuntimeHandle, script: str) -> None:
-    """Run a `command` harness's script in the session's runtime, then reap what it left."""
-    await runtime.run(handle, script, env={}, log_name="harness", timeout_s=120)
+    """Run a `command` harness's script in the session's runtime, then reap what it left.
+    A script that did not exit 0 is printed with its stderr (pytest shows it on failure)."""
+    outcome = await runtime.run(handle, script, env={}, log_name="harness", timeout_s=120)
+    if outcome.exit_code != 0:
+        stderr = runtime.log_paths(handle, "harness")[1]
+        tail = stderr.read_text(errors="replace")[-2000:] if stderr.exists() else ""
+        print(f"harness {script!r}: exit {outcome.exit_code}, timed out {outcome.timed_out}")
+        print(f"its stderr: {tail}")
     await reap(runtime, handle)
 
 
