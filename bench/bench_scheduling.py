@@ -575,13 +575,7 @@ async def bench_throughput(bench: Bench, args: argparse.Namespace, tasks: int) -
 
 def proc_cpu_s(pid: int | None) -> float:
     """CPU seconds of `pid` and its waited-for children (utime+stime+cutime+cstime)."""
-    if not pid:
-        return float("nan")
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return float("nan")
-    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    return sum(proc_cpu_split_s(pid))
 
 
 def proc_cpu_split_s(pid: int | None) -> tuple[float, float]:

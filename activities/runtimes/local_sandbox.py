@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import ctypes
 import fcntl
+import functools
 import logging
 import os
 import pwd
@@ -88,16 +89,21 @@ class Loopback:
         os.close(self.ns_fd)
 
 
-def _libc_unshare(flags: int) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.unshare(flags) != 0:
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _unshare_net() -> None:
+    """Move the calling thread into a new network namespace (Python 3.11 has no os.unshare)."""
+    if _libc().unshare(CLONE_NEWNET) != 0:
         errno = ctypes.get_errno()
         raise OSError(errno, f"unshare(CLONE_NEWNET): {os.strerror(errno)}")
 
 
 def _make_loopback(port: int | None) -> Loopback:
     """In the calling thread (which it leaves in the new namespace): see `new_loopback`."""
-    _libc_unshare(CLONE_NEWNET)
+    _unshare_net()
     ns_fd = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as ctl:
