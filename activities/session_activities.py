@@ -26,7 +26,7 @@ from activities.evaluators import (
 from activities.evaluators.baseline import record_baseline
 from activities.evaluators.command import InvalidRewardFile
 from activities.evaluators.fresh import eval_prepare_request, fresh_runtime
-from activities.evaluators.rewards import InvalidReward, check_rewards
+from activities.evaluators.reward_checks import InvalidReward, check_rewards
 from activities.harnesses import HarnessContext, HarnessNotInstalled, get_adapter
 from activities.harnesses.artifacts import ARTIFACTS_SUBDIR, collect_artifacts
 from activities.heartbeat import Heartbeater, heartbeat, heartbeating
@@ -43,11 +43,11 @@ from activities.runtimes.channel import (
     GatewayRelay,
     with_forwarder,
 )
-from activities.task_spec import TaskSpecActivities
+from activities.spec_store import TaskSpecActivities
 from polar.builders import BuildContext, UnknownBuilder, check_builder, reward_policy
 from polar.builders.base import count_unseen, unseen_records
 from polar.builders.progress import listening
-from polar.builders.rewards import assign_rewards
+from polar.builders.reward_policies import assign_rewards
 from polar.contracts import (
     BuildRequest,
     BuildResult,
@@ -65,7 +65,7 @@ from polar.host_paths import local_git_path, outside_roots, source_roots
 from polar.session_keys import EXPIRY_MARGIN_S, SessionIdentity, mint_session_key
 from polar.settings import Settings
 from polar.storage import Storage, artifact_key, traces_key
-from polar.task_spec import DirSource, GitSource, UploadAction
+from polar.tasks.spec import DirSource, GitSource, UploadAction
 from workflows.queues import host_queue_prefix
 
 CALL_COUNT_EVERY_S = 15.0
@@ -554,7 +554,7 @@ class SessionActivities:
     async def score_traces(self, request: RewardRequest) -> BuildResult:
         """Write the session's reward and terminal status into every one of its traces.
 
-        Policy (polar/builders/rewards.py): the outcome reward is broadcast to
+        Policy (polar/builders/reward_policies.py): the outcome reward is broadcast to
         each trace, or divided across them (`reward: session_normalized` in
         the builder config); a session whose harness failed or timed out keeps
         the reward its evaluator gave (the evaluator still ran on what the

@@ -25,7 +25,7 @@ cube of the calls from the previous size, would pass `--drift-cap` seconds is
 skipped and marked so.
 
 (c) Real harness sessions: Codex, Claude Code, Qwen Code and Pi driven through
-the gateway by the agent backend of tests/test_harness_clis.py (list, read,
+the gateway by the agent backend of tests/system/test_harness_clis.py (list, read,
 edit, check, answer), their CompletionRecords as the gateway stored them in S3,
 kept xz-compressed in bench/data/{harness}.jsonl.xz (re-recorded by
 `python -m tests.support.record_harness_sessions`, test machinery the benchmark

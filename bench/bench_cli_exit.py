@@ -44,14 +44,14 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from polar.app.devstack import DevStack, free_port  # noqa: E402
 from polar.contracts import TaskResult  # noqa: E402
-from polar.devstack import DevStack, free_port  # noqa: E402
 from polar.settings import Settings  # noqa: E402
 from polar.storage import Storage  # noqa: E402
-from polar.task_spec import TaskSpec  # noqa: E402
+from polar.tasks.spec import TaskSpec  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "cli_exit.json"
-POLAR = [sys.executable, "-m", "polar.cli"]
+POLAR = [sys.executable, "-m", "polar.app.cli"]
 CRASH = "PyGILState_Release"
 
 
@@ -101,7 +101,7 @@ def own_stack(tmp: Path) -> Iterator[tuple[Settings, dict[str, str]]]:
 
 async def finished_task(settings: Settings) -> str:
     """Submit a one-session task to the stack; its workflow id once it finished."""
-    from polar.sdk import PolarClient
+    from polar.client.sdk import PolarClient
 
     polar = await PolarClient.connect(settings)
     spec = TaskSpec.model_validate(one_session_task(f"bench-exit-{uuid.uuid4().hex[:6]}"))

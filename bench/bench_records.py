@@ -38,7 +38,7 @@ sys.path.insert(0, str(REPO))
 
 from bench.bench_builders import long_session  # noqa: E402
 from bench.fake_vllm import vllm_answer  # noqa: E402
-from polar.devstack import DevStack, free_port  # noqa: E402
+from polar.app.devstack import DevStack, free_port  # noqa: E402
 from polar.providers import CallContext, get_provider  # noqa: E402
 from polar.record_codec import encode_record  # noqa: E402
 from polar.records import CompletionRecord  # noqa: E402

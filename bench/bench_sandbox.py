@@ -41,9 +41,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from activities.runtimes.channel import SANDBOX_DIR, GatewayRelay, with_forwarder  # noqa: E402
 from activities.runtimes.docker import DockerRuntime  # noqa: E402
 from bench.bench_scheduling import MODEL, Bench, run_sessions  # noqa: E402
+from polar.app.devstack import DevStack  # noqa: E402
 from polar.contracts import PrepareRequest
-from polar.devstack import DevStack  # noqa: E402
-from polar.task_spec import DirSource, RuntimeSpec, TaskSpec  # noqa: E402
+from polar.tasks.spec import DirSource, RuntimeSpec, TaskSpec  # noqa: E402
 
 IMAGE = "polar/runtime:py311"
 RESULTS = Path(__file__).resolve().parent / "results" / "sandbox.json"

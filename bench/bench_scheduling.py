@@ -65,13 +65,13 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.fake_vllm import json_asgi_app, vllm_answer  # noqa: E402
-from polar import devstack  # noqa: E402
+from polar.app import devstack  # noqa: E402
+from polar.app.devstack import DevStack, Service, free_port, http_ready  # noqa: E402
 from polar.contracts import SessionResult  # noqa: E402
-from polar.devstack import DevStack, Service, free_port, http_ready  # noqa: E402
 from polar.records import SessionStatus  # noqa: E402
 from polar.settings import Settings  # noqa: E402
 from polar.storage import Storage  # noqa: E402
-from polar.task_spec import TaskSpec  # noqa: E402
+from polar.tasks.spec import TaskSpec  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "scheduling.json"
 MODEL = "policy"
@@ -310,7 +310,7 @@ async def run_sessions(
     settings: Settings, make: Callable[[int], TaskSpec], n: int, in_flight: int, limit_s: float
 ) -> dict[str, Any]:
     """Run `n` one-session tasks, at most `in_flight` at a time (each starts when one ends)."""
-    from polar.sdk import PolarClient
+    from polar.client.sdk import PolarClient
 
     polar = await PolarClient.connect(settings)
     gate = asyncio.Semaphore(in_flight)
@@ -492,7 +492,7 @@ async def bench_overhead(bench: Bench, args: argparse.Namespace) -> dict[str, An
 
 
 async def bench_throughput(bench: Bench, args: argparse.Namespace, tasks: int) -> dict[str, Any]:
-    from polar.sdk import PolarClient
+    from polar.client.sdk import PolarClient
 
     n, cap = args.sessions_200, args.throughput_cap
     queue = f"many-{uuid.uuid4().hex[:6]}"
@@ -729,7 +729,7 @@ async def measure_system(
 async def bench_baseline(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
     """Polar and bare Temporal side by side on one dev server, phase by phase."""
     from bench.bare_temporal import BareTask, BareTaskInput
-    from polar.sdk import PolarClient
+    from polar.client.sdk import PolarClient
 
     cap = max(args.overhead_concurrency, args.one_task_sessions)
     polar_queue = f"pb-{uuid.uuid4().hex[:6]}"
@@ -866,7 +866,7 @@ async def bench_baseline(bench: Bench, args: argparse.Namespace) -> dict[str, An
 
 async def bench_large(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
     """One task of `--large-sessions` empty sessions: wall, worker memory, history sizes."""
-    from polar.sdk import PolarClient
+    from polar.client.sdk import PolarClient
 
     n, cap = args.large_sessions, args.large_cap
     queue = f"large-{uuid.uuid4().hex[:6]}"
@@ -910,7 +910,7 @@ async def bench_large(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
 
 async def bench_big_spec(bench: Bench, args: argparse.Namespace) -> dict[str, Any]:
     """History sizes of a task whose instruction is `--big-instruction-kib` KiB."""
-    from polar.sdk import PolarClient
+    from polar.client.sdk import PolarClient
 
     kib = args.big_instruction_kib
     queue = f"bigspec-{uuid.uuid4().hex[:6]}"

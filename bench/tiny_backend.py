@@ -7,7 +7,7 @@ model wrote (tokenised alone, plus the end token when it stopped), answers
 parsed like vLLM's Qwen3 reasoning and Hermes tool parsers (arguments
 re-dumped with `json.dumps`). `record` makes a CompletionRecord from token
 lists. Used by bench/bench_builders.py, bench/drifting_sessions.py and the
-builder tests (tests/builders_support.py).
+builder tests (tests/support/builders.py).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ command -v "$PY" >/dev/null || PY=python3
 # needs a daemon), debootstrap (the local base image: infra/images/build.py) and patch (the
 # swebench evaluator's last apply fallback); podman (the daemonless `podman` runtime) with what
 # rootless podman needs: uidmap (newuidmap), slirp4netns, fuse-overlayfs and catatonit (--init);
-# iproute2 (`ip`: the namespace hosts of tests/test_multi_host_netns.py)
+# iproute2 (`ip`: the namespace hosts of tests/system/test_multi_host_netns.py)
 missing=()
 for pair in git:git strace:strace dockerd:docker.io debootstrap:debootstrap patch:patch \
     podman:podman newuidmap:uidmap slirp4netns:slirp4netns fuse-overlayfs:fuse-overlayfs \
@@ -72,4 +72,4 @@ if [[ $(id -u) == 0 ]]; then .venv/bin/python -m activities.runtimes.podman setu
 
 infra/harnesses/install.sh  # the four real harness CLIs from npm, pinned (cached on the lock's hash)
 
-infra/deploy/install-tools.sh  # docker-compose and helm, which check infra/deploy (tests/test_deploy.py)
+infra/deploy/install-tools.sh  # docker-compose and helm, which check infra/deploy (tests/unit/infra/test_deploy.py)

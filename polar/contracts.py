@@ -17,11 +17,11 @@ from temporalio.exceptions import ApplicationError
 
 from polar.ids import SessionId
 from polar.records import SessionStatus
-from polar.task_spec import BuilderSpec, EvaluatorSpec, HarnessSpec, RuntimeSpec, Source, TaskSpec
+from polar.tasks.spec import BuilderSpec, EvaluatorSpec, HarnessSpec, RuntimeSpec, Source, TaskSpec
 
 
 class SpecRef(BaseModel):
-    """Where a task's full TaskSpec lies in S3 and what it hashes to (polar/spec_ref.py)."""
+    """Where a task's full TaskSpec lies in S3 and what it hashes to (polar/tasks/spec_ref.py)."""
 
     key: str
     sha256: str

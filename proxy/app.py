@@ -43,9 +43,9 @@ from polar.settings import Settings
 from polar.storage import Storage
 from proxy.admin import Admission, create_admin_app
 from proxy.auth import authenticate
+from proxy.body_limit import BodyLimit
 from proxy.call_routes import CALL_PREFIXES, CALL_ROUTES, CallRoutes
 from proxy.errors import install_error_handlers, provider_for
-from proxy.limits import BodyLimit
 from proxy.metrics import GatewayMetrics
 from proxy.openapi import install_openapi
 from proxy.recorder import Recorder

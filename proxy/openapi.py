@@ -6,7 +6,7 @@ request body. `install_openapi` completes `/openapi.json`: every provider route
 gets the JSON body its API takes (the fields the gateway reads; anything else
 is allowed, as the real APIs allow), `/models/{target}` documents Google's
 `<model>:<method>` form, every call documents the session-key security
-schemes, and operation ids are unique. Fuzzers (tests/test_fuzz_gateway.py)
+schemes, and operation ids are unique. Fuzzers (tests/integration/test_fuzz_gateway.py)
 and client generators work from it.
 """
 

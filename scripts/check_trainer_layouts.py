@@ -36,7 +36,7 @@ a sample export. By hand:
     .venv-trainers/bin/python scripts/check_trainer_layouts.py EXPORT_DIR \\
         --model .polar/models/tiny-qwen3 --require verl,trl
 
-The sample export (tests/test_export.py's 4 sessions, prefix_merging traces
+The sample export (tests/integration/test_export.py's 4 sessions, prefix_merging traces
 of a realistic agent session, with the tiny model's tokenizer) comes from
 `.venv/bin/python -m tests.support.sample_export OUT`, which writes OUT/export
 and its `Trace` file OUT/polar-traces.jsonl. A trainer that
@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from polar.export_layouts import SLIME_SAMPLE_FIELDS, SLIME_STATUSES
+from polar.client.layouts import SLIME_SAMPLE_FIELDS, SLIME_STATUSES
 
 TRAINERS = ("verl", "trl", "slime")
 

@@ -8,19 +8,21 @@ Every `import`/`from ... import` of the repository's Python files is read with
 `ast` (nested ones, `TYPE_CHECKING` ones and relative ones too; nothing is
 imported or run). Each module belongs to one layer:
 
-    polar.cli   the CLI: the top, may import every product package
+    polar.app   the app: the CLI and the dev stack, the top, may import every product package
     activities  the worker side: activities, runtimes, harnesses, evaluators, the worker
     workflows   Temporal workflows (deterministic; they name activities, never import them)
     proxy       the gateway
-    polar       the core: contracts, settings, storage, builders, providers, SDK, devstack
+    polar       the core: contracts, settings, storage, builders, providers, the task model
+                (polar.tasks) and the trainer-facing client (polar.client: SDK, export, generate)
     bench, scripts, examples, infra, tests: consumers of the product packages
 
 The rules (`ALLOWED`): the core imports only itself; the gateway and the
 workflows import only the core; the worker side imports the core and the
-workflows (the worker registers them; queues and stages are theirs); nothing
-but the tests imports `polar.cli` (the console script names it; the dev stack
-starts `python -m polar.cli ...` as a process, not an import); benchmarks,
-scripts, examples and infra tooling import no test module. Exit status 1 when
+workflows (the worker registers them; queues and stages are theirs); no product
+package imports `polar.app` (the console script names the CLI; the dev stack
+starts `python -m polar.app.cli ...` as a process, not an import), only its consumers
+(tests, benchmarks, scripts, examples) do; benchmarks, scripts, examples and infra
+tooling import no test module. Exit status 1 when
 an import breaks a rule, 0 otherwise.
 """
 
@@ -38,15 +40,15 @@ REPO = Path(__file__).resolve().parent.parent
 
 PRODUCT = ("polar", "proxy", "workflows", "activities")
 CONSUMERS = ("bench", "scripts", "examples", "infra")
-LAYERS = ("polar.cli", *PRODUCT, *CONSUMERS, "tests")
+LAYERS = ("polar.app", *PRODUCT, *CONSUMERS, "tests")
 
 ALLOWED: dict[str, frozenset[str]] = {
     "polar": frozenset({"polar"}),
     "proxy": frozenset({"polar", "proxy"}),
     "workflows": frozenset({"polar", "workflows"}),
     "activities": frozenset({"polar", "workflows", "activities"}),
-    "polar.cli": frozenset(PRODUCT),
-    **{consumer: frozenset({*PRODUCT, *CONSUMERS}) for consumer in CONSUMERS},
+    "polar.app": frozenset({"polar.app", *PRODUCT}),
+    **{consumer: frozenset({"polar.app", *PRODUCT, *CONSUMERS}) for consumer in CONSUMERS},
     "tests": frozenset(LAYERS),
 }
 """Which layers each layer may import (third-party modules are not layers)."""
@@ -65,14 +67,14 @@ class Import:
 
 def layer_of(module: str) -> str | None:
     """The layer a dotted module name belongs to; None for a third-party or stdlib module."""
-    if module == "polar.cli" or module.startswith("polar.cli."):
-        return "polar.cli"
+    if module == "polar.app" or module.startswith("polar.app."):
+        return "polar.app"
     top = module.split(".", 1)[0]
     return top if top in LAYERS else None
 
 
 def module_name(path: Path, root: Path = REPO) -> str:
-    """`polar/cli.py` -> `polar.cli`; `polar/__init__.py` -> `polar`."""
+    """`polar/app/cli.py` -> `polar.app.cli`; `polar/__init__.py` -> `polar`."""
     parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
@@ -108,15 +110,15 @@ def imports_of(path: Path, root: Path = REPO) -> Iterator[Import]:
                 module = f"{base}.{node.module}" if node.module else base
             else:
                 module = node.module or ""
-            # `from polar import cli` imports the module polar.cli
+            # `from polar.app import cli` imports the module polar.app.cli
             for alias in node.names:
                 yield Import(importer, f"{module}.{alias.name}", node.lineno)
 
 
 def _normalise(target: str) -> str:
     """`from pkg import name` gives `pkg.name`: a layer decision needs only the prefix that
-    names a layer, except for `polar.cli`, which is matched exactly."""
-    return "polar.cli" if target == "polar.cli" or target.startswith("polar.cli.") else target
+    names a layer; `polar.app` is a layer of its own inside `polar`."""
+    return "polar.app" if target == "polar.app" or target.startswith("polar.app.") else target
 
 
 @dataclass

@@ -18,10 +18,10 @@ import tempfile
 import urllib.parse
 from pathlib import Path
 
-from polar.devstack import DevStack, free_port
-from polar.sdk import PolarClient
+from polar.app.devstack import DevStack, free_port
+from polar.client.sdk import PolarClient
 from polar.settings import Settings
-from polar.task_spec import TaskSpec
+from polar.tasks.spec import TaskSpec
 
 REPO = Path(__file__).resolve().parent.parent
 CHROMIUM_FLAGS = [

@@ -2,7 +2,7 @@
 # .venv-trainers: the trainers' own data code (TRL, verl), pinned, for
 # scripts/check_trainer_layouts.py, then the check itself.
 #
-#   bash scripts/setup_trainer_venv.sh                 # check a sample export (tests/test_export.py's)
+#   bash scripts/setup_trainer_venv.sh                 # check a sample export (tests/integration/test_export.py's)
 #   bash scripts/setup_trainer_venv.sh EXPORT_DIR [ARGS...]   # check a `polar export --format all` dir
 #
 # The venv reads .venv's packages (Polar, CPU torch 2.13.0, transformers, datasets, pyarrow) through

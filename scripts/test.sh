@@ -1,9 +1,20 @@
 #!/usr/bin/env bash
-# The whole test suite, on the real embedded stack (the suite starts its own services).
+# The whole test suite, on the real embedded stack (the suite starts its own services), lane by
+# lane: tests/unit (no service), tests/integration (Temporal and S3), tests/system (vLLM,
+# engines, harness CLIs, multi-host, trainers). Each lane's count and time are printed, then the
+# total. Arguments go to every pytest run (`bash scripts/test.sh -x`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash infra/setup.sh
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .  # the formatter is the style: no `# fmt: skip`
 .venv/bin/mypy  # types of polar/, proxy/, workflows/, activities/ (mypy.ini)
-exec .venv/bin/pytest --durations=20 "$@"  # and the 20 slowest tests
+reports=$(mktemp -d)
+status=0
+for lane in unit integration system; do
+  started=$SECONDS
+  .venv/bin/pytest "tests/$lane" --durations=10 --junitxml="$reports/$lane.xml" "$@" || status=$?
+  echo "lane $lane: $((SECONDS - started)) s"
+done
+.venv/bin/python scripts/lane_summary.py "$reports"/{unit,integration,system}.xml
+exit $status

@@ -4,10 +4,14 @@ Ports are picked free at start so the suite never collides with a developer's
 own `polar dev up`. Heavier parts (vLLM, gateway, workers) have their own
 session fixtures, started only by the tests that need them.
 
-Two lanes: `pytest` runs everything; `pytest -m "not slow"` is the fast lane. A test
-is `slow` when its module or itself says so, or when it uses a fixture of
-`SLOW_FIXTURES` (vLLM, Docker or podman images, the harness CLIs' stack): so a new
-test lands in the right lane by what it uses.
+Lanes are folders (`pytest tests/unit`, `tests/integration`, `tests/system`):
+* `tests/unit/`: no service, no network, no subprocess stack; mirrors the source tree;
+* `tests/integration/`: Temporal and S3 of the dev stack (`devstack`, `storage`,
+  `worker`, `polar`), gateways and workers in process;
+* `tests/system/`: vLLM, Docker and podman, the harness CLIs, multi-host and compose
+  stacks, trainers' own code, the adversarial suite.
+A test that asks for a fixture beyond its lane fails at collection, naming it
+(`LANE_FIXTURES`), so the folders stay true.
 """
 
 from __future__ import annotations
@@ -23,18 +27,20 @@ from pathlib import Path
 
 import pytest
 
-from polar.devstack import DevStack, StackError, free_port
-from polar.sdk import PolarClient
+from polar.app.devstack import DevStack, StackError, free_port
+from polar.client.sdk import PolarClient
 from polar.settings import Settings
 from polar.storage import Storage
-from polar.swe import SweInstance, load_instances
+from polar.tasks.swe import SweInstance, load_instances
 from tests.support.harness_stack import HarnessStack, running_harness_stack
 from tests.support.scripted_backend import serve_app
 from tests.support.tap import Tap, tap_app
 
 REPO = Path(__file__).resolve().parent.parent
 
-SLOW_FIXTURES = frozenset(
+INTEGRATION_FIXTURES = frozenset({"devstack", "storage", "worker", "polar", "base_settings"})
+"""This file's fixtures that start the dev stack (Temporal and SeaweedFS)."""
+SYSTEM_FIXTURES = frozenset(
     {
         "vllm",
         "tap",
@@ -46,38 +52,47 @@ SLOW_FIXTURES = frozenset(
         "harness_stack",
     }
 )
-"""This file's fixtures that make a test slow: the real vLLM (and the tap and gateway in
-front of it), a Docker engine and the images built for it, the harness CLIs' stack."""
-SLOW_TESTS = (
-    # long end-to-end runs in files that say nothing themselves
-    "tests/test_fan_out.py::test_a_large_task_runs_through_batches_and_replays",
-    "tests/test_fan_out.py::test_cancelling_a_batched_task_cancels_every_session",
-    "tests/test_fan_out.py::test_early_stop_keeps_direct_starts",
-)
-"""Node id prefixes of slow tests in modules that do not mark them."""
+"""This file's fixtures of the system lane: the real vLLM (and the tap and gateway in front
+of it), a Docker engine and the images built for it, the harness CLIs' stack."""
+LANE_FIXTURES: dict[str, frozenset[str]] = {
+    "unit": INTEGRATION_FIXTURES | SYSTEM_FIXTURES,
+    "integration": SYSTEM_FIXTURES,
+    "system": frozenset(),
+}
+"""The fixtures of this file each lane may not use."""
 
 
-def uses_slow_fixture(item: pytest.Item) -> bool:
-    """Whether `item` uses one of this file's SLOW_FIXTURES (not a module's own fixture of
-    the same name, e.g. an in-process `gateway`)."""
+def lane_of(item: pytest.Item) -> str | None:
+    """`unit`, `integration` or `system`: the folder under tests/ that holds `item`."""
+    parts = Path(str(item.path)).relative_to(REPO / "tests").parts
+    return parts[0] if len(parts) > 1 and parts[0] in LANE_FIXTURES else None
+
+
+def fixtures_beyond_lane(item: pytest.Item, lane: str) -> list[str]:
+    """This file's fixtures that `item` uses but its lane may not (a module's own fixture of
+    the same name, e.g. an in-process `gateway`, is the module's business)."""
     info = getattr(item, "_fixtureinfo", None)
     if info is None:
-        return False
-    for name in SLOW_FIXTURES.intersection(info.names_closure):
+        return []
+    beyond = []
+    for name in sorted(LANE_FIXTURES[lane].intersection(info.names_closure)):
         defs = info.name2fixturedefs.get(name, ())
         if defs and defs[-1].func.__module__ == __name__:
-            return True
-    return False
+            beyond.append(name)
+    return beyond
 
 
-@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark `slow` what uses a slow fixture or is listed in SLOW_TESTS (see the docstring)."""
+    """Every test lives in a lane folder and uses only what its lane starts (see above)."""
+    errors = []
     for item in items:
-        if item.get_closest_marker("slow"):
-            continue
-        if uses_slow_fixture(item) or item.nodeid.startswith(SLOW_TESTS):
-            item.add_marker(pytest.mark.slow)
+        lane = lane_of(item)
+        if lane is None:
+            errors.append(f"{item.nodeid}: tests live in tests/unit, integration or system")
+        elif beyond := fixtures_beyond_lane(item, lane):
+            errors.append(f"{item.nodeid}: the {lane} lane may not use {', '.join(beyond)}")
+    if errors:
+        raise pytest.UsageError("tests outside their lane:\n" + "\n".join(errors))
 
 
 def open_for_harness(path: Path, factory: pytest.TempPathFactory) -> Path:

@@ -7,7 +7,7 @@ the server, so one parent starts its children one after another; batches start
 theirs side by side. The task's progress then advances a batch at a time.
 
 A spec larger than `SPEC_INLINE_LIMIT` is stored once in S3 (`store_task_spec`)
-and the children get a slim copy plus its reference (polar/spec_ref.py).
+and the children get a slim copy plus its reference (polar/tasks/spec_ref.py).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ with workflow.unsafe.imports_passed_through():
     from polar import search_attributes as sa
     from polar.contracts import SessionResult, SessionSpec, SpecRef, TaskResult
     from polar.records import SessionStatus
-    from polar.spec_ref import SPEC_INLINE_LIMIT, slim_spec, spec_json
-    from polar.task_spec import TaskSpec
+    from polar.tasks.spec import TaskSpec
+    from polar.tasks.spec_ref import SPEC_INLINE_LIMIT, slim_spec, spec_json
     from workflows.inputs import parse_input
     from workflows.queues import Queues
     from workflows.session import Session

@@ -61,7 +61,7 @@ with workflow.unsafe.imports_passed_through():
         Stage,
     )
     from polar.records import SessionStatus
-    from polar.task_spec import Timeouts
+    from polar.tasks.spec import Timeouts
     from workflows import stages
     from workflows.inputs import parse_input
     from workflows.queues import HostQueues, Queues

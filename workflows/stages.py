@@ -41,7 +41,7 @@ from polar.contracts import (
     Stage,
     TeardownResult,
 )
-from polar.task_spec import TaskSpec, Timeouts
+from polar.tasks.spec import TaskSpec, Timeouts
 
 
 class Pool(StrEnum):

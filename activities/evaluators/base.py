@@ -10,7 +10,7 @@ from typing import ClassVar, Protocol
 from activities.runtimes.base import Runtime
 from polar.contracts import RuntimeHandle
 from polar.evaluation_reports import EvaluationReport
-from polar.task_spec import EvaluatorSpec
+from polar.tasks.spec import EvaluatorSpec
 
 Tick = Callable[[float], Awaitable[None] | None] | None
 

@@ -30,7 +30,7 @@ from activities.evaluators.fresh import carry_changes
 from activities.runtimes.base import Runtime
 from polar.contracts import RuntimeHandle
 from polar.evaluation_reports import Baselines, CommandReport, EvaluationReport
-from polar.task_spec import EvaluatorSpec
+from polar.tasks.spec import EvaluatorSpec
 
 __all__ = ["CommandEvaluator", "Evaluation", "InvalidRewardFile", "evaluate_command"]
 

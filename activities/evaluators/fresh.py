@@ -26,7 +26,7 @@ from activities.heartbeat import heartbeating
 from activities.runtimes.base import Runtime
 from polar.contracts import PrepareRequest, RuntimeHandle
 from polar.evaluation_reports import ApplyAttempt, EvaluationReport
-from polar.task_spec import EvaluatorSpec, RuntimeSpec, Source
+from polar.tasks.spec import EvaluatorSpec, RuntimeSpec, Source
 
 
 @contextlib.asynccontextmanager

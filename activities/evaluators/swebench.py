@@ -86,7 +86,7 @@ from polar.evaluation_reports import (
     SweBenchReport,
     TestOutcomes,
 )
-from polar.task_spec import SweBenchSpec
+from polar.tasks.spec import SweBenchSpec
 
 __all__ = [
     "EvaluatorError",

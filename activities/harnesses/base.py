@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from polar.task_spec import HarnessSpec
+from polar.tasks.spec import HarnessSpec
 
 KEY_ENV = "POLAR_API_KEY"
 """The variable holding the session key; configs that name a key variable use this one."""

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from activities.harnesses.artifacts import ARTIFACTS_ENV, ARTIFACTS_SUBDIR
 from activities.harnesses.base import HarnessContext, Launch, polar_env
-from polar.task_spec import HarnessSpec
+from polar.tasks.spec import HarnessSpec
 
 
 def gateway_env(

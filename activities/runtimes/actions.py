@@ -9,7 +9,7 @@ from activities.heartbeat import Heartbeater
 from activities.runtimes.base import InvalidRuntime, PrepareFailed, Runtime
 from polar.contracts import RuntimeHandle
 from polar.host_paths import resolved_problem
-from polar.task_spec import CommandAction, PrepareAction, UploadAction
+from polar.tasks.spec import CommandAction, PrepareAction, UploadAction
 
 
 async def run_prepare_actions(

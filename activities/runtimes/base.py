@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Protocol
 
-from activities.process import ProcessOutcome
+from activities.shell_command import ProcessOutcome
 from polar.contracts import PrepareRequest, RuntimeHandle
 
 

@@ -63,14 +63,14 @@ import docker
 from docker.errors import APIError, ImageNotFound, NotFound
 
 from activities.heartbeat import heartbeating
-from activities.process import ProcessOutcome
 from activities.runtimes.actions import run_prepare_actions
 from activities.runtimes.base import InvalidRuntime
 from activities.runtimes.channel import SANDBOX_DIR
-from activities.runtimes.limits import DISK_LABEL, ContainerLimits, writable_layer_bytes
 from activities.runtimes.local import materialise_source, session_dir, session_dirs
+from activities.runtimes.resource_limits import DISK_LABEL, ContainerLimits, writable_layer_bytes
+from activities.shell_command import ProcessOutcome
 from polar.contracts import PrepareRequest, RuntimeHandle
-from polar.task_spec import RuntimeSpec
+from polar.tasks.spec import RuntimeSpec
 
 WORKSPACE = "/workspace"
 LABEL = "polar.session"

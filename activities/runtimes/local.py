@@ -37,7 +37,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 from activities.heartbeat import heartbeating
-from activities.process import ProcessOutcome, run_shell
 from activities.runtimes.actions import run_prepare_actions
 from activities.runtimes.base import InvalidRuntime, InvalidSource, SourceUnavailable
 from activities.runtimes.channel import SANDBOX_PORT
@@ -49,12 +48,13 @@ from activities.runtimes.local_sandbox import (
     detect_sandbox,
     new_loopback,
 )
+from activities.shell_command import ProcessOutcome, run_shell
 from polar.contracts import PrepareRequest, RuntimeHandle
 from polar.host_paths import local_git_path, resolved_problem
 from polar.ids import InvalidId, checked_id
 from polar.processes import kill_pids, pids_with_env
 from polar.settings import get_settings
-from polar.task_spec import DirSource, GitSource, Source
+from polar.tasks.spec import DirSource, GitSource, Source
 
 log = logging.getLogger("polar.worker")
 

@@ -63,9 +63,9 @@ from activities.runtimes.docker import (
     DockerRuntime,
     ExecPump,
 )
-from activities.runtimes.limits import DISK_LABEL, ContainerLimits
 from activities.runtimes.local import session_dirs
-from polar.task_spec import RuntimeSpec
+from activities.runtimes.resource_limits import DISK_LABEL, ContainerLimits
+from polar.tasks.spec import RuntimeSpec
 
 RUNNER = "polar-runner"
 RUNNER_HOME = Path("/var/lib/polar-runner")

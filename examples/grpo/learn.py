@@ -34,8 +34,8 @@ from examples.grpo.train import (  # noqa: E402
     train_with_args,
     untied_copy,
 )
-from polar.devstack import DevStack, free_port  # noqa: E402
-from polar.sdk import PolarClient  # noqa: E402
+from polar.app.devstack import DevStack, free_port  # noqa: E402
+from polar.client.sdk import PolarClient  # noqa: E402
 from polar.settings import Settings  # noqa: E402
 from polar.storage import Storage  # noqa: E402
 

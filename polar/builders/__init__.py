@@ -17,7 +17,7 @@ from polar.builders.base import BuildContext, BuilderConfig, BuildOutput, Reward
 from polar.builders.per_request import build_per_request
 from polar.builders.prefix_merging import PrefixMergingConfig, build_prefix_merging
 from polar.records import CompletionRecord
-from polar.task_spec import BuilderSpec
+from polar.tasks.spec import BuilderSpec
 
 Builder = Callable[[list[CompletionRecord], BuildContext], BuildOutput]
 

@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from polar.records import CompletionRecord, ReconstructionStats, Trace, TraceProvenance
-from polar.task_spec import StrictModel
+from polar.tasks.spec import StrictModel
 
 RewardPolicy = Literal["broadcast", "session_normalized"]
 UnseenReason = Literal["client_disconnected", "resent"]

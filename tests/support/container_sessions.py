@@ -7,10 +7,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from polar.client.sdk import PolarClient
 from polar.contracts import SessionResult
 from polar.records import SessionStatus
-from polar.sdk import PolarClient
-from polar.task_spec import TaskSpec
+from polar.tasks.spec import TaskSpec
 
 
 def small_repo(tmp_path: Path) -> Path:

@@ -11,10 +11,10 @@ from activities.evaluators import EvaluationJob, get_evaluator
 from activities.evaluators.base import Evaluation, reap
 from activities.evaluators.baseline import record_baseline
 from activities.evaluators.fresh import eval_prepare_request, fresh_runtime
-from activities.evaluators.rewards import check_rewards
+from activities.evaluators.reward_checks import check_rewards
 from activities.runtimes.base import Runtime
 from polar.contracts import PrepareRequest, RuntimeHandle
-from polar.task_spec import EvaluatorSpec, RuntimeSpec, Source
+from polar.tasks.spec import EvaluatorSpec, RuntimeSpec, Source
 
 # pytest and what it imports (pure Python), for a local runtime's own interpreter
 PYTEST_PACKAGES = ("pytest", "_pytest", "pluggy", "iniconfig", "packaging", "pygments", "py.py")

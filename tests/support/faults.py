@@ -2,7 +2,7 @@
 
 A *node* is what one host of a deployment runs: its own data dir, optionally a
 gateway process and a `polar worker` process, sharing the suite's one Temporal
-and one S3 with every other node. Processes are real (`python -m polar.cli ...`)
+and one S3 with every other node. Processes are real (`python -m polar.app.cli ...`)
 so a test can SIGKILL them.
 """
 
@@ -21,11 +21,11 @@ from fastapi.responses import JSONResponse
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from polar.cli import demo_task
-from polar.devstack import DevStack, free_port
-from polar.sdk import PolarClient
+from polar.app.cli import demo_task
+from polar.app.devstack import DevStack, free_port
+from polar.client.sdk import PolarClient
 from polar.settings import Settings
-from polar.task_spec import TaskSpec
+from polar.tasks.spec import TaskSpec
 from polar.temporal_client import connect
 
 from .scripted_backend import render_answer, serve_app, text

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from polar.sdk import PolarClient
+from polar.client.sdk import PolarClient
 from polar.settings import Settings
 from polar.storage import Storage
 from proxy.app import create_app

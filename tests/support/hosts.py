@@ -23,11 +23,11 @@ from pathlib import Path
 import docker
 import pytest
 
+from polar.client.sdk import PolarClient
 from polar.contracts import SessionResult, TaskResult
 from polar.processes import dying_with_parent
 from polar.records import SessionStatus
-from polar.sdk import PolarClient
-from polar.task_spec import TaskSpec
+from polar.tasks.spec import TaskSpec
 from tests.support.faults import Node, activity_runs
 from tests.support.polling import wait_until
 

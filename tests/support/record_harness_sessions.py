@@ -3,7 +3,7 @@
     .venv/bin/python -m tests.support.record_harness_sessions [--data bench/data]
 
 Each CLI (Codex, Claude Code, Qwen Code, Pi; infra/harnesses/install.sh) runs
-once exactly as tests/test_harness_clis.py runs it: a fresh HOME and git repo
+once exactly as tests/system/test_harness_clis.py runs it: a fresh HOME and git repo
 with a bug, an in-thread gateway with a minted session key in front of the
 agent backend (tests/support/agent_backend.py), SeaweedFS started for the run.
 The records read back from S3 are written slimmed (`bench.bench_builders.slim`)
@@ -26,17 +26,18 @@ from _pytest.outcomes import OutcomeException
 from activities.harnesses import CLI_ADAPTERS
 from bench.bench_builders import DATA, slim
 from bench.tiny_backend import TINY_MODEL
-from polar.devstack import DevStack, free_port
+from polar.app.devstack import DevStack, free_port
 from polar.settings import Settings
 from polar.storage import Storage
-from tests.test_harness_clis import run_harness
+from tests.system.test_harness_clis import run_harness
 
 # harness kind -> the name of its recorded session file in bench/data/
 HARNESS_ORDER = {"codex": "codex", "claude_code": "claude", "qwen_code": "qwen", "pi": "pi"}
 
 
 def record_harnesses(out_dir: Path) -> dict[str, str]:
-    """Run each CLI once through an in-thread gateway (as tests/test_harness_clis.py does)."""
+    """Run each CLI once through an in-thread gateway (as tests/system/test_harness_clis.py
+    does)."""
     work = Path(tempfile.mkdtemp(prefix="polar-bench-"))
     base = free_port(span=48)
     settings = Settings(

@@ -1,6 +1,6 @@
 """TCP relays in a thread: a listener on one address spliced byte for byte to another.
 
-The namespace hosts of tests/test_multi_host_netns.py reach the suite's one
+The namespace hosts of tests/system/test_multi_host_netns.py reach the suite's one
 Temporal and one S3 (bound on the root namespace's loopback, which a namespace
 cannot reach) through relays listening on the root-side veth address only.
 """

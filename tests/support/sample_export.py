@@ -1,4 +1,5 @@
-"""The sample export the trainer-layout check runs on: tests/test_export.py's 4 sessions.
+"""The sample export the trainer-layout check runs on: the 4 sessions of
+tests/integration/test_export.py.
 
     .venv/bin/python -m tests.support.sample_export OUT [--model DIR]
 
@@ -15,15 +16,16 @@ import argparse
 import sys
 from pathlib import Path
 
-from polar import export as ex
+from polar.client import export as ex
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_MODEL = REPO / ".polar" / "models" / "tiny-qwen3"
 
 
 def write_sample(out: Path, model: Path) -> Path:
-    """tests/test_export.py's 4-session export (prefix_merging) under `out`; its Trace file."""
-    from tests import test_export as te
+    """The 4-session export of tests/integration/test_export.py (prefix_merging) under `out`;
+    its Trace file."""
+    from tests.integration import test_export as te
 
     records = te.realistic_records(model)
     traces = te.build(records, "prefix_merging", model)

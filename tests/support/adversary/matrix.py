@@ -24,10 +24,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from polar.sdk import PolarClient
+from polar.client.sdk import PolarClient
 from polar.session_keys import SessionIdentity, mint_session_key
 from polar.storage import Storage, artifact_key
-from polar.task_spec import RuntimeSpec, TaskSpec
+from polar.tasks.spec import RuntimeSpec, TaskSpec
 
 HERE = Path(__file__).resolve().parent
 CALC = "def add(a, b):\n    return a - b  # BUG\n\n\ndef sub(a, b):\n    return a - b\n"

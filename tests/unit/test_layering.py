@@ -1,0 +1,104 @@
+"""Imports point down: the layering rules of scripts/import_graph.py hold for the repository.
+
+The core (`polar`) imports no app package, the gateway and the workflows only
+the core, the worker side the core and the workflows, nothing but the tests
+imports the CLI, and benchmarks import no test module. The checker itself is
+shown to catch each kind of violation on a small made-up tree.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from tests.support.paths import REPO
+
+SCRIPT = REPO / "scripts" / "import_graph.py"
+
+
+@pytest.fixture(scope="module")
+def import_graph() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("import_graph", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["import_graph"] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_repository_keeps_the_layering(import_graph: ModuleType) -> None:
+    graph = import_graph.build_graph(REPO)
+    assert not graph.violations, "\n".join(graph.violation_lines())
+    # the graph is read at all: the known downward edges are there
+    for edge in [("polar.app", "proxy"), ("proxy", "polar"), ("activities", "workflows")]:
+        assert edge in graph.edges, sorted(graph.edges)
+    assert not any(src == "bench" and dst == "tests" for src, dst in graph.edges)
+
+
+def test_script_exits_zero_and_prints_the_graph() -> None:
+    run = subprocess.run(
+        [sys.executable, str(SCRIPT), "--edges"], capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "polar.app -> proxy:" in run.stdout
+    assert "layering: no violations" in run.stdout
+
+
+def write(root: Path, rel: str, text: str) -> None:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+@pytest.mark.parametrize(
+    ("rel", "source", "broken"),
+    [
+        ("polar/core.py", "from proxy.app import create_app\n", "polar may not import proxy"),
+        ("polar/core.py", "import workflows.session\n", "polar may not import workflows"),
+        ("polar/core.py", "from polar.app import cli\n", "polar may not import polar.app"),
+        ("proxy/app.py", "from activities import worker\n", "proxy may not import activities"),
+        ("workflows/w.py", "from activities.x import y\n", "workflows may not import activities"),
+        ("activities/a.py", "from proxy import app\n", "activities may not import proxy"),
+        (
+            "activities/a.py",
+            "from polar.app.cli import app\n",
+            "activities may not import polar.app",
+        ),
+        ("bench/b.py", "from tests.support import x\n", "bench may not import tests"),
+        (
+            "workflows/w.py",
+            "from polar.app import devstack\n",
+            "workflows may not import polar.app",
+        ),
+        ("polar/sub/m.py", "from ..app import cli\n", "polar may not import polar.app"),
+    ],
+)
+def test_checker_catches_a_violation(
+    import_graph: ModuleType, tmp_path: Path, rel: str, source: str, broken: str
+) -> None:
+    for package in ("polar", "polar/sub", "proxy", "workflows", "activities", "bench", "tests"):
+        write(tmp_path, f"{package}/__init__.py", "")
+    write(tmp_path, "polar/app/cli.py", "import proxy.app\nimport activities\nimport workflows\n")
+    write(tmp_path, rel, source)
+    graph = import_graph.build_graph(tmp_path)
+    lines = graph.violation_lines()
+    assert len(lines) == 1 and broken in lines[0], lines
+    assert import_graph.main(["--root", str(tmp_path), "--quiet"]) == 1
+
+
+def test_cli_may_import_everything_and_tests_may_import_the_cli(
+    import_graph: ModuleType, tmp_path: Path
+) -> None:
+    for package in ("polar", "proxy", "workflows", "activities", "tests"):
+        write(tmp_path, f"{package}/__init__.py", "")
+    write(tmp_path, "polar/app/cli.py", "import proxy\nimport activities\nimport workflows\n")
+    write(tmp_path, "tests/test_x.py", "from polar.app.cli import app\nfrom bench import x\n")
+    write(tmp_path, "activities/w.py", "from workflows import session\nfrom polar import ids\n")
+    graph = import_graph.build_graph(tmp_path)
+    assert not graph.violations, graph.violation_lines()
+    assert ("tests", "polar.app") in graph.edges
