@@ -16,7 +16,7 @@ from polar.client.sdk import PolarClient, TaskRun
 from polar.records import SessionStatus
 from polar.tasks.spec import TaskSpec
 from tests.support.paths import HISTORIES
-from tests.support.reordered_session import ReorderedSession
+from tests.integration.reordered_session import ReorderedSession
 from workflows import replay as rp
 
 HISTORIES = HISTORIES
