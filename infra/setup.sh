@@ -72,4 +72,6 @@ if [[ $(id -u) == 0 ]]; then .venv/bin/python -m activities.runtimes.podman setu
 
 infra/harnesses/install.sh  # the four real harness CLIs from npm, pinned (cached on the lock's hash)
 
+infra/docs/install.sh  # MkDocs, Material and mkdocstrings in .venv-docs (the docs site; pinned)
+
 infra/deploy/install-tools.sh  # docker-compose and helm, which check infra/deploy (tests/unit/infra/test_deploy.py)

@@ -31,12 +31,14 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="POLAR_", extra="ignore")
 
-    data_dir: Path = Field(default=Path(".polar"), description="embedded stack state and logs")
+    data_dir: Path = Field(
+        default=Path(".polar"), description="dev-stack state, logs, the runtimes' session dirs"
+    )
 
     # Temporal
-    temporal_address: str = "127.0.0.1:7233"
-    temporal_namespace: str = "default"
-    temporal_ui_port: int = 8233
+    temporal_address: str = Field(default="127.0.0.1:7233", description="Temporal frontend")
+    temporal_namespace: str = Field(default="default", description="Temporal namespace")
+    temporal_ui_port: int = Field(default=8233, description="Web UI port of the dev server")
     task_queue: str = Field(
         default="polar", description="workflow queue; stages use {queue}-init/-run/-postrun"
     )
@@ -55,22 +57,26 @@ class Settings(BaseSettings):
     )
 
     # worker pool caps
-    max_init: int = 8
-    max_run: int = 8
-    max_postrun: int = 4
+    max_init: int = Field(default=8, description="per-worker cap of the init pool's activities")
+    max_run: int = Field(default=8, description="per-worker cap of harness runs")
+    max_postrun: int = Field(
+        default=4, description="per-worker cap of the postrun pool (build, evaluate, score)"
+    )
 
     # S3
-    s3_endpoint: str | None = "http://127.0.0.1:8333"
-    s3_bucket: str = "polar"
-    s3_region: str = "us-east-1"
+    s3_endpoint: str | None = Field(
+        default="http://127.0.0.1:8333", description="S3 endpoint (SeaweedFS); unset: AWS S3"
+    )
+    s3_bucket: str = Field(default="polar", description="bucket of records, traces, artifacts")
+    s3_region: str = Field(default="us-east-1", description="S3 region")
     s3_access_key: str | None = Field(
         default=None, description="unset: boto3's own chain (role, AWS_* env); dev: generated"
     )
-    s3_secret_key: str | None = None
+    s3_secret_key: str | None = Field(default=None, description="the secret of s3_access_key")
 
     # gateway
-    gateway_host: str = "127.0.0.1"
-    gateway_port: int = 8400
+    gateway_host: str = Field(default="127.0.0.1", description="where the gateway listens")
+    gateway_port: int = Field(default=8400, description="the gateway's model port")
     gateway_url: str | None = Field(
         default=None, description="URL harnesses reach the gateway at; default from host/port"
     )
@@ -93,7 +99,9 @@ class Settings(BaseSettings):
     upstream_model: str | None = Field(
         default="policy", description="model name sent upstream; None keeps the caller's"
     )
-    upstream_timeout_s: float = 600.0
+    upstream_timeout_s: float = Field(
+        default=600.0, description="one upstream call's limit (past it: 504, recorded as failed)"
+    )
     admin_token: str | None = Field(
         default=None,
         description="bearer token of the gateway's /admin endpoints; unset: they answer 403",
@@ -123,16 +131,19 @@ class Settings(BaseSettings):
     metrics_port: int = Field(
         default=0, description="worker Prometheus port (stages + Temporal SDK); 0: off"
     )
-    metrics_host: str = "127.0.0.1"
+    metrics_host: str = Field(default="127.0.0.1", description="host of the worker metrics port")
     log_format: str = Field(default="json", description="json (JSON lines) or text")
 
     # embedded model backend (vLLM on CPU)
-    vllm_port: int = 8000
+    vllm_port: int = Field(default=8000, description="port of the dev stack's vLLM")
     vllm_python: Path = Field(
         default_factory=lambda: checkout_path(".venv-vllm/bin/python"),
-        description="python of the CPU vLLM venv (infra/setup.sh makes .venv-vllm in a checkout)",
+        description="python of the CPU vLLM venv; default: the checkout's .venv-vllm/bin/python "
+        "(infra/setup.sh makes it)",
     )
-    model_dir: Path | None = Field(default=None, description="HF model directory to serve")
+    model_dir: Path | None = Field(
+        default=None, description="HF model dir the dev vLLM serves; unset: the tiny model"
+    )
     vllm_weight_reload: bool = Field(
         default=False,
         description="dev vLLM: enable its in-place weight reload (/collective_rpc, dev mode)",
@@ -147,12 +158,14 @@ class Settings(BaseSettings):
     # harness CLIs (codex, claude, qwen, pi) for runtimes that run them on the worker's host
     harness_bin_dir: Path = Field(
         default_factory=lambda: checkout_path("infra/harnesses/node_modules/.bin"),
-        description="directory holding the harness CLI executables (infra/harnesses/install.sh)",
+        description="directory holding the harness CLI executables; default: the checkout's "
+        "infra/harnesses/node_modules/.bin (infra/harnesses/install.sh)",
     )
     harness_python_dir: Path = Field(
         default_factory=lambda: checkout_path(".venv-harness/bin"),
         description="bin dir of the harnesses' own venv (openai, anthropic SDKs), first on a "
-        "local session's PATH (infra/setup.sh); never the worker's venv",
+        "local session's PATH; default: the checkout's .venv-harness/bin (infra/setup.sh); "
+        "never the worker's venv",
     )
 
     @field_validator("host_id")

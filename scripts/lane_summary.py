@@ -1,6 +1,6 @@
 """Each lane's counts and time from pytest's JUnit XML, then the suite's closing line.
 
-    .venv/bin/python scripts/lane_summary.py reports/unit.xml reports/integration.xml ...
+.venv/bin/python scripts/lane_summary.py reports/unit.xml reports/integration.xml ...
 """
 
 from __future__ import annotations

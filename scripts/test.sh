@@ -9,6 +9,7 @@ bash infra/setup.sh
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .  # the formatter is the style: no `# fmt: skip`
 .venv/bin/mypy  # types of polar/, proxy/, workflows/, activities/ (mypy.ini)
+NO_MKDOCS_2_WARNING=1 .venv-docs/bin/mkdocs build --strict --quiet --site-dir build/site  # the docs site; broken links fail
 reports=$(mktemp -d)
 status=0
 for lane in unit integration system; do

@@ -15,8 +15,8 @@ import pytest
 from polar.client.sdk import PolarClient, TaskRun
 from polar.records import SessionStatus
 from polar.tasks.spec import TaskSpec
-from tests.support.paths import HISTORIES
 from tests.integration.reordered_session import ReorderedSession
+from tests.support.paths import HISTORIES
 from workflows import replay as rp
 
 HISTORIES = HISTORIES

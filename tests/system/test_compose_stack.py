@@ -84,7 +84,14 @@ class Stack:
 
     def compose(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
         files = [a for f in self.files for a in ("-f", str(f))]
-        argv = [*compose_cmd(required=True), "-p", self.project, "--env-file", str(self.env_file), *files]
+        argv = [
+            *compose_cmd(required=True),
+            "-p",
+            self.project,
+            "--env-file",
+            str(self.env_file),
+            *files,
+        ]
         out = subprocess.run(
             [*argv, *args], capture_output=True, text=True, timeout=timeout, cwd=DEPLOY
         )
