@@ -7,6 +7,7 @@ the site, so its links into docs/ (pages and their anchors) are checked here.
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -48,8 +49,10 @@ def test_the_folder_table_names_what_exists_and_every_package() -> None:
     named = table_folders()
     for folder in named:
         assert (REPO / folder).is_dir(), f"README names {folder}: missing"
-    top = {f"{p.name}/" for p in REPO.iterdir() if p.is_dir() and not p.name.startswith(".")}
-    top -= {"build/", "site/"}  # build outputs
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split()
+    top = {f"{path.split('/', 1)[0]}/" for path in tracked if "/" in path and path[0] != "."}
     subpackages = {f"polar/{p.parent.name}/" for p in (REPO / "polar").glob("*/__init__.py")}
     missing = sorted((top | subpackages) - set(named))
     assert not missing, f"the README's folder table leaves out {missing}"
