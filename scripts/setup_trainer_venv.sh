@@ -4,6 +4,7 @@
 #
 #   bash scripts/setup_trainer_venv.sh                 # check a sample export (tests/integration/test_export.py's)
 #   bash scripts/setup_trainer_venv.sh EXPORT_DIR [ARGS...]   # check a `polar export --format all` dir
+#   bash scripts/setup_trainer_venv.sh --install-only  # only build the venv (tests/system/)
 #
 # The venv reads .venv's packages (Polar, CPU torch 2.13.0, transformers, datasets, pyarrow) through
 # a .pth, and a constraint keeps torch at 2.13.0 so nothing pulls a CUDA build. On top of that:
@@ -47,6 +48,7 @@ if [[ ! -x $VENV/bin/python || "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]]; then
 fi
 $VENV/bin/python -c 'import torch, trl, verl; print(f"setup_trainer_venv: torch {torch.__version__}, trl {trl.__version__}, verl {verl.__version__}")'
 
+[[ ${1:-} == --install-only ]] && exit 0
 if (( $# )); then
   exec $VENV/bin/python scripts/check_trainer_layouts.py "$@" --require verl,trl
 fi

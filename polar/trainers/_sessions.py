@@ -1,0 +1,77 @@
+"""What every trainer adapter shares: which sessions train, one session run, its chains.
+
+A session trains only when its harness reached an outcome the evaluator graded: status
+`completed`, `harness_failed` or `timeout` with a reward. Everything else (no reward, `error`,
+`cancelled`, an infrastructure failure, any status added later) says nothing about the policy
+and is left out, never turned into a zero-reward sample.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from polar.client.sdk import PolarClient
+from polar.contracts import SessionResult, TaskResult
+from polar.records import SessionStatus, Trace
+from polar.tasks.spec import TaskSpec
+
+GRADED = frozenset({SessionStatus.COMPLETED, SessionStatus.HARNESS_FAILED, SessionStatus.TIMEOUT})
+"""Statuses of a harness that ran to an outcome; only these, with a reward, are trained on."""
+
+
+def trainable(session: SessionResult) -> bool:
+    """Whether `session` is trained on: a graded status, a reward and traces."""
+    return session.status in GRADED and session.reward is not None and bool(session.traces_key)
+
+
+def absent_reason(session: SessionResult) -> str:
+    """Why `trainable(session)` is False, for counters and logs."""
+    if session.status not in GRADED:
+        return f"status {session.status.value}"
+    if session.reward is None:
+        return "no reward"
+    return "no traces"
+
+
+def chains(traces: Sequence[Trace]) -> list[Trace]:
+    """A session's traces in the order their first model call was made (the root chain first)."""
+    return sorted(traces, key=lambda t: (min(t.provenance.completion_seqs, default=0), t.trace_id))
+
+
+def task_with(
+    template: TaskSpec | dict[str, Any], *, task_id: str | None = None, **fields: Any
+) -> TaskSpec:
+    """A copy of `template` with `fields` set (None values left as the template has them) and a
+    fresh task id under the template's own (`{template id}-{8 hex}` unless given)."""
+    spec = template if isinstance(template, TaskSpec) else TaskSpec.model_validate(template)
+    data = spec.model_dump(mode="json")
+    data.update({k: v for k, v in fields.items() if v is not None})
+    data["task_id"] = task_id or f"{spec.task_id}-{uuid.uuid4().hex[:8]}"
+    return TaskSpec.model_validate(data)
+
+
+@dataclass
+class SessionRun:
+    """One finished session and its traces (empty when it is not trainable)."""
+
+    task: TaskResult
+    workflow_id: str
+    session: SessionResult
+    traces: list[Trace]
+
+
+async def run_task(
+    polar: PolarClient, spec: TaskSpec, *, timeout_s: float | None = None
+) -> list[SessionRun]:
+    """Submit `spec`, wait for it, and load the traces of its trainable sessions."""
+    run = await polar.submit(spec)
+    result = await polar.wait(run, timeout_s=timeout_s)
+    runs = []
+    for session in sorted(result.sessions, key=lambda s: s.index):
+        traces = await asyncio.to_thread(polar.load_traces, session) if trainable(session) else []
+        runs.append(SessionRun(result, run.workflow_id, session, traces))
+    return runs

@@ -1,0 +1,211 @@
+"""verl 0.9.1: Polar as an agent loop, registered as `polar` in verl's own registry.
+
+    # the agent-loop config verl reads (actor_rollout_ref.rollout.agent.agent_loop_config_path)
+    - name: polar
+      _target_: polar.trainers.verl.PolarAgentLoop
+      task: /path/to/task.json        # a TaskSpec (dict or JSON file): the template
+      policy_version: null            # stamped on the sessions (or a row's `policy_version`)
+
+    # and each dataset row says `agent_name: polar`, or the rollout config sets
+    # actor_rollout_ref.rollout.agent.default_agent_loop=polar
+
+Importing this module also registers the class under `polar` with verl's
+`@register`, so `agent_name: polar` resolves without the YAML when the loop's
+defaults are enough (the template then comes from the row's `polar_task`).
+
+`run` runs one Polar session per sample: the template (with the row's
+`polar_task` fields over it; the instruction, if none is set, is the row's
+last user message of `raw_prompt`), one session, tagged with the policy
+version. The `AgentLoopOutput` is built from that session's traces as Polar
+stored them, never retokenised: `prompt_ids`, `response_ids`, `response_mask`
+(Polar's loss mask), `response_logprobs` (the sampled logprobs), `reward_score`
+(the trace's reward), `num_turns` (model calls in the chain), `metrics`
+(Polar's run and evaluate stage seconds).
+
+Multi-trace sessions: verl needs exactly one output per input row (its worker
+pads and stacks one `_InternalAgentLoopOutput` per sample, and GRPO groups are
+the rows sharing a uid), so a session whose prefix chain broke gives its
+**first chain** (the root context: the trace whose first model call came
+first) and `extra_fields["polar"]` says how many chains there were and how
+many sampled tokens the others held (`chains`, `left_out_tokens`,
+`left_out_traces`). Use a builder that keeps one chain (`prefix_merging` with
+repairs) where that share matters, or TRL/slime, which take every chain.
+
+A session that is not trainable (no reward, an `error`/`cancelled`/infra
+status) cannot be left out of verl's fixed-shape batch, and must not become a
+zero-reward row: the loop runs the sample again, up to `max_attempts`
+sessions, then raises (verl then fails the step loudly). How many were rerun
+is in `extra_fields["polar"]["rerun"]`.
+
+Versions: `extra_fields["min_global_steps"]`/`["max_global_steps"]` hold the
+policy version Polar stamped on the trace, so verl's own staleness metrics
+read Polar's version.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+from verl.experimental.agent_loop.agent_loop import (
+    AgentLoopBase,
+    AgentLoopMetrics,
+    AgentLoopOutput,
+    register,
+)
+
+from polar.client.layouts import provenance_fields
+from polar.client.sdk import PolarClient
+from polar.settings import get_settings
+from polar.tasks.spec import TaskSpec
+from polar.trainers._sessions import (
+    SessionRun,
+    absent_reason,
+    chains,
+    run_task,
+    task_with,
+    trainable,
+)
+
+log = logging.getLogger("polar.trainers.verl")
+AGENT_NAME = "polar"
+
+_clients: dict[int, PolarClient] = {}
+
+
+async def shared_client() -> PolarClient:
+    """One Polar client per event loop: verl makes an agent loop per sample, on one loop."""
+    key = id(asyncio.get_running_loop())
+    if key not in _clients:
+        _clients[key] = await PolarClient.connect(get_settings())
+    return _clients[key]
+
+
+def load_template(task: TaskSpec | dict[str, Any] | str | Path | None) -> dict[str, Any] | None:
+    """A TaskSpec template from a spec, a dict, a JSON string or a JSON file path."""
+    if task is None or isinstance(task, dict):
+        return task
+    if isinstance(task, TaskSpec):
+        return task.model_dump(mode="json")
+    text = str(task)
+    loaded = json.loads(text if text.lstrip().startswith("{") else Path(text).read_text())
+    if not isinstance(loaded, dict):
+        raise ValueError(f"a Polar task must be a JSON object, got {type(loaded).__name__}")
+    return loaded
+
+
+def last_user_text(raw_prompt: Any) -> str | None:
+    """The last user message's text of verl's `raw_prompt` (a chat message list)."""
+    messages = list(raw_prompt) if raw_prompt is not None else []
+    for message in reversed(messages):
+        if isinstance(message, dict) and message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, str):
+                return content
+            if isinstance(content, list):
+                parts = [p.get("text", "") for p in content if isinstance(p, dict)]
+                return "".join(parts)
+    return None
+
+
+def agent_loop_output(run: SessionRun, rerun: int = 0) -> AgentLoopOutput:
+    """verl's output for one trainable session: its first chain, exactly as Polar traced it."""
+    session = run.session
+    ordered = chains(run.traces)
+    if not ordered:
+        raise ValueError(f"session {session.session_id} has no traces")
+    chain, rest = ordered[0], ordered[1:]
+    version = chain.provenance.policy_version
+    stages = session.stage_seconds
+    polar = {
+        **provenance_fields(chain),
+        "workflow_id": run.workflow_id,
+        "traces_key": session.traces_key,
+        "session_status": session.status.value,
+        "session_reward": session.reward,
+        "chains": len(ordered),
+        "left_out_traces": [t.trace_id for t in rest],
+        "left_out_tokens": sum(sum(t.loss_mask) for t in rest),
+        "rerun": rerun,
+    }
+    extra: dict[str, Any] = {"polar": polar}
+    if version is not None:
+        extra["min_global_steps"] = extra["max_global_steps"] = version
+    return AgentLoopOutput(
+        prompt_ids=list(chain.prompt_ids),
+        response_ids=list(chain.response_ids),
+        response_mask=list(chain.loss_mask),
+        response_logprobs=list(chain.response_logprobs),
+        reward_score=chain.reward,
+        num_turns=len(chain.provenance.record_ids),
+        metrics=AgentLoopMetrics(
+            generate_sequences=float(stages.get("run", 0.0)),
+            compute_score=float(stages.get("evaluate", 0.0)),
+        ),
+        extra_fields=extra,
+    )
+
+
+@register(AGENT_NAME)
+class PolarAgentLoop(AgentLoopBase):
+    """One Polar session per sample (see the module docstring).
+
+    Constructor keywords beyond verl's own come from the agent-loop config entry:
+    `task` (TaskSpec template: dict, JSON text or file), `policy_version`,
+    `max_attempts` (sessions tried for one sample, default 2), `timeout_s` (per session).
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        task: TaskSpec | dict[str, Any] | str | None = None,
+        policy_version: int | None = None,
+        max_attempts: int = 2,
+        timeout_s: float = 1800.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.template = load_template(task)
+        self.policy_version = policy_version
+        self.max_attempts = max(1, int(max_attempts))
+        self.timeout_s = float(timeout_s)
+
+    def task_for(self, row: dict[str, Any]) -> TaskSpec:
+        """The row's task: the template, the row's `polar_task` over it, one session."""
+        spec = dict(self.template or {})
+        spec.update(load_template(row.get("polar_task")) or {})
+        if not spec:
+            raise ValueError(
+                "the polar agent loop needs a task: set `task` in its agent-loop config "
+                "or a `polar_task` column in the dataset"
+            )
+        if not spec.get("instruction"):
+            spec["instruction"] = last_user_text(row.get("raw_prompt")) or ""
+        version = row.get("policy_version", self.policy_version)
+        return task_with(
+            spec,
+            num_sessions=1,
+            policy_version=None if version is None else int(version),
+        )
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
+        """Run the row's session (again, up to `max_attempts`, while it is not trainable).
+
+        `sampling_params` are verl's; the harness makes its own model calls through Polar's
+        gateway, which serves them from the policy's servers."""
+        polar = await shared_client()
+        reasons: list[str] = []
+        for attempt in range(self.max_attempts):
+            spec = self.task_for(kwargs)
+            (run,) = await run_task(polar, spec, timeout_s=self.timeout_s)
+            if trainable(run.session):
+                return agent_loop_output(run, rerun=attempt)
+            reasons.append(f"{run.session.session_id}: {absent_reason(run.session)}")
+            log.warning("polar session not trainable, rerunning: %s", reasons[-1])
+        raise RuntimeError(
+            f"no trainable Polar session for this sample after {self.max_attempts} tries: "
+            + "; ".join(reasons)
+        )
