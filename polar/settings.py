@@ -54,6 +54,18 @@ class Settings(BaseSettings):
         "only at start",
     )
 
+    # the local runtime's sandbox (activities/runtimes/local_sandbox.py, bwrap.py)
+    allow_unsealed: bool = Field(
+        default=False,
+        description="let the local runtime run sessions unsealed where this host cannot seal "
+        "them (no root and no unprivileged user namespaces): trusted harnesses only",
+    )
+    sandbox_cgroup: Path | None = Field(
+        default=None,
+        description="a cgroup v2 dir the host delegates to this (non-root) worker: each bwrap "
+        "sandbox gets a child of it with the session's memory, pids and cpu limits",
+    )
+
     # worker pool caps
     max_init: int = 8
     max_run: int = 8

@@ -1,0 +1,104 @@
+"""An ordinary user for the tests of a worker that is not root (an HPC node's): who it is,
+how to run a process as it, and the Python it runs Polar with.
+
+The project's venv is built on a Python under /root (pyenv), which another user cannot
+execute; the system `python3` of the same minor version runs the venv's packages (the
+same ABI) from PYTHONPATH, with this checkout first.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+
+from activities.runtimes import bwrap
+
+USER = "polar-hpc"
+HOME = Path("/var/lib/polar-hpc")
+SYSTEM_PYTHON = "/usr/bin/python3"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def ensure_user() -> pwd.struct_passwd:
+    """The test user (a system user with a home), created when missing."""
+    try:
+        return pwd.getpwnam(USER)
+    except KeyError:
+        subprocess.run(
+            [
+                "useradd",
+                "--system",
+                "--user-group",
+                "--create-home",
+                "--home-dir",
+                str(HOME),
+                "--shell",
+                "/bin/bash",
+                USER,
+            ],
+            check=True,
+            capture_output=True,
+        )
+        return pwd.getpwnam(USER)
+
+
+def unavailable() -> str | None:
+    """Why a worker cannot run as an ordinary user with the bwrap sandbox here (None: it
+    can): root to switch users, a system Python like ours, bwrap and user namespaces."""
+    if os.geteuid() != 0:
+        return "the test starts its worker as another user: it must run as root"
+    for tool in ("setpriv", "useradd"):
+        if shutil.which(tool) is None:
+            return f"`{tool}` not found"
+    version = subprocess.run(
+        [SYSTEM_PYTHON, "-c", "import sys; print(sys.version_info[:2])"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    if version != str(sys.version_info[:2]):
+        return f"{SYSTEM_PYTHON} is {version or 'missing'}, not {sys.version_info[:2]}"
+    return bwrap.userns_forbidden() or (
+        None if bwrap.tool("bwrap") else "bwrap not found (infra/setup.sh installs bubblewrap)"
+    )
+
+
+def as_user(argv: list[str]) -> list[str]:
+    """`argv` run as the test user (its own groups, no capabilities)."""
+    entry = ensure_user()
+    return [
+        "setpriv",
+        f"--reuid={entry.pw_uid}",
+        f"--regid={entry.pw_gid}",
+        "--init-groups",
+        "--inh-caps=-all",
+        "--",
+        *argv,
+    ]
+
+
+def python_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of the user's Python: this checkout, then the venv's packages."""
+    paths = sysconfig.get_paths()
+    site = dict.fromkeys([str(ROOT), paths["purelib"], paths["platlib"]])
+    return {
+        "PATH": f"{Path(SYSTEM_PYTHON).parent}:/usr/sbin:/sbin:/bin",
+        "HOME": str(HOME),
+        "LANG": "C.UTF-8",
+        "PYTHONPATH": ":".join(site),
+        **(extra or {}),
+    }
+
+
+def user_dir(prefix: str) -> Path:
+    """A fresh dir under /tmp that the test user owns (pytest's tmp dirs are root's, 0700)."""
+    entry = ensure_user()
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    os.chown(path, entry.pw_uid, entry.pw_gid)
+    path.chmod(0o755)
+    return path
