@@ -8,16 +8,22 @@ same ABI) from PYTHONPATH, with this checkout first.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
 import tempfile
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from activities.runtimes import bwrap
+from polar.processes import dying_with_parent
+from polar.settings import Settings
 
 USER = "polar-hpc"
 HOME = Path("/var/lib/polar-hpc")
@@ -102,3 +108,54 @@ def user_dir(prefix: str) -> Path:
     os.chown(path, entry.pw_uid, entry.pw_gid)
     path.chmod(0o755)
     return path
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """The POLAR_* environment that gives a child process `settings`."""
+    out: dict[str, str] = {}
+    for name, value in settings.model_dump().items():
+        if isinstance(value, Path):
+            value = value.resolve()
+        if value is not None:
+            out[f"POLAR_{name.upper()}"] = str(value)
+    return out
+
+
+@contextlib.contextmanager
+def user_worker(
+    settings: Settings, work: Path, queues: str = "workflow,init,run,postrun"
+) -> Iterator[subprocess.Popen[bytes]]:
+    """`polar worker` as the test user, with `settings` and its data dir under `work` (a
+    user_dir), until the block ends; its log is `work/worker.log`."""
+    ready = work / "worker.ready"
+    env = python_env(
+        settings_env(settings.model_copy(update={"data_dir": work / "data"}))
+        | {"POLAR_WORKER_READY_FILE": str(ready)}
+    )
+    argv = [SYSTEM_PYTHON, "-m", "polar.cli", "worker", "--queues", queues]
+    with open(work / "worker.log", "ab") as log:
+        proc = subprocess.Popen(
+            dying_with_parent(as_user(argv)),
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 90
+        while not ready.exists():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                tail = (work / "worker.log").read_text(errors="replace")[-3000:]
+                raise RuntimeError(f"the user's worker did not start: {tail}")
+            time.sleep(0.2)
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
