@@ -54,6 +54,19 @@ class Settings(BaseSettings):
         "only at start",
     )
 
+    # leaving: SIGTERM (a Slurm time limit, scancel, a pod's end) stops polling at once
+    shutdown_grace_s: float = Field(
+        default=10.0,
+        ge=0,
+        description="after SIGTERM, how long running stages may go on before they are "
+        "cancelled; keep it under the scheduler's kill wait (Slurm: KillWait, --signal)",
+    )
+    release_on_exit: bool = Field(
+        default=False,
+        description="on exit, tear down every runtime of this host (a node given back to the "
+        "scheduler): its sessions are re-placed elsewhere by the host-loss logic",
+    )
+
     # the local runtime's sandbox (activities/runtimes/local_sandbox.py, bwrap.py)
     allow_unsealed: bool = Field(
         default=False,
