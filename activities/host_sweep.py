@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import shutil
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from temporalio.client import Client, WorkflowExecutionStatus
@@ -59,6 +60,35 @@ async def sweep_host(
 ) -> SweepReport:
     """Tear down this host's runtimes of sessions that are not running; a kind whose
     engine does not answer is skipped (and said so in the report)."""
+
+    async def closed(session_id: str) -> bool:
+        return not await session_running(client, session_id.removesuffix(EVAL_SUFFIX))
+
+    report = await _remove_runtimes(settings, kinds, closed)
+    if report.removed:
+        log.warning(
+            "sweep on host %s removed runtimes of closed sessions: %s",
+            settings.host_id,
+            report.removed,
+        )
+    return report
+
+
+async def release_host(settings: Settings, kinds: tuple[str, ...] | None = None) -> SweepReport:
+    """Tear down every runtime of this host, running sessions' too: the host is going away
+    (a Slurm job's end), and those sessions are re-placed elsewhere."""
+
+    async def always(_session_id: str) -> bool:
+        return True
+
+    return await _remove_runtimes(settings, kinds, always)
+
+
+async def _remove_runtimes(
+    settings: Settings,
+    kinds: tuple[str, ...] | None,
+    removable: Callable[[str], Awaitable[bool]],
+) -> SweepReport:
     report = SweepReport()
     for kind in kinds or sweep_kinds():
         runtime = worker_runtime(kind, settings)
@@ -68,7 +98,7 @@ async def sweep_host(
             report.skipped[kind] = f"{type(exc).__name__}: {exc}"
             continue
         for session_id in sorted(sessions):
-            if await session_running(client, session_id.removesuffix(EVAL_SUFFIX)):
+            if not await removable(session_id):
                 report.kept.setdefault(kind, []).append(session_id)
                 continue
             bare = RuntimeHandle(
@@ -84,12 +114,6 @@ async def sweep_host(
                 log.warning("sweep: removing %s runtime %s failed: %s", kind, session_id, exc)
                 continue
             report.removed.setdefault(kind, []).append(session_id)
-    if report.removed:
-        log.warning(
-            "sweep on host %s removed runtimes of closed sessions: %s",
-            settings.host_id,
-            report.removed,
-        )
     return report
 
 

@@ -31,7 +31,7 @@ from temporalio.client import Client
 from temporalio.worker import Interceptor, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from activities.host_sweep import sweep_forever
+from activities.host_sweep import release_host, sweep_forever
 from activities.observability import StageInterceptor, start_observability
 from activities.session_activities import SessionActivities
 from polar import search_attributes
@@ -78,7 +78,7 @@ def build_workers(
             task_queue=queue,
             activities=served,
             max_concurrent_activities=cap,
-            graceful_shutdown_timeout=timedelta(seconds=10),
+            graceful_shutdown_timeout=timedelta(seconds=settings.shutdown_grace_s),
             interceptors=list(interceptors),
         )
 
@@ -99,6 +99,21 @@ def build_workers(
     if set(stages) - {"workflow"}:
         workers.append(activity_worker(host.probe, by_pool[None], PROBE_SLOTS))
     return workers
+
+
+async def leave(workers: list[Worker], settings: Settings) -> None:
+    """Stop every queue's polling at once, let running stages finish for up to
+    `shutdown_grace_s` (then they are cancelled, and reap what they ran), and with
+    `release_on_exit` remove every runtime of this host: its sessions' host probes go
+    unanswered, so they are re-placed on other hosts (workflows/session.py)."""
+    log.info(
+        "worker leaving: no new work; running stages have %.0fs to finish",
+        settings.shutdown_grace_s,
+    )
+    await asyncio.gather(*(w.shutdown() for w in workers), return_exceptions=True)
+    if settings.release_on_exit:
+        report = await release_host(settings)
+        log.warning("worker left host %s: runtimes removed %s", settings.host_id, report.removed)
 
 
 def activities_by_pool(
@@ -177,6 +192,7 @@ async def run_worker(settings: Settings, stages: tuple[str, ...] = STAGES) -> No
         log.info("worker serving %s on %s", ",".join(stages), settings.temporal_address)
         try:
             await stop.wait()
+            await leave(workers, settings)
         finally:
             if obs:
                 obs.close()

@@ -3,7 +3,9 @@
     .venv/bin/python bench/bench_sandbox.py              # about 2 min on 2 cores
     .venv/bin/python bench/bench_sandbox.py --runs 10    # more repetitions of each part
 
-Two parts, one run, on the local Docker engine (`polar/runtime:py311`):
+Two parts, one run, on the local Docker engine (`polar/runtime:py311`), and part (a) again
+for the `local` runtime (a root worker's sealed sandbox) and `bwrap` (the sandbox of a
+worker that is not root, forced in this process: the same command lines), side by side:
 
 (a) Components, timed through the runtime API (median of `--runs`): preparing a
     container session (create, start, copy a small repo in), a no-op command,
@@ -38,8 +40,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from activities.runtimes import bwrap  # noqa: E402
+from activities.runtimes.base import Runtime  # noqa: E402
 from activities.runtimes.channel import SANDBOX_DIR, GatewayRelay, with_forwarder  # noqa: E402
 from activities.runtimes.docker import DockerRuntime  # noqa: E402
+from activities.runtimes.local import LocalRuntime  # noqa: E402
+from activities.runtimes.local_sandbox import Sandbox  # noqa: E402
 from bench.bench_scheduling import MODEL, Bench, run_sessions  # noqa: E402
 from polar.app.devstack import DevStack  # noqa: E402
 from polar.contracts import PrepareRequest
@@ -74,8 +80,25 @@ def harness(calls: int) -> str:
     return f"python3 -c {shlex.quote(code)}"
 
 
-async def components(tmp: Path, gateway: str, runs: int) -> dict[str, Any]:
-    runtime = DockerRuntime(tmp / "runtimes")
+def make_runtime(kind: str, root: Path) -> tuple[Runtime, RuntimeSpec]:
+    """The runtime of `kind` as a worker makes it: `local` (the root worker's sealed
+    sandbox), `bwrap` (the sandbox of a worker that is not root, forced here in the bench's
+    process: the same command lines), `docker`."""
+    if kind == "docker":
+        return DockerRuntime(root / "runtimes"), RuntimeSpec(kind="docker", image=IMAGE)
+    if kind == "bwrap":
+        tool = bwrap.tool("bwrap")
+        if tool is None or bwrap.probe(tool):
+            raise RuntimeError(f"no bwrap sandbox here: {bwrap.probe(tool)}")
+        sandbox = Sandbox(bwrap.MODE, (tool,))
+        return LocalRuntime(root / "runtimes", sandbox=sandbox), RuntimeSpec(kind="local")
+    return LocalRuntime(root / "runtimes"), RuntimeSpec(kind="local")
+
+
+async def components(tmp: Path, gateway: str, runs: int, kind: str = "docker") -> dict[str, Any]:
+    tmp.mkdir(parents=True, exist_ok=True)
+    tmp.chmod(0o711)
+    runtime, spec = make_runtime(kind, tmp)
     repo = small_repo(tmp)
     laps: dict[str, list[float]] = {
         k: []
@@ -85,7 +108,7 @@ async def components(tmp: Path, gateway: str, runs: int) -> dict[str, Any]:
         request = PrepareRequest(
             session_id=f"bench-{i}-{uuid.uuid4().hex[:6]}",
             task_id="bench",
-            runtime=RuntimeSpec(kind="docker", image=IMAGE),
+            runtime=spec,
             source=DirSource(path=str(repo)),
         )
         t = time.perf_counter()
@@ -96,14 +119,16 @@ async def components(tmp: Path, gateway: str, runs: int) -> dict[str, Any]:
             await runtime.run(handle, "true", env={}, log_name="plain", timeout_s=60)
             laps["command"].append(time.perf_counter() - t)
             t = time.perf_counter()
-            async with GatewayRelay(runtime.channel_dir(handle), gateway, "pk-bench"):
-                await runtime.run(
-                    handle,
-                    with_forwarder("true", SANDBOX_DIR),
-                    env={},
-                    log_name="channel",
-                    timeout_s=60,
+            # as run_harness does it: the worker's listener in the sandbox's network, or the
+            # relay's socket behind the in-sandbox forwarder
+            inside = runtime.channel_in_sandbox(handle) or SANDBOX_DIR
+            async with runtime.open_channel(handle) as listener:
+                command = "true" if listener is not None else with_forwarder("true", inside)
+                relay = GatewayRelay(
+                    runtime.channel_dir(handle), gateway, "pk-bench", listener=listener
                 )
+                async with relay:
+                    await runtime.run(handle, command, env={}, log_name="channel", timeout_s=60)
             laps["command_via_channel"].append(time.perf_counter() - t)
             t = time.perf_counter()
             await runtime.reap(handle)
@@ -119,6 +144,14 @@ async def components(tmp: Path, gateway: str, runs: int) -> dict[str, Any]:
             laps["teardown"].append(time.perf_counter() - t)
     medians = {k: round(statistics.median(v), 3) for k, v in laps.items()}
     medians["channel"] = round(medians["command_via_channel"] - medians["command"], 3)
+    medians["per_session"] = round(
+        medians["prepare"]
+        + medians["command_via_channel"]
+        + medians["reap"]
+        + medians["eval_prepare"]
+        + 2 * medians["teardown"],
+        3,
+    )
     return {"median_s": medians, "runs": runs}
 
 
@@ -162,7 +195,15 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     DevStack(bench.settings, with_model=False).ensure_docker(log=bench.log)
     bench.start()
     try:
-        parts = await components(tmp / "components", bench.settings.gateway_base_url, args.runs)
+        gateway = bench.settings.gateway_base_url
+        parts = await components(tmp / "components", gateway, args.runs)
+        by_runtime = {"docker": parts}
+        for kind in args.compare.split(","):
+            if kind and kind != "docker":
+                try:
+                    by_runtime[kind] = await components(tmp / kind, gateway, args.runs, kind)
+                except RuntimeError as exc:
+                    by_runtime[kind] = {"skipped": str(exc)}
         whole = await sessions(bench, args.sessions, args.calls)
     finally:
         bench.stop()
@@ -171,6 +212,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     on_path = m["channel"] + m["reap"]
     return {
         "components": parts,
+        "by_runtime": by_runtime,
         "sessions": whole,
         "share_of_session": {
             "channel_and_reap": round(on_path / latency, 3),
@@ -200,6 +242,24 @@ def markdown(result: dict[str, Any]) -> str:
         f"| fresh evaluation runtime ÷ session, were it not prewarmed | "
         f"{share['eval_runtime_prepare_if_not_prewarmed']:.1%} |",
     ]
+    rows += [
+        "",
+        "Sandbox cost per session by runtime (medians, s; per session = prepare + command "
+        "via channel + reap + eval prepare + 2 teardowns):",
+        "",
+        "| runtime | prepare | command | channel | reap | eval prepare | teardown | per session |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for kind, part in result["by_runtime"].items():
+        if "skipped" in part:
+            rows.append(f"| {kind} | skipped: {part['skipped']} |")
+            continue
+        r = part["median_s"]
+        rows.append(
+            f"| {kind} | {r['prepare']:.3f} | {r['command']:.3f} | +{r['channel']:.3f} | "
+            f"{r['reap']:.3f} | {r['eval_prepare']:.3f} | {r['teardown']:.3f} | "
+            f"{r['per_session']:.3f} |"
+        )
     return "\n".join(rows)
 
 
@@ -208,6 +268,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--sessions", type=int, default=5)
     parser.add_argument("--calls", type=int, default=4)
+    parser.add_argument(
+        "--compare", default="docker,local,bwrap", help="runtimes whose components are timed"
+    )
     args = parser.parse_args()
     result = asyncio.run(main_async(args))
     RESULTS.parent.mkdir(parents=True, exist_ok=True)

@@ -56,6 +56,31 @@ class Settings(BaseSettings):
         "only at start",
     )
 
+    # leaving: SIGTERM (a Slurm time limit, scancel, a pod's end) stops polling at once
+    shutdown_grace_s: float = Field(
+        default=10.0,
+        ge=0,
+        description="after SIGTERM, how long running stages may go on before they are "
+        "cancelled; keep it under the scheduler's kill wait (Slurm: KillWait, --signal)",
+    )
+    release_on_exit: bool = Field(
+        default=False,
+        description="on exit, tear down every runtime of this host (a node given back to the "
+        "scheduler): its sessions are re-placed elsewhere by the host-loss logic",
+    )
+
+    # the local runtime's sandbox (activities/runtimes/local_sandbox.py, bwrap.py)
+    allow_unsealed: bool = Field(
+        default=False,
+        description="let the local runtime run sessions unsealed where this host cannot seal "
+        "them (no root and no unprivileged user namespaces): trusted harnesses only",
+    )
+    sandbox_cgroup: Path | None = Field(
+        default=None,
+        description="a cgroup v2 dir the host delegates to this (non-root) worker: each bwrap "
+        "sandbox gets a child of it with the session's memory, pids and cpu limits",
+    )
+
     # worker pool caps
     max_init: int = Field(default=8, description="per-worker cap of the init pool's activities")
     max_run: int = Field(default=8, description="per-worker cap of harness runs")

@@ -18,13 +18,21 @@ worker's venv nor its environment: PATH is the harnesses' own venv
 TMPDIR and what the caller passes. It shares the host's file system and kernel:
 use containers (docker, podman) for harnesses you do not trust. Later stages of a
 session must run on the same host.
+
+A worker that is not root seals its commands with bubblewrap instead
+(activities/runtimes/bwrap.py: its own user, PID and network namespaces, only the
+session's dirs writable, rlimits and a delegated cgroup); its channel dir is
+bound at /run/polar and the in-sandbox forwarder serves the gateway URL. Where
+neither seals, the runtime refuses to run sessions unless `POLAR_ALLOW_UNSEALED`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
+import json
 import logging
 import os
 import re
@@ -37,9 +45,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 from activities.heartbeat import heartbeating
+from activities.runtimes import bwrap
 from activities.runtimes.actions import run_prepare_actions
 from activities.runtimes.base import InvalidRuntime, InvalidSource, SourceUnavailable
-from activities.runtimes.channel import SANDBOX_PORT
+from activities.runtimes.channel import SANDBOX_DIR, SANDBOX_PORT
 from activities.runtimes.local_sandbox import (
     HARNESS_USER,
     SYSTEM_PATH,
@@ -48,13 +57,14 @@ from activities.runtimes.local_sandbox import (
     detect_sandbox,
     new_loopback,
 )
+from activities.runtimes.resource_limits import ContainerLimits
 from activities.shell_command import ProcessOutcome, run_shell
 from polar.contracts import PrepareRequest, RuntimeHandle
 from polar.host_paths import local_git_path, resolved_problem
 from polar.ids import InvalidId, checked_id
 from polar.processes import kill_pids, pids_with_env
 from polar.settings import get_settings
-from polar.tasks.spec import DirSource, GitSource, Source
+from polar.tasks.spec import DirSource, GitSource, RuntimeSpec, Source
 
 log = logging.getLogger("polar.worker")
 
@@ -63,6 +73,8 @@ SANDBOX_ENV = "POLAR_SANDBOX"
 OWNED_DIRS = ("home", "scratch", "tmp")
 """The session dir's subdirs (beside the workspace) that belong to the harness user."""
 REAP_ROUNDS = 50  # most scans `reap` makes (a process may fork while it kills)
+LIMITS_FILE = "limits.json"
+"""The session's RuntimeSpec limits, in its dir (the worker's): what `run` applies (bwrap)."""
 CHANNEL_CLOSE_WAIT_S = 30.0
 """How long `open_channel` waits for the same session's previous channel to close."""
 
@@ -77,19 +89,41 @@ class LocalRuntime:
         sandbox: Sandbox | None = None,
         python_dir: Path | None = None,
         host_id: str | None = None,
+        allow_unsealed: bool | None = None,
+        cgroup: Path | None = None,
     ) -> None:
+        settings = get_settings()
         self.root = root.resolve()
         self._sandbox = sandbox
-        self.python_dir = python_dir or get_settings().harness_python_dir
+        self._detected = False
+        self.python_dir = python_dir or settings.harness_python_dir
+        self.bin_dir = settings.harness_bin_dir
         self.host_id = host_id or socket.gethostname()
+        self.allow_unsealed = settings.allow_unsealed if allow_unsealed is None else allow_unsealed
+        cgroup = cgroup or settings.sandbox_cgroup
+        self.cgroup = bwrap.DelegatedCgroup(cgroup) if cgroup else None
         self._channels: dict[str, Loopback] = {}
         """Sessions whose channel is open (`open_channel`): their commands join its network."""
 
     @property
     def sandbox(self) -> Sandbox:
-        """How commands run here (detected once per process at first use)."""
+        """How commands run here (detected once per process at first use). A detected mode
+        that is not sealed is refused (InvalidRuntime, naming why) unless `allow_unsealed`:
+        the harness is what RL optimises, so it is not run where it reaches the host."""
         if self._sandbox is None:
             self._sandbox = detect_sandbox()
+            self._detected = True
+            if self.cgroup is not None and self._sandbox.mode == bwrap.MODE:
+                problem = self.cgroup.problem()
+                if problem:
+                    log.warning("local runtime: POLAR_SANDBOX_CGROUP not used: %s", problem)
+                    self.cgroup = None
+        if self._detected and not self._sandbox.sealed and not self.allow_unsealed:
+            raise InvalidRuntime(
+                f"local runtime: this worker cannot seal sessions ({self._sandbox.reason}); "
+                "it refuses to run harnesses unsealed (set POLAR_ALLOW_UNSEALED=1 for trusted "
+                "ones, or give the worker root, unprivileged user namespaces or an engine)"
+            )
         return self._sandbox
 
     def _session_dir(self, session_id: str) -> Path:
@@ -128,16 +162,20 @@ class LocalRuntime:
         return self._handle_dir(handle) / "channel"
 
     def channel_in_sandbox(self, handle: RuntimeHandle) -> str | None:
-        """The same path (the sandbox shares the file system); None when not sealed."""
-        return str(self.channel_dir(handle)) if self.sandbox.sealed else None
+        """The same path (the root sandbox shares the file system), SANDBOX_DIR in a bwrap
+        sandbox (bound there); None when not sealed."""
+        sandbox = self.sandbox
+        if sandbox.mode == bwrap.MODE:
+            return SANDBOX_DIR
+        return str(self.channel_dir(handle)) if sandbox.sealed else None
 
     @contextlib.asynccontextmanager
     async def open_channel(self, handle: RuntimeHandle) -> AsyncIterator[socket.socket | None]:
         """The session's sandbox network while the block runs, with the worker listening on
         its loopback at SANDBOX_PORT: every `run` of the session meanwhile joins it, so the
         relay serving that socket is the command's only way out (no in-sandbox forwarder).
-        None when not sealed."""
-        if not self.sandbox.sealed:
+        None when not sealed, and for bwrap (its commands' forwarder serves that port)."""
+        if not self.sandbox.loopback_channel:
             yield None
             return
         # a retried run may start here while the attempt it replaces, its harness already
@@ -180,6 +218,7 @@ class LocalRuntime:
             workdir=str(workspace),
             host=self.host_id,
         )
+        await asyncio.to_thread(_write_limits, base, request.runtime)
         await run_prepare_actions(
             self, handle, request.runtime.prepare, self._uploader(workspace), (self.root,)
         )
@@ -312,7 +351,7 @@ class LocalRuntime:
             # a few files, given in this process (a chown process costs more than the walk)
             self._own_in_process([self.home(handle), self.scratch(handle)])
             sandbox = self.sandbox
-            if sandbox.sealed and opened is None:  # a network of its own, only loopback
+            if sandbox.loopback_channel and opened is None:  # a network of its own, only lo
                 return sandbox, new_loopback()
             return sandbox, None
 
@@ -321,6 +360,10 @@ class LocalRuntime:
             if own_net is not None:
                 stack.callback(own_net.close)
             net = opened or own_net
+            if sandbox.mode == bwrap.MODE:
+                wrap = await asyncio.to_thread(self._bwrap_wrap, handle, stack)
+            else:
+                wrap = list(sandbox.wrap(net))
             return await run_shell(
                 command,
                 cwd=Path(handle.workdir),
@@ -329,8 +372,32 @@ class LocalRuntime:
                 stderr=stderr,
                 timeout_s=timeout_s,
                 on_tick=on_tick,
-                wrap=sandbox.wrap(net),
+                wrap=wrap,
             )
+
+    def _bwrap_wrap(self, handle: RuntimeHandle, stack: contextlib.AsyncExitStack) -> list[str]:
+        """The argv prefix of one bwrap command: its cgroup (where delegated), its rlimits,
+        and a sandbox of only this session's dirs (`stack` removes the cgroup after)."""
+        base = self._handle_dir(handle)
+        limits = _read_limits(base)
+        mounts = bwrap.Mounts(
+            writable=(Path(handle.workdir), *(base / sub for sub in OWNED_DIRS)),
+            channel=base / "channel",
+            readonly=tuple(
+                d for d in (self.python_dir.parent, self.bin_dir.parent) if d.is_absolute()
+            ),
+        )
+        prefix: list[str] = []
+        if self.cgroup is not None:
+            child = stack.enter_context(self.cgroup.child(handle.session_id, limits))
+            prefix += bwrap.cgroup_argv(child)
+        prlimit = bwrap.tool("prlimit") or "prlimit"
+        sandbox_bin = self.sandbox.prefix[0]
+        return [
+            *prefix,
+            *bwrap.rlimit_argv(prlimit, limits),
+            *bwrap.bwrap_argv(sandbox_bin, mounts, Path(handle.workdir)),
+        ]
 
     async def reap(self, handle: RuntimeHandle) -> None:
         """Kill what a command of the session left alive (with a PID namespace there is
@@ -345,7 +412,7 @@ class LocalRuntime:
             await asyncio.to_thread(kill_pids, pids)
             killed += pids
             await asyncio.sleep(0.05)
-        if killed and self.sandbox.mode in ("sealed", "pidns", "userns"):
+        if killed and self.sandbox.mode in ("sealed", bwrap.MODE, "pidns", "userns"):
             log.warning(
                 "local session %s left processes alive: killed %s",
                 handle.session_id,
@@ -368,6 +435,19 @@ class LocalRuntime:
     async def list_sessions(self) -> set[str]:
         """Session ids with a session dir under this runtime's root."""
         return await asyncio.to_thread(session_dirs, self.root)
+
+
+def _write_limits(base: Path, spec: RuntimeSpec) -> None:
+    limits = ContainerLimits.of(spec)
+    (base / LIMITS_FILE).write_text(json.dumps(dataclasses.asdict(limits)))
+
+
+def _read_limits(base: Path) -> ContainerLimits:
+    """The session's limits (`prepare` wrote them; the RuntimeSpec defaults otherwise)."""
+    try:
+        return ContainerLimits(**json.loads((base / LIMITS_FILE).read_text()))
+    except (OSError, ValueError, TypeError):
+        return ContainerLimits.of(RuntimeSpec())
 
 
 def session_dir(root: Path, session_id: str) -> Path:

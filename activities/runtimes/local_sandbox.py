@@ -24,10 +24,16 @@ the kernel then kills everything else in the namespace (detached or not) and
 PR_SET_PDEATHSIG tie the namespace to the worker. The command reaches nothing
 on the host's network; its only way out is the channel.
 
+A worker that is not root (an HPC node) gets `bwrap` where unprivileged user
+namespaces work: a bubblewrap sandbox per command, with the same promise
+(activities/runtimes/bwrap.py); its channel is the relay's Unix socket, bound
+in read-only, behind the in-sandbox forwarder.
+
 Where that fails the runtime falls back, detected once and logged as a warning:
 `pidns` (root, no network namespace), `user` (root, process group only),
 `userns` (not root: the worker's own user in its own user and PID namespaces),
-`group` (process group only). None of them is sealed.
+`group` (process group only). None of them is sealed, and a worker refuses to
+run sessions in them unless `POLAR_ALLOW_UNSEALED` is set (activities/runtimes/local.py).
 
     python -c 'from activities.runtimes.local_sandbox import main; main(["setup"])'
     (infra/setup.sh: creates the user, prints the mode)
@@ -49,6 +55,8 @@ import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+
+from activities.runtimes import bwrap
 
 log = logging.getLogger("polar.worker")
 
@@ -152,12 +160,21 @@ class Sandbox:
 
     @property
     def sealed(self) -> bool:
-        """No network but the channel, an unprivileged user, its own PID namespace."""
+        """No network but the channel, an unprivileged user (or user namespace), its own
+        PID namespace."""
+        return self.mode in ("sealed", bwrap.MODE)
+
+    @property
+    def loopback_channel(self) -> bool:
+        """Whether its commands join a `Loopback` of the worker's (root's `sealed`); `bwrap`
+        has a network of its own per command, the channel a socket bound in."""
         return self.mode == "sealed"
 
     def wrap(self, net: Loopback | None = None) -> tuple[str, ...]:
         """The argv before `bash -c COMMAND`; a sealed sandbox needs the `Loopback` its
-        command joins."""
+        command joins (`bwrap`'s argv is per command: the local runtime builds it)."""
+        if self.mode == bwrap.MODE:
+            raise ValueError("a bwrap sandbox's argv is built per command (bwrap.bwrap_argv)")
         if not self.sealed:
             return self.prefix
         if net is None:
@@ -214,7 +231,8 @@ def candidates(uid: int | None, gid: int | None, *, root: bool | None = None) ->
         yield Sandbox("user", drop, uid, gid)
     elif root:  # root without its unprivileged user: at least a PID namespace
         yield Sandbox("pidns", _namespaces(init=PLAIN_INIT))
-    else:
+    else:  # an ordinary user (an HPC node): bubblewrap's user namespaces, else not sealed
+        yield Sandbox(bwrap.MODE, (bwrap.tool("bwrap") or "bwrap",))
         yield Sandbox("userns", _namespaces("--map-current-user", init=PLAIN_INIT))
     yield Sandbox("group")
 
@@ -253,6 +271,8 @@ def ensure_harness_user() -> tuple[int, int]:
 def probe(sandbox: Sandbox) -> str | None:
     """None when `sandbox` runs a command as its user here (in a Loopback when sealed, the
     worker listening there), else why."""
+    if sandbox.mode == bwrap.MODE:
+        return bwrap.probe(bwrap.tool("bwrap"))
     want = sandbox.uid if sandbox.uid is not None else os.geteuid()
     missing = [t for t in sandbox.prefix if t in ("unshare", "setpriv", "bash")]
     if sandbox.sealed and shutil.which("nsenter", path=SYSTEM_PATH) is None:
@@ -314,7 +334,8 @@ def detect_sandbox() -> Sandbox:
         if _detected is None:
             _detected = detect()
             if _detected.sealed:
-                log.info("local runtime: sealed sandbox (user %s)", HARNESS_USER)
+                who = HARNESS_USER if _detected.uid is not None else "the worker's own"
+                log.info("local runtime: %s sandbox (user %s)", _detected.mode, who)
             else:
                 log.warning(
                     "local runtime: NOT sealed, falling back to %r: %s; harnesses reach the "

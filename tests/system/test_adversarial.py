@@ -19,9 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import shutil
+import subprocess
 import uuid
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -36,6 +39,7 @@ from polar.session_keys import SessionIdentity, mint_session_key
 from polar.storage import Storage, artifact_key
 from polar.tasks.spec import TaskSpec
 from proxy.app import create_app
+from tests.support import unprivileged
 from tests.support.adversary.matrix import make_repo, swebench_evaluator
 from tests.support.container_sessions import skip_without_disk_watchdog
 from tests.support.scripted_backend import scripted_backend, serve_app, text
@@ -59,6 +63,10 @@ class SealedStack:
     storage: Storage
     ports: dict[str, int]
     upstream: str
+    users: dict[str, PolarClient] = field(default_factory=dict)
+    """Clients of workers that run as another user, by runtime name (`bwrap`)."""
+    user_dir: Path | None = None
+    """Where those workers may read task sources (theirs; pytest's tmp dirs are root's)."""
 
 
 @pytest.fixture(scope="module")
@@ -93,6 +101,56 @@ async def sealed_stack(devstack: Any, storage: Storage) -> AsyncIterator[SealedS
             async with running_workers(settings):
                 polar = await PolarClient.connect(settings)
                 yield SealedStack(polar, storage, ports, backend.url)
+
+
+@pytest.fixture(scope="module")
+def bwrap_stack(sealed_stack: SealedStack) -> Iterator[SealedStack]:
+    """`sealed_stack` plus a worker that runs as an ordinary user on a queue of its own (its
+    `local` sessions sealed by bwrap), reading task sources from a dir of that user's."""
+    reason = unprivileged.unavailable()
+    if reason:
+        print(f"skipping the bwrap runtime: {reason}")
+        pytest.skip(reason)
+    work = unprivileged.user_dir("polar-adv-bwrap-")
+    sources = work / "sources"
+    sources.mkdir()
+    entry = unprivileged.ensure_user()
+    os.chown(sources, entry.pw_uid, entry.pw_gid)
+    base = sealed_stack.polar.settings
+    settings = base.model_copy(
+        update={"task_queue": f"{base.task_queue}-bwrap", "source_roots": str(sources)}
+    )
+    try:
+        with unprivileged.user_worker(settings, work):
+            sealed_stack.users["bwrap"] = PolarClient(sealed_stack.polar.client, settings)
+            sealed_stack.user_dir = sources
+            yield sealed_stack
+    finally:
+        sealed_stack.users.pop("bwrap", None)
+        print(f"bwrap worker log tail: {(work / 'worker.log').read_text()[-1500:]}")
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _stack_for(kind: str, sealed: SealedStack, request: pytest.FixtureRequest) -> SealedStack:
+    """The stack whose worker serves `kind` (with a user's worker for `bwrap`)."""
+    if kind == "bwrap":
+        return request.getfixturevalue("bwrap_stack")  # type: ignore[no-any-return]
+    return sealed
+
+
+def _polar(stack: SealedStack, kind: str) -> PolarClient:
+    return stack.users.get(kind, stack.polar)
+
+
+def _repo(stack: SealedStack, kind: str, tmp_path: Path) -> tuple[Path, str]:
+    """The task's repository, where the worker of `kind` may read it (owned by its user)."""
+    if kind != "bwrap" or stack.user_dir is None:
+        return make_repo(tmp_path)
+    root = stack.user_dir / uuid.uuid4().hex[:8]
+    root.mkdir()
+    repo, sha = make_repo(root)
+    subprocess.run(["chown", "-R", unprivileged.USER, str(root)], check=True)
+    return repo, sha
 
 
 def _runtime(kind: str, request: pytest.FixtureRequest, **limits: Any) -> dict[str, Any]:
@@ -149,24 +207,29 @@ async def _one(polar: PolarClient, spec: TaskSpec) -> SessionResult:
     return session
 
 
-@pytest.mark.parametrize("kind", ["docker", "podman", "local"])
+RUNTIMES = ["docker", "podman", "local", "bwrap"]
+"""The sealed runtimes every attack runs against (`bwrap`: `local` on a non-root worker)."""
+
+
+@pytest.mark.parametrize("kind", RUNTIMES)
 async def test_attacks_get_the_honest_reward(
     kind: str, sealed_stack: SealedStack, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    stack = sealed_stack
-    repo, sha = make_repo(tmp_path)
+    stack = _stack_for(kind, sealed_stack, request)
+    repo, sha = _repo(stack, kind, tmp_path)
     runtime = _runtime(kind, request)
+    polar = _polar(stack, kind)
     victim = SessionIdentity(f"victim-{uuid.uuid4().hex[:8]}", "victim-task")
     env = {
         "ATTACK_PORTS": ",".join(f"{name}={port}" for name, port in stack.ports.items()),
         "ATTACK_UPSTREAM": stack.upstream,
-        "ATTACK_VICTIM_KEY": mint_session_key(victim, stack.polar.settings.session_secret),
+        "ATTACK_VICTIM_KEY": mint_session_key(victim, polar.settings.session_secret),
     }
     tag = f"adv-{kind}-{uuid.uuid4().hex[:6]}"
     attacked_swe, attacked_cmd, honest = await asyncio.gather(
-        _one(stack.polar, _spec(f"{tag}-swe", repo, sha, runtime, swebench_evaluator(sha), env)),
+        _one(polar, _spec(f"{tag}-swe", repo, sha, runtime, swebench_evaluator(sha), env)),
         _one(
-            stack.polar,
+            polar,
             _spec(
                 f"{tag}-cmd",
                 repo,
@@ -181,7 +244,7 @@ async def test_attacks_get_the_honest_reward(
             ),
         ),
         _one(
-            stack.polar,
+            polar,
             _spec(
                 f"{tag}-fix", repo, sha, runtime, swebench_evaluator(sha), env | {"ATTACK_FIX": "1"}
             ),
