@@ -64,7 +64,10 @@ LANE_FIXTURES: dict[str, frozenset[str]] = {
 
 def lane_of(item: pytest.Item) -> str | None:
     """`unit`, `integration` or `system`: the folder under tests/ that holds `item`."""
-    parts = Path(str(item.path)).relative_to(REPO / "tests").parts
+    path = Path(str(item.path))
+    if not path.is_relative_to(REPO / "tests"):
+        return None
+    parts = path.relative_to(REPO / "tests").parts
     return parts[0] if len(parts) > 1 and parts[0] in LANE_FIXTURES else None
 
 
