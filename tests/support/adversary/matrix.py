@@ -55,7 +55,8 @@ def make_repo(root: Path) -> tuple[Path, str]:
     (repo / "tools").mkdir()
     (repo / "calc.py").write_text(CALC)
     (repo / "tests" / "test_calc.py").write_text(TEST_SUB)
-    (repo / "tools" / "attack.py").write_text((HERE / "attack.py").read_text())
+    for script in sorted(HERE.glob("attack*.py")):  # attack.py and each area's attacks_*.py
+        (repo / "tools" / script.name).write_text(script.read_text())
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
     for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "base"]):
         subprocess.run([*git, *args], cwd=repo, check=True)

@@ -1,0 +1,104 @@
+"""Files the worker reads and writes in directories a sandboxed user may own, never through a
+link that user planted.
+
+Every component below `base` is opened with `O_NOFOLLOW | O_DIRECTORY` relative to its
+parent's file descriptor, and the file itself with `O_NOFOLLOW`, so a symlink (or a directory
+swapped for one) anywhere on the path is refused with `UnsafePath`, never followed. `base`
+itself is trusted: the worker made it, or it is a root-owned parent. Writes replace the file
+(unlinked first: a hard link to someone else's file is cut, not written through).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path, PurePath
+
+__all__ = ["UnsafePath", "open_dir", "read_bytes", "remove", "write_bytes"]
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class UnsafePath(OSError):
+    """A path under a sandbox-owned directory holds a symlink (or is not what it should be)."""
+
+
+def _parts(relative: PurePath | str) -> list[str]:
+    parts = [p for p in PurePath(relative).parts if p not in ("", ".")]
+    if not parts or any(p == ".." or p.startswith("/") for p in parts):
+        raise UnsafePath(errno.EINVAL, f"not a plain relative path: {relative!s}")
+    return parts
+
+
+@contextlib.contextmanager
+def open_dir(base: Path, relative: PurePath | str = ".", *, create: bool = False) -> Iterator[int]:
+    """An fd of `base/relative`, each component opened no-follow; `create` makes missing dirs
+    (mode 0o755)."""
+    fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in [p for p in PurePath(relative).parts if p not in ("", ".")]:
+            if part == "..":
+                raise UnsafePath(errno.EINVAL, f"'..' in {relative!s}")
+            if create:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, 0o755, dir_fd=fd)
+            try:
+                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise UnsafePath(exc.errno, f"{base / relative}: {part} is a link") from exc
+                raise
+            os.close(fd)
+            fd = child
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def write_bytes(base: Path, relative: PurePath | str, data: bytes, *, mode: int = 0o644) -> None:
+    """Write `base/relative` afresh (any old entry of that name removed first), no-follow."""
+    *folders, name = _parts(relative)
+    with open_dir(base, PurePath(*folders) if folders else ".", create=True) as dir_fd:
+        with contextlib.suppress(FileNotFoundError, IsADirectoryError, PermissionError):
+            os.unlink(name, dir_fd=dir_fd)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(name, flags, mode, dir_fd=dir_fd)
+        except FileExistsError as exc:  # a directory, or a name re-planted in between
+            raise UnsafePath(exc.errno, f"{base / relative} cannot be replaced") from exc
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+
+
+def read_bytes(base: Path, relative: PurePath | str, *, limit: int | None = None) -> bytes | None:
+    """The bytes of the regular file `base/relative` (at most `limit`), None where it is
+    absent; UnsafePath where it, or a folder on its way, is a link or not a regular file."""
+    *folders, name = _parts(relative)
+    try:
+        with open_dir(base, PurePath(*folders) if folders else ".") as dir_fd:
+            try:
+                flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+                fd = os.open(name, flags, dir_fd=dir_fd)
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    raise UnsafePath(exc.errno, f"{base / relative} is a link") from exc
+                raise
+    except FileNotFoundError:
+        return None
+    with os.fdopen(fd, "rb") as src:
+        if not stat.S_ISREG(os.fstat(src.fileno()).st_mode):  # a FIFO, a device
+            raise UnsafePath(errno.EINVAL, f"{base / relative} is not a regular file")
+        return src.read() if limit is None else src.read(limit)
+
+
+def remove(base: Path, relative: PurePath | str) -> None:
+    """Remove the file (or link) `base/relative` if there, never following a link."""
+    *folders, name = _parts(relative)
+    try:
+        with open_dir(base, PurePath(*folders) if folders else ".") as dir_fd:
+            os.unlink(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        pass
