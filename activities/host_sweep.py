@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import shutil
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities.runtimes.selection import sweep_kinds
 from activities.session_activities import worker_runtime
 from polar.contracts import RuntimeHandle
 from polar.settings import Settings
@@ -37,11 +37,6 @@ class SweepReport:
     kept: dict[str, list[str]] = field(default_factory=dict)
     removed: dict[str, list[str]] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
-
-
-def sweep_kinds() -> tuple[str, ...]:
-    """The runtime kinds this host can have runtimes of (podman only where installed)."""
-    return ("local", "docker", "podman") if shutil.which("podman") else ("local", "docker")
 
 
 async def session_running(client: Client, workflow_id: str) -> bool:

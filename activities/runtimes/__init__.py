@@ -1,4 +1,5 @@
-"""Runtimes by kind: `local` (the zero-setup default), `docker` and `podman`."""
+"""Runtimes by kind: `local` (the zero-setup default), `docker`, `podman`, and `auto` (the
+best this host offers: activities/runtimes/selection.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from activities.runtimes.base import (
     SourceUnavailable,
 )
 from activities.runtimes.local import LocalRuntime
+from activities.runtimes.selection import concrete
 
 __all__ = [
     "InvalidRuntime",
@@ -32,7 +34,9 @@ def get_runtime(
     deployment: str | None = None,
 ) -> Runtime:
     """The runtime implementation for `kind`; a worker passes its `namespace` (its task
-    queue: container names), `host_id` and `deployment` (labels its sweep finds)."""
+    queue: container names), `host_id` and `deployment` (labels its sweep finds). `auto`
+    gives the kind this host offers (activities/runtimes/selection.py)."""
+    kind = concrete(kind)
     if kind == "local":
         return LocalRuntime(data_dir / "runtimes", host_id=host_id)
     if kind == "docker":

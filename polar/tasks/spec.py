@@ -155,10 +155,13 @@ class RuntimeSpec(StrictModel):
     default, and a wall-clock budget after which the container stops.
     `podman`: the same container sessions with the daemonless `podman` CLI,
     rootless where the host allows (activities/runtimes/podman.py).
+    `auto`: the best this worker's host offers, probed once per worker: docker where an
+    engine answers, else podman where it can run as the worker, else `local` (sealed by
+    bubblewrap on a worker that is not root; activities/runtimes/selection.py).
     `prepare` actions run after the source is in place, in every kind.
     """
 
-    kind: Literal["local", "docker", "podman"] = "local"
+    kind: Literal["local", "docker", "podman", "auto"] = "local"
     image: str = Field(default="polar/runtime:py311", description="docker: the image to run")
     cpus: float | None = Field(
         default=2.0, ge=0.1, le=512, description="containers: CPU limit (None: the default)"

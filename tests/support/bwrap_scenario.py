@@ -1,12 +1,13 @@
 """What tests/system/test_bwrap_sandbox.py runs as an ordinary user: a worker's `local`
 runtime, detected as that user, its sessions probed from inside; prints one JSON report.
 
-    python -m tests.support.bwrap_scenario sealed|refused DATA_DIR
+    python -m tests.support.bwrap_scenario sealed|refused|auto DATA_DIR
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -158,9 +159,38 @@ async def refused(data: Path) -> dict[str, Any]:
     return report
 
 
+async def auto(data: Path) -> dict[str, Any]:
+    """`kind: auto` for this worker: what it resolves to and why, a session run in it, and
+    the sweep's kinds listed as the sweep lists them (which must start no podman)."""
+    from activities.runtimes import get_runtime
+    from activities.runtimes.selection import podman_usable, resolve_auto, sweep_kinds
+
+    choice = resolve_auto()
+    report: dict[str, Any] = {"kind": choice.kind, "why": choice.why}
+    report["podman_usable"] = podman_usable()[0]
+    runtime = get_runtime("auto", data)
+    request = PrepareRequest(
+        session_id="bw-auto", task_id="t", runtime=RuntimeSpec(kind="auto"), source=None
+    )
+    handle = await runtime.prepare(request)
+    report["handle_kind"] = handle.kind
+    report["mode"] = getattr(runtime, "sandbox", None) and runtime.sandbox.mode  # type: ignore[attr-defined]
+    report["run"] = await _run(runtime, handle, "echo ran-in-auto")  # type: ignore[arg-type]
+    report["torn_down"] = await runtime.teardown(handle)
+    report["sweep_kinds"] = list(sweep_kinds())
+    for kind in report["sweep_kinds"]:
+        # an engine this user cannot reach: the sweep skips it, as here
+        with contextlib.suppress(Exception):
+            await get_runtime(kind, data).list_sessions()
+    return report
+
+
+SCENARIOS = {"sealed": sealed, "refused": refused, "auto": auto}
+
+
 def main() -> None:
     what, data = sys.argv[1], Path(sys.argv[2])
-    report = asyncio.run(sealed(data) if what == "sealed" else refused(data))
+    report = asyncio.run(SCENARIOS[what](data))
     print("REPORT " + json.dumps(report))
 
 

@@ -92,3 +92,30 @@ def test_where_user_namespaces_are_forbidden_the_worker_refuses_unsealed_session
     # a deployment that says so runs them, unsealed
     assert report["allowed_mode"] not in ("sealed", bwrap.MODE), report
     assert report["allowed_run"]["out"].strip() == "ran", report
+
+
+def test_auto_picks_the_sealed_local_runtime_for_a_user_without_an_engine() -> None:
+    """Issue 26: `kind: auto` on a worker that is not root and reaches no engine is `local`
+    sealed by bubblewrap; the sweep's kinds leave podman out where the user cannot run it,
+    so listing them starts no rootless podman (whose pause process outlived the worker)."""
+    before = _user_processes("catatonit")
+    report = _scenario("auto")
+    print(f"auto for {unprivileged.USER}: {report['kind']} ({report['why']})")
+    assert "no Docker engine" in report["why"], report  # the user cannot reach dockerd
+    if report["podman_usable"]:
+        assert report["kind"] == report["handle_kind"] == "podman", report
+    else:
+        assert report["kind"] == report["handle_kind"] == "local", report
+        assert report["mode"] == bwrap.MODE, report
+        assert "podman" not in report["sweep_kinds"], report
+        assert _user_processes("catatonit") == before, "the sweep started rootless podman"
+    assert report["run"]["exit"] == 0 and "ran-in-auto" in report["run"]["out"], report
+    assert report["torn_down"] is True
+
+
+def _user_processes(name: str) -> set[int]:
+    """Pids of `name` processes of the test's ordinary user."""
+    proc = subprocess.run(
+        ["pgrep", "-u", unprivileged.USER, "-x", name], capture_output=True, text=True
+    )
+    return {int(p) for p in proc.stdout.split()}
