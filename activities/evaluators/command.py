@@ -13,8 +13,9 @@ workspace's git) or do not apply gets reward 0, with the reason in the detail.
 environment: its exit code is the reward. An optional `reward_command` runs
 after it, once every process the command left is killed, with its working
 directory outside the workspace and `PYTHONSAFEPATH=1`; it alone sees
-`POLAR_COMMAND_EXIT_CODE`, `POLAR_TRACES_FILE` (the session's traces, JSONL,
-one Trace a line) and `POLAR_REWARD_FILE`, where it may write a JSON object
+`POLAR_COMMAND_EXIT_CODE`, `POLAR_WORKSPACE` (to read what the command left
+there by explicit path), `POLAR_TRACES_FILE` (the session's traces, JSONL, one
+Trace a line) and `POLAR_REWARD_FILE`, where it may write a JSON object
 overriding the exit-code reward and giving per-trace rewards:
 
     {"reward": 0.5, "trace_rewards": {"<trace_id>": 1.0}, "detail": "why"}
@@ -200,6 +201,7 @@ async def _reward_command(
         "POLAR_REWARD_FILE": str(scratch / reward_name),
         "POLAR_TRACES_FILE": str(scratch / traces_name),
         "POLAR_COMMAND_EXIT_CODE": "" if exit_code is None else str(exit_code),
+        "POLAR_WORKSPACE": handle.workdir,
         "PYTHONSAFEPATH": "1",
     }
     outside = 'cd "$(mktemp -d)" || exit 1\n'

@@ -511,6 +511,8 @@ async def probe_modules(
     scratch = runtime.scratch(handle)
     names = safe_files.read_bytes(scratch, f"{GRADING_DIR}/importable.json", limit=32 << 20)
     listing = safe_files.read_bytes(scratch, f"{GRADING_DIR}/base-files", limit=256 << 20)
+    for done in ("importable.json", "base-files"):  # scratch is copied in before each command
+        safe_files.remove(scratch, f"{GRADING_DIR}/{done}")
     if code != 0 or names is None or listing is None:
         raise EvaluatorError(
             f"cannot list the runtime's importable modules (exit {code}): {log.strip()[-500:]}"

@@ -285,9 +285,10 @@ class EvaluatorSpec(StrictModel):
     reward_command: str | None = Field(
         default=None,
         description="(command) run after `command` and every process it left is gone, outside "
-        "the workspace, with PYTHONSAFEPATH=1: reads POLAR_TRACES_FILE and "
-        "POLAR_COMMAND_EXIT_CODE, may write POLAR_REWARD_FILE (JSON: reward, trace_rewards, "
-        "detail). Only it is told where the reward goes: the code under test never is",
+        "the workspace, with PYTHONSAFEPATH=1: reads POLAR_TRACES_FILE, "
+        "POLAR_COMMAND_EXIT_CODE and POLAR_WORKSPACE (the workspace's path), may write "
+        "POLAR_REWARD_FILE (JSON: reward, trace_rewards, detail). Only it is told where the "
+        "reward goes: the code under test never is",
     )
     swebench: SweBenchSpec | None = None
     protected: list[str] = Field(

@@ -537,11 +537,15 @@ async def test_evaluator_reward_file_is_checked_and_clamped(
 ) -> None:
     source = _check_repo(tmp_path)
     big = 'echo \'{"reward": 1000, "trace_rewards": {"a": -3, "b": 0.5}}\' > "$POLAR_REWARD_FILE"'
-    evaluator = EvaluatorSpec(kind="command", command=big)
+    evaluator = EvaluatorSpec(kind="command", command="true", reward_command=big)
     e, _ = await _command_session(rt, source, evaluator, "true", "c-1000")
     assert e.reward == 1.0 and e.trace_rewards == {"a": 0.0, "b": 0.5}
     assert "reward 1000 clamped to 1" in e.detail
-    nan = EvaluatorSpec(kind="command", command='echo \'{"reward": NaN}\' > "$POLAR_REWARD_FILE"')
+    nan = EvaluatorSpec(
+        kind="command",
+        command="true",
+        reward_command='echo \'{"reward": NaN}\' > "$POLAR_REWARD_FILE"',
+    )
     with pytest.raises(InvalidReward):
         await _command_session(rt, source, nan, "true", "c-nan")
 
@@ -582,12 +586,15 @@ async def test_command_sessions_on_the_stack(
     )
     tasks = [
         _command_task("honest-plant", repo, plant, check),
-        _command_task("honest-1000", repo, "true", {"command": where}),
+        _command_task("honest-1000", repo, "true", {"command": "true", "reward_command": where}),
         _command_task(
             "honest-nan",
             repo,
             "true",
-            {"command": 'echo \'{"reward": NaN}\' > "$POLAR_REWARD_FILE"'},
+            {
+                "command": "true",
+                "reward_command": 'echo \'{"reward": NaN}\' > "$POLAR_REWARD_FILE"',
+            },
         ),
     ]
     runs = [await polar.submit(t) for t in tasks]
@@ -598,7 +605,7 @@ async def test_command_sessions_on_the_stack(
     assert report["protected_files_dropped"] == ["tests/check.sh"]
     assert report["eval_runtime"] == "prewarmed"
     assert big_s.reward == 1.0 and "clamped to 1" in (big_s.evaluation or ""), big_s
-    assert f"{big_s.session_id}-eval/scratch/reward.json" in (big_s.evaluation or "")
+    assert f"{big_s.session_id}-eval/scratch/reward-" in (big_s.evaluation or "")
     assert nan_s.status == SessionStatus.ERROR and nan_s.reward is None, nan_s
     assert nan_s.error and "reward is not finite" in nan_s.error
     history = await polar.client.get_workflow_handle(big_s.session_id).fetch_history()
