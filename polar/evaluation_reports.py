@@ -71,7 +71,10 @@ class CommandReport(EvaluationReport):
 
     baselines: Baselines | None = None
     exit_code: int | None = None
-    reward_file: bool = Field(default=False, description="the command wrote POLAR_REWARD_FILE")
+    reward_command_exit_code: int | None = None
+    reward_file: bool = Field(
+        default=False, description="the reward_command wrote POLAR_REWARD_FILE"
+    )
 
 
 class TestOutcomes(ReportModel):
@@ -110,6 +113,16 @@ class SweBenchReport(EvaluationReport):
     pytest_sessions: PytestSessions | None = None
     inconsistent: str | None = Field(
         default=None, description="why a run whose graded tests passed does not count"
+    )
+    results_problem: str | None = Field(
+        default=None,
+        description="why the runner's signed results do not count (missing, not authentic)",
+    )
+    tampered: list[str] = Field(
+        default_factory=list, description="what the plugin's tamper checks saw"
+    )
+    runner_non_dumpable: bool | None = Field(
+        default=None, description="whether the runner made itself non-dumpable"
     )
     apply_log: str | None = Field(default=None, description="the last failed apply's log")
     duration_s: float | None = None

@@ -3,31 +3,53 @@
 The command runs in the evaluator's fresh runtime (activities/evaluators/fresh.py):
 the task's source, prepared again, plus the session's changes (a binary diff
 of its workspace against the baseline recorded when it was prepared), minus
-the paths the task declares `protected`, which keep the task's own copy. A
-session whose changes cannot be read (its harness broke the workspace's git)
-or do not apply gets reward 0, with the reason in the detail.
+task-owned paths, which keep the task's own copy: `PROTECTED` (conftest-like
+files, activities/evaluators/protected.py), the files the command names that
+exist at base (its test script, its test files), and the task's `protected`
+globs. A session whose changes cannot be read (its harness broke the
+workspace's git) or do not apply gets reward 0, with the reason in the detail.
 
-The command sees `POLAR_TRACES_FILE` (the session's traces, JSONL, one Trace a
-line) and may write `POLAR_REWARD_FILE`, a JSON object overriding the exit-code
-reward and giving per-trace rewards:
+`command` runs the code under test, so nothing of the reward is named in its
+environment: its exit code is the reward. An optional `reward_command` runs
+after it, once every process the command left is killed, with its working
+directory outside the workspace and `PYTHONSAFEPATH=1`; it alone sees
+`POLAR_COMMAND_EXIT_CODE`, `POLAR_WORKSPACE` (to read what the command left
+there by explicit path), `POLAR_TRACES_FILE` (the session's traces, JSONL, one
+Trace a line) and `POLAR_REWARD_FILE`, where it may write a JSON object
+overriding the exit-code reward and giving per-trace rewards:
 
     {"reward": 0.5, "trace_rewards": {"<trace_id>": 1.0}, "detail": "why"}
 
 Traces it names get their own reward; the others get the session reward under
 the builder's reward policy. Both files are in the evaluator runtime's scratch
-folder, which the session's harness cannot reach; the reward file is removed
-before the command runs and read after every process it left is killed.
+folder under names drawn afresh for the run (written and read no-follow,
+polar/safe_files.py). A reward_command runs in the same runtime after the code
+under test: it must not trust what that code could have written there
+(docs/threat-model.md).
 """
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
+import secrets
+import shlex
+from collections.abc import Sequence
 from typing import ClassVar
 
-from activities.evaluators.base import Evaluation, EvaluationJob, EvaluatorError, Tick, reap
+from activities.evaluators.base import (
+    GIT,
+    Evaluation,
+    EvaluationJob,
+    EvaluatorError,
+    Tick,
+    reap,
+    run_in,
+)
 from activities.evaluators.fresh import carry_changes
+from activities.evaluators.patches import revision
+from activities.evaluators.protected import PROTECTED, command_path_candidates
 from activities.runtimes.base import Runtime
+from polar import safe_files
 from polar.contracts import RuntimeHandle
 from polar.evaluation_reports import Baselines, CommandReport, EvaluationReport
 from polar.tasks.spec import EvaluatorSpec
@@ -36,10 +58,44 @@ __all__ = ["CommandEvaluator", "Evaluation", "InvalidRewardFile", "evaluate_comm
 
 LOG_NAME = "evaluate"
 """The command's log in the evaluator runtime (kept as `evaluate.stdout` / `.stderr`)."""
+REWARD_LOG_NAME = "evaluate-reward"
+"""The reward_command's log (kept beside the command's)."""
+MAX_REWARD_FILE_BYTES = 16 << 20
 
 
 class InvalidRewardFile(ValueError):
-    """The evaluator wrote a reward file that is not the documented JSON object."""
+    """The reward_command wrote a reward file that is not the documented JSON object."""
+
+
+async def command_files(
+    runtime: Runtime, handle: RuntimeHandle, command: str, base: str
+) -> list[str]:
+    """The files at commit `base` of the evaluator's workspace that `command` names."""
+    candidates = command_path_candidates(command, handle.workdir)
+    if not candidates:
+        return []
+    out = runtime.scratch(handle) / f"command-files-{secrets.token_hex(8)}"
+    listing = (
+        f"{GIT} ls-tree -z {revision(base)} -- "
+        + " ".join(shlex.quote(c) for c in candidates)
+        + f" > {shlex.quote(str(out))}"
+    )
+    code, _, log = await run_in(runtime, handle, listing, "command-files", 60)
+    data = safe_files.read_bytes(runtime.scratch(handle), out.name, limit=16 << 20)
+    safe_files.remove(runtime.scratch(handle), out.name)
+    if code != 0 or data is None:
+        raise EvaluatorError(f"cannot list the files the command names: {log.strip()[-500:]}")
+    files = []
+    for entry in data.decode("utf-8", "surrogateescape").split("\0"):
+        meta, _, path = entry.partition("\t")
+        if path and meta.split(" ")[1:2] == ["blob"]:
+            files.append(path)
+    return files
+
+
+def protected_paths(spec: EvaluatorSpec, named: Sequence[str]) -> list[str]:
+    """`PROTECTED`, the files the command names, then the task's own globs."""
+    return list(dict.fromkeys([*PROTECTED, *named, *spec.protected]))
 
 
 async def evaluate_command(
@@ -61,13 +117,16 @@ async def evaluate_command(
             "the session's runtime has no git baseline to diff against (prepared by an older "
             "worker, or git is missing in its runtime)"
         )
+    named = await command_files(
+        eval_runtime, eval_handle, spec.command, eval_handle.baseline or "HEAD"
+    )
     changes = await carry_changes(
         session_runtime,
         session_handle,
         session_handle.baseline,
         eval_runtime,
         eval_handle,
-        protected=spec.protected,
+        protected=protected_paths(spec, named),
         timeout_s=timeout_s,
         on_tick=on_tick,
     )
@@ -90,18 +149,10 @@ async def evaluate_command(
         )
         return evaluation
 
-    scratch = eval_runtime.scratch(eval_handle)
-    reward_file = scratch / "reward.json"
-    reward_file.unlink(missing_ok=True)
-    env = {"POLAR_REWARD_FILE": str(reward_file)}
-    if traces is not None:
-        traces_file = scratch / "traces.jsonl"
-        traces_file.write_bytes(traces)
-        env["POLAR_TRACES_FILE"] = str(traces_file)
     outcome = await eval_runtime.run(
         eval_handle,
         spec.command,
-        env=env,
+        env={},
         log_name=LOG_NAME,
         timeout_s=timeout_s,
         on_tick=on_tick,
@@ -115,10 +166,67 @@ async def evaluate_command(
     evaluation.detail = f"evaluator exited {outcome.exit_code}"
     if changes.protected_dropped:
         evaluation.detail += f"; protected files kept: {', '.join(changes.protected_dropped[:5])}"
-    if reward_file.exists():
-        _apply_reward_file(evaluation, reward_file)
-        report.reward_file = True
+    if spec.reward_command:
+        await _reward_command(
+            eval_runtime,
+            eval_handle,
+            spec.reward_command,
+            outcome.exit_code,
+            traces,
+            evaluation,
+            report,
+            timeout_s,
+            on_tick,
+        )
     return evaluation
+
+
+async def _reward_command(
+    runtime: Runtime,
+    handle: RuntimeHandle,
+    command: str,
+    exit_code: int | None,
+    traces: bytes | None,
+    evaluation: Evaluation,
+    report: CommandReport,
+    timeout_s: float,
+    on_tick: Tick,
+) -> None:
+    """Run the reward_command (the command's processes are gone) and apply its reward file."""
+    scratch = runtime.scratch(handle)
+    tag = secrets.token_hex(16)  # names the code under test could not know in advance
+    reward_name, traces_name = f"reward-{tag}.json", f"traces-{tag}.jsonl"
+    safe_files.write_bytes(scratch, traces_name, traces or b"")
+    env = {
+        "POLAR_REWARD_FILE": str(scratch / reward_name),
+        "POLAR_TRACES_FILE": str(scratch / traces_name),
+        "POLAR_COMMAND_EXIT_CODE": "" if exit_code is None else str(exit_code),
+        "POLAR_WORKSPACE": handle.workdir,
+        "PYTHONSAFEPATH": "1",
+    }
+    outside = 'cd "$(mktemp -d)" || exit 1\n'
+    outcome = await runtime.run(
+        handle,
+        outside + command,
+        env=env,
+        log_name=REWARD_LOG_NAME,
+        timeout_s=timeout_s,
+        on_tick=on_tick,
+    )
+    await reap(runtime, handle)
+    report.reward_command_exit_code = outcome.exit_code
+    try:
+        data = safe_files.read_bytes(scratch, reward_name, limit=MAX_REWARD_FILE_BYTES)
+    except safe_files.UnsafePath as exc:
+        raise InvalidRewardFile(f"reward file: {exc}") from exc
+    safe_files.remove(scratch, reward_name)
+    safe_files.remove(scratch, traces_name)
+    if outcome.timed_out or outcome.exit_code != 0:
+        why = "timed out" if outcome.timed_out else f"exited {outcome.exit_code}"
+        raise EvaluatorError(f"the evaluator's reward_command {why}")
+    if data is not None:
+        _apply_reward_file(evaluation, data)
+        report.reward_file = True
 
 
 class CommandEvaluator:
@@ -144,17 +252,22 @@ class CommandEvaluator:
         )
 
     def logs(self, job: EvaluationJob, evaluation: Evaluation) -> dict[str, bytes]:
-        """The command's stdout and stderr (empty where it never ran)."""
+        """The command's stdout and stderr (empty where it never ran), then the
+        reward_command's where it ran."""
         eval_runtime, eval_handle = job.fresh()
-        return {
+        logs = {
             path.name: path.read_bytes() if path.exists() else b""
             for path in eval_runtime.log_paths(eval_handle, LOG_NAME)
         }
+        for path in eval_runtime.log_paths(eval_handle, REWARD_LOG_NAME):
+            if path.exists():
+                logs[path.name] = path.read_bytes()
+        return logs
 
 
-def _apply_reward_file(evaluation: Evaluation, path: Path) -> None:
+def _apply_reward_file(evaluation: Evaluation, raw: bytes) -> None:
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(raw)
         if not isinstance(data, dict):
             raise TypeError("not a JSON object")
         if "reward" in data:

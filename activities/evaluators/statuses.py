@@ -5,11 +5,17 @@ status comes from its setup, call and teardown reports: a failed setup or
 teardown is ERROR, a failed call FAILED, a skip SKIPPED (XFAIL for an
 expected failure), a passed call PASSED (an unexpected pass of a non-strict
 xfail too: pytest counts it a success). A test reported by several pytest
-sessions (a test command that runs pytest twice) keeps its worst status.
+sessions keeps its worst status.
+
+The records reach the worker inside the runner's signed results file
+(pytest_runner.py): `verify_results` checks its HMAC under the run's key
+before a single record is read.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +38,13 @@ class PytestRun:
     started: int = 0
     finished: int = 0
     exit_statuses: list[int] = field(default_factory=list)
+    booted: bool = False
+    """pytest was imported and Polar's plugin loaded (the runner's child got that far)."""
+    tampered: list[str] = field(default_factory=list)
+    returncode: int | None = None
+    """The pytest process's exit status, from the runner's waitpid (signed results only)."""
+    overflow: bool = False
+    non_dumpable: bool | None = None
 
     @property
     def complete(self) -> bool:
@@ -66,7 +79,11 @@ def parse_results(text: str) -> PytestRun:
         if not isinstance(record, dict):
             continue
         event = record.get("event")
-        if event == "start":
+        if event == "boot":
+            run.booted = True
+        elif event == "tampered":
+            run.tampered.append(str(record.get("why"))[:500])
+        elif event == "start":
             run.started += 1
         elif event == "finish":
             run.finished += 1
@@ -87,7 +104,34 @@ def parse_results(text: str) -> PytestRun:
 
 
 def read_results(path: Path) -> PytestRun | None:
-    """The run in `path`, or None when the plugin never wrote it."""
+    """The run in an unsigned JSON-lines file at `path`, or None when there is none."""
     if not path.exists():
         return None
     return parse_results(path.read_text(encoding="utf-8", errors="replace"))
+
+
+def verify_results(data: bytes | None, key: bytes) -> tuple[PytestRun | None, str | None]:
+    """(the run, None) from the runner's results file `data` if its MAC under `key` holds;
+    (None, why) where it is missing, unreadable or not authentic."""
+    if data is None:
+        return None, "the runner left no results file (killed, or the file was removed)"
+    try:
+        outer = json.loads(data)
+        body, mac = outer["body"], outer["mac"]
+        if not isinstance(body, str) or not isinstance(mac, str):
+            raise TypeError("body and mac must be strings")
+    except (ValueError, KeyError, TypeError) as exc:
+        return None, f"the results file is not the runner's ({exc})"
+    want = hmac.new(key, body.encode("utf-8"), hashlib.sha256).hexdigest()
+    if not hmac.compare_digest(want, mac):
+        return None, "the results file is not authentic (its MAC does not verify)"
+    try:
+        signed = json.loads(body)
+    except ValueError as exc:  # signed, so the runner's own bug
+        return None, f"the runner's results do not parse ({exc})"
+    run = parse_results(str(signed.get("records") or ""))
+    code = signed.get("returncode")
+    run.returncode = code if isinstance(code, int) else None
+    run.overflow = bool(signed.get("overflow"))
+    run.non_dumpable = signed.get("non_dumpable")
+    return run, None

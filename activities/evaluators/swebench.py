@@ -16,16 +16,23 @@
 3. The test patch's files are reset to `base_commit`, the test patch applied,
    the tests run (`test_cmd`, default `python -m pytest -rA -p
    no:cacheprovider` on the test files), every process they left is killed.
-4. Per-test results come from pytest itself: Polar's plugin
-   (pytest_results.py, loaded through `PYTEST_PLUGINS` from the scratch folder,
-   outside the workspace) writes each report to a file in scratch; colour,
-   `-rA` and whatever the code under test prints do not matter. Only an
-   instance that sets `log_parser` (a test command that is not pytest) has
-   its log parsed, with that swebench parser: the trusting mode. Grading is
-   SWE-bench's `get_eval_tests_report`: reward 1 only if every FAIL_TO_PASS
-   test passes and every PASS_TO_PASS test still passes, and the run is
-   consistent (the test command exited 0 or 1, every pytest session finished,
-   an exit code 1 came with a failure, an exit code 0 without one).
+4. Per-test results come from pytest itself, over a channel the code under
+   test cannot name: Polar's runner (pytest_runner.py, copied into scratch
+   with a per-run key) is the test process's parent; Polar's plugin
+   (pytest_results.py) streams each report to it over a pipe passed by fd
+   number, and the runner writes one results file signed with the key, which
+   the worker verifies. pytest starts with no workspace on `sys.path` (the
+   workspace goes in after pytest and the plugin are imported), and patch
+   files that would shadow a module importable in the runtime are dropped.
+   A `test_cmd` must therefore be a plain pytest invocation (`pytest ...`,
+   `python -m pytest ...`, optionally after `NAME=value` assignments); any
+   other command needs `log_parser`: its log is parsed with that swebench
+   parser (the trusting mode). Grading is SWE-bench's
+   `get_eval_tests_report`: reward 1 only if every FAIL_TO_PASS test passes
+   and every PASS_TO_PASS test still passes, and the run is consistent
+   (authentic results, one pytest session that finished with the exit status
+   its process really had, exit 1 with a failure and 0 without, no tamper
+   check fired).
 
 The report (JSON) says which tests passed and failed and flags an empty
 patch, a patch that did not apply, a test timeout and an evaluator error:
@@ -33,8 +40,9 @@ the instance itself is broken (its base commit or test patch, tests that
 never ran pytest, none of its FAIL_TO_PASS / PASS_TO_PASS tests reported by
 a clean pytest run); the activity fails the session rather than give a reward.
 
-Residual trust: the code under test runs inside pytest's process, so a
-patch that rewrites pytest's own reporting from package code is not caught.
+Residual trust: the code under test runs inside pytest's process; the
+plugin's fingerprints and cross-checks catch rewrites of pytest's reporting,
+but code in that process can still alter that process (docs/threat-model.md).
 
 Every step runs through `Runtime.run` with files exchanged through
 `Runtime.scratch`, so it works the same on the local and container runtimes.
@@ -43,6 +51,9 @@ Every step runs through `Runtime.run` with files exchanged through
 from __future__ import annotations
 
 import configparser
+import json
+import re
+import secrets
 import shlex
 import time
 import tomllib
@@ -77,8 +88,10 @@ from activities.evaluators.patches import (
     revision,
     split_patch,
 )
-from activities.evaluators.statuses import PytestRun, read_results
+from activities.evaluators.protected import PLUGIN_MODULE, PROTECTED
+from activities.evaluators.statuses import PytestRun, verify_results
 from activities.runtimes.base import Runtime
+from polar import safe_files
 from polar.contracts import RuntimeHandle
 from polar.evaluation_reports import (
     EvaluationReport,
@@ -89,6 +102,7 @@ from polar.evaluation_reports import (
 from polar.tasks.spec import SweBenchSpec
 
 __all__ = [
+    "PROTECTED",
     "EvaluatorError",
     "SweBenchEvaluator",
     "SweEvaluation",
@@ -104,28 +118,14 @@ __all__ = [
 ]
 
 DEFAULT_TEST_CMD = "python -m pytest -rA -p no:cacheprovider"
-PLUGIN_MODULE = "polar_pytest_results"
+GRADING_DIR = "polar-grading"
+"""The scratch folder of the runner, the plugin, the run's key and the signed results."""
+MAX_RESULTS_BYTES = 80 << 20
+PYTHON_NAME = re.compile(r"(?:.*/)?python(?:\d+(?:\.\d+)?)?")
+SHELL_EXPANSION = re.compile(r"[`$\n]")
+SHELL_OPERATOR = re.compile(r"[;&|<>()]+")
+MODULE_SUFFIXES = (".py", ".pyc", ".pyw", ".so", ".pyd")
 
-# task-owned whatever the instance says: pytest's configuration and hooks, and modules that
-# would shadow pytest or Polar's plugin from the repository root (first on sys.path)
-PROTECTED = (
-    "**/conftest.py",
-    "**/pytest.ini",
-    "**/.pytest.ini",
-    "**/pytest.toml",
-    "**/.pytest.toml",
-    "**/tox.ini",
-    "**/sitecustomize.py",
-    "**/usercustomize.py",
-    "**/*.pth",
-    "pytest.py",
-    "pytest/**",
-    "_pytest/**",
-    "pluggy/**",
-    "py.py",
-    f"**/{PLUGIN_MODULE}.py",
-    f"**/{PLUGIN_MODULE}/**",
-)
 # kept, unless the patch changes their pytest section
 PYTEST_SECTION_FILES = ("setup.cfg", "pyproject.toml")
 
@@ -174,15 +174,89 @@ def protected_paths(spec: SweBenchSpec, extra: Sequence[str] = ()) -> list[str]:
     return list(dict.fromkeys([*PROTECTED, *extra, *tests, *inits]))
 
 
-def pytest_env_prefix(plugin_dir: Path, results: Path) -> str:
-    """Shell lines that load Polar's results plugin into every pytest the test command runs."""
+def plain_pytest_argv(command: str) -> list[str] | None:
+    """`command` as argv if it is a plain pytest invocation (`pytest ...`, `py.test ...`,
+    `python[3] -m pytest ...`, after optional `NAME=value` assignments) with no other shell
+    syntax; None otherwise (such a command needs `log_parser`)."""
+    if SHELL_EXPANSION.search(command):
+        return None
+    try:
+        lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        argv = list(lexer)
+    except ValueError:
+        return None
+    if any(SHELL_OPERATOR.fullmatch(a) for a in argv):
+        return None
+    i = 0
+    while i < len(argv) and re.fullmatch(r"[A-Za-z_]\w*=.*", argv[i], re.S):
+        i += 1
+    head = argv[i:]
+    if head and PurePosixPath(head[0]).name in ("pytest", "py.test"):
+        return argv
+    if len(head) >= 3 and PYTHON_NAME.fullmatch(head[0]) and head[1:3] == ["-m", "pytest"]:
+        return argv
+    return None
+
+
+def interpreter_argv(argv: Sequence[str]) -> list[str]:
+    """The interpreter part of a plain pytest argv (what the probe runs), assignments left out."""
+    head = [a for a in argv if not re.fullmatch(r"[A-Za-z_]\w*=.*", a, re.S)][:1]
+    return head or ["python"]
+
+
+def runner_command(folder: Path, argv: Sequence[str]) -> str:
+    """The shell lines that run the plain pytest `argv` under Polar's runner (`python3 -I`)."""
+    runner = shlex.quote(str(folder / "pytest_runner.py"))
     return (
-        f'export PYTHONPATH={shlex.quote(str(plugin_dir))}"${{PYTHONPATH:+:$PYTHONPATH}}"\n'
-        f'export PYTEST_PLUGINS="{PLUGIN_MODULE}${{PYTEST_PLUGINS:+,$PYTEST_PLUGINS}}"\n'
         'export PYTEST_ADDOPTS="${PYTEST_ADDOPTS:+$PYTEST_ADDOPTS }'
         '-p no:cacheprovider --color=no"\n'
-        f"export POLAR_PYTEST_RESULTS={shlex.quote(str(results))}\n"
+        "py=$(command -v python3 || command -v python) || "
+        '{ echo "polar: no python3 in the runtime for the pytest runner" >&2; exit 127; }\n'
+        f'exec "$py" -I {runner} run {shlex.quote(str(folder))} -- '
+        + " ".join(shlex.quote(a) for a in argv)
     )
+
+
+def shadowing_files(
+    added: Sequence[str], base_files: Sequence[str], importable: set[str]
+) -> dict[str, str]:
+    """Files the patch adds (absent at base) that would shadow an importable top-level module:
+    path -> module. A file shadows where a folder on its way (the root included) is no package
+    at base (no `__init__.py`: pytest may put it on sys.path) and the name right below that
+    folder is importable in the runtime but is not the repository's own there at base."""
+    base = set(base_files)
+    inits = {str(PurePosixPath(f).parent) for f in base if PurePosixPath(f).name == "__init__.py"}
+    own: dict[str, set[str]] = {}
+    for f in base:
+        parts = PurePosixPath(f).parts
+        for depth in range(len(parts)):
+            folder = "/".join(parts[:depth]) or "."
+            own.setdefault(folder, set()).add(_module_name(parts[depth], depth == len(parts) - 1))
+    out: dict[str, str] = {}
+    for path in added:
+        if path in base:
+            continue
+        parts = PurePosixPath(path).parts
+        for depth in range(len(parts)):
+            folder = "/".join(parts[:depth]) or "."
+            if folder in inits:
+                continue
+            name = _module_name(parts[depth], depth == len(parts) - 1)
+            if name and name in importable and name not in own.get(folder, set()):
+                out[path] = name
+                break
+    return out
+
+
+def _module_name(component: str, is_file: bool) -> str:
+    """The module name a path component imports as ('' where it cannot be one)."""
+    if not is_file:
+        return component if component.isidentifier() else ""
+    if not component.endswith(MODULE_SUFFIXES):
+        return ""
+    stem = component.split(".", 1)[0]
+    return stem if stem.isidentifier() else ""
 
 
 # --------------------------------------------------------------------------- grading
@@ -258,6 +332,21 @@ def inconsistency(code: int | None, run: PytestRun | None) -> str | None:
         return f"every graded test passed, but the test command exited {code}"
     if run is None:
         return None
+    if run.overflow:
+        return "pytest's reports passed the size limit of the runner's channel"
+    if run.returncode is not None:
+        if code != run.returncode:
+            return f"the test command exited {code} but pytest's process exited {run.returncode}"
+        if run.started != 1 or run.finished != 1:
+            return (
+                f"the runner's pytest started {run.started} and finished {run.finished} "
+                "sessions (one expected)"
+            )
+        if run.exit_statuses and run.exit_statuses[-1] != run.returncode:
+            return (
+                f"pytest's session ended with exit status {run.exit_statuses[-1]} but its "
+                f"process exited {run.returncode}"
+            )
     if not run.complete:
         return "a pytest session did not finish (the test process died or was stopped)"
     if any(status not in (0, 1) for status in run.exit_statuses):
@@ -381,6 +470,76 @@ async def _restore_pytest_sections(
     return [f"{f} (pytest section)" for f, _ in changed]
 
 
+def install_grading_files(runtime: Runtime, handle: RuntimeHandle) -> Path:
+    """Polar's runner and plugin in the evaluator's scratch (written no-follow, fresh); the
+    folder."""
+    scratch = runtime.scratch(handle)
+    here = Path(__file__).parent
+    for name, source in (
+        ("pytest_runner.py", "pytest_runner.py"),
+        (f"{PLUGIN_MODULE}.py", "pytest_results.py"),
+    ):
+        safe_files.write_bytes(scratch, f"{GRADING_DIR}/{name}", (here / source).read_bytes())
+    for stale in ("key", "results.json", "importable.json", "base-files"):
+        safe_files.remove(scratch, f"{GRADING_DIR}/{stale}")
+    return scratch / GRADING_DIR
+
+
+@dataclass
+class ModuleMap:
+    """What decides which patch files shadow a module: the importable top-level names of the
+    runtime's Python (outside the workspace), and the files of the workspace at base."""
+
+    importable: set[str]
+    base_files: list[str]
+
+
+async def probe_modules(
+    runtime: Runtime, handle: RuntimeHandle, folder: Path, argv: Sequence[str]
+) -> ModuleMap:
+    """List the importable modules (the test command's interpreter, run by the runner) and
+    the base's files, in the evaluator's runtime before the patch is applied."""
+    interp = " ".join(shlex.quote(a) for a in interpreter_argv(argv))
+    runner = shlex.quote(str(folder / "pytest_runner.py"))
+    files = shlex.quote(str(folder / "base-files"))
+    command = (
+        f"{GIT} ls-tree -r --name-only -z {revision(handle.baseline or 'HEAD')} > {files}\n"
+        "py=$(command -v python3 || command -v python) || exit 127\n"
+        f'"$py" -I {runner} probe {shlex.quote(str(folder))} -- {interp}'
+    )
+    code, _, log = await run_in(runtime, handle, command, "swebench-probe", 120)
+    scratch = runtime.scratch(handle)
+    names = safe_files.read_bytes(scratch, f"{GRADING_DIR}/importable.json", limit=32 << 20)
+    listing = safe_files.read_bytes(scratch, f"{GRADING_DIR}/base-files", limit=256 << 20)
+    for done in ("importable.json", "base-files"):  # scratch is copied in before each command
+        safe_files.remove(scratch, f"{GRADING_DIR}/{done}")
+    if code != 0 or names is None or listing is None:
+        raise EvaluatorError(
+            f"cannot list the runtime's importable modules (exit {code}): {log.strip()[-500:]}"
+        )
+    try:
+        importable = {str(n) for n in json.loads(names)}
+    except ValueError as exc:
+        raise EvaluatorError(f"the module probe's output does not parse: {exc}") from exc
+    base = [f for f in listing.decode("utf-8", "surrogateescape").split("\0") if f]
+    return ModuleMap(importable, base)
+
+
+async def _drop_shadowing(
+    runtime: Runtime, handle: RuntimeHandle, files: Sequence[str], modules: ModuleMap
+) -> list[str]:
+    """Remove the applied patch's files that would shadow an importable module; the report's
+    lines for them."""
+    shadows = shadowing_files(files, modules.base_files, modules.importable)
+    if not shadows:
+        return []
+    remove = " && ".join(f"rm -f -- {shlex.quote(f)}" for f in shadows)
+    code, _, log = await run_in(runtime, handle, remove, "swebench-shadows", 60)
+    if code != 0:
+        raise EvaluatorError(f"cannot remove the shadowing files: {log.strip()[-500:]}")
+    return [f"{f} (shadows the importable module {m!r})" for f, m in shadows.items()]
+
+
 async def _reset_test_files(runtime: Runtime, handle: RuntimeHandle, spec: SweBenchSpec) -> None:
     """Put the files the test patch touches back to `base_commit`; files it creates are
     removed first."""
@@ -425,6 +584,18 @@ async def evaluate_swebench(
 
     try:
         await _check_workspace(eval_runtime, eval_handle, spec)
+        modules: ModuleMap | None = None
+        if not spec.log_parser:
+            argv = plain_pytest_argv(build_test_command(spec))
+            if argv is None:
+                raise EvaluatorError(
+                    f"test_cmd {spec.test_cmd!r} is not a plain pytest invocation (`pytest "
+                    "...` or `python -m pytest ...`, after optional NAME=value assignments, no "
+                    "other shell syntax): Polar's runner cannot vouch for its results; set "
+                    "log_parser to grade its log (the trusting mode)"
+                )
+            folder = install_grading_files(eval_runtime, eval_handle)
+            modules = await probe_modules(eval_runtime, eval_handle, folder, argv)
         changes = await carry_changes(
             session_runtime,
             session_handle,
@@ -454,6 +625,10 @@ async def evaluate_swebench(
         report.protected_files_dropped += await _restore_pytest_sections(
             eval_runtime, eval_handle, changes.files
         )
+        if modules is not None:
+            report.protected_files_dropped += await _drop_shadowing(
+                eval_runtime, eval_handle, changes.files, modules
+            )
 
         if spec.test_patch.strip():
             await _reset_test_files(eval_runtime, eval_handle, spec)
@@ -488,14 +663,15 @@ async def _run_tests(
     command = build_test_command(spec)
     report.test_command = command
     scratch = runtime.scratch(handle)
-    results_file = scratch / "pytest-results.jsonl"
-    results_file.unlink(missing_ok=True)
+    key_file, results_file = f"{GRADING_DIR}/key", f"{GRADING_DIR}/results.json"
+    key = b""
     if not spec.log_parser:
-        plugin_dir = scratch / "pytest-plugin"
-        plugin_dir.mkdir(exist_ok=True)
-        plugin = Path(__file__).with_name("pytest_results.py").read_bytes()
-        (plugin_dir / f"{PLUGIN_MODULE}.py").write_bytes(plugin)
-        command = pytest_env_prefix(plugin_dir, results_file) + command
+        argv = plain_pytest_argv(command)
+        assert argv is not None  # checked before the patch was applied
+        key = secrets.token_hex(32).encode()
+        safe_files.remove(scratch, results_file)
+        safe_files.write_bytes(scratch, key_file, key, mode=0o600)
+        command = runner_command(scratch / GRADING_DIR, argv)
     code, timed_out, log = await run_in(
         runtime, handle, command, "swebench-tests", clock.left(), on_tick
     )
@@ -504,16 +680,27 @@ async def _run_tests(
     report.tests_exit_code = code
 
     run: PytestRun | None = None
+    problem: str | None = None
     if spec.log_parser:
         status = parse_test_log(log, spec)
     else:
-        run = read_results(results_file)
+        if _read_or_none(scratch, key_file) is not None:  # the runner never took its key
+            safe_files.remove(scratch, key_file)
+            if not timed_out:
+                raise EvaluatorError(
+                    f"Polar's pytest runner never started (exit code {code}; is there a "
+                    f"python3 in the runtime?): {log.strip()[-500:]}"
+                )
+        run, problem = verify_results(_read_or_none(scratch, results_file), key)
+        report.results_problem = problem
         status = run.status if run else {}
         if run is not None:
             report.collect_problems = run.collect_problems
             report.pytest_sessions = PytestSessions(
                 started=run.started, finished=run.finished, exit_statuses=run.exit_statuses
             )
+            report.tampered = run.tampered
+            report.runner_non_dumpable = run.non_dumpable
     tests = grade(status, spec)
     report.test_status = status
     report.fail_to_pass = TestOutcomes.model_validate(tests["FAIL_TO_PASS"])
@@ -521,7 +708,12 @@ async def _run_tests(
     if timed_out:
         report.tests_timed_out = True
         return done(f"tests timed out (evaluation budget {clock.budget_s:.0f}s)")
-    if run is None and not spec.log_parser:
+    if problem is not None:
+        return done(f"not resolved: the test results do not count: {problem}")
+    if run is not None and run.tampered:
+        report.inconsistent = f"tampered: {run.tampered[0]}"
+        return done(f"not resolved: the test run was tampered with: {_names(run.tampered, 2)}")
+    if run is not None and not (run.booted and run.started):
         raise EvaluatorError(
             f"the test command never started pytest with Polar's results plugin (exit code "
             f"{code}){_parser_hint(spec)}: {log.strip()[-500:]}"
@@ -559,6 +751,15 @@ async def _run_tests(
         if tests[kind]["failure"]
     ]
     return done("not resolved: " + ("; ".join(failed) or "graded tests skipped"))
+
+
+def _read_or_none(base: Path, relative: str) -> bytes | None:
+    """A file the runner (or the code under test) may have written in scratch, no-follow; None
+    where it is absent or not a plain file."""
+    try:
+        return safe_files.read_bytes(base, relative, limit=MAX_RESULTS_BYTES)
+    except (safe_files.UnsafePath, IsADirectoryError):
+        return None
 
 
 def _names(tests: list[str], limit: int = 5) -> str:

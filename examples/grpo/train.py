@@ -59,9 +59,11 @@ AGENT_DIR = Path(__file__).resolve().parent / "agent"
 INSTRUCTION = "Write a number using digits only."
 
 # reward = share of the answer's non-space characters that are ASCII digits (0 when empty)
+# (a reward_command: it alone is told where the reward goes, and runs after the command)
 DIGIT_SHARE_EVALUATOR = """python - <<'PY'
 import json, os
-text = open("answer.txt").read() if os.path.exists("answer.txt") else ""
+answer = os.path.join(os.environ["POLAR_WORKSPACE"], "answer.txt")
+text = open(answer).read() if os.path.isfile(answer) else ""
 chars = [c for c in text if not c.isspace()]
 share = sum(c in "0123456789" for c in chars) / len(chars) if chars else 0.0
 json.dump({"reward": round(share, 6)}, open(os.environ["POLAR_REWARD_FILE"], "w"))
@@ -116,7 +118,11 @@ def task_for(name: str, group_size: int, version: int, turns: int = 2) -> TaskSp
                 "env": {"GRPO_TURNS": str(turns)},
             },
             "builder": {"name": "per_request"},
-            "evaluator": {"kind": "command", "command": DIGIT_SHARE_EVALUATOR},
+            "evaluator": {
+                "kind": "command",
+                "command": "true",
+                "reward_command": DIGIT_SHARE_EVALUATOR,
+            },
             "timeouts": {"harness_s": 300, "heartbeat_s": 20},
             "metadata": {"policy_version": version, "example": "grpo"},
         }

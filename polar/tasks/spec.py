@@ -277,12 +277,22 @@ class SweBenchSpec(StrictModel):
 class EvaluatorSpec(StrictModel):
     """How a session is scored.
 
-    `command`: exit code 0 means reward 1, else 0. `swebench`: the instance's
-    tests on the session's patch in a fresh runtime (`swebench` required).
+    `command`: exit code 0 means reward 1, else 0; an optional `reward_command` then
+    computes the reward (and per-trace rewards) from the command's exit code and the
+    session's traces. `swebench`: the instance's tests on the session's patch in a fresh
+    runtime (`swebench` required).
     """
 
     kind: Literal["command", "swebench", "none"] = "none"
     command: str | None = None
+    reward_command: str | None = Field(
+        default=None,
+        description="(command) run after `command` and every process it left is gone, outside "
+        "the workspace, with PYTHONSAFEPATH=1: reads POLAR_TRACES_FILE, "
+        "POLAR_COMMAND_EXIT_CODE and POLAR_WORKSPACE (the workspace's path), may write "
+        "POLAR_REWARD_FILE (JSON: reward, trace_rewards, detail). Only it is told where the "
+        "reward goes: the code under test never is",
+    )
     swebench: SweBenchSpec | None = None
     protected: list[str] = Field(
         default_factory=list,
@@ -299,6 +309,8 @@ class EvaluatorSpec(StrictModel):
             raise ValueError("evaluator kind 'command' needs a non-empty 'command'")
         if self.kind == "swebench" and self.swebench is None:
             raise ValueError("evaluator kind 'swebench' needs its 'swebench' instance fields")
+        if self.reward_command is not None and self.kind != "command":
+            raise ValueError("'reward_command' belongs to evaluator kind 'command'")
         lo, hi = self.reward_range
         if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
             raise ValueError(f"reward_range must be finite with lo < hi, not {self.reward_range}")

@@ -28,9 +28,11 @@ async def fixed_and_wrong_sessions(
 ) -> tuple[SessionResult, SessionResult]:
     """One session whose harness fixes hello.txt (after checking `in_container`), one that
     makes a wrong change, both graded by a command evaluator in the runtime: rewards 1 and 0."""
-    evaluator = (
-        "grep -q fixed hello.txt && "
-        f'echo \'{{"reward": 1.0, "detail": "graded in {label}"}}\' > "$POLAR_REWARD_FILE"'
+    evaluator = "grep -q fixed hello.txt"
+    # the reward_command, told where the reward goes (the command is not)
+    reward = (
+        '[ "$POLAR_COMMAND_EXIT_CODE" = 0 ] && '
+        f'echo \'{{"reward": 1.0, "detail": "graded in {label}"}}\' > "$POLAR_REWARD_FILE"; true'
     )
 
     def spec(task_id: str, harness: str) -> TaskSpec:
@@ -41,7 +43,7 @@ async def fixed_and_wrong_sessions(
                 "source": {"type": "dir", "path": str(repo)},
                 "runtime": runtime,
                 "harness": {"kind": "command", "command": harness},
-                "evaluator": {"kind": "command", "command": evaluator},
+                "evaluator": {"kind": "command", "command": evaluator, "reward_command": reward},
             }
         )
 

@@ -35,12 +35,12 @@ from activities.evaluators import swebench as swebench_module
 from activities.evaluators.base import Evaluation
 from activities.evaluators.patches import drop_protected, glob_match
 from activities.evaluators.reward_checks import InvalidReward, check_rewards
-from activities.evaluators.statuses import parse_results
+from activities.evaluators.statuses import parse_results, verify_results
 from activities.evaluators.swebench import (
     PROTECTED,
     inconsistency,
     protected_paths,
-    pytest_env_prefix,
+    runner_command,
 )
 from activities.runtimes.base import Runtime
 from activities.runtimes.local import LocalRuntime
@@ -209,15 +209,25 @@ def test_results_plugin_ignores_colour_output_and_fake_lines(tmp_path: Path) -> 
         "def test_fixture(broken):\n    pass\n\n\n"
         "@pytest.mark.xfail\ndef test_xf():\n    assert False\n"
     )
-    plugin_dir, results = tmp_path / "plugin", tmp_path / "results.jsonl"
-    plugin_dir.mkdir()
-    source = Path(swebench_module.__file__).with_name("pytest_results.py")
-    (plugin_dir / "polar_pytest_results.py").write_bytes(source.read_bytes())
-    script = pytest_env_prefix(plugin_dir, results) + "python -m pytest -s tests/test_a.py"
+    folder = tmp_path / "grading"
+    here = Path(swebench_module.__file__).parent
+    folder.mkdir()
+    (folder / "pytest_runner.py").write_bytes((here / "pytest_runner.py").read_bytes())
+    (folder / "polar_pytest_results.py").write_bytes((here / "pytest_results.py").read_bytes())
+    (folder / "key").write_bytes(b"k" * 64)
+    script = runner_command(folder, ["python", "-m", "pytest", "-s", "tests/test_a.py"])
     proc = subprocess.run(["bash", "-c", script], cwd=repo, capture_output=True, text=True)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "PASSED tests/test_a.py::test_bad" in proc.stdout  # the lie is in the log
-    run = parse_results(results.read_text())
+    assert not (folder / "key").exists()  # the runner took its key before pytest started
+    signed = (folder / "results.json").read_bytes()
+    assert verify_results(signed, b"x" * 64)[0] is None  # another run's key
+    assert "not authentic" in str(verify_results(signed, b"x" * 64)[1])
+    forged = signed.replace(b'returncode\\": 1', b'returncode\\": 0')  # the body edited
+    assert forged != signed and verify_results(forged, b"k" * 64)[0] is None
+    run, problem = verify_results(signed, b"k" * 64)
+    assert run is not None and problem is None, problem
+    assert run.booted and run.returncode == 1 and not run.tampered
     assert run.status == {
         "tests/test_a.py::test_ok": "PASSED",
         "tests/test_a.py::test_bad": "FAILED",
@@ -315,10 +325,13 @@ async def test_planted_conftest_is_dropped(
     assert e.report.protected_files_dropped == ["conftest.py", "tests/conftest.py"]
     assert e.report.patch_files == ["textkit/slug.py"]
     if rt[1].kind != "local":
-        return  # the attack is real: with nothing protected, the same session scores 1
+        return
+    # with nothing protected the conftest runs, and the plugin's cross-check of each report
+    # with its call's raw excinfo still catches it
     monkeypatch.setattr(swebench_module, "protected_paths", lambda spec, extra=(): [])
-    fooled = await _swe_session(rt, source, spec, script, "conftest-open")
-    assert fooled.reward == 1.0, fooled.detail
+    caught = await _swe_session(rt, source, spec, script, "conftest-open")
+    assert caught.reward == 0.0 and caught.report.tampered, caught.detail
+    assert "raised AssertionError but its report says passed" in caught.report.tampered[0]
 
 
 @pytest.mark.slow
@@ -359,7 +372,8 @@ async def test_pytest_section_of_pyproject_is_restored(
         textkit_fix("wrong") + write("polar_evil.py", PASS_EVERYTHING) + inject,
         "pyproject-open",
     )
-    assert fooled.reward == 1.0, fooled.detail
+    # the injected plugin now runs, and the plugin's excinfo cross-check still catches it
+    assert fooled.reward == 0.0 and fooled.report.tampered, fooled.detail
 
 
 @pytest.mark.slow
@@ -430,7 +444,8 @@ async def test_grading_that_finds_no_graded_test_is_an_evaluator_error(
     assert "tests/test_slug.py::test_slugify_lowercases" in e.report.evaluator_error
     not_pytest = spec.model_copy(update={"test_cmd": "true"})
     e = await _swe_session(rt, source, not_pytest, textkit_fix("gold"), "not-pytest")
-    assert "never started pytest" in e.report.evaluator_error, e.detail
+    assert "is not a plain pytest invocation" in e.report.evaluator_error, e.detail
+    assert "set log_parser" in e.report.evaluator_error
     # a patch that breaks the import is the session's doing: not resolved, not an error
     broken = textkit_fix("gold") + "echo 'raise ImportError(1)' >> textkit/__init__.py\n"
     e = await _swe_session(rt, source, spec, broken, "import-error")
@@ -492,10 +507,11 @@ async def test_command_evaluator_grades_in_a_fresh_runtime(
     cheat = "echo wrong > hello.txt && echo 'exit 0' > tests/check.sh"
     honest, _ = await _command_session(rt, source, evaluator, cheat, "c-cheat")
     assert honest.reward == 0.0 and honest.report.protected_files_dropped == ["tests/check.sh"]
-    if rt[1].kind == "local":  # the attack is real where the task protects nothing
-        open_spec = evaluator.model_copy(update={"protected": []})
-        fooled, _ = await _command_session(rt, source, open_spec, cheat, "c-cheat-open")
-        assert fooled.reward == 1.0
+    # with no `protected` at all, the file the command names is protected by default
+    open_spec = evaluator.model_copy(update={"protected": []})
+    default, _ = await _command_session(rt, source, open_spec, cheat, "c-cheat-open")
+    assert default.reward == 0.0, default.detail
+    assert default.report.protected_files_dropped == ["tests/check.sh"]
     # a harness that commits, moves refs and rewrites history still has its work graded
     git = "git -c user.name=h -c user.email=h@h"
     history = (
@@ -537,11 +553,15 @@ async def test_evaluator_reward_file_is_checked_and_clamped(
 ) -> None:
     source = _check_repo(tmp_path)
     big = 'echo \'{"reward": 1000, "trace_rewards": {"a": -3, "b": 0.5}}\' > "$POLAR_REWARD_FILE"'
-    evaluator = EvaluatorSpec(kind="command", command=big)
+    evaluator = EvaluatorSpec(kind="command", command="true", reward_command=big)
     e, _ = await _command_session(rt, source, evaluator, "true", "c-1000")
     assert e.reward == 1.0 and e.trace_rewards == {"a": 0.0, "b": 0.5}
     assert "reward 1000 clamped to 1" in e.detail
-    nan = EvaluatorSpec(kind="command", command='echo \'{"reward": NaN}\' > "$POLAR_REWARD_FILE"')
+    nan = EvaluatorSpec(
+        kind="command",
+        command="true",
+        reward_command='echo \'{"reward": NaN}\' > "$POLAR_REWARD_FILE"',
+    )
     with pytest.raises(InvalidReward):
         await _command_session(rt, source, nan, "true", "c-nan")
 
@@ -582,12 +602,15 @@ async def test_command_sessions_on_the_stack(
     )
     tasks = [
         _command_task("honest-plant", repo, plant, check),
-        _command_task("honest-1000", repo, "true", {"command": where}),
+        _command_task("honest-1000", repo, "true", {"command": "true", "reward_command": where}),
         _command_task(
             "honest-nan",
             repo,
             "true",
-            {"command": 'echo \'{"reward": NaN}\' > "$POLAR_REWARD_FILE"'},
+            {
+                "command": "true",
+                "reward_command": 'echo \'{"reward": NaN}\' > "$POLAR_REWARD_FILE"',
+            },
         ),
     ]
     runs = [await polar.submit(t) for t in tasks]
@@ -598,7 +621,7 @@ async def test_command_sessions_on_the_stack(
     assert report["protected_files_dropped"] == ["tests/check.sh"]
     assert report["eval_runtime"] == "prewarmed"
     assert big_s.reward == 1.0 and "clamped to 1" in (big_s.evaluation or ""), big_s
-    assert f"{big_s.session_id}-eval/scratch/reward.json" in (big_s.evaluation or "")
+    assert f"{big_s.session_id}-eval/scratch/reward-" in (big_s.evaluation or "")
     assert nan_s.status == SessionStatus.ERROR and nan_s.reward is None, nan_s
     assert nan_s.error and "reward is not finite" in nan_s.error
     history = await polar.client.get_workflow_handle(big_s.session_id).fetch_history()

@@ -80,7 +80,8 @@ PY"""
 async def test_evaluator_can_reward_traces_one_by_one(polar: PolarClient, gateway: str) -> None:
     spec = demo_task(sessions=1).model_copy(deep=True)
     spec.builder.name = "prefix_merging"
-    spec.evaluator.command = PER_TRACE_EVALUATOR
+    spec.evaluator.command = "true"
+    spec.evaluator.reward_command = PER_TRACE_EVALUATOR
     result = await polar.wait(await polar.submit(spec), timeout_s=300)
     session = result.sessions[0]
     assert session.status == SessionStatus.COMPLETED, session.error

@@ -469,7 +469,12 @@ async def _grade_with_budget(
     session = await _prepare(runtime, "sess-budget", source, inst.base_commit)
     _git(Path(session.workdir), "apply", str(swe_dir / "patches" / inst.instance_id / "gold.patch"))
     spec = SweBenchSpec.model_validate(
-        {**evaluator_fields(inst), "test_cmd": "sleep 60; python -m pytest -rA {test_files}"}
+        {
+            **evaluator_fields(inst),
+            # not a plain pytest invocation: graded in the trusting mode (its log parsed)
+            "test_cmd": "sleep 60; python -m pytest -rA {test_files}",
+            "log_parser": "parse_log_pytest",
+        }
     )
     request = PrepareRequest(
         session_id="sess-budget-eval",

@@ -126,6 +126,9 @@ def test_a_report_stored_before_the_models_parses_and_dumps_back_alike() -> None
         "rewards_clamped",
         "inconsistent",
         "apply_log",
+        "results_problem",
+        "tampered",
+        "runner_non_dumpable",
     }
 
 

@@ -1,0 +1,60 @@
+"""What every evaluator keeps task-owned whatever the patch does (one home for both kinds).
+
+`PROTECTED`: files that configure or hook into pytest or the interpreter
+(`conftest.py`, `pytest.ini`, `tox.ini`, `sitecustomize.py`, `*.pth`, modules
+shadowing pytest or Polar's plugin). The command evaluator adds the files its
+command names (`command_files`); the swebench one the graded test files.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import PurePosixPath
+
+__all__ = ["PLUGIN_MODULE", "PROTECTED", "command_path_candidates"]
+
+PLUGIN_MODULE = "polar_pytest_results"
+
+PROTECTED = (
+    "**/conftest.py",
+    "**/pytest.ini",
+    "**/.pytest.ini",
+    "**/pytest.toml",
+    "**/.pytest.toml",
+    "**/tox.ini",
+    "**/sitecustomize.py",
+    "**/usercustomize.py",
+    "**/*.pth",
+    "pytest.py",
+    "pytest/**",
+    "_pytest/**",
+    "pluggy/**",
+    "pluggy.py",
+    "py.py",
+    f"**/{PLUGIN_MODULE}.py",
+    f"**/{PLUGIN_MODULE}/**",
+)
+
+
+def command_path_candidates(command: str, workdir: str = "") -> list[str]:
+    """Repo-relative paths a shell command may name (its words, `--opt=PATH` values, the file
+    of a `path::test` id); which exist at base is for git to say."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        words = command.split()
+    out: list[str] = []
+    for word in words:
+        for piece in re.split(r"[=:,]", word):
+            piece = piece.strip()
+            if workdir and piece.startswith(workdir.rstrip("/") + "/"):
+                piece = piece[len(workdir.rstrip("/")) + 1 :]
+            while piece.startswith("./"):
+                piece = piece[2:]
+            if not piece or piece.startswith(("-", "/")) or "\n" in piece:
+                continue
+            if ".." in PurePosixPath(piece).parts or piece == ".":
+                continue
+            out.append(piece)
+    return list(dict.fromkeys(out))
