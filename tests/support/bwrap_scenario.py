@@ -177,6 +177,7 @@ async def auto(data: Path) -> dict[str, Any]:
     report["mode"] = getattr(runtime, "sandbox", None) and runtime.sandbox.mode  # type: ignore[attr-defined]
     report["run"] = await _run(runtime, handle, "echo ran-in-auto")  # type: ignore[arg-type]
     report["torn_down"] = await runtime.teardown(handle)
+    report["podman_storage"] = (Path.home() / ".local/share/containers/storage").exists()
     report["sweep_kinds"] = list(sweep_kinds())
     for kind in report["sweep_kinds"]:
         # an engine this user cannot reach: the sweep skips it, as here
