@@ -44,6 +44,7 @@ from activities.runtimes.channel import (
     with_forwarder,
 )
 from activities.spec_store import TaskSpecActivities
+from polar import safe_files
 from polar.builders import BuildContext, UnknownBuilder, check_builder, reward_policy
 from polar.builders.base import count_unseen, unseen_records
 from polar.builders.progress import listening
@@ -76,6 +77,15 @@ def _home_in_runtime(runtime: Runtime, handle: RuntimeHandle) -> str | None:
     """HOME as a harness inside `runtime` sees it, when it differs from `runtime.home`."""
     view = getattr(runtime, "home_in_runtime", None)
     return view(handle) if callable(view) else None
+
+
+def _read_own_file(top: Path, path: Path) -> bytes | None:
+    """`path` under `top` (a dir the sandbox's user owned), read no-follow; None where it
+    is a link or gone."""
+    try:
+        return safe_files.read_bytes(top, path.relative_to(top))
+    except (OSError, ValueError):
+        return None
 
 
 def worker_runtime(kind: str, settings: Settings) -> Runtime:
@@ -309,7 +319,10 @@ class SessionActivities:
         artifact_keys = []
         for name, path in await asyncio.to_thread(adapter.native_logs, home):
             key = artifact_key(request.session_id, f"{log_name}/{name}")
-            data = await asyncio.to_thread(path.read_bytes)
+            # HOME was the harness's: read no-follow (a link it left is skipped)
+            data = await asyncio.to_thread(_read_own_file, home, path)
+            if data is None:
+                continue
             await asyncio.to_thread(self.storage.put_bytes, key, data, "text/plain")
             artifact_keys.append(key)
         # what the harness wrote under $POLAR_ARTIFACTS_DIR (bounded, symlinks not followed)
