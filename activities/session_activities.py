@@ -101,9 +101,13 @@ def worker_runtime(kind: str, settings: Settings) -> Runtime:
     )
 
 
-def check_source_roots(request: PrepareRequest, roots: tuple[Path, ...]) -> None:
+def check_source_roots(
+    request: PrepareRequest, roots: tuple[Path, ...], data_dir: Path | None = None
+) -> None:
     """Every host path the task reads (source.path, a local git url, upload srcs) lies,
-    resolved, under a source root (InvalidSource otherwise, naming the field)."""
+    resolved, under a source root and never in the stack's `data_dir` (its database,
+    secrets, every session's runtime), even where a root holds it (InvalidSource otherwise,
+    naming the field)."""
     paths: list[tuple[str, Path]] = []
     if isinstance(request.source, DirSource):
         paths.append(("source.path", Path(request.source.path)))
@@ -114,10 +118,17 @@ def check_source_roots(request: PrepareRequest, roots: tuple[Path, ...]) -> None
     for index, action in enumerate(request.runtime.prepare):
         if isinstance(action, UploadAction):
             paths.append((f"runtime.prepare[{index}].src", Path(action.src)))
+    state = data_dir.resolve() if data_dir is not None else None
     for what, path in paths:
         problem = outside_roots(path, roots)
         if problem is not None:
             raise InvalidSource(f"{what} {path} {problem}")
+        real = path.resolve()
+        if state is not None and (real == state or real.is_relative_to(state)):
+            raise InvalidSource(
+                f"{what} {path} resolves to {real}, inside the data dir {state} (the stack's "
+                "state and secrets): a task may not read it"
+            )
 
 
 class SessionActivities:
@@ -156,7 +167,11 @@ class SessionActivities:
         # a container start, a clone or a big copy must not look like a dead worker
         async with Heartbeater(step="preparing", runtime=request.runtime.kind) as hb:
             try:
-                check_source_roots(request, source_roots(self.settings.source_roots))
+                check_source_roots(
+                    request,
+                    source_roots(self.settings.source_roots),
+                    Path(self.settings.data_dir),
+                )
                 handle = await runtime.prepare(request)
             except (InvalidSource, InvalidRuntime, PrepareFailed) as exc:
                 raise invalid_input(str(exc), type(exc).__name__) from exc
