@@ -75,7 +75,7 @@ log = logging.getLogger("polar.worker")
 
 SANDBOX_ENV = "POLAR_SANDBOX"
 """Set to the session id in every command's environment: how `reap` finds leftovers."""
-OWNED_DIRS = ("home", "scratch", "tmp")
+OWNED_DIRS = ("home", "scratch", "tmp", "venv")
 """The session dir's subdirs (beside the workspace) that belong to the harness user."""
 REAP_ROUNDS = 50  # most scans `reap` makes (a process may fork while it kills)
 LIMITS_FILE = "limits.json"
@@ -292,6 +292,8 @@ class LocalRuntime:
         for sub, mode in (("logs", 0o700), ("channel", 0o755)):
             (base / sub).mkdir(mode=mode)
             (base / sub).chmod(mode)
+        if _usable_python_dir(self.python_dir):
+            _session_venv(base / "venv", self.python_dir)
 
     def _own(self, paths: list[Path], user: tuple[int, int] | None) -> None:
         """Give `paths` (recursively, symlinks not followed) to the session's `user`, each
@@ -371,7 +373,8 @@ class LocalRuntime:
         """A minimal environment: nothing of the worker's (its venv included)."""
         path = SYSTEM_PATH
         if _usable_python_dir(self.python_dir):
-            path = f"{self.python_dir}:{path}"
+            venv = self._handle_dir(handle) / "venv" / "bin"
+            path = f"{venv}:{self.python_dir}:{path}"
         env = {
             "PATH": path,
             "LANG": "C.UTF-8",
@@ -577,6 +580,30 @@ def _check_reachable(root: Path) -> None:
                 f"local runtime: {parent} is not traversable by {HARNESS_USER} (mode "
                 f"{stat.filemode(parent.stat().st_mode)}); make it o+x or move the data dir"
             )
+
+
+def _session_venv(venv: Path, python_dir: Path) -> None:
+    """A venv of the session's own in `venv` (its user's: `pip install -e .` writes there)
+    over the harnesses' root-owned one: its python, its packages through a `.pth`
+    (`site.addsitedir`, so their own `.pth` files run too). Written by the worker, no
+    process: `pyvenv.cfg` (the harness venv's base interpreter), `bin/python*` links."""
+    harness = python_dir.parent
+    try:
+        cfg = (harness / "pyvenv.cfg").read_text()
+    except OSError:
+        return
+    sites = sorted(harness.glob("lib/python3*/site-packages"))
+    if not sites:
+        return
+    keep = [line for line in cfg.splitlines() if line.split("=")[0].strip() in ("home", "version")]
+    (venv / "pyvenv.cfg").write_text("\n".join([*keep, "include-system-site-packages = false"]))
+    (venv / "bin").mkdir()
+    for name in ("python", "python3", sites[-1].parent.name):
+        (venv / "bin" / name).symlink_to(python_dir / "python")
+    own = venv / "lib" / sites[-1].parent.name / "site-packages"
+    own.mkdir(parents=True)
+    (own / "_polar_harness.pth").write_text(f"import site; site.addsitedir({str(sites[-1])!r})\n")
+    (venv / "lib64").symlink_to("lib")
 
 
 @functools.cache

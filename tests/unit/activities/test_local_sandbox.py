@@ -236,7 +236,9 @@ async def test_environment_is_minimal_and_not_the_workers(
         assert "POLAR_SECRET_PROBE" not in env
         assert "VIRTUAL_ENV" not in env
         assert str(Path(sys.executable).parent) not in env["PATH"].split(":")
-        assert env["PATH"].split(":")[0] == str(runtime.python_dir)
+        # the session's own venv (writable: `pip install -e .`) over the harnesses' one
+        venv = runtime.home(first).parent / "venv" / "bin"
+        assert env["PATH"].split(":")[:2] == [str(venv), str(runtime.python_dir)]
         assert env["CALLER"] == "given"
         assert env["HOME"] == str(runtime.home(first))
         assert env["TMPDIR"] == str(runtime.tmp(first))
