@@ -44,6 +44,7 @@ from activities.runtimes.channel import (
     with_forwarder,
 )
 from activities.spec_store import TaskSpecActivities
+from polar import safe_files
 from polar.builders import BuildContext, UnknownBuilder, check_builder, reward_policy
 from polar.builders.base import count_unseen, unseen_records
 from polar.builders.progress import listening
@@ -78,6 +79,15 @@ def _home_in_runtime(runtime: Runtime, handle: RuntimeHandle) -> str | None:
     return view(handle) if callable(view) else None
 
 
+def _read_own_file(top: Path, path: Path) -> bytes | None:
+    """`path` under `top` (a dir the sandbox's user owned), read no-follow; None where it
+    is a link or gone."""
+    try:
+        return safe_files.read_bytes(top, path.relative_to(top))
+    except (OSError, ValueError):
+        return None
+
+
 def worker_runtime(kind: str, settings: Settings) -> Runtime:
     """The runtime of `kind` as this worker's settings make it: named by the deployment's
     task queue (one engine finds any worker's container), labelled with this host."""
@@ -91,9 +101,13 @@ def worker_runtime(kind: str, settings: Settings) -> Runtime:
     )
 
 
-def check_source_roots(request: PrepareRequest, roots: tuple[Path, ...]) -> None:
+def check_source_roots(
+    request: PrepareRequest, roots: tuple[Path, ...], data_dir: Path | None = None
+) -> None:
     """Every host path the task reads (source.path, a local git url, upload srcs) lies,
-    resolved, under a source root (InvalidSource otherwise, naming the field)."""
+    resolved, under a source root and never in the stack's `data_dir` (its database,
+    secrets, every session's runtime), even where a root holds it (InvalidSource otherwise,
+    naming the field)."""
     paths: list[tuple[str, Path]] = []
     if isinstance(request.source, DirSource):
         paths.append(("source.path", Path(request.source.path)))
@@ -104,10 +118,17 @@ def check_source_roots(request: PrepareRequest, roots: tuple[Path, ...]) -> None
     for index, action in enumerate(request.runtime.prepare):
         if isinstance(action, UploadAction):
             paths.append((f"runtime.prepare[{index}].src", Path(action.src)))
+    state = data_dir.resolve() if data_dir is not None else None
     for what, path in paths:
         problem = outside_roots(path, roots)
         if problem is not None:
             raise InvalidSource(f"{what} {path} {problem}")
+        real = path.resolve()
+        if state is not None and (real == state or real.is_relative_to(state)):
+            raise InvalidSource(
+                f"{what} {path} resolves to {real}, inside the data dir {state} (the stack's "
+                "state and secrets): a task may not read it"
+            )
 
 
 class SessionActivities:
@@ -146,7 +167,11 @@ class SessionActivities:
         # a container start, a clone or a big copy must not look like a dead worker
         async with Heartbeater(step="preparing", runtime=request.runtime.kind) as hb:
             try:
-                check_source_roots(request, source_roots(self.settings.source_roots))
+                check_source_roots(
+                    request,
+                    source_roots(self.settings.source_roots),
+                    Path(self.settings.data_dir),
+                )
                 handle = await runtime.prepare(request)
             except (InvalidSource, InvalidRuntime, PrepareFailed) as exc:
                 raise invalid_input(str(exc), type(exc).__name__) from exc
@@ -309,7 +334,10 @@ class SessionActivities:
         artifact_keys = []
         for name, path in await asyncio.to_thread(adapter.native_logs, home):
             key = artifact_key(request.session_id, f"{log_name}/{name}")
-            data = await asyncio.to_thread(path.read_bytes)
+            # HOME was the harness's: read no-follow (a link it left is skipped)
+            data = await asyncio.to_thread(_read_own_file, home, path)
+            if data is None:
+                continue
             await asyncio.to_thread(self.storage.put_bytes, key, data, "text/plain")
             artifact_keys.append(key)
         # what the harness wrote under $POLAR_ARTIFACTS_DIR (bounded, symlinks not followed)

@@ -17,13 +17,21 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path, PurePath
 
-__all__ = ["UnsafePath", "open_dir", "read_bytes", "remove", "write_bytes"]
+__all__ = ["TooLarge", "UnsafePath", "open_dir", "read_bytes", "remove", "write_bytes"]
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class UnsafePath(OSError):
     """A path under a sandbox-owned directory holds a symlink (or is not what it should be)."""
+
+
+class TooLarge(OSError):
+    """A file is bigger than the caller's `max_size` (measured before any of it is read)."""
+
+    def __init__(self, path: Path, size: int, limit: int) -> None:
+        super().__init__(errno.EFBIG, f"{path} is {size} bytes, over the limit of {limit}")
+        self.size, self.limit = size, limit
 
 
 def _parts(relative: PurePath | str) -> list[str]:
@@ -73,9 +81,16 @@ def write_bytes(base: Path, relative: PurePath | str, data: bytes, *, mode: int 
             out.write(data)
 
 
-def read_bytes(base: Path, relative: PurePath | str, *, limit: int | None = None) -> bytes | None:
+def read_bytes(
+    base: Path,
+    relative: PurePath | str,
+    *,
+    limit: int | None = None,
+    max_size: int | None = None,
+) -> bytes | None:
     """The bytes of the regular file `base/relative` (at most `limit`), None where it is
-    absent; UnsafePath where it, or a folder on its way, is a link or not a regular file."""
+    absent; UnsafePath where it, or a folder on its way, is a link or not a regular file;
+    TooLarge, nothing read, where it is bigger than `max_size`."""
     *folders, name = _parts(relative)
     try:
         with open_dir(base, PurePath(*folders) if folders else ".") as dir_fd:
@@ -89,9 +104,17 @@ def read_bytes(base: Path, relative: PurePath | str, *, limit: int | None = None
     except FileNotFoundError:
         return None
     with os.fdopen(fd, "rb") as src:
-        if not stat.S_ISREG(os.fstat(src.fileno()).st_mode):  # a FIFO, a device
+        st = os.fstat(src.fileno())
+        if not stat.S_ISREG(st.st_mode):  # a FIFO, a device
             raise UnsafePath(errno.EINVAL, f"{base / relative} is not a regular file")
-        return src.read() if limit is None else src.read(limit)
+        if max_size is not None and st.st_size > max_size:
+            raise TooLarge(base / relative, st.st_size, max_size)
+        if max_size is not None:  # it may grow while read: never past the limit
+            limit = max_size + 1 if limit is None else min(limit, max_size + 1)
+        data = src.read() if limit is None else src.read(limit)
+        if max_size is not None and len(data) > max_size:
+            raise TooLarge(base / relative, len(data), max_size)
+        return data
 
 
 def remove(base: Path, relative: PurePath | str) -> None:

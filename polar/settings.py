@@ -193,6 +193,20 @@ class Settings(BaseSettings):
         "never the worker's venv",
     )
 
+    # local runtime isolation and the session's patch (issue 21)
+    sandbox_uid_pool: str = Field(
+        default="61000-61999",
+        description="uid range (`FIRST-LAST`) of the local runtime's per-session users (a root "
+        "worker): each session dir gets a uid of its own, created as `polar-h<uid>` when "
+        "missing; uids held by another user are skipped",
+    )
+    max_patch_bytes: int = Field(
+        default=64 << 20,
+        ge=1,
+        description="the largest patch of a session's changes the evaluator extracts (bytes); "
+        "a bigger one is an extraction error (reward 0), never held in memory nor stored",
+    )
+
     @field_validator("host_id")
     @classmethod
     def _safe_host_id(cls, value: str) -> str:

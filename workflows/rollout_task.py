@@ -42,8 +42,16 @@ def parse_task_spec(raw: Any) -> TaskSpec:
     return parse_input(TaskSpec, raw, "InvalidTaskSpec")
 
 
-def session_ids(task: TaskSpec, nonce: str) -> list[str]:
-    """Session ids are unique per submission, so a task can be rolled out again and again."""
+# each session id has a random part of its own, so no session can name a sibling's (its
+# runtime dir, its evaluator's) from its own id (histories before: one nonce for the group)
+UNSHARED_SESSION_IDS_PATCH = "unshared-session-ids"
+
+
+def session_ids(task: TaskSpec, nonce: str, parts: list[str] | None = None) -> list[str]:
+    """Session ids are unique per submission, so a task can be rolled out again and again;
+    with `parts` (one random hex string per session) no two share a stem."""
+    if parts is not None:
+        return [f"{task.task_id}-{part}-s{i}" for i, part in enumerate(parts)]
     return [f"{task.task_id}-{nonce}-s{i}" for i in range(task.num_sessions)]
 
 
@@ -154,7 +162,10 @@ class RolloutTask:
         # run ids are time-ordered (their prefix repeats within a minute): use replay-safe
         # randomness instead, so two submissions of one task never share a session id
         nonce = workflow.uuid4().hex[:12]
-        ids = session_ids(task, nonce)
+        parts = None
+        if workflow.patched(UNSHARED_SESSION_IDS_PATCH):
+            parts = [workflow.uuid4().hex[:12] for _ in range(task.num_sessions)]
+        ids = session_ids(task, nonce, parts)
         child_task, ref = task, None
         if len(spec_json(task)) > SPEC_INLINE_LIMIT and workflow.patched(SPEC_BY_REFERENCE_PATCH):
             ref = await self._store_spec(task)

@@ -4,7 +4,13 @@
   temporary index (`git add -A`), so new files, deletions, commits the harness
   made and binary files are all in it; junk (caches, `__pycache__`, harness
   config folders, `node_modules`, `*.pyc`) is left out, at `git add` and again
-  on the diff.
+  on the diff. Git runs there with nothing the repository controls: a git dir
+  of the extraction's own (the workspace's objects read through `alternates`,
+  the workspace its work tree), no system, global or repository config, no
+  hooks, no attributes file, no external diff or textconv, so a `filter.<x>.clean`,
+  a hook or an `attr` the harness left never runs. A patch over
+  `POLAR_MAX_PATCH_BYTES` is refused, measured before the worker reads any of it
+  (read no-follow: the scratch dir was the harness's).
 * `drop_protected`: the harness's changes to task-owned paths (globs) are taken
   out of the patch, so the fresh runtime keeps its own copy of them (and files
   the harness added there never appear).
@@ -22,9 +28,11 @@ import shlex
 from collections.abc import Sequence
 from typing import Any
 
-from activities.evaluators.base import GIT, NO_GIT_ABOVE, EvaluatorError, Tick, run_in
+from activities.evaluators.base import GIT, EvaluatorError, Tick, run_in
 from activities.runtimes.base import Runtime
+from polar import safe_files
 from polar.contracts import RuntimeHandle, invalid_input
+from polar.settings import get_settings
 
 # path components that are never part of a fix
 JUNK_DIRS = frozenset(
@@ -154,24 +162,50 @@ def resolve_commit(rev: str, var: str = "commit") -> str:
     return f"{var}=$({GIT} rev-list -n 1 {revision(rev, '^{commit}')} --) || exit 1"
 
 
-def extract_command(base: str, index: str, out: str, exclude: Sequence[str] = ()) -> str:
-    """The shell script that writes the workspace's changes against `base` to `out` (a git
-    diff through the temporary index `index`; the session's own index is untouched)."""
+EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+CLEAN_GIT = (
+    f"{GIT} -c core.attributesFile=/dev/null -c core.excludesFile=/dev/null "
+    f"-c attr.tree={EMPTY_TREE} -c core.sparseCheckout=false -c core.untrackedCache=false "
+    "-c core.splitIndex=false -c diff.external= -c submodule.recurse=false"
+)
+"""Git on the harness's work: on top of GIT, no attributes file nor (git >= 2.42) the work
+tree's `.gitattributes`, no sparse checkout, untracked cache or split index."""
+CLEAN_GIT_ENV = """unset GIT_DIR GIT_WORK_TREE GIT_INDEX_FILE GIT_OBJECT_DIRECTORY GIT_COMMON_DIR \
+  GIT_ALTERNATE_OBJECT_DIRECTORIES GIT_CONFIG GIT_CONFIG_PARAMETERS GIT_CONFIG_COUNT \
+  GIT_ATTR_SOURCE GIT_NAMESPACE GIT_EXTERNAL_DIFF XDG_CONFIG_HOME
+export GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_SYSTEM=/dev/null GIT_CONFIG_GLOBAL=/dev/null \
+  GIT_ATTR_NOSYSTEM=1 GIT_TERMINAL_PROMPT=0"""
+"""No system or global config, nor any git variable the environment may carry."""
+
+
+def extract_command(base: str, gitdir: str, out: str, exclude: Sequence[str] = ()) -> str:
+    """The shell script that writes the workspace's changes against `base` to `out`: a git
+    diff through a git dir of its own (`gitdir`, made afresh, removed after) whose objects
+    are the workspace's (`alternates`), with the work tree's own index copied as its stat
+    cache. Nothing of the workspace's `.git` but its objects
+    and index is read: its config (filters, textconv, fsmonitor), hooks and info files
+    never are."""
     return f"""set -eu
-{NO_GIT_ABOVE}
-{GIT} rev-parse --is-inside-work-tree >/dev/null
-{GIT} cat-file -e {revision(base, "^{commit}")}
-idx={shlex.quote(index)}; rm -f "$idx"
-src=$({GIT} rev-parse --git-path index)
+ws=$(pwd -P)
+[ -d "$ws/.git/objects" ] || {{ echo "fatal: the workspace has no .git directory" >&2; exit 1; }}
+{CLEAN_GIT_ENV}
+gd={shlex.quote(gitdir)}; rm -rf "$gd"; mkdir -p "$gd/objects/info" "$gd/refs"
+printf 'ref: refs/heads/polar-extract\n' > "$gd/HEAD"
+printf '[core]\n\trepositoryformatversion = 0\n\tbare = false\n' > "$gd/config"
+printf '%s/.git/objects\n' "$ws" > "$gd/objects/info/alternates"
+export GIT_DIR="$gd" GIT_WORK_TREE="$ws" GIT_INDEX_FILE="$gd/index"
+{CLEAN_GIT} cat-file -e {revision(base, "^{commit}")}
+src="$ws/.git/index"
 # -p: the copy keeps the index's mtime, which git's racy-entry check compares files with
 # (git compares whole seconds: a fresh mtime would hide a same-size edit of that second)
-if [ -f "$src" ]; then cp -p "$src" "$idx"; fi
-export GIT_INDEX_FILE="$idx"
-[ -f "$src" ] || {GIT} read-tree {revision(base)}
-{GIT} add -A -- . {junk_excludes(exclude)}
-{GIT} diff --cached --binary --full-index --no-renames --no-ext-diff {revision(base)} \
-  > {shlex.quote(out)}
-rm -f "$idx"
+if [ -f "$src" ] && [ ! -L "$src" ]; then cp -p "$src" "$GIT_INDEX_FILE"; fi
+if [ ! -f "$GIT_INDEX_FILE" ] || ! {CLEAN_GIT} ls-files -s >/dev/null 2>&1; then
+  rm -f "$GIT_INDEX_FILE"; {CLEAN_GIT} read-tree {revision(base)}
+fi
+{CLEAN_GIT} add -A -- . {junk_excludes(exclude)}
+{CLEAN_GIT} diff --cached --binary --full-index --no-renames --no-ext-diff --no-textconv \\
+  {revision(base)} > {shlex.quote(out)}
+rm -rf "$gd"
 """
 
 
@@ -258,15 +292,27 @@ async def extract_patch(
     Raises ExtractionFailed when the workspace's git cannot produce it, and the
     non-retryable EvaluatorError for a `base_commit` git would read as an option."""
     checked_base_commit(base_commit)
+    limit = get_settings().max_patch_bytes
     scratch = runtime.scratch(handle)
-    out, index = scratch / "model.patch", scratch / "extract.index"
-    out.unlink(missing_ok=True)
-    command = extract_command(base_commit, str(index), str(out), exclude)
+    safe_files.remove(scratch, "model.patch")
+    out, gitdir = scratch / "model.patch", scratch / "extract.git"
+    command = extract_command(base_commit, str(gitdir), str(out), exclude)
     code, timed_out, log = await run_in(runtime, handle, command, "extract", timeout_s, on_tick)
-    if timed_out or code != 0 or not out.exists():
+    patch = None
+    if not timed_out and code == 0:
+        try:  # scratch was the harness's: never through a link it left, never past the cap
+            patch = safe_files.read_bytes(scratch, "model.patch", max_size=limit)
+        except safe_files.TooLarge as exc:
+            raise ExtractionFailed(
+                f"the session's patch is larger than the limit of {limit} bytes "
+                f"(POLAR_MAX_PATCH_BYTES): not graded ({exc.size}+ bytes)"
+            ) from None
+        except safe_files.UnsafePath as exc:
+            raise ExtractionFailed(f"extracting the patch: {exc}") from None
+    if patch is None:
         why = "timed out" if timed_out else f"exited {code}"
         raise ExtractionFailed(f"extracting the patch {why}: {log.strip()[-2000:]}")
-    return filter_patch(out.read_bytes(), exclude)
+    return filter_patch(patch, exclude)
 
 
 async def apply_patch(
@@ -282,8 +328,9 @@ async def apply_patch(
 ) -> tuple[str | None, list[dict[str, Any]]]:
     """Apply `patch` in the workspace: (strategy that worked or None, attempts). Between
     tries, and after the last failed one, the workspace goes back to commit `reset_to`."""
-    path = runtime.scratch(handle) / f"{name}-apply.patch"
-    path.write_bytes(patch)
+    scratch = runtime.scratch(handle)
+    path = scratch / f"{name}-apply.patch"
+    safe_files.write_bytes(scratch, path.name, patch)  # never through a link planted there
     reset = (
         f"{GIT} read-tree --reset -u {revision(reset_to)} && {GIT} clean -fdq {_clean_keeps_junk()}"
     )

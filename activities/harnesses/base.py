@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
+from polar import safe_files
 from polar.tasks.spec import HarnessSpec
 
 KEY_ENV = "POLAR_API_KEY"
@@ -77,10 +78,11 @@ def polar_env(ctx: HarnessContext) -> dict[str, str]:
     }
 
 
-def write_config(path: Path, text: str, files: list[Path]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    files.append(path)
+def write_config(home: Path, relative: str, text: str, files: list[Path]) -> None:
+    """Write `home/relative` afresh, no-follow (polar/safe_files.py): HOME may be the
+    sandbox user's, and hold a link its last run planted."""
+    safe_files.write_bytes(home, relative, text.encode())
+    files.append(home / relative)
 
 
 def toml_str(value: str) -> str:

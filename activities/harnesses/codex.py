@@ -49,6 +49,6 @@ wire_api = "responses"
 request_max_retries = 0
 stream_max_retries = 0
 """
-        write_config(home / ".codex" / "config.toml", config, files)
+        write_config(home, ".codex/config.toml", config, files)
         args = ["exec", "--skip-git-repo-check", "--cd", workdir, ctx.instruction]
         return args, {"CODEX_HOME": f"{home_rt}/.codex"}

@@ -38,7 +38,7 @@ class PiAdapter(CliAdapter):
                 }
             }
         }
-        write_config(home / ".pi" / "agent" / "models.json", json.dumps(models, indent=2), files)
+        write_config(home, ".pi/agent/models.json", json.dumps(models, indent=2), files)
         env = {"PI_CODING_AGENT_DIR": f"{home_rt}/.pi/agent", "PI_OFFLINE": "1"}
         args = ["--provider", "polar", "--model", ctx.model, "--no-session"]
         return [*args, "--mode", "json", "-p", ctx.instruction], env

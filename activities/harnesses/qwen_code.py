@@ -36,7 +36,7 @@ class QwenCodeAdapter(CliAdapter):
     def configure(
         self, home: Path, home_rt: str, workdir: str, ctx: HarnessContext, files: list[Path]
     ) -> tuple[list[str], dict[str, str]]:
-        write_config(home / ".qwen" / "settings.json", json.dumps(SETTINGS, indent=2), files)
+        write_config(home, ".qwen/settings.json", json.dumps(SETTINGS, indent=2), files)
         env = {
             "OPENAI_BASE_URL": ctx.gateway + "/v1",
             "OPENAI_API_KEY": ctx.api_key,

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import fcntl
 import functools
 import json
 import logging
@@ -41,7 +42,8 @@ import signal
 import socket
 import stat
 import subprocess
-from collections.abc import AsyncIterator, Awaitable, Callable
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 from activities.heartbeat import heartbeating
@@ -51,11 +53,14 @@ from activities.runtimes.base import InvalidRuntime, InvalidSource, SourceUnavai
 from activities.runtimes.channel import SANDBOX_DIR, SANDBOX_PORT
 from activities.runtimes.local_sandbox import (
     HARNESS_USER,
+    POOL_USER_PREFIX,
     SYSTEM_PATH,
     Loopback,
     Sandbox,
     detect_sandbox,
     new_loopback,
+    parse_uid_pool,
+    pool_user,
 )
 from activities.runtimes.resource_limits import ContainerLimits
 from activities.shell_command import ProcessOutcome, run_shell
@@ -70,7 +75,7 @@ log = logging.getLogger("polar.worker")
 
 SANDBOX_ENV = "POLAR_SANDBOX"
 """Set to the session id in every command's environment: how `reap` finds leftovers."""
-OWNED_DIRS = ("home", "scratch", "tmp")
+OWNED_DIRS = ("home", "scratch", "tmp", "venv")
 """The session dir's subdirs (beside the workspace) that belong to the harness user."""
 REAP_ROUNDS = 50  # most scans `reap` makes (a process may fork while it kills)
 LIMITS_FILE = "limits.json"
@@ -104,6 +109,8 @@ class LocalRuntime:
         self.cgroup = bwrap.DelegatedCgroup(cgroup) if cgroup else None
         self._channels: dict[str, Loopback] = {}
         """Sessions whose channel is open (`open_channel`): their commands join its network."""
+        self.uid_pool = parse_uid_pool(settings.sandbox_uid_pool)
+        self._pool_lock = threading.Lock()
 
     @property
     def sandbox(self) -> Sandbox:
@@ -143,11 +150,44 @@ class LocalRuntime:
         return self._handle_dir(handle) / "home"
 
     def scratch(self, handle: RuntimeHandle) -> Path:
-        path = self._handle_dir(handle) / "scratch"
+        base = self._handle_dir(handle)
+        path = base / "scratch"
         if not path.exists():
-            path.mkdir(parents=True)
-            self._own([path])
+            path.mkdir(mode=0o700, parents=True)
+            self._own([path], self._user(base))
         return path
+
+    # ------------------------------------------------------------------ the session's user
+    def _user(self, base: Path) -> tuple[int, int] | None:
+        """The (uid, gid) the session in `base` runs as: the owner of its `home` (its pool
+        user, given at `prepare`; `base` is root's, so the harness cannot swap that dir), the
+        sandbox's user where it has none, None where commands run as the worker."""
+        sandbox = self.sandbox
+        if sandbox.uid is None or sandbox.gid is None:
+            return None
+        try:
+            st = os.stat(base / "home", follow_symlinks=False)
+        except FileNotFoundError:
+            return sandbox.uid, sandbox.gid
+        if st.st_uid == 0 or not stat.S_ISDIR(st.st_mode):
+            return sandbox.uid, sandbox.gid
+        return st.st_uid, st.st_gid
+
+    def _claim_user(self, root: Path) -> tuple[int, int] | None:
+        """A pool uid no session dir under `root` holds (the caller holds the pool lock)."""
+        held = set()
+        for child in root.iterdir():
+            with contextlib.suppress(OSError):
+                held.add(os.stat(child / "home", follow_symlinks=False).st_uid)
+        for uid in self.uid_pool:
+            if uid not in held:
+                user = pool_user(uid)
+                if user is not None:
+                    return user
+        raise InvalidRuntime(
+            f"local runtime: every uid of POLAR_SANDBOX_UID_POOL ({self.uid_pool.start}-"
+            f"{self.uid_pool.stop - 1}) is held by a session of this host"
+        )
 
     def tmp(self, handle: RuntimeHandle) -> Path:
         """The session's TMPDIR."""
@@ -211,7 +251,7 @@ class LocalRuntime:
                 step="materialising the source",
             )
             # the fresh dirs and the source (its tree may be big: one chown process)
-            await asyncio.to_thread(self._own, owned)
+            await asyncio.to_thread(self._own, owned, self._user(base))
         handle = RuntimeHandle(
             kind=self.kind,
             session_id=request.session_id,
@@ -229,7 +269,8 @@ class LocalRuntime:
         user in this process."""
         self._make_dirs(base)
         materialise_source(None, base / "workspace")
-        self._own_in_process(owned)
+        (base / "workspace").chmod(0o700)
+        self._own_in_process(owned, self._user(base))
 
     def _make_dirs(self, base: Path) -> None:
         sandbox = self.sandbox  # detected here at first use (it probes with processes)
@@ -238,20 +279,31 @@ class LocalRuntime:
             if self.root.stat().st_uid == os.geteuid():
                 self.root.chmod(0o711)  # traversable; the session ids are not listed
             _check_reachable(self.root)
-        base.mkdir(mode=0o711)
-        base.chmod(0o711)
-        for sub in OWNED_DIRS:  # the harness user's (given to it once the source is in)
-            (base / sub).mkdir(mode=0o700)
+        # the session dir stays root's (0711: its logs and channel cannot be swapped); its
+        # own dirs are its pool user's, 0700: no other session (another uid) enters them
+        with self._pool_lock, _flocked(self.root / POOL_LOCK):
+            user = self._claim_user(self.root) if sandbox.uid is not None else None
+            base.mkdir(mode=0o711)
+            base.chmod(0o711)
+            for sub in OWNED_DIRS:  # the session user's (the workspace once the source is in)
+                (base / sub).mkdir(mode=0o700)
+                if user is not None:
+                    os.chown(base / sub, *user, follow_symlinks=False)
         for sub, mode in (("logs", 0o700), ("channel", 0o755)):
             (base / sub).mkdir(mode=mode)
             (base / sub).chmod(mode)
+        if _usable_python_dir(self.python_dir):
+            _session_venv(base / "venv", self.python_dir)
 
-    def _own(self, paths: list[Path]) -> None:
-        """Give `paths` (recursively, symlinks not followed) to the harness user."""
-        sandbox = self.sandbox
-        if sandbox.uid is None or not paths:
+    def _own(self, paths: list[Path], user: tuple[int, int] | None) -> None:
+        """Give `paths` (recursively, symlinks not followed) to the session's `user`, each
+        top one mode 0700."""
+        if user is None or not paths:
             return
-        owner = f"{sandbox.uid}:{sandbox.gid}"
+        for path in paths:
+            if not path.is_symlink():
+                path.chmod(0o700)
+        owner = f"{user[0]}:{user[1]}"
         proc = subprocess.run(
             [
                 shutil.which("chown", path=SYSTEM_PATH) or "chown",
@@ -267,13 +319,12 @@ class LocalRuntime:
         if proc.returncode != 0:
             raise InvalidRuntime(f"chown {owner} failed: {proc.stderr.strip()[-500:]}")
 
-    def _own_in_process(self, paths: list[Path]) -> None:
+    def _own_in_process(self, paths: list[Path], user: tuple[int, int] | None) -> None:
         """`_own` without a process, for small trees: each entry chowned through its
         directory's fd, never following a symlink (what `chown -R --no-dereference` does)."""
-        sandbox = self.sandbox
-        if sandbox.uid is None or sandbox.gid is None:
+        if user is None:
             return
-        uid, gid = sandbox.uid, sandbox.gid
+        uid, gid = user
         for path in paths:
             os.chown(path, uid, gid, follow_symlinks=False)
             if not path.is_dir() or path.is_symlink():
@@ -295,7 +346,7 @@ class LocalRuntime:
             if workspace.is_symlink() or any(os.scandir(workspace)):
                 return None
             made = make_repo(workspace)
-            self._own_in_process([workspace])
+            self._own_in_process([workspace], self._user(workspace.parent))
             return made
 
         return await asyncio.to_thread(make)
@@ -312,15 +363,18 @@ class LocalRuntime:
                 )
             else:
                 await asyncio.to_thread(shutil.copy2, src, target)
-            await asyncio.to_thread(self._own, [workspace])
+            await asyncio.to_thread(self._own, [workspace], self._user(workspace.parent))
 
         return upload
 
-    def _env(self, handle: RuntimeHandle, extra: dict[str, str]) -> dict[str, str]:
+    def _env(
+        self, handle: RuntimeHandle, extra: dict[str, str], user: tuple[int, int] | None
+    ) -> dict[str, str]:
         """A minimal environment: nothing of the worker's (its venv included)."""
         path = SYSTEM_PATH
         if _usable_python_dir(self.python_dir):
-            path = f"{self.python_dir}:{path}"
+            venv = self._handle_dir(handle) / "venv" / "bin"
+            path = f"{venv}:{self.python_dir}:{path}"
         env = {
             "PATH": path,
             "LANG": "C.UTF-8",
@@ -328,8 +382,10 @@ class LocalRuntime:
             "TMPDIR": str(self.tmp(handle)),
             SANDBOX_ENV: handle.session_id,
         }
-        if self.sandbox.uid is not None:
-            env["USER"] = env["LOGNAME"] = HARNESS_USER
+        if user is not None:
+            sandbox = self.sandbox
+            name = HARNESS_USER if user[0] == sandbox.uid else f"{POOL_USER_PREFIX}{user[0]}"
+            env["USER"] = env["LOGNAME"] = name
         env.update(extra)
         return env
 
@@ -346,16 +402,18 @@ class LocalRuntime:
         stdout, stderr = self.log_paths(handle, log_name)
         opened = self._channels.get(handle.session_id)
 
-        def ready() -> tuple[Sandbox, Loopback | None]:
+        def ready() -> tuple[Sandbox, tuple[int, int] | None, Loopback | None]:
             # what the worker wrote there since (the harness config, the evaluator's inputs):
             # a few files, given in this process (a chown process costs more than the walk)
-            self._own_in_process([self.home(handle), self.scratch(handle)])
-            sandbox = self.sandbox
+            user = self._user(self._handle_dir(handle))
+            self._own_in_process([self.home(handle), self.scratch(handle)], user)
+            sandbox = self.sandbox if user is None else self.sandbox.as_user(*user)
             if sandbox.loopback_channel and opened is None:  # a network of its own, only lo
-                return sandbox, new_loopback()
-            return sandbox, None
+                return sandbox, user, new_loopback()
+            return sandbox, user, None
 
-        sandbox, own_net = await asyncio.to_thread(ready)  # one hop to a thread, not three
+        # one hop to a thread, not three
+        sandbox, user, own_net = await asyncio.to_thread(ready)
         async with contextlib.AsyncExitStack() as stack:
             if own_net is not None:
                 stack.callback(own_net.close)
@@ -367,7 +425,7 @@ class LocalRuntime:
             return await run_shell(
                 command,
                 cwd=Path(handle.workdir),
-                env=self._env(handle, env),
+                env=self._env(handle, env, user),
                 stdout=stdout,
                 stderr=stderr,
                 timeout_s=timeout_s,
@@ -435,6 +493,21 @@ class LocalRuntime:
     async def list_sessions(self) -> set[str]:
         """Session ids with a session dir under this runtime's root."""
         return await asyncio.to_thread(session_dirs, self.root)
+
+
+POOL_LOCK = ".uid-pool.lock"
+"""In the runtimes' root: held while a session claims a pool uid (workers of one host)."""
+
+
+@contextlib.contextmanager
+def _flocked(path: Path) -> Iterator[None]:
+    """An exclusive `flock` on `path` (made 0600 when missing) while the block runs."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def _write_limits(base: Path, spec: RuntimeSpec) -> None:
@@ -507,6 +580,30 @@ def _check_reachable(root: Path) -> None:
                 f"local runtime: {parent} is not traversable by {HARNESS_USER} (mode "
                 f"{stat.filemode(parent.stat().st_mode)}); make it o+x or move the data dir"
             )
+
+
+def _session_venv(venv: Path, python_dir: Path) -> None:
+    """A venv of the session's own in `venv` (its user's: `pip install -e .` writes there)
+    over the harnesses' root-owned one: its python, its packages through a `.pth`
+    (`site.addsitedir`, so their own `.pth` files run too). Written by the worker, no
+    process: `pyvenv.cfg` (the harness venv's base interpreter), `bin/python*` links."""
+    harness = python_dir.parent
+    try:
+        cfg = (harness / "pyvenv.cfg").read_text()
+    except OSError:
+        return
+    sites = sorted(harness.glob("lib/python3*/site-packages"))
+    if not sites:
+        return
+    keep = [line for line in cfg.splitlines() if line.split("=")[0].strip() in ("home", "version")]
+    (venv / "pyvenv.cfg").write_text("\n".join([*keep, "include-system-site-packages = false"]))
+    (venv / "bin").mkdir()
+    for name in ("python", "python3", sites[-1].parent.name):
+        (venv / "bin" / name).symlink_to(python_dir / "python")
+    own = venv / "lib" / sites[-1].parent.name / "site-packages"
+    own.mkdir(parents=True)
+    (own / "_polar_harness.pth").write_text(f"import site; site.addsitedir({str(sites[-1])!r})\n")
+    (venv / "lib64").symlink_to("lib")
 
 
 @functools.cache

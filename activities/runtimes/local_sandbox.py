@@ -184,6 +184,19 @@ class Sandbox:
     def argv(self, command: str, net: Loopback | None = None) -> list[str]:
         return [*self.wrap(net), "bash", "-c", command]
 
+    def as_user(self, uid: int, gid: int) -> Sandbox:
+        """The same mode, its commands run as `uid`/`gid` (a session's own pool user); a
+        mode without a user of its own (bwrap, the worker's own user) is returned as is."""
+        if self.uid is None or (uid, gid) == (self.uid, self.gid):
+            return self
+        if self.mode in ("sealed", "pidns"):
+            prefix = _namespaces(init=PLAIN_INIT) + _drop_to(uid, gid)
+        elif self.mode == "user":
+            prefix = _drop_to(uid, gid)
+        else:
+            return self
+        return Sandbox(self.mode, prefix, uid, gid, self.reason)
+
 
 def _tool(name: str) -> str:
     """`name` on the system PATH (absolute, so a command's own PATH cannot change it)."""
@@ -266,6 +279,67 @@ def ensure_harness_user() -> tuple[int, int]:
         except KeyError:
             raise OSError(f"useradd {HARNESS_USER} failed: {proc.stderr.strip()}") from None
     return entry.pw_uid, entry.pw_gid
+
+
+POOL_USER_PREFIX = "polar-h"
+"""A pool uid's user name: `polar-h<uid>`."""
+
+
+def parse_uid_pool(text: str) -> range:
+    """`FIRST-LAST` (inclusive) as a range of uids; ValueError when it is not one."""
+    first, sep, last = text.partition("-")
+    try:
+        lo, hi = int(first), int(last)
+    except ValueError:
+        lo = hi = -1
+    if not sep or lo < 1000 or hi < lo:
+        raise ValueError(f"POLAR_SANDBOX_UID_POOL {text!r}: want FIRST-LAST, uids >= 1000")
+    return range(lo, hi + 1)
+
+
+_pool_users: dict[int, tuple[int, int] | None] = {}
+
+
+def pool_user(uid: int) -> tuple[int, int] | None:
+    """(uid, gid) of the pool user `polar-h<uid>`, created (a system user and its group, no
+    login, no home) when missing; None when `uid` belongs to another user (not ours to use)
+    or cannot be made."""
+    if uid in _pool_users:
+        return _pool_users[uid]
+    name = f"{POOL_USER_PREFIX}{uid}"
+    try:
+        entry = pwd.getpwuid(uid)
+    except KeyError:
+        useradd = shutil.which("useradd", path=SYSTEM_PATH)
+        if useradd is None:
+            raise OSError("useradd not found") from None
+        subprocess.run(
+            [
+                useradd,
+                "--system",
+                "--uid",
+                str(uid),
+                "--user-group",
+                "--no-create-home",
+                "--home-dir",
+                "/nonexistent",
+                "--shell",
+                "/usr/sbin/nologin",
+                name,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        try:  # made here, or by another worker at the same time
+            entry = pwd.getpwuid(uid)
+        except KeyError:
+            entry = None
+    found = (entry.pw_uid, entry.pw_gid) if entry is not None and entry.pw_name == name else None
+    if found is None:
+        log.warning("local runtime: uid %s of the sandbox pool is not %s: skipped", uid, name)
+    _pool_users[uid] = found
+    return found
 
 
 def probe(sandbox: Sandbox) -> str | None:

@@ -433,14 +433,30 @@ class DevStack:
             return None
         return None if state == "Z" else pid
 
+    def _private_state(self) -> None:
+        """The data dir traversable only (0711: the local runtime's sessions live below it),
+        its state (logs, Temporal's database, SeaweedFS's data, secrets) the stack's alone,
+        also where an older stack made it readable."""
+        data = self.settings.data_dir.resolve()
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if data.stat().st_uid == os.geteuid():
+            data.chmod(data.stat().st_mode & 0o700 | 0o711)
+        self.run_dir.chmod(0o700)
+        for name in ("temporal.db", "temporal.db-wal", "temporal.db-shm", "seaweedfs"):
+            path = data / name
+            if path.exists() and not path.is_symlink():
+                path.chmod(0o700 if path.is_dir() else 0o600)
+
     def start(self, service: Service, log: Callable[[str], None] = print) -> None:
         """Start one part unless it already runs healthy; wait until it is ready."""
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._private_state()
         if self.pid(service.name) and service.ready():
             log(f"{service.name}: already running (pid {self.pid(service.name)})")
             return
         self.stop(service.name, quiet=True)
-        logfile = open(self.log_path(service.name), "ab")  # noqa: SIM115 - handed to the child
+        fd = os.open(self.log_path(service.name), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        os.fchmod(fd, 0o600)
+        logfile = os.fdopen(fd, "ab")  # handed to the child
         proc = subprocess.Popen(
             dying_with_parent(service.argv) if self.die_with_parent else service.argv,
             stdout=logfile,
@@ -448,6 +464,9 @@ class DevStack:
             stdin=subprocess.DEVNULL,
             env=os.environ | service.env,
             cwd=service.cwd,
+            # what the stack writes (Temporal's database, SeaweedFS's volumes) is its own
+            # (0600/0700): a local session's user reads none of it; dockerd sets its own modes
+            umask=-1 if service.name == "docker" else 0o077,
             start_new_session=True,
         )
         self._pidfile(service.name).write_text(str(proc.pid))

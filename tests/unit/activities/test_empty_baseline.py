@@ -73,7 +73,8 @@ async def test_the_worker_writes_what_git_writes(tmp_path: Path) -> None:
         _git(ours, "fsck", "--strict", "--no-dangling")
         made = {p.relative_to(ours) for p in (ours / ".git").rglob("*")}
         assert made <= {p.relative_to(gits) for p in (gits / ".git").rglob("*")}
-        uid = pwd.getpwnam(HARNESS_USER).pw_uid
+        uid = ours.stat().st_uid  # the session's pool user
+        assert uid != pwd.getpwnam(HARNESS_USER).pw_uid
         assert {(ours / p).lstat().st_uid for p in made} == {uid}
         # the harness works on it as on git's own: a commit on top, the baseline unmoved
         command = "echo x > f && git add f && git -c user.name=h -c user.email=h@h commit -qm h"

@@ -78,13 +78,16 @@ def _eval_checkout(base: str) -> str:
 def _commands(base: str, tmp_path: Path) -> dict[str, str]:
     """Each git call that takes the base commit, as its own command line (the extract
     script's lines one at a time, so no earlier line stands guard for a later one)."""
-    extract = extract_command(base, str(tmp_path / "idx"), str(tmp_path / "model.patch"))
-    lines = [line for line in extract.splitlines() if base in line]
-    assert len(lines) == 3  # cat-file, read-tree, diff
+    extract = extract_command(base, str(tmp_path / "xgit"), str(tmp_path / "model.patch"))
+    script = extract.splitlines()
+    at = [i for i, line in enumerate(script) if base in line]
+    assert len(at) == 3  # cat-file, read-tree, diff (its options on the line before)
+    lines = [script[i] for i in at]
     return {
         "extract cat-file": lines[0],
         "extract read-tree": lines[1],
-        "extract diff": f"export GIT_INDEX_FILE={tmp_path}/idx\n{lines[2]}",
+        "extract diff": f"export GIT_INDEX_FILE={tmp_path}/idx gd={tmp_path}\n"
+        + "\n".join(script[at[2] - 1 : at[2] + 1]),
         "check workspace": check_workspace_command(base),
         "read config": read_config_command(base, ["setup.cfg"], tmp_path / "config"),
         "restore config": restore_files_command(base, [("setup.cfg", True)]),

@@ -113,8 +113,9 @@ async def test_commands_run_as_the_unprivileged_user_who_owns_the_workspace(
     prepare = [{"type": "run", "command": "id -u > prepared-by"}]
     handle = await runtime.prepare(_request(source, "sbx-user", prepare))
     try:
-        uid = pwd.getpwnam(HARNESS_USER).pw_uid
         workspace = Path(handle.workdir)
+        uid = (workspace.parent / "home").stat().st_uid  # the session's own pool user
+        assert uid in runtime.uid_pool and pwd.getpwuid(uid).pw_name == f"polar-h{uid}"
         assert (workspace / "prepared-by").read_text().strip() == str(uid)
         code, _, out, err = await _run(
             runtime, handle, "id -u; git status --short; git rev-parse HEAD; touch made"
@@ -151,7 +152,8 @@ async def test_what_the_worker_writes_in_home_is_the_harness_users_before_each_c
         runtime, handle, "cat ~/.config/tool/settings.json && echo more >> ~/.config/tool/x"
     )
     assert code == 0, err
-    uid = pwd.getpwnam(HARNESS_USER).pw_uid
+    uid = home.stat().st_uid  # the session's pool user
+    assert uid in runtime.uid_pool
     for path in (home / ".config", home / ".config" / "tool" / "settings.json"):
         assert path.stat().st_uid == uid, path
     assert (runtime.scratch(handle) / "input.txt").stat().st_uid == uid
@@ -234,7 +236,9 @@ async def test_environment_is_minimal_and_not_the_workers(
         assert "POLAR_SECRET_PROBE" not in env
         assert "VIRTUAL_ENV" not in env
         assert str(Path(sys.executable).parent) not in env["PATH"].split(":")
-        assert env["PATH"].split(":")[0] == str(runtime.python_dir)
+        # the session's own venv (writable: `pip install -e .`) over the harnesses' one
+        venv = runtime.home(first).parent / "venv" / "bin"
+        assert env["PATH"].split(":")[:2] == [str(venv), str(runtime.python_dir)]
         assert env["CALLER"] == "given"
         assert env["HOME"] == str(runtime.home(first))
         assert env["TMPDIR"] == str(runtime.tmp(first))
@@ -280,6 +284,45 @@ async def test_reap_drops_symlinks_the_worker_would_follow(
     assert (home / "d" / "log").read_text() == "ok\n"
 
 
+async def test_each_session_is_its_own_user_and_no_sibling_reaches_its_dirs(
+    tmp_path: Path, source: Path
+) -> None:
+    """Two sessions of one runtime (siblings of a group, or a session and its evaluator's
+    fresh runtime) run as two pool uids; neither can read, write or list the other's dirs,
+    and a torn-down session's uid is free again."""
+    runtime = LocalRuntime(tmp_path / "runtimes")
+    one = await runtime.prepare(_request(source, "sbx-one"))
+    two = await runtime.prepare(_request(source, "sbx-two"))
+    try:
+        bases = [Path(h.workdir).parent for h in (one, two)]
+        uids = [(b / "home").stat().st_uid for b in bases]
+        assert uids[0] != uids[1] and set(uids) <= set(runtime.uid_pool), uids
+        for base, uid in zip(bases, uids, strict=True):
+            assert base.stat().st_uid == 0 and base.stat().st_mode & 0o777 == 0o711
+            for sub in ("workspace", "home", "scratch", "tmp"):
+                st = (base / sub).stat()
+                assert (st.st_uid, st.st_mode & 0o777) == (uid, 0o700), sub
+        _, _, out, _ = await _run(runtime, one, "id -u")
+        assert out.strip() == str(uids[0])
+        other = bases[1]
+        for attempt in (
+            f"echo x > {other}/workspace/calc.py",
+            f"ls {other}/workspace",
+            f"cat {other}/workspace/a.txt",
+            f"ln -s /etc/passwd {other}/scratch/model-apply.patch",
+            f"ls {other.parent}",
+        ):
+            code, _, _, _ = await _run(runtime, one, attempt)
+            assert code != 0, attempt
+        await runtime.teardown(two)
+        three = await runtime.prepare(_request(source, "sbx-three"))
+        assert (Path(three.workdir).parent / "home").stat().st_uid == uids[1]
+        await runtime.teardown(three)
+    finally:
+        await runtime.teardown(one)
+        await runtime.teardown(two)
+
+
 async def test_session_ids_cannot_leave_the_runtime_root(tmp_path: Path) -> None:
     runtime = LocalRuntime(tmp_path / "runtimes")
     handle = RuntimeHandle(kind="local", session_id="../../etc", workdir="/", host="h")
@@ -300,8 +343,8 @@ async def test_fallback_modes_run_and_reap(tmp_path: Path, source: Path, mode: s
         beat, token = runtime.scratch(handle) / "beat", f"polar-beat-{uuid.uuid4().hex}"
         code, _, out, err = await _run(runtime, handle, f"id -u; {_detach(beat, token)}")
         assert code == 0, err
-        if mode != "group":
-            assert out.strip() == str(user.pw_uid)
+        if mode != "group":  # the session's own pool user
+            assert out.strip() == str(runtime.home(handle).stat().st_uid) != str(user.pw_uid)
         await runtime.reap(handle)
         await _assert_stopped(beat, token)
     finally:

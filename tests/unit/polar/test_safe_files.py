@@ -69,3 +69,11 @@ def test_reading_a_link_or_a_fifo_is_refused(tmp_path: Path) -> None:
 def test_paths_that_leave_the_base_are_refused(tmp_path: Path, bad: str) -> None:
     with pytest.raises(UnsafePath):
         safe_files.write_bytes(tmp_path, bad, b"")
+
+
+def test_a_file_over_max_size_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    safe_files.write_bytes(tmp_path, "big.patch", b"x" * 100)
+    assert safe_files.read_bytes(tmp_path, "big.patch", max_size=100) == b"x" * 100
+    with pytest.raises(safe_files.TooLarge) as caught:
+        safe_files.read_bytes(tmp_path, "big.patch", max_size=99)
+    assert (caught.value.size, caught.value.limit) == (100, 99)
