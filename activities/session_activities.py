@@ -40,6 +40,7 @@ from activities.runtimes import (
 from activities.runtimes.channel import (
     PLACEHOLDER_KEY,
     SANDBOX_GATEWAY_URL,
+    ChannelLimits,
     GatewayRelay,
     with_forwarder,
 )
@@ -304,9 +305,10 @@ class SessionActivities:
                         self.settings.gateway_base_url,
                         key,
                         listener=listener,
+                        limits=ChannelLimits.from_settings(self.settings),
                     )
                     await stack.enter_async_context(relay)
-                outcome = await runtime.run(
+                run = runtime.run(
                     request.runtime,
                     command,
                     env=env,
@@ -314,6 +316,9 @@ class SessionActivities:
                     timeout_s=request.budget_s,
                     on_tick=tick,
                 )
+                # a session past its channel's caps is ended there, its neighbours untouched
+                stderr = runtime.log_paths(request.runtime, log_name)[1]
+                outcome = await (relay.run_guarded(run, stderr) if relay is not None else run)
         finally:
             # nothing the harness started outlives it: reaped before its work is read, also
             # on cancellation (shielded), heartbeating all the while

@@ -171,8 +171,8 @@ class BuildResult(BaseModel):
     )
     unseen_completions: dict[str, int] = Field(
         default_factory=dict,
-        description="records left out because the harness never saw their answer, by reason "
-        "(client_disconnected, resent)",
+        description="records left out of training, by reason (client_disconnected, "
+        "untrainable, resent)",
     )
 
 
@@ -230,7 +230,8 @@ class SessionResult(BaseModel):
     trace_breaks: dict[str, int] = Field(default_factory=dict)
     """Why the builder started new traces, by break kind (prefix_merging)."""
     unseen_completions: dict[str, int] = Field(default_factory=dict)
-    """Records not trained on because the harness never saw their answer, by reason."""
+    """Records not trained on (the harness never saw their answer, or their sample is
+    off-policy), by reason."""
     harness_exit_code: int | None = None
     evaluation: str | None = None
     error: str | None = None

@@ -65,6 +65,11 @@ class CompletionRecord(BaseModel):
         description="the caller hung up before its answer was sent: the harness never saw "
         "this sample, so no builder trains on it",
     )
+    untrainable: str | None = Field(
+        default=None,
+        description="why this sample is not the policy's own (off-policy sampling controls, "
+        "POLAR_OFF_POLICY=record_untrainable): recorded, but no builder trains on it",
+    )
 
     def sampled(self) -> list[SampledChoice]:
         """Every choice the upstream sampled: `choices`, or choice 0 from the top-level fields."""

@@ -11,6 +11,7 @@ import re
 import socket
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -205,6 +206,39 @@ class Settings(BaseSettings):
         ge=1,
         description="the largest patch of a session's changes the evaluator extracts (bytes); "
         "a bigger one is an extraction error (reward 0), never held in memory nor stored",
+    )
+    # the gateway channel and what it records: caps, sizes, on-policy samples (issue 21)
+    channel_max_connections: int = Field(
+        default=64,
+        ge=1,
+        description="most connections one session's gateway channel holds at once; one more "
+        "ends the session (its harness is killed, the reason in its log)",
+    )
+    channel_header_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="how long a request's headers may take on a session's channel, from the "
+        "connection's start or its last answer (408 and closed past it)",
+    )
+    channel_max_header_bytes: int = Field(
+        default=64 * 1024, ge=1024, description="most bytes of one request's headers (431 past it)"
+    )
+    max_record_bytes: int = Field(
+        default=8 * 1024 * 1024,
+        description="largest stored completion record (compressed); a call past it is refused "
+        "413 `record_too_large`, unrecorded; 0: off",
+    )
+    max_session_bytes: int = Field(
+        default=1024 * 1024 * 1024,
+        description="most completion-record bytes one session may store; calls past it are "
+        "refused 403 `session_quota_exceeded`, what is recorded stays; 0: off",
+    )
+    off_policy: Literal["refuse", "record_untrainable"] = Field(
+        default="refuse",
+        description="what the gateway does with a call whose sampling controls make its sample "
+        "off-policy (logit_bias, allowed_token_ids, bad_words, min_tokens, guided decoding, "
+        "forced tool choice, per-request templates...): refuse it (400), or answer and record "
+        "it marked untrainable (no builder trains on it)",
     )
 
     @field_validator("host_id")

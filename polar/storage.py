@@ -219,10 +219,27 @@ class Storage:
     async def put_completion_async(self, record: dict[str, Any]) -> str:
         """Store a record given as its JSON dict (the gateway's hot path: no pydantic, no
         thread); its key. The dict must validate as a CompletionRecord."""
-        key = completion_key(record["session_id"], record["record_id"])
-        data = encode_record(record)
-        await obstore.put_async(self.store, key, data, attributes={"Content-Type": CONTENT_TYPE})
+        key, data = self.encode_completion(record)
+        await self.put_encoded_async(key, data)
         return key
+
+    @staticmethod
+    def encode_completion(record: dict[str, Any]) -> tuple[str, bytes]:
+        """The key and stored bytes of a record given as its JSON dict (the gateway checks
+        their size before `put_encoded_async` stores them)."""
+        return completion_key(record["session_id"], record["record_id"]), encode_record(record)
+
+    async def put_encoded_async(self, key: str, data: bytes) -> None:
+        await obstore.put_async(self.store, key, data, attributes={"Content-Type": CONTENT_TYPE})
+
+    def completion_bytes(self, session_id: str) -> int:
+        """What a session's completion records take in storage, in bytes."""
+        prefix = completions_prefix(session_id)
+        folder = prefix[: prefix.rfind("/") + 1]
+        total = 0
+        for batch in obstore.list(self.store, folder or None, chunk_size=1000):
+            total += sum(int(m["size"]) for m in batch if m["path"].startswith(prefix))
+        return total
 
     @staticmethod
     def read_completion(data: bytes) -> CompletionRecord:

@@ -47,7 +47,9 @@ from proxy.body_limit import BodyLimit
 from proxy.call_routes import CALL_PREFIXES, CALL_ROUTES, CallRoutes
 from proxy.errors import install_error_handlers, provider_for
 from proxy.metrics import GatewayMetrics
+from proxy.on_policy import check_on_policy
 from proxy.openapi import install_openapi
+from proxy.quota import RecordLimits
 from proxy.recorder import Recorder
 from proxy.sessions import SessionGate
 from proxy.tokens import TokenCounter, chat_template_counter, count_tokens
@@ -123,7 +125,10 @@ class Gateway:
         self, settings: Settings, storage: Storage | None, counter: TokenCounter | None
     ) -> None:
         self.upstream = UpstreamClient(settings)
-        self.recorder = Recorder(storage or Storage(settings))
+        store = storage or Storage(settings)
+        limits = RecordLimits(store, settings.max_record_bytes, settings.max_session_bytes)
+        self.recorder = Recorder(store, limits=limits)
+        self.off_policy = settings.off_policy
         self.counter = counter
         self.model_name = settings.upstream_model or DEFAULT_MODEL
         self.metrics = GatewayMetrics(settings.metrics_max_sessions)
@@ -197,6 +202,8 @@ class Gateway:
         pending = self.recorder.start(identity, body, provider=provider.name)
         chat = provider.to_chat(body, call)
         self._check_choices(chat, provider)
+        untrainable = check_on_policy(chat, self.off_policy)  # 400 under `refuse`
+        await self.recorder.limits.check_room(identity.session_id)  # 403 once at its quota
         normalized = self.upstream.normalize(chat)
         upstream = asyncio.ensure_future(self.upstream.complete(normalized))
         hung_up = asyncio.ensure_future(_caller_hangs_up(request))
@@ -216,6 +223,7 @@ class Gateway:
                 status_code=CLIENT_CLOSED,
                 error="the client disconnected before the answer",
                 client_disconnected=True,
+                untrainable=untrainable,
             )
             self.metrics.client_disconnects.inc()
             return Response(status_code=CLIENT_CLOSED)
@@ -229,6 +237,7 @@ class Gateway:
                 status_code=exc.status_code,
                 error=exc.message,
                 client_disconnected=gone,
+                untrainable=untrainable,
             )
             raise
         extracted = self.upstream.extract(answer.body)
@@ -239,6 +248,7 @@ class Gateway:
             extracted=extracted,
             status_code=answer.status_code,
             client_disconnected=gone,
+            untrainable=untrainable,
         )
         if gone:
             self.metrics.client_disconnects.inc()

@@ -9,7 +9,10 @@ On the hot path the record is its JSON dict, built here field by field as
 `CompletionRecord` would dump it (tests validate it against the model), and
 written compact by the storage's async client, so a call costs no pydantic
 model and no thread. A storage without `put_completion_async` (a test double)
-gets a validated `CompletionRecord` from a thread instead.
+gets a validated `CompletionRecord` from a thread instead. The encoded record
+is checked against the record size limit and the session's quota
+(`proxy.quota`) before it is written: past them the call is refused in the
+caller's shape and nothing is written.
 """
 
 from __future__ import annotations
@@ -23,9 +26,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from polar.providers import APIError
+from polar.record_codec import encode_record
 from polar.records import CompletionRecord
 from polar.session_keys import SessionIdentity
 from polar.storage import Storage
+from proxy.quota import RecordLimits
 from proxy.upstream import Extracted
 
 log = logging.getLogger("polar.gateway")
@@ -46,9 +51,15 @@ class PendingCall:
 class Recorder:
     """Builds and stores completion records for one gateway process."""
 
-    def __init__(self, storage: Storage, gateway_id: str | None = None) -> None:
+    def __init__(
+        self,
+        storage: Storage,
+        gateway_id: str | None = None,
+        limits: RecordLimits | None = None,
+    ) -> None:
         self.storage = storage
         self.gateway_id = gateway_id or secrets.token_hex(4)
+        self.limits = limits or RecordLimits(storage, 0, 0)
         self._counter = itertools.count(1)
 
     def start(
@@ -75,6 +86,7 @@ class Recorder:
         status_code: int = 200,
         error: str | None = None,
         client_disconnected: bool = False,
+        untrainable: str | None = None,
     ) -> dict[str, Any]:
         """The record's JSON dict (`CompletionRecord.model_validate` takes it as it is)."""
         ex = extracted or Extracted()
@@ -102,16 +114,22 @@ class Recorder:
             "finished_at": time.time(),
             "gateway_id": self.gateway_id,
             "client_disconnected": client_disconnected,
+            "untrainable": untrainable,
         }
 
     async def write(self, record: dict[str, Any]) -> str:
-        """Store `record` (its JSON dict); its S3 key. Raises a 503 APIError if that fails."""
+        """Store `record` (its JSON dict); its key. Raises a 413 / 403 APIError past the record
+        limits (nothing written), a 503 one if the write fails."""
+        session_id = record["session_id"]
+        encode = getattr(self.storage, "encode_completion", None)
+        key, data = encode(record) if encode is not None else ("", encode_record(record))
+        await self.limits.check(session_id, len(data))
         try:
-            put = getattr(self.storage, "put_completion_async", None)
-            if put is not None:
-                return await put(record)
-            validated = CompletionRecord.model_validate(record)
-            return await asyncio.to_thread(self.storage.put_completion, validated)
+            if encode is not None:
+                await self.storage.put_encoded_async(key, data)
+            else:
+                validated = CompletionRecord.model_validate(record)
+                key = await asyncio.to_thread(self.storage.put_completion, validated)
         except Exception as exc:
             log.error(
                 "could not record %s of session %s: %s",
@@ -125,6 +143,8 @@ class Recorder:
                 type="server_error",
                 code="recording_failed",
             ) from exc
+        self.limits.stored(session_id, len(data))
+        return key
 
     async def record(
         self,
@@ -136,6 +156,7 @@ class Recorder:
         status_code: int = 200,
         error: str | None = None,
         client_disconnected: bool = False,
+        untrainable: str | None = None,
     ) -> dict[str, Any]:
         """Build and store the record of a finished (or failed) call; its JSON dict."""
         record = self.build(
@@ -146,6 +167,7 @@ class Recorder:
             status_code=status_code,
             error=error,
             client_disconnected=client_disconnected,
+            untrainable=untrainable,
         )
         await self.write(record)
         return record

@@ -9,6 +9,16 @@ network of its own) it serves `channel_dir/gateway.sock` instead, and
 `forwarder.py` serves `SANDBOX_GATEWAY_URL` on the container's loopback,
 splicing each connection to that socket; `with_forwarder` wraps a command so
 it starts first.
+
+The channel is the harness's only door, so the relay bounds what it may hold,
+whoever connects (the forwarder, or the sandbox straight to the socket):
+at most `ChannelLimits.max_connections` open at once, and each request's
+headers within `header_timeout_s` of the connection opening or its last
+answer (408 and closed past it; 431 past `max_header_bytes`). A session that
+opens more connections than that is ended: the relay stops serving it and
+`GatewayRelay.run_guarded` kills its harness, the reason in its log. A caller
+that hangs up before its answer hangs up on the gateway too, which records the
+call as 499 (never trained), as it does for a direct caller.
 """
 
 from __future__ import annotations
@@ -16,21 +26,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import os
 import shlex
 import shutil
 import socket
 import ssl
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import uvicorn
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from activities.shell_command import ProcessOutcome
 from polar.providers import APIError, detect
+from polar.settings import Settings
 
 SANDBOX_DIR = "/run/polar"
 SANDBOX_PORT = 4000
@@ -60,6 +76,129 @@ HOP_BY_HOP = frozenset(
 )
 FORWARDER_SCRIPT = Path(__file__).with_name(FORWARDER_NAME)
 MAX_SOCKET_PATH = 107  # sun_path is 108 bytes with its NUL
+CLIENT_CLOSED = 499  # answered to nobody: the caller hung up before its answer
+TIMED_OUT = b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+TOO_LARGE = (
+    b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
+    b"content-length: 0\r\nconnection: close\r\n\r\n"
+)
+log = logging.getLogger("polar.worker")
+
+
+@dataclass(frozen=True)
+class ChannelLimits:
+    """What one session's channel may hold (POLAR_CHANNEL_*)."""
+
+    max_connections: int = 64
+    """open connections at once; one more ends the session"""
+    header_timeout_s: float = 10.0
+    """how long a request's headers may take, from the connection's start or last answer"""
+    max_header_bytes: int = 64 * 1024
+    """most bytes of one request's headers"""
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ChannelLimits:
+        return cls(
+            max_connections=settings.channel_max_connections,
+            header_timeout_s=settings.channel_header_timeout_s,
+            max_header_bytes=settings.channel_max_header_bytes,
+        )
+
+
+class _Guard:
+    """The count of one relay's open connections, and its breach: the first connection past
+    `max_connections` ends the session (`on_breach`); from then on every one is refused."""
+
+    def __init__(self, limits: ChannelLimits, on_breach: Callable[[str], None]) -> None:
+        self.limits = limits
+        self.open = 0
+        self.header_timeouts = 0
+        self.breach: str | None = None
+        self._on_breach = on_breach
+
+    def admit(self) -> bool:
+        if self.breach is None and self.open >= self.limits.max_connections:
+            self.breach = (
+                f"the session opened more than {self.limits.max_connections} connections at "
+                "once on its gateway channel (POLAR_CHANNEL_MAX_CONNECTIONS)"
+            )
+            self._on_breach(self.breach)
+        if self.breach is not None:
+            return False
+        self.open += 1
+        return True
+
+
+class _GuardedHttp(HttpToolsProtocol):
+    """uvicorn's HTTP protocol under the relay's caps (`_Guard`): a connection past the cap is
+    dropped at once, and headers that do not arrive in time (or grow too big) get a 408
+    (431) and the connection closed. `guard` is set per relay (`_guarded_protocol`)."""
+
+    guard: _Guard
+    _admitted = False
+    _header_timer: asyncio.TimerHandle | None = None
+    _header_bytes = 0
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        if not self.guard.admit():
+            transport.abort()
+            return
+        self._admitted = True
+        super().connection_made(transport)
+        self._await_headers()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self._admitted:
+            return
+        self._admitted = False
+        self.guard.open -= 1
+        self._headers_done()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._header_timer is not None:
+            self._header_bytes += len(data)
+        super().data_received(data)
+        over = self._header_bytes > self.guard.limits.max_header_bytes
+        if self._header_timer is not None and over:
+            self._refuse(TOO_LARGE)
+
+    def on_headers_complete(self) -> None:
+        self._headers_done()
+        super().on_headers_complete()
+
+    def on_response_complete(self) -> None:
+        pipelined = bool(self.pipeline)  # its headers are in already
+        super().on_response_complete()
+        if not pipelined and not self.transport.is_closing():
+            self._await_headers()
+
+    def _await_headers(self) -> None:
+        self._headers_done()
+        self._header_bytes = 0
+        self._header_timer = self.loop.call_later(
+            self.guard.limits.header_timeout_s, self._headers_late
+        )
+
+    def _headers_done(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _headers_late(self) -> None:
+        self._header_timer = None
+        self.guard.header_timeouts += 1
+        self._refuse(TIMED_OUT)
+
+    def _refuse(self, answer: bytes) -> None:
+        self._headers_done()
+        if not self.transport.is_closing():
+            self.transport.write(answer)
+            self.transport.close()
+
+
+def _guarded_protocol(guard: _Guard) -> type[asyncio.Protocol]:
+    return type("GuardedHttp", (_GuardedHttp,), {"guard": guard})
 
 
 @functools.cache
@@ -161,6 +300,14 @@ def _bind_unix(path: Path) -> socket.socket:
     return sock
 
 
+async def _caller_hangs_up(request: Request, sent: asyncio.Event) -> None:
+    """Return when the caller disconnects before its answer: once its body is read (`sent`),
+    the server's next ASGI message is the disconnect, sent only if the caller goes first."""
+    await sent.wait()
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
 def _error(request: Request, status: int, message: str, code: str) -> JSONResponse:
     """An error in the caller's provider shape (as the gateway itself would render it)."""
     status, body = detect(request.url.path, request.headers).render_error(
@@ -180,16 +327,61 @@ class GatewayRelay:
         gateway_url: str,
         session_key: str,
         listener: socket.socket | None = None,
+        limits: ChannelLimits | None = None,
     ) -> None:
         self.channel_dir = Path(channel_dir)
         self.gateway_url = gateway_url.rstrip("/")
         self.session_key = session_key
         self.listener = listener
+        self.limits = limits or ChannelLimits()
         self._client: httpx.AsyncClient | None = None
         self._server: _QuietServer | None = None
         self._task: asyncio.Task[None] | None = None
+        self._breached = asyncio.Event()
+        self.guard = _Guard(self.limits, self._breach)
         self.forwarded = 0
         """Requests sent on to the gateway so far (any path the channel serves)."""
+
+    @property
+    def breach(self) -> str | None:
+        """Why this session's channel was shut (it passed a cap); None while it serves."""
+        return self.guard.breach
+
+    def _breach(self, reason: str) -> None:
+        """Stop serving at once: no new connection, and the open ones cut."""
+        log.warning("gateway channel %s shut: %s", self.socket_path, reason)
+        self._breached.set()
+        if self._server is not None:
+            for server in self._server.servers:
+                server.close()
+            for connection in list(self._server.server_state.connections):
+                connection.transport.abort()
+
+    async def run_guarded(self, run: Awaitable[ProcessOutcome], stderr: Path) -> ProcessOutcome:
+        """`run` (the harness), ended if its channel is shut first: then it is cancelled (the
+        runtime kills its processes) and the outcome says why, as does a line on `stderr`."""
+        started = time.monotonic()
+        running = asyncio.ensure_future(run)
+        shut = asyncio.ensure_future(self._breached.wait())
+        try:
+            await asyncio.wait({running, shut}, return_when=asyncio.FIRST_COMPLETED)
+            if running.done():
+                return running.result()
+            running.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await running
+        except BaseException:
+            running.cancel()
+            with contextlib.suppress(BaseException):
+                await running
+            raise
+        finally:
+            shut.cancel()
+        reason = f"the gateway channel was shut: {self.breach}"
+        stderr.parent.mkdir(parents=True, exist_ok=True)
+        with open(stderr, "a") as err:
+            err.write(f"polar: {reason}; every process of the session killed\n")
+        return ProcessOutcome(None, False, time.monotonic() - started, reason)
 
     @property
     def socket_path(self) -> Path:
@@ -211,6 +403,7 @@ class GatewayRelay:
         sock = self.listener if self.listener is not None else _bind_unix(path)
         config = uvicorn.Config(
             self._app,
+            http=_guarded_protocol(self.guard),
             interface="asgi3",
             ws="none",
             lifespan="off",
@@ -273,11 +466,38 @@ class GatewayRelay:
         raw_path = (request.scope.get("raw_path") or path.encode()).decode("latin-1")
         query = request.scope.get("query_string", b"").decode("latin-1")
         url = self.gateway_url + raw_path + (f"?{query}" if query else "")
+        sent = asyncio.Event()
+
+        async def upload() -> AsyncIterator[bytes]:
+            async for chunk in request.stream():
+                yield chunk
+            sent.set()
+
+        if not has_body:
+            sent.set()
         upstream = self._client.build_request(
-            request.method, url, headers=headers, content=request.stream() if has_body else None
+            request.method, url, headers=headers, content=upload() if has_body else None
         )
+        sending = asyncio.ensure_future(self._client.send(upstream, stream=True))
+        hung_up = asyncio.ensure_future(_caller_hangs_up(request, sent))
         try:
-            answer = await self._client.send(upstream, stream=True)
+            await asyncio.wait({sending, hung_up}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            sending.cancel()
+            raise
+        finally:
+            hung_up.cancel()
+        if (hung_up.done() and not hung_up.cancelled()) and not sending.done():
+            # the caller left before its answer: so does the relay, and the gateway sees the
+            # disconnect (its call is recorded 499 and never trained)
+            sending.cancel()
+            with contextlib.suppress(BaseException):
+                await sending
+            return Response(status_code=CLIENT_CLOSED)
+        try:
+            answer = sending.result()
+        except ClientDisconnect:
+            return Response(status_code=CLIENT_CLOSED)
         except httpx.TransportError as exc:
             message = f"the gateway is unreachable: {type(exc).__name__}: {exc}"
             return _error(request, 502, message, "gateway_unreachable")

@@ -15,7 +15,7 @@ from polar.records import CompletionRecord, ReconstructionStats, Trace, TracePro
 from polar.tasks.spec import StrictModel
 
 RewardPolicy = Literal["broadcast", "session_normalized"]
-UnseenReason = Literal["client_disconnected", "resent"]
+UnseenReason = Literal["client_disconnected", "untrainable", "resent"]
 
 
 @dataclass(frozen=True)
@@ -196,9 +196,13 @@ def _request_digest(record: CompletionRecord) -> str:
 
 
 def unseen_records(records: list[CompletionRecord]) -> dict[str, UnseenReason]:
-    """Records whose answer the harness never saw, by record id, with the reason.
+    """Records left out of training, by record id, with the reason: their answer never reached
+    the harness, or their sample is not the policy's own.
 
     * `client_disconnected`: the caller hung up before the gateway answered.
+    * `untrainable`: the call used sampling controls that make its sample off-policy
+      (recorded under POLAR_OFF_POLICY=record_untrainable); a later call's prompt still
+      holds its tokens, as mask-0 context.
     * `resent`: the same attempt sent the identical request (same body, same prompt ids)
       again right after this one finished, with no other call of the session started in
       between: its answer never arrived (e.g. the gateway died after writing the record,
@@ -206,9 +210,12 @@ def unseen_records(records: list[CompletionRecord]) -> dict[str, UnseenReason]:
       Of a run of identical requests only the last is kept.
     """
     ordered = sorted(records, key=lambda r: (r.seq, r.record_id))
-    unseen: dict[str, UnseenReason] = {
-        r.record_id: "client_disconnected" for r in ordered if r.client_disconnected
-    }
+    unseen: dict[str, UnseenReason] = {}
+    for r in ordered:
+        if r.client_disconnected:
+            unseen[r.record_id] = "client_disconnected"
+        elif r.untrainable:
+            unseen[r.record_id] = "untrainable"
     digests = {r.record_id: _request_digest(r) for r in ordered}
     starts = [r.started_at for r in ordered]
     for i, record in enumerate(ordered):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import socket
 import time
 import uuid
@@ -30,7 +31,7 @@ from polar.settings import Settings
 from proxy.app import create_app
 from tests.support.scripted_backend import ScriptedBackend, backend_app, serve_app, text
 
-SECRET = "fuzz-secret"
+SECRET = secrets.token_urlsafe(32)
 EXAMPLES = int(os.environ.get("POLAR_FUZZ_EXAMPLES", "50"))  # per operation / per provider
 LIMIT = 64 * 1024  # a small body limit, so "oversized" stays cheap to send
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -59,6 +60,7 @@ MESSAGES: list[dict[str, Any]] = [
     {"role": "system", "content": "You are a coding agent."},
     {"role": "user", "content": "List the files."},
 ]
+ADMIN_TOKEN = secrets.token_urlsafe(32)
 ERROR_FIELDS = {"message", "type", "param", "code"}
 
 
@@ -365,7 +367,7 @@ def test_admin_metrics_health_and_docs_only_on_the_admin_port(
     admin, metrics (which name live sessions), health (which names upstreams) and the docs
     answer on the admin listener."""
     settings = base_settings.model_copy(
-        update={"upstream_urls": "http://127.0.0.1:9/v1", "admin_token": "a" * 32}
+        update={"upstream_urls": "http://127.0.0.1:9/v1", "admin_token": ADMIN_TOKEN}
     )
     app = create_app(settings, storage)
     admin_paths = ["/admin/status", "/metrics", "/health", "/docs", "/openapi.json", "/redoc"]
@@ -375,7 +377,7 @@ def test_admin_metrics_health_and_docs_only_on_the_admin_port(
             assert answer.status_code == 404, (path, answer.text)
             assert answer.json()["error"]["code"] == "not_found"  # in the caller's shape
         assert httpx.get(f"{url}/v1").status_code == 200  # probes stay
-        auth = {"Authorization": f"Bearer {'a' * 32}"}
+        auth = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
         assert httpx.get(f"{admin}/admin/status", headers=auth).json()["paused"] is False
         assert "polar_gateway_calls_total" in httpx.get(f"{admin}/metrics").text
         health = httpx.get(f"{admin}/health").json()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import secrets
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,7 +27,7 @@ from proxy.app import create_app
 from tests.support import error, scripted_backend, serve_app, text
 from tests.support.polling import wait_for
 
-TOKEN = "admin-test-token"
+TOKEN = secrets.token_urlsafe(32)
 ADMIN = {"Authorization": f"Bearer {TOKEN}"}
 MESSAGES = [{"role": "user", "content": "hi"}]
 

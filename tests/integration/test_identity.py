@@ -8,6 +8,7 @@ Temporal dev server.
 from __future__ import annotations
 
 import os
+import secrets
 import stat
 import subprocess
 import sys
@@ -56,6 +57,14 @@ CALL = (
         ("change-me-a-long-random-string", "placeholder"),  # the old compose example
         ("change-me-in-production", "placeholder"),
         ("short", "shorter"),
+        # issue 21: long enough, but no strength
+        ("a" * 16, "distinct"),
+        ("0000000000000000", "distinct"),
+        ("password12345678", "too weak"),
+        ("abcdefghijklmnopqrstuvwxyz0123456789", "too weak"),  # sequential
+        ("Xy7#kQ2!Xy7#kQ2!Xy7#kQ2!Xy7#kQ2!", "too weak"),  # one block, repeated
+        ("qwertyuiopasdfghjklzxcvb", "too weak"),  # 24 letters: about 113 bits at most
+        ("adversary-test-admin-token", "too weak"),
     ],
 )
 def test_weak_secrets_are_named(value: str | None, reason: str) -> None:
@@ -65,7 +74,7 @@ def test_weak_secrets_are_named(value: str | None, reason: str) -> None:
 
 
 def test_a_real_secret_passes_and_optional_ones_may_be_unset() -> None:
-    settings = Settings(session_secret="x" * 8 + uuid.uuid4().hex)
+    settings = Settings(session_secret=secrets.token_urlsafe(32))
     refuse_weak_secrets(settings, "gateway")  # no admin token, no S3 keys: allowed
     with pytest.raises(WeakSecret, match="POLAR_ADMIN_TOKEN.*POLAR_S3_SECRET_KEY"):
         refuse_weak_secrets(
@@ -74,6 +83,15 @@ def test_a_real_secret_passes_and_optional_ones_may_be_unset() -> None:
             ),
             "gateway",
         )
+
+
+def test_random_secrets_of_128_bits_or_more_pass() -> None:
+    """What the dev stack, infra/deploy/new-env.sh and the docs generate always passes; a
+    16-byte hex key almost always (a run such as `12345` in it counts for nothing)."""
+    for _ in range(2000):
+        for value in (secrets.token_urlsafe(32), secrets.token_urlsafe(24), secrets.token_hex(32)):
+            assert weakness(value) is None, value
+    assert sum(weakness(secrets.token_hex(16)) is not None for _ in range(2000)) < 20
 
 
 def _run_cli(args: list[str], env: dict[str, str], timeout: float = 60) -> tuple[int, str]:

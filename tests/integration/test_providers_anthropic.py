@@ -183,8 +183,10 @@ def test_stream_tool_use_then_tool_result(base_settings: Settings, storage: Stor
 
 def test_stop_sequence_tool_choice_and_models(base_settings: Settings, storage: Storage) -> None:
     replies = [ScriptedReply(text="a, b", stop_reason="\n\n"), tool_call("Bash", {"command": "x"})]
-    with stack(base_settings, replies) as (backend, gateway):
-        _, key = gateway.session()
+    # a forced tool is vLLM's guided decoding: answered here, recorded untrainable (issue 21)
+    untrainable = {"off_policy": "record_untrainable"}
+    with stack(base_settings, replies, **untrainable) as (backend, gateway):
+        identity, key = gateway.session()
         client = client_for(gateway.url, key)
         stopped = client.messages.create(
             model="p",
@@ -210,6 +212,8 @@ def test_stop_sequence_tool_choice_and_models(base_settings: Settings, storage: 
     assert backend.requests[1]["tool_choice"] == {"type": "function", "function": {"name": "Bash"}}
     assert backend.requests[1]["parallel_tool_calls"] is False
     assert forced.stop_reason == "tool_use"
+    records = storage.list_completions(identity.session_id)
+    assert [r.untrainable for r in records] == [None, "off-policy sampling controls: tool_choice"]
     assert [m.id for m in models.data] == ["policy"]
     assert all(p.status_code == 200 for p in probes)
 

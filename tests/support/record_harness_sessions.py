@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import lzma
+import secrets
 import tempfile
 import time
 from pathlib import Path
@@ -47,7 +48,7 @@ def record_harnesses(out_dir: Path) -> dict[str, str]:
         s3_bucket="polar-bench",
         gateway_port=base + 40,
         vllm_port=base + 41,
-        session_secret="bench-secret",
+        session_secret=secrets.token_urlsafe(32),
     )
     stack = DevStack(settings, with_model=False, workers=0, die_with_parent=True)
     settings = stack.settings  # with the stack's generated S3 keys

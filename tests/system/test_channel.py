@@ -36,9 +36,11 @@ from activities.runtimes.channel import (
     SANDBOX_DIR,
     SANDBOX_GATEWAY_URL,
     SOCKET_NAME,
+    ChannelLimits,
     GatewayRelay,
     with_forwarder,
 )
+from activities.shell_command import run_shell
 from polar.app.devstack import free_port
 from polar.session_keys import SessionIdentity, mint_session_key
 from polar.settings import Settings
@@ -46,7 +48,7 @@ from polar.storage import Storage
 from proxy.app import create_app
 from tests.support import ScriptedBackend, scripted_backend, serve_app, text
 from tests.support.paths import REPO
-from tests.support.polling import wait_until
+from tests.support.polling import wait_for, wait_until
 from tests.support.ports import refusing_port
 
 SYSTEM_PYTHON = "/usr/bin/python3"
@@ -519,3 +521,121 @@ async def test_forwarder_in_a_container_without_network(
     assert "CHAT 200 from the box" in text_out
     (record,) = storage.list_completions(identity.session_id)
     assert record.session_id == identity.session_id
+
+
+# ---------------------------------------------------------------------------- caps (issue 21)
+
+HALF_HEADER = b"POST /v1/chat/completions HTTP/1.1\r\nHost: relay\r\nX-Slow: "
+
+
+async def _half_open(path: Path) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    reader, writer = await asyncio.open_unix_connection(str(path))
+    writer.write(HALF_HEADER)
+    await writer.drain()
+    return reader, writer
+
+
+async def _closed(reader: asyncio.StreamReader) -> None:
+    """Until the peer ends the connection (EOF or a reset)."""
+    with contextlib.suppress(ConnectionError):
+        await reader.read()
+
+
+async def test_unfinished_headers_time_out_with_a_408(
+    channel_gateway: ChannelGateway, tmp_path: Path
+) -> None:
+    _, key = channel_gateway.session()
+    limits = ChannelLimits(max_connections=8, header_timeout_s=0.5)
+    async with GatewayRelay(tmp_path / "c", channel_gateway.url, key, limits=limits) as relay:
+        held = [await _half_open(relay.socket_path) for _ in range(8)]
+        answers = await asyncio.wait_for(asyncio.gather(*(r.read() for r, _ in held)), 10)
+        assert all(a.startswith(b"HTTP/1.1 408 ") for a in answers), answers
+        assert relay.guard.header_timeouts == 8 and relay.breach is None
+        await wait_for(lambda: relay.guard.open == 0, 5, "the timed-out connections closed")
+        # headers that keep growing, however fast, are cut too
+        reader, writer = await asyncio.open_unix_connection(str(relay.socket_path))
+        writer.write(HALF_HEADER + b"x" * (limits.max_header_bytes + 10))
+        assert (await asyncio.wait_for(reader.read(), 10)).startswith(b"HTTP/1.1 431 ")
+        # a complete call after the previous answer on a keep-alive connection is still served
+        transport = httpx.AsyncHTTPTransport(uds=str(relay.socket_path))
+        async with httpx.AsyncClient(transport=transport) as client:
+            for _ in range(2):
+                assert (await client.get("http://relay/v1/models")).status_code == 200
+                await asyncio.sleep(0.3)
+        for _, w in held:
+            w.close()
+
+
+async def test_a_session_past_its_connection_cap_is_ended_never_its_neighbour(
+    channel_gateway: ChannelGateway, storage: Storage, tmp_path: Path
+) -> None:
+    _, key = channel_gateway.session()
+    neighbour, neighbour_key = channel_gateway.session()
+    limits = ChannelLimits(max_connections=16, header_timeout_s=30)
+    async with (
+        GatewayRelay(tmp_path / "a", channel_gateway.url, key, limits=limits) as relay,
+        GatewayRelay(tmp_path / "n", channel_gateway.url, neighbour_key, limits=limits) as other,
+    ):
+        stdout, stderr = tmp_path / "out.log", tmp_path / "err.log"
+        harness = run_shell(
+            "sleep 60", cwd=tmp_path, env={}, stdout=stdout, stderr=stderr, timeout_s=120
+        )
+        guarded = asyncio.create_task(relay.run_guarded(harness, stderr))
+        before = len(os.listdir("/proc/self/fd"))
+        held = [await _half_open(relay.socket_path) for _ in range(16)]
+        assert relay.breach is None
+        with contextlib.suppress(OSError):  # the 17th: accepted, then the channel shuts
+            held.append(await _half_open(relay.socket_path))
+        outcome = await asyncio.wait_for(guarded, 30)
+        assert outcome.exit_code is None and not outcome.timed_out
+        assert outcome.limit_exceeded and "more than 16 connections" in outcome.limit_exceeded
+        assert "polar: the gateway channel was shut" in stderr.read_text()
+        # the open ones are cut, no new one is accepted: the worker's fds stay bounded
+        await asyncio.wait_for(asyncio.gather(*(_closed(r) for r, _ in held)), 10)
+        for _ in range(200):
+            with contextlib.suppress(OSError):
+                await _half_open(relay.socket_path)
+        assert len(os.listdir("/proc/self/fd")) - before < 64
+        # the neighbour's channel serves on
+        channel_gateway.backend.push(text("still here"))
+        transport = httpx.AsyncHTTPTransport(uds=str(other.socket_path))
+        async with httpx.AsyncClient(transport=transport, timeout=30) as client:
+            answer = await client.post(
+                "http://relay/v1/chat/completions",
+                json={"model": "policy", "messages": MESSAGES},
+            )
+        assert answer.status_code == 200, answer.text
+        assert other.breach is None
+    assert len(storage.list_completions(neighbour.session_id)) == 1
+
+
+@pytest.mark.parametrize("via", ["socket", "forwarder"])
+async def test_a_caller_that_leaves_is_a_499_at_the_gateway(
+    via: str, channel_gateway: ChannelGateway, storage: Storage, tmp_path: Path
+) -> None:
+    """The caller gives up at 1.1 s, the upstream takes 3 s: recorded 499 and client
+    disconnected, as when it calls the gateway directly."""
+    identity, key = channel_gateway.session()
+    channel_gateway.backend.push(text("too late", delay_s=3), text("in time"))
+    async with GatewayRelay(tmp_path / "c", channel_gateway.url, key) as relay:
+        proc = None
+        if via == "forwarder":
+            proc, port = start_forwarder(relay.channel_dir)
+            client = httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=1.1)
+        else:
+            transport = httpx.AsyncHTTPTransport(uds=str(relay.socket_path))
+            client = httpx.AsyncClient(transport=transport, base_url="http://r", timeout=1.1)
+        body = {"model": "policy", "messages": MESSAGES}
+        try:
+            async with client:
+                with pytest.raises(httpx.ReadTimeout):
+                    await client.post("/v1/chat/completions", json=body)
+                await asyncio.sleep(3)
+                client.timeout = httpx.Timeout(30)
+                assert (await client.post("/v1/chat/completions", json=body)).status_code == 200
+        finally:
+            if proc is not None:
+                proc.terminate()
+                proc.wait(timeout=10)
+    records = storage.list_completions(identity.session_id)
+    assert [(r.status_code, r.client_disconnected) for r in records] == [(499, True), (200, False)]

@@ -318,16 +318,43 @@ def test_every_google_schema_field_is_normalised() -> None:
 
 @pytest.mark.slow
 def test_upper_case_schemas_reach_the_real_vllm(
-    gateway: str, base_settings: Settings, storage: Storage
+    gateway: str, tap: Any, base_settings: Settings, storage: Storage
 ) -> None:
-    """Before: vLLM answered 400 "Invalid type: OBJECT"; now the gateway sends JSON Schema."""
+    """Before: vLLM answered 400 "Invalid type: OBJECT"; now the gateway sends JSON Schema.
+    A response schema is guided decoding (off-policy): the default gateway refuses it, one
+    with POLAR_OFF_POLICY=record_untrainable sends it on and records it untrainable."""
     import uuid
 
     from polar.session_keys import SessionIdentity, mint_session_key
+    from proxy.app import create_app
+    from tests.support import serve_app
 
     session = f"s-gschema-{uuid.uuid4().hex[:10]}"
     key = mint_session_key(SessionIdentity(session, "task-gschema"), base_settings.session_secret)
-    client = client_for(gateway, key, api_version="v1beta")
+    refused = client_for(gateway, key, api_version="v1beta")
+    with pytest.raises(errors.ClientError) as caught:
+        refused.models.generate_content(
+            model="policy",
+            contents="Is the sky blue?",
+            config=types.GenerateContentConfig(
+                response_mime_type="application/json", response_json_schema=GEMINI_SCHEMA
+            ),
+        )
+    assert caught.value.code == 400 and "POLAR_OFF_POLICY" in str(caught.value)
+    untrainable = base_settings.model_copy(
+        update={"upstream_urls": tap.url, "off_policy": "record_untrainable"}
+    )
+    with serve_app(create_app(untrainable, storage)) as url:
+        _upper_case_schemas(client_for(url, key, api_version="v1beta"))
+    records = storage.list_completions(session)
+    assert [r.status_code for r in records] == [200, 200]
+    assert all(r.untrainable and "response_format" in r.untrainable for r in records)
+    sent = records[0].normalized_request
+    assert sent["response_format"]["json_schema"]["schema"]["type"] == "object"
+    assert records[1].normalized_request["tools"][1]["function"]["parameters"] == JSON_SCHEMA
+
+
+def _upper_case_schemas(client: genai.Client) -> None:
     schema = types.Schema(
         type=types.Type.OBJECT,
         properties={
@@ -355,11 +382,6 @@ def test_upper_case_schemas_reach_the_real_vllm(
             ),
         )
         assert answer.candidates
-    records = storage.list_completions(session)
-    assert [r.status_code for r in records] == [200, 200]
-    sent = records[0].normalized_request
-    assert sent["response_format"]["json_schema"]["schema"]["type"] == "object"
-    assert records[1].normalized_request["tools"][1]["function"]["parameters"] == JSON_SCHEMA
 
 
 def test_a_command_harness_env_alone_configures_the_sdk(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import uuid
@@ -26,7 +27,7 @@ from polar.tasks.spec import TaskSpec
 from proxy.app import create_app
 from tests.support import unprivileged
 from tests.support.adversary.matrix import make_repo
-from tests.support.scripted_backend import scripted_backend, serve_app, text
+from tests.support.scripted_backend import ScriptedBackend, scripted_backend, serve_app, text
 
 
 @dataclass
@@ -39,6 +40,8 @@ class SealedStack:
     """Clients of workers that run as another user, by runtime name (`bwrap`)."""
     user_dir: Path | None = None
     """Where those workers may read task sources (theirs; pytest's tmp dirs are root's)."""
+    backend: ScriptedBackend | None = None
+    """The scripted backend behind the gateway (a test may put a slow reply first)."""
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +50,7 @@ async def sealed_stack(devstack: Any, storage: Storage) -> AsyncIterator[SealedS
     base = devstack.settings
     with scripted_backend([text("ok")] * 500) as backend:
         gw_settings = base.model_copy(
-            update={"upstream_urls": backend.url, "admin_token": "adversary-test-admin"}
+            update={"upstream_urls": backend.url, "admin_token": secrets.token_urlsafe(32)}
         )
         with serve_app(create_app(gw_settings, Storage(gw_settings))) as gateway:
             settings = base.model_copy(
@@ -72,7 +75,7 @@ async def sealed_stack(devstack: Any, storage: Storage) -> AsyncIterator[SealedS
             }
             async with running_workers(settings):
                 polar = await PolarClient.connect(settings)
-                yield SealedStack(polar, storage, ports, backend.url)
+                yield SealedStack(polar, storage, ports, backend.url, backend=backend)
 
 
 @pytest.fixture(scope="module")
