@@ -37,9 +37,25 @@ PROTECTED = (
 )
 
 
+# what a named path must look like to be the grader's own (code it runs, tests, their config),
+# not the artefact it grades (`grep -q fixed hello.txt` grades hello.txt: the session's to change)
+GRADER_SUFFIXES = frozenset(
+    {".py", ".sh", ".bash", ".js", ".mjs", ".cjs", ".ts", ".rb", ".pl", ".lua", ".cfg"}
+    | {".ini", ".toml", ".mk", ".bats"}
+)
+
+
+def is_grader_file(path: str) -> bool:
+    """Whether a path the command names is grading code: a script or config by its suffix, or
+    anything under a test folder or named like a test."""
+    pure = PurePosixPath(path)
+    return pure.suffix in GRADER_SUFFIXES or any("test" in part.lower() for part in pure.parts)
+
+
 def command_path_candidates(command: str, workdir: str = "") -> list[str]:
-    """Repo-relative paths a shell command may name (its words, `--opt=PATH` values, the file
-    of a `path::test` id); which exist at base is for git to say."""
+    """Repo-relative paths of grading code a shell command may name (its words, `--opt=PATH`
+    values, the file of a `path::test` id; `is_grader_file`); which exist at base is for git
+    to say."""
     try:
         words = shlex.split(command)
     except ValueError:
@@ -56,5 +72,6 @@ def command_path_candidates(command: str, workdir: str = "") -> list[str]:
                 continue
             if ".." in PurePosixPath(piece).parts or piece == ".":
                 continue
-            out.append(piece)
+            if is_grader_file(piece):
+                out.append(piece)
     return list(dict.fromkeys(out))
