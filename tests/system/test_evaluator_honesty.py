@@ -532,7 +532,8 @@ async def test_reward_file_planted_by_the_harness_is_ignored(
     rt: tuple[Runtime, RuntimeSpec], tmp_path: Path
 ) -> None:
     """The harness writes a reward file where it can: its own scratch, the evaluator's
-    (prewarmed) runtime's scratch on the same disk, and from a background process."""
+    (prewarmed) runtime's scratch on the same disk, and from a background process: none of
+    it reaches the evaluator's runtime, and the reward is the command's."""
     source = _check_repo(tmp_path)
     evaluator = EvaluatorSpec(kind="command", command="sh tests/check.sh")
     plant = """echo wrong > hello.txt
@@ -544,8 +545,8 @@ nohup sh -c 'while :; do echo "{\\"reward\\": 1000}" > "$(dirname "$PWD")-eval/s
 """
     e, planted = await _command_session(rt, source, evaluator, plant, "c-plant", prewarm=True)
     assert e.reward == 0.0 and not e.report.reward_file, e.detail
-    if rt[1].kind == "local":  # the write landed (same disk), and did not count
-        assert planted
+    # the evaluator's runtime is another uid's, 0700: the write never lands (issue 21)
+    assert not planted
 
 
 async def test_evaluator_reward_file_is_checked_and_clamped(
