@@ -250,30 +250,38 @@ def candidates(uid: int | None, gid: int | None, *, root: bool | None = None) ->
     yield Sandbox("group")
 
 
+def add_system_user(name: str, uid: int | None = None) -> subprocess.CompletedProcess[str]:
+    """`useradd` a system user `name` (its own group, no login, no home; `uid` if given);
+    whether it exists after is for the caller to check (another worker may race it)."""
+    useradd = shutil.which("useradd", path=SYSTEM_PATH)
+    if useradd is None:
+        raise OSError("useradd not found")
+    fixed = ["--uid", str(uid)] if uid is not None else []
+    return subprocess.run(
+        [
+            useradd,
+            "--system",
+            *fixed,
+            "--user-group",
+            "--no-create-home",
+            "--home-dir",
+            "/nonexistent",
+            "--shell",
+            "/usr/sbin/nologin",
+            name,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 def ensure_harness_user() -> tuple[int, int]:
     """(uid, gid) of the harness user, created (a system user, no login) when missing."""
     try:
         entry = pwd.getpwnam(HARNESS_USER)
     except KeyError:
-        useradd = shutil.which("useradd", path=SYSTEM_PATH)
-        if useradd is None:
-            raise OSError("useradd not found") from None
-        proc = subprocess.run(
-            [
-                useradd,
-                "--system",
-                "--user-group",
-                "--no-create-home",
-                "--home-dir",
-                "/nonexistent",
-                "--shell",
-                "/usr/sbin/nologin",
-                HARNESS_USER,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        proc = add_system_user(HARNESS_USER)
         try:  # made here, or by another worker at the same time
             entry = pwd.getpwnam(HARNESS_USER)
         except KeyError:
@@ -310,27 +318,7 @@ def pool_user(uid: int) -> tuple[int, int] | None:
     try:
         entry = pwd.getpwuid(uid)
     except KeyError:
-        useradd = shutil.which("useradd", path=SYSTEM_PATH)
-        if useradd is None:
-            raise OSError("useradd not found") from None
-        subprocess.run(
-            [
-                useradd,
-                "--system",
-                "--uid",
-                str(uid),
-                "--user-group",
-                "--no-create-home",
-                "--home-dir",
-                "/nonexistent",
-                "--shell",
-                "/usr/sbin/nologin",
-                name,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        add_system_user(name, uid)
         try:  # made here, or by another worker at the same time
             entry = pwd.getpwuid(uid)
         except KeyError:
