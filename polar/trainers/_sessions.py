@@ -9,9 +9,11 @@ and is left out, never turned into a zero-reward sample.
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from polar.client.sdk import PolarClient
@@ -40,6 +42,49 @@ def absent_reason(session: SessionResult) -> str:
 def chains(traces: Sequence[Trace]) -> list[Trace]:
     """A session's traces in the order their first model call was made (the root chain first)."""
     return sorted(traces, key=lambda t: (min(t.provenance.completion_seqs, default=0), t.trace_id))
+
+
+def load_template(task: TaskSpec | dict[str, Any] | str | Path | None) -> dict[str, Any] | None:
+    """A TaskSpec template from a spec, a dict, a JSON string or a JSON file path."""
+    if task is None or isinstance(task, dict):
+        return task
+    if isinstance(task, TaskSpec):
+        return task.model_dump(mode="json")
+    text = str(task)
+    loaded = json.loads(text if text.lstrip().startswith("{") else Path(text).read_text())
+    if not isinstance(loaded, dict):
+        raise ValueError(f"a Polar task must be a JSON object, got {type(loaded).__name__}")
+    return loaded
+
+
+def last_user_text(messages: Any) -> str | None:
+    """The last user message's text of a chat message list (or the text itself)."""
+    if isinstance(messages, str):
+        return messages
+    for message in reversed(list(messages) if messages is not None else []):
+        if isinstance(message, dict) and message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, str):
+                return content
+            if isinstance(content, list):
+                parts = [p.get("text", "") for p in content if isinstance(p, dict)]
+                return "".join(parts)
+    return None
+
+
+def row_task(
+    template: dict[str, Any] | None, row: Any, prompt: Any, *, where: str
+) -> dict[str, Any]:
+    """A row's task: the template, the row's own task fields (`row`: anything `load_template`
+    reads) over it, and, where no instruction is set, the prompt's last user text. `where` names
+    where a trainer user sets the template, for the error when there is none."""
+    spec = dict(template or {})
+    spec.update(load_template(row) or {})
+    if not spec:
+        raise ValueError(f"no Polar task for this row: set {where}")
+    if not spec.get("instruction"):
+        spec["instruction"] = last_user_text(prompt) or ""
+    return spec
 
 
 def task_with(

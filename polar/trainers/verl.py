@@ -45,9 +45,7 @@ read Polar's version.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-from pathlib import Path
 from typing import Any
 
 from verl.experimental.agent_loop.agent_loop import (
@@ -65,6 +63,8 @@ from polar.trainers._sessions import (
     SessionRun,
     absent_reason,
     chains,
+    load_template,
+    row_task,
     run_task,
     task_with,
     trainable,
@@ -82,33 +82,6 @@ async def shared_client() -> PolarClient:
     if key not in _clients:
         _clients[key] = await PolarClient.connect(get_settings())
     return _clients[key]
-
-
-def load_template(task: TaskSpec | dict[str, Any] | str | Path | None) -> dict[str, Any] | None:
-    """A TaskSpec template from a spec, a dict, a JSON string or a JSON file path."""
-    if task is None or isinstance(task, dict):
-        return task
-    if isinstance(task, TaskSpec):
-        return task.model_dump(mode="json")
-    text = str(task)
-    loaded = json.loads(text if text.lstrip().startswith("{") else Path(text).read_text())
-    if not isinstance(loaded, dict):
-        raise ValueError(f"a Polar task must be a JSON object, got {type(loaded).__name__}")
-    return loaded
-
-
-def last_user_text(raw_prompt: Any) -> str | None:
-    """The last user message's text of verl's `raw_prompt` (a chat message list)."""
-    messages = list(raw_prompt) if raw_prompt is not None else []
-    for message in reversed(messages):
-        if isinstance(message, dict) and message.get("role") == "user":
-            content = message.get("content")
-            if isinstance(content, str):
-                return content
-            if isinstance(content, list):
-                parts = [p.get("text", "") for p in content if isinstance(p, dict)]
-                return "".join(parts)
-    return None
 
 
 def agent_loop_output(run: SessionRun, rerun: int = 0) -> AgentLoopOutput:
@@ -175,15 +148,12 @@ class PolarAgentLoop(AgentLoopBase):
 
     def task_for(self, row: dict[str, Any]) -> TaskSpec:
         """The row's task: the template, the row's `polar_task` over it, one session."""
-        spec = dict(self.template or {})
-        spec.update(load_template(row.get("polar_task")) or {})
-        if not spec:
-            raise ValueError(
-                "the polar agent loop needs a task: set `task` in its agent-loop config "
-                "or a `polar_task` column in the dataset"
-            )
-        if not spec.get("instruction"):
-            spec["instruction"] = last_user_text(row.get("raw_prompt")) or ""
+        spec = row_task(
+            self.template,
+            row.get("polar_task"),
+            row.get("raw_prompt"),
+            where="`task` in the polar agent loop's config or a `polar_task` column in the dataset",
+        )
         version = row.get("policy_version", self.policy_version)
         return task_with(
             spec,

@@ -1,0 +1,144 @@
+"""slime's rollout function fills slime's `Sample`s from Polar's traces exactly.
+
+With slime's own `Sample` where a slime checkout imports (`PYTHONPATH=/path/to/slime`), else
+with `tests.support.slime_standin` (slime's documented fields at 624b824a: a schema check).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from polar.client.layouts import SLIME_SAMPLE_FIELDS
+from polar.contracts import SessionResult, TaskResult
+from polar.records import SessionStatus, Trace, TraceProvenance
+from polar.trainers._sessions import SessionRun
+from polar.trainers.slime import RolloutConfig, generate_rollout, group_task, session_samples
+from tests.support.slime_standin import GroupingSource, slime_api
+
+API = slime_api()
+TEMPLATE = {"task_id": "digits", "harness": {"kind": "command", "command": "python agent.py"}}
+
+
+def trace(trace_id: str, seqs: list[int], offset: int, status: SessionStatus) -> Trace:
+    return Trace(
+        trace_id=trace_id,
+        prompt_ids=[offset, offset + 1, offset + 2],
+        response_ids=[offset + 10, offset + 11, offset + 12, offset + 13],
+        loss_mask=[1, 1, 0, 1],
+        response_logprobs=[-0.125, -1e-9, 0.0, -2.0000000000000004],
+        response_message={"role": "assistant", "content": "12"},
+        reward=0.75,
+        status=status,
+        provenance=TraceProvenance(
+            session_id="digits-1-s0",
+            task_id="digits-1",
+            harness="command",
+            builder="prefix_merging",
+            model="policy",
+            completion_seqs=seqs,
+            record_ids=[f"r{s}" for s in seqs],
+            policy_version=7,
+        ),
+    )
+
+
+def session_run(traces: list[Trace], status: SessionStatus) -> SessionRun:
+    session = SessionResult(
+        session_id="digits-1-s0",
+        task_id="digits-1",
+        index=0,
+        status=status,
+        reward=0.75,
+        harness="command",
+        traces_key="sessions/digits-1-s0/traces/prefix_merging.jsonl",
+        stage_seconds={"run": 1.5, "evaluate": 0.25},
+    )
+    task = TaskResult.model_validate(
+        {"task_id": "digits-1", "sessions": [session.model_dump(mode="json")]}
+    )
+    return SessionRun(task, "polar-task-digits-1", session, traces)
+
+
+def group(n: int = 2, **metadata: Any) -> list[Any]:
+    prompt = [{"role": "user", "content": "write a number"}]
+    source = GroupingSource(API.sample, [prompt], n, metadata=metadata)
+    source.get_samples(1)  # a second group: slime's indexes go on
+    (g,) = source.get_samples(1)
+    for sample in g:
+        sample.label = "digits"
+    return g
+
+
+def test_a_two_chain_session_gives_one_sample_per_chain_sharing_its_rollout_id() -> None:
+    # the second chain's first call came first: it is the root chain
+    late = trace("t-late", [2, 3], 100, SessionStatus.COMPLETED)
+    early = trace("t-early", [0, 1], 200, SessionStatus.COMPLETED)
+    base = group()[1]
+    samples = session_samples(base, session_run([late, early], SessionStatus.COMPLETED))
+    assert samples[0] is base and len(samples) == 2
+    for sample, t in zip(samples, [early, late], strict=True):
+        assert sample.tokens == t.prompt_ids + t.response_ids
+        assert sample.response_length == len(t.response_ids)
+        assert sample.loss_mask == t.loss_mask
+        assert sample.rollout_log_probs == t.response_logprobs  # bit for bit
+        assert sample.reward == 0.75
+        assert sample.weight_versions == ["7"]
+        assert sample.status == API.sample.Status.COMPLETED
+        # slime's own ids, prompt and label are kept; the session is one rollout
+        assert (sample.group_index, sample.index, sample.rollout_id) == (1, 3, 3)
+        assert sample.prompt == [{"role": "user", "content": "write a number"}]
+        assert sample.label == "digits"
+        assert sample.session_id == "digits-1-s0"
+        polar = sample.metadata["polar"]
+        assert polar["trace_id"] == t.trace_id and polar["chains"] == 2
+        assert polar["workflow_id"] == "polar-task-digits-1" and polar["rerun"] == 0
+        assert sample.response == ""  # two model calls: no single response text
+        # slime's documented fields only, and to_dict/from_dict reload it unchanged
+        data = sample.to_dict()
+        assert set(data) <= SLIME_SAMPLE_FIELDS
+        again = API.sample.from_dict(json.loads(json.dumps(data)))
+        assert again.tokens == sample.tokens and again.rollout_log_probs == t.response_logprobs
+        assert again.status == sample.status
+    if API.validate_rollout_id_annotated is not None:  # slime's own check of compact rollouts
+        API.validate_rollout_id_annotated([[samples]])
+        samples[1].rollout_id = 99
+        with pytest.raises(AssertionError, match="share rollout_id"):
+            API.validate_rollout_id_annotated([[samples]])
+
+
+def test_a_graded_failed_harness_is_slime_failed_and_one_call_keeps_its_text() -> None:
+    t = trace("t", [0], 0, SessionStatus.HARNESS_FAILED)
+    (sample,) = session_samples(group()[0], session_run([t], SessionStatus.HARNESS_FAILED))
+    assert sample.status == API.sample.Status.FAILED
+    assert sample.response == "12"
+
+
+def test_the_group_task_is_the_template_with_the_rows_fields_and_the_prompts_instruction() -> None:
+    config = RolloutConfig(task=TEMPLATE)
+    spec = group_task(config, group(3), version=4)
+    assert spec.num_sessions == 3 and spec.policy_version == 4
+    assert spec.instruction == "write a number" and spec.task_id.startswith("digits-")
+    row = {"instruction": "only this", "num_sessions": 9}
+    spec = group_task(RolloutConfig(task=TEMPLATE), group(2, polar_task=row), version=None)
+    assert spec.instruction == "only this" and spec.num_sessions == 2
+    with pytest.raises(ValueError, match="polar_task"):
+        group_task(RolloutConfig(), group(1), version=None)
+
+
+def test_settings_come_from_slimes_args(tmp_path: Path) -> None:
+    task = tmp_path / "task.json"
+    task.write_text(json.dumps(TEMPLATE))
+    args = argparse.Namespace(polar_task=str(task), polar_policy_version="5", polar_max_attempts=3)
+    config = RolloutConfig.from_args(args)
+    assert config.task == TEMPLATE and config.policy_version == 5 and config.max_attempts == 3
+    assert RolloutConfig.from_args(argparse.Namespace()).policy_version is None
+
+
+def test_evaluation_is_refused_with_what_to_set() -> None:
+    with pytest.raises(ValueError, match="--eval-function-path"):
+        generate_rollout(argparse.Namespace(), 0, None, evaluation=True)
