@@ -128,6 +128,35 @@ class Settings(BaseSettings):
     upstream_timeout_s: float = Field(
         default=600.0, description="one upstream call's limit (past it: 504, recorded as failed)"
     )
+    upstream_urls_file: Path | None = Field(
+        default=None,
+        description="a file of upstream bases (one a line or comma-separated) the gateway "
+        "re-reads every upstream_health_interval_s; replaces upstream_urls while non-empty",
+    )
+    upstream_routing: Literal["affine", "round_robin"] = Field(
+        default="affine",
+        description="affine: a session (and prefix chain) stays on one replica, consistent "
+        "hashing with bounded load; round_robin: each call to the next replica",
+    )
+    upstream_load_factor: float = Field(
+        default=1.25,
+        ge=1.0,
+        description="affine routing: no replica takes a call past this times the mean in-flight",
+    )
+    upstream_max_inflight: int = Field(
+        default=0, ge=0, description="calls one replica gets at once before spilling; 0: no limit"
+    )
+    upstream_health_interval_s: float = Field(
+        default=5.0, ge=0.0, description="how often replicas' /health is probed; 0: never"
+    )
+    upstream_down_s: float = Field(
+        default=10.0, description="how long a replica that failed is skipped (passive health)"
+    )
+    upstream_cache_salt: Literal["off", "session", "task"] = Field(
+        default="off",
+        description="vLLM cache_salt per session or task (isolates prefix caches; off shares "
+        "prefixes across sessions); sampling is unchanged",
+    )
     admin_token: str | None = Field(
         default=None,
         description="bearer token of the gateway's /admin endpoints; unset: they answer 403",

@@ -51,6 +51,7 @@ from proxy.on_policy import check_on_policy
 from proxy.openapi import install_openapi
 from proxy.quota import RecordLimits
 from proxy.recorder import Recorder
+from proxy.routing import route_key
 from proxy.sessions import SessionGate
 from proxy.tokens import TokenCounter, chat_template_counter, count_tokens
 from proxy.upstream import Extracted, UpstreamClient, UpstreamError, strip_training_fields
@@ -204,8 +205,9 @@ class Gateway:
         self._check_choices(chat, provider)
         untrainable = check_on_policy(chat, self.off_policy)  # 400 under `refuse`
         await self.recorder.limits.check_room(identity.session_id)  # 403 once at its quota
-        normalized = self.upstream.normalize(chat)
-        upstream = asyncio.ensure_future(self.upstream.complete(normalized))
+        normalized = self.upstream.normalize(chat, identity)
+        key = route_key(identity.session_id, chat.get("messages"))
+        upstream = asyncio.ensure_future(self.upstream.complete(normalized, key))
         hung_up = asyncio.ensure_future(_caller_hangs_up(request))
         try:
             await asyncio.wait({upstream, hung_up}, return_when=asyncio.FIRST_COMPLETED)
@@ -336,6 +338,7 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        gw.upstream.start()
         yield
         await gw.upstream.aclose()
 
@@ -377,6 +380,8 @@ def create_app(
             "gateway_id": gw.recorder.gateway_id,
             "upstream_kind": gw.upstream.kind,
             "upstreams": gw.upstream.urls,
+            "upstream_routing": gw.upstream.router.mode,
+            "replicas": gw.upstream.router.snapshot(),
             "time": time.time(),
         }
 

@@ -3,7 +3,8 @@
 `normalize` turns a caller's Chat Completions request into the one sent
 upstream: training fields added by backend kind, never streaming, model name
 pinned. `UpstreamClient.complete` sends it over a pooled aiohttp session to the
-next base URL (round-robin; an unreachable base is skipped) and turns
+replica its session is placed on (`proxy.routing`: session-affine with bounded
+load, or round-robin; an unreachable replica is marked down and skipped) and turns
 transport failures and error statuses into `UpstreamError`s (rendered in the
 caller's own error shape at the edge).
 `extract` reads the token ids, logprobs and finish reason out of the answer.
@@ -11,13 +12,15 @@ caller's own error shape at the edge).
 
 from __future__ import annotations
 
-import itertools
+import asyncio
+import contextlib
 import json
 import logging
 import math
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -25,12 +28,16 @@ import aiohttp
 from polar import fastjson
 from polar.providers import APIError
 from polar.records import SampledChoice
+from polar.session_keys import SessionIdentity
 from polar.settings import Settings
+from proxy.routing import Router
 
 log = logging.getLogger("polar.gateway")
 
 KINDS = ("vllm", "sglang")
 JSON_HEADERS = {"content-type": "application/json"}
+ROUTING_HEADER = "x-session-id"
+"""carries a call's routing key upstream, for a router in front of the servers"""
 
 
 class UpstreamError(APIError):
@@ -253,6 +260,23 @@ def _error_message(status: int, reason: str, content: bytes) -> tuple[str, dict[
     return json.dumps(data)[:2000], data
 
 
+def server_root(base: str) -> str:
+    """The server's root for an OpenAI base (`http://h:8000/v1` → `http://h:8000`)."""
+    return base[: -len("/v1")] if base.endswith("/v1") else base
+
+
+def read_urls_file(path: Path) -> list[str]:
+    """The bases listed in `path` (one a line or comma-separated, `#` comments); [] if
+    it cannot be read (the last good list stays in use)."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        log.warning("cannot read the upstream URL file %s: %s", path, exc)
+        return []
+    lines = (line.split("#", 1)[0] for line in text.splitlines())
+    return [u.strip().rstrip("/") for line in lines for u in line.split(",") if u.strip()]
+
+
 def env_proxy(url: str) -> str | None:
     """The proxy the environment (HTTP(S)_PROXY, NO_PROXY) names for `url`, if any."""
     parts = urllib.parse.urlsplit(url)
@@ -262,7 +286,8 @@ def env_proxy(url: str) -> str | None:
 
 
 class UpstreamClient:
-    """Round-robin, pooled async client of the OpenAI-compatible upstream bases.
+    """Pooled async client of the OpenAI-compatible upstream bases, placed by a `Router`
+    (session-affine by default) and probed for health in the background (`start`).
 
     aiohttp: per call it costs a fifth of httpx's CPU (bench/README.md, gateway overhead).
     """
@@ -271,14 +296,27 @@ class UpstreamClient:
         self.kind = settings.upstream_kind.strip().lower()
         if self.kind not in KINDS:
             raise ValueError(f"unknown upstream kind {self.kind!r}: use one of {KINDS}")
-        self.urls = settings.upstream_url_list
-        if not self.urls:
-            raise ValueError("no upstream URLs: set POLAR_UPSTREAM_URLS")
         self.model = settings.upstream_model
         self.timeout_s = settings.upstream_timeout_s
-        self._turn = itertools.count()
+        self.cache_salt = settings.upstream_cache_salt
+        self.urls_file = settings.upstream_urls_file
+        self.health_interval_s = settings.upstream_health_interval_s
+        urls = read_urls_file(self.urls_file) if self.urls_file else []
+        self.router = Router(
+            urls or settings.upstream_url_list,
+            mode=settings.upstream_routing,
+            load_factor=settings.upstream_load_factor,
+            max_inflight=settings.upstream_max_inflight,
+            down_s=settings.upstream_down_s,
+        )
         self._session: aiohttp.ClientSession | None = None
-        self._proxies = {base: env_proxy(base) for base in self.urls}
+        self._proxies: dict[str, str | None] = {}
+        self._monitor: asyncio.Task[None] | None = None
+
+    @property
+    def urls(self) -> list[str]:
+        """The upstream bases now in use."""
+        return self.router.urls
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -293,40 +331,95 @@ class UpstreamClient:
             )
         return self._session
 
+    def start(self) -> None:
+        """Start the background probe of the replicas (and re-reading of the URL file)."""
+        if self.health_interval_s > 0 and self._monitor is None:
+            self._monitor = asyncio.get_running_loop().create_task(self._watch())
+
     async def aclose(self) -> None:
+        if self._monitor is not None:
+            self._monitor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._monitor
+            self._monitor = None
         if self._session is not None:
             await self._session.close()
             self._session = None
 
-    def normalize(self, request: dict[str, Any]) -> dict[str, Any]:
-        return normalize(request, self.kind, self.model)
+    async def _watch(self) -> None:
+        while True:
+            try:
+                await self.refresh()
+            except Exception:  # noqa: BLE001 - the probe must outlive any one failure
+                log.exception("upstream health probe failed")
+            await asyncio.sleep(self.health_interval_s)
+
+    async def refresh(self) -> None:
+        """Re-read the URL file (if any), then probe every replica's health once."""
+        if self.urls_file is not None:
+            urls = await asyncio.to_thread(read_urls_file, self.urls_file)
+            if urls and self.router.set_replicas(urls):
+                log.info("upstream replicas now %s", urls)
+        bases = self.router.urls
+        verdicts = await asyncio.gather(*(self._probe(base) for base in bases))
+        for base, ok in zip(bases, verdicts, strict=True):
+            self.router.set_health(base, ok)
+
+    async def _probe(self, base: str) -> bool:
+        """GET the server's /health (vLLM, SGLang): True on a 2xx answer."""
+        url = f"{server_root(base)}/health"
+        try:
+            async with self.session.get(
+                url, proxy=self._proxy(base), timeout=aiohttp.ClientTimeout(total=5)
+            ) as response:
+                await response.read()
+                return 200 <= response.status < 300
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            log.warning("upstream %s failed its health probe: %s", base, exc)
+            return False
+
+    def _proxy(self, base: str) -> str | None:
+        if base not in self._proxies:
+            self._proxies[base] = env_proxy(base)
+        return self._proxies[base]
+
+    def normalize(
+        self, request: dict[str, Any], identity: SessionIdentity | None = None
+    ) -> dict[str, Any]:
+        out = normalize(request, self.kind, self.model)
+        if identity is not None and self.cache_salt != "off" and self.kind == "vllm":
+            salt = identity.session_id if self.cache_salt == "session" else identity.task_id
+            out["cache_salt"] = salt
+        return out
 
     def extract(self, body: dict[str, Any]) -> Extracted:
         return extract(body, self.kind)
 
-    def _bases(self) -> list[str]:
-        """All bases, starting with the next one in round-robin order."""
-        start = next(self._turn) % len(self.urls)
-        return self.urls[start:] + self.urls[:start]
-
-    async def complete(self, normalized: dict[str, Any]) -> UpstreamAnswer:
-        """POST the normalized request; the parsed answer, or raise UpstreamError (502/504/4xx)."""
+    async def complete(self, normalized: dict[str, Any], key: str | None = None) -> UpstreamAnswer:
+        """POST the normalized request to the replica `key` is placed on (`Router`; None:
+        round-robin); the parsed answer, or raise UpstreamError (502/504/4xx). A replica
+        that cannot be reached is marked down and the next one tried."""
         failures: list[str] = []
         data = fastjson.dumps(normalized)
-        for base in self._bases():
+        headers = JSON_HEADERS if key is None else {**JSON_HEADERS, ROUTING_HEADER: key}
+        router = self.router
+        for base in router.order(key):
             url = f"{base}/chat/completions"
+            router.acquire(base)
             try:
                 async with self.session.post(
-                    url, data=data, headers=JSON_HEADERS, proxy=self._proxies[base]
+                    url, data=data, headers=headers, proxy=self._proxy(base)
                 ) as response:
                     content = await response.read()
                     status, reason = response.status, response.reason or ""
             except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
                 # never delivered: safe to try the next base
+                router.failed(base, unreachable=True)
                 failures.append(f"{base}: {type(exc).__name__}: {exc}")
                 log.warning("upstream %s unreachable: %s", base, exc)
                 continue
             except TimeoutError as exc:  # aiohttp's timeouts are TimeoutErrors too
+                router.failed(base)
                 raise UpstreamError(
                     504,
                     f"upstream {base} timed out after {self.timeout_s:g}s ({type(exc).__name__})",
@@ -334,12 +427,19 @@ class UpstreamClient:
                     url=base,
                 ) from exc
             except aiohttp.ClientError as exc:
+                router.failed(base)
                 raise UpstreamError(
                     502,
                     f"upstream {base} failed: {type(exc).__name__}: {exc}",
                     code="upstream_error",
                     url=base,
                 ) from exc
+            finally:
+                router.release(base)
+            if status >= 500:
+                router.failed(base)
+            else:
+                router.succeeded(base)
             return self._answer(base, status, reason, content)
         raise UpstreamError(
             502, "no upstream reachable: " + "; ".join(failures), code="upstream_unreachable"

@@ -394,7 +394,9 @@ def test_round_robin_and_failover(base_settings: Settings, storage: Storage) -> 
         scripted_backend([text(f"a{i}") for i in range(4)]) as one,
         scripted_backend([text(f"b{i}") for i in range(4)]) as two,
         running_gateway(
-            base_settings, [one.url, f"http://127.0.0.1:{port}/v1", two.url]
+            base_settings,
+            [one.url, f"http://127.0.0.1:{port}/v1", two.url],
+            upstream_routing="round_robin",  # affine routing keeps a session on one
         ) as gateway,
     ):
         identity, key = gateway.session()
