@@ -413,6 +413,9 @@ class GatewayRelay:
             log_level="warning",
             access_log=False,
             timeout_graceful_shutdown=1,
+            # the kernel's accept queue no deeper than the cap: a flood waits on its SYNs
+            # (the queue full) instead of queueing thousands past the relay's count
+            backlog=self.limits.max_connections,
         )
         self._server = _QuietServer(config)
         self._task = asyncio.create_task(self._server.serve(sockets=[sock]), name=f"relay {path}")

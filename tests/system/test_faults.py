@@ -70,7 +70,10 @@ async def test_worker_killed_in_each_stage_retries_and_loses_nothing(
 ) -> None:
     marks = tmp_path / "marks"
     marks.mkdir()
-    marks.chmod(0o777)  # written by prepare and evaluator commands (an unprivileged user)
+    marks.chmod(0o777)  # written by prepare and evaluator commands (unprivileged users)
+    for name in ("prepare", "evaluate"):  # the session's and its evaluator's: two pool uids
+        (marks / f"{name}.runs").touch()
+        (marks / f"{name}.runs").chmod(0o666)
     log = tmp_path / "answers.jsonl"
     turns = 4
     async with single_node(devstack.settings, tmp_path, f"polar-kill-{stage}") as (
