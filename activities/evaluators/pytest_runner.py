@@ -61,12 +61,15 @@ sys.stdout.write(json.dumps(sorted(names)))
 
 
 def non_dumpable():
-    """PR_SET_DUMPABLE 0 through libc; whether it took."""
+    """PR_SET_DUMPABLE 0 through libc; whether it took (PR_GET_DUMPABLE reads 0 after it).
+    The worker refuses results whose runner was not (swebench.py's `_run_tests`)."""
     try:
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(4, 0, 0, 0, 0) == 0  # PR_SET_DUMPABLE
+        if libc.prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE
+            return False
+        return libc.prctl(3, 0, 0, 0, 0) == 0  # PR_GET_DUMPABLE
     except Exception:  # noqa: BLE001 - no ctypes or no prctl: said so in the results
         return False
 

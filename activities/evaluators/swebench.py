@@ -30,7 +30,8 @@
    parser (the trusting mode). Grading is SWE-bench's
    `get_eval_tests_report`: reward 1 only if every FAIL_TO_PASS test passes
    and every PASS_TO_PASS test still passes, and the run is consistent
-   (authentic results, one pytest session that finished with the exit status
+   (authentic results from a runner that made itself non-dumpable, else an
+   evaluator error; one pytest session that finished with the exit status
    its process really had, exit 1 with a failure and 0 without, no tamper
    check fired).
 
@@ -710,6 +711,15 @@ async def _run_tests(
         return done(f"tests timed out (evaluation budget {clock.budget_s:.0f}s)")
     if problem is not None:
         return done(f"not resolved: the test results do not count: {problem}")
+    if run is not None and run.non_dumpable is not True:
+        # the code under test could have read the key from the runner's memory (/proc/PID/mem,
+        # ptrace): its signed results vouch for nothing, whatever they say
+        raise EvaluatorError(
+            "Polar's pytest runner could not make itself non-dumpable (prctl "
+            f"PR_SET_DUMPABLE: {run.non_dumpable}; no ctypes or no prctl in the runtime's "
+            "python3?): the code under test could have read its key, so its results do not "
+            "count"
+        )
     if run is not None and run.tampered:
         report.inconsistent = f"tampered: {run.tampered[0]}"
         return done(f"not resolved: the test run was tampered with: {_names(run.tampered, 2)}")
