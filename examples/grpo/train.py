@@ -45,7 +45,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import httpx
 import torch
 from transformers import AutoModelForCausalLM
 
@@ -54,6 +53,7 @@ from polar.client.sdk import Group, PolarClient, TaskRun
 from polar.records import Trace
 from polar.settings import Settings, get_settings
 from polar.tasks.spec import TaskSpec
+from polar.trainers.weights import InPlaceReload
 
 AGENT_DIR = Path(__file__).resolve().parent / "agent"
 INSTRUCTION = "Write a number using digits only."
@@ -219,21 +219,12 @@ class Policy:
 async def sync_weights(
     policy: Policy, policy_dir: Path, *, admin_url: str, admin_token: str, vllm_url: str
 ) -> None:
-    """Pause the gateway (drain in-flight calls), reload vLLM's weights in place, resume."""
-    headers = {"Authorization": f"Bearer {admin_token}"}
-    async with httpx.AsyncClient(timeout=600) as http:
-        (await http.post(f"{admin_url}/admin/pause", headers=headers)).raise_for_status()
-        try:
-            await asyncio.to_thread(policy.save, policy_dir)
-            reload = await http.post(
-                f"{vllm_url}/collective_rpc",
-                json={"method": "reload_weights", "kwargs": {"weights_path": str(policy_dir)}},
-            )
-            reload.raise_for_status()
-            # cached prompt KV was computed by the old weights: drop it
-            (await http.post(f"{vllm_url}/reset_prefix_cache")).raise_for_status()
-        finally:
-            (await http.post(f"{admin_url}/admin/resume", headers=headers)).raise_for_status()
+    """Pause the gateway (drain in-flight calls), reload vLLM's weights in place, resume
+    (`polar.trainers.weights.InPlaceReload`)."""
+    reload = InPlaceReload(
+        policy_dir, vllm_urls=[vllm_url], admin_urls=[admin_url], admin_token=admin_token
+    )
+    await reload.sync_async(policy.save)
 
 
 class Sampler:

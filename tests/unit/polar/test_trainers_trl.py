@@ -1,0 +1,150 @@
+"""TRL's rollout function: groups from TRL's repeated prompts, rows exactly from Polar's traces,
+untrainable sessions as masked rows with no reward, prefetched tasks taken only when fresh.
+
+The real thing (TRL's GRPOTrainer stepping on real sessions): tests/system/test_trl_rollout_func.py.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from polar.client.sdk import TaskRun
+from polar.contracts import SessionResult, TaskResult
+from polar.records import SessionStatus, Trace, TraceProvenance
+from polar.trainers.trl import (
+    GroupRun,
+    PolarRolloutFunc,
+    Prefetched,
+    polar_reward,
+    prompt_text,
+)
+
+TEMPLATE = {"task_id": "digits", "harness": {"kind": "command", "command": "python agent.py"}}
+EOS = 2
+
+
+def trace(trace_id: str, session_id: str, seq: int, offset: int, version: int = 3) -> Trace:
+    return Trace(
+        trace_id=trace_id,
+        prompt_ids=[offset, offset + 1],
+        response_ids=[offset + 10, offset + 11, offset + 12],
+        loss_mask=[1, 0, 1],
+        response_logprobs=[-0.5, 0.0, -1.25],
+        reward=0.5,
+        provenance=TraceProvenance(
+            session_id=session_id,
+            task_id="digits-1",
+            harness="command",
+            builder="prefix_merging",
+            model="policy",
+            completion_seqs=[seq],
+            record_ids=[f"{trace_id}-r"],
+            policy_version=version,
+        ),
+    )
+
+
+def session(sid: str, index: int, status: SessionStatus, reward: float | None) -> SessionResult:
+    return SessionResult(
+        session_id=sid,
+        task_id="digits-1",
+        index=index,
+        status=status,
+        reward=reward,
+        harness="command",
+        traces_key=f"sessions/{sid}/traces/prefix_merging.jsonl" if reward is not None else None,
+    )
+
+
+def fake_trainer() -> Any:
+    return SimpleNamespace(processing_class=SimpleNamespace(eos_token_id=EOS))
+
+
+def test_prompt_text_and_groups_follow_trls_repeat_sampler() -> None:
+    chat = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "digits"}]
+    assert prompt_text(chat) == "digits" and prompt_text("plain") == "plain"
+    with pytest.raises(ValueError, match="user message"):
+        prompt_text([{"role": "system", "content": "x"}])
+    assert PolarRolloutFunc.groups(["a", "a", "b", "b"], 2) == ["a", "b"]
+    with pytest.raises(ValueError, match="num_generations"):
+        PolarRolloutFunc.groups(["a", "b", "b", "b"], 2)
+    with pytest.raises(ValueError, match="groups of 3"):
+        PolarRolloutFunc.groups(["a", "a"], 3)
+
+
+def test_rows_are_the_first_chains_and_unscored_sessions_are_masked_rows_without_reward() -> None:
+    rollout = PolarRolloutFunc(TEMPLATE, prefetch=False)
+    rollout.version = 4
+    good = trace("t0", "s0", 0, 100)
+    late_chain = trace("t0b", "s0", 2, 300)  # the same session's chain that broke off
+    other = trace("t1", "s1", 0, 200)
+    group = GroupRun(
+        "task-wf",
+        TaskResult(
+            task_id="digits-1",
+            sessions=[
+                session("s0", 0, SessionStatus.COMPLETED, 0.5),
+                session("s1", 1, SessionStatus.TIMEOUT, 0.0),
+                session("s2", 2, SessionStatus.ERROR, None),
+            ],
+            policy_version=3,
+        ),
+    )
+    group.sessions = [
+        (group.result.sessions[0], [late_chain, good]),
+        (group.result.sessions[1], [other]),
+        (group.result.sessions[2], []),
+    ]
+    rows = rollout.rows([group], fake_trainer())
+    assert rows["prompt_ids"][:2] == [good.prompt_ids, other.prompt_ids]
+    assert rows["completion_ids"][:2] == [good.response_ids, other.response_ids]
+    assert rows["logprobs"][:2] == [good.response_logprobs, other.response_logprobs]
+    assert rows["env_mask"][:2] == [good.loss_mask, other.loss_mask]
+    assert rows["polar_trace_id"] == ["t0", "t1", None]
+    assert rows["polar_chains"] == [2, 1, 0]
+    assert rows["polar_left_out_tokens"] == [2, 0, 0]
+    assert rows["polar_staleness"] == [1, 1, None]
+    # the errored session: a row TRL cannot train on and cannot count as a 0 reward
+    assert rows["completion_ids"][2] == [EOS] and rows["env_mask"][2] == [0]
+    assert rows["polar_reward"] == [0.5, 0.0, None]
+    assert polar_reward(rows["completion_ids"], polar_reward=rows["polar_reward"]) == [
+        0.5,
+        0.0,
+        None,
+    ]
+    assert rollout.stats.unscored_reasons == {"status error": 1}
+    assert rollout.stats.chains_left_out == 1 and rollout.stats.tokens_left_out == 2
+    assert {k: len(v) for k, v in rows.items()} == dict.fromkeys(rows, 3)
+
+
+def test_polar_reward_refuses_rows_not_from_polar() -> None:
+    with pytest.raises(ValueError, match="PolarRolloutFunc"):
+        polar_reward(["a"])
+    with pytest.raises(ValueError, match="1 Polar rewards for 2"):
+        polar_reward(["a", "b"], polar_reward=[1.0])
+
+
+def test_a_prefetched_task_is_taken_only_for_its_prompt_and_within_max_staleness() -> None:
+    rollout = PolarRolloutFunc(TEMPLATE, max_staleness=1)
+    rollout.version = 5
+    rollout.pending = [
+        Prefetched("digits", TaskRun("a", "wf-old"), version=3, submitted=0.0),
+        Prefetched("digits", TaskRun("b", "wf-ok"), version=4, submitted=0.0),
+        Prefetched("letters", TaskRun("c", "wf-other"), version=5, submitted=0.0),
+    ]
+    taken = rollout._take_prefetched("digits")
+    assert taken is not None and taken.run.workflow_id == "wf-ok"
+    assert rollout._take_prefetched("digits") is None  # only a stale one left
+    with pytest.raises(ValueError, match="max_staleness"):
+        PolarRolloutFunc(TEMPLATE, max_staleness=-1)
+
+
+def test_a_groups_task_carries_the_prompt_size_and_version() -> None:
+    rollout = PolarRolloutFunc(TEMPLATE)
+    rollout.version = 7
+    spec = rollout.task_for([{"role": "user", "content": "Write digits."}], 4)
+    assert spec.instruction == "Write digits." and spec.num_sessions == 4
+    assert spec.policy_version == 7 and spec.task_id.startswith("digits-")
