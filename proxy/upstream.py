@@ -398,7 +398,8 @@ class UpstreamClient:
     async def complete(self, normalized: dict[str, Any], key: str | None = None) -> UpstreamAnswer:
         """POST the normalized request to the replica `key` is placed on (`Router`; None:
         round-robin); the parsed answer, or raise UpstreamError (502/504/4xx). A replica
-        that cannot be reached is marked down and the next one tried."""
+        that cannot be reached is marked down, and one that drops the connection counted
+        as failed; either way the next one is tried."""
         failures: list[str] = []
         data = fastjson.dumps(normalized)
         headers = JSON_HEADERS if key is None else {**JSON_HEADERS, ROUTING_HEADER: key}
@@ -417,6 +418,18 @@ class UpstreamClient:
                 router.failed(base, unreachable=True)
                 failures.append(f"{base}: {type(exc).__name__}: {exc}")
                 log.warning("upstream %s unreachable: %s", base, exc)
+                continue
+            except (
+                aiohttp.ServerDisconnectedError,
+                aiohttp.ClientOSError,
+                aiohttp.ClientConnectionResetError,
+            ) as exc:
+                # the connection dropped (a replica that died, or a stale pooled connection):
+                # no answer came, and nothing is recorded of a call without one; the next
+                # replica samples it afresh
+                router.failed(base)
+                failures.append(f"{base}: {type(exc).__name__}: {exc}")
+                log.warning("upstream %s dropped the call: %s", base, exc)
                 continue
             except TimeoutError as exc:  # aiohttp's timeouts are TimeoutErrors too
                 router.failed(base)

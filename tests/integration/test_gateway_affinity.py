@@ -7,6 +7,9 @@ to one other replica each (and stay there) while the other sessions stay put.
 from __future__ import annotations
 
 import contextlib
+import socket
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -141,3 +144,53 @@ async def test_the_url_file_is_reread_and_replicas_probed(
             assert client.urls == [two.url]
         finally:
             await client.aclose()
+
+
+@contextlib.contextmanager
+def dropping_port() -> Iterator[int]:
+    """A loopback port whose server reads each request and closes the connection without an
+    answer, as a replica that dies mid-call does."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    listener.settimeout(0.2)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                conn.recv(65536)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        stop.set()
+        thread.join(5)
+        listener.close()
+
+
+def test_a_replica_that_drops_calls_is_passed_over(
+    base_settings: Settings, storage: Storage
+) -> None:
+    with (
+        dropping_port() as port,
+        scripted_backend([text(f"ok {i}") for i in range(6)]) as backend,
+        running_gateway(
+            base_settings,
+            [f"http://127.0.0.1:{port}/v1", backend.url],
+            upstream_routing="round_robin",  # every other call is placed on the dropper
+            upstream_health_interval_s=0,
+        ) as gateway,
+    ):
+        identity, key = gateway.session()
+        answers = [call(gateway, key, t) for t in range(6)]
+        records = storage.list_completions(identity.session_id)
+    assert answers == [f"ok {i}" for i in range(6)]
+    assert len(backend.requests) == 6
+    assert [r.status_code for r in records] == [200] * 6
