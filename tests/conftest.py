@@ -16,12 +16,15 @@ A test that asks for a fixture beyond its lane fails at collection, naming it
 
 from __future__ import annotations
 
+import getpass
 import os
 import secrets
 import shutil
 import stat
 import subprocess
 import sys
+import tempfile
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -32,6 +35,7 @@ from polar.client.sdk import PolarClient
 from polar.settings import Settings
 from polar.storage import Storage
 from polar.tasks.swe import SweInstance, load_instances
+from tests.support import workflow_fingerprint
 from tests.support.harness_stack import HarnessStack, running_harness_stack
 from tests.support.scripted_backend import serve_app
 from tests.support.tap import Tap, tap_app
@@ -98,10 +102,45 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         raise pytest.UsageError("tests outside their lane:\n" + "\n".join(errors))
 
 
+KEPT_RUNS = 3
+"""Base temp dirs of earlier runs kept for a look after a failure (as pytest keeps 3)."""
+STALE_RUN_S = 6 * 3600
+"""An older run beyond `KEPT_RUNS` is removed once this old (so never one still running)."""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """A base temp dir of this run's own (unless `--basetemp` is given), under
+    /tmp/polar-pytest-of-USER (0711): pytest's shared /tmp/pytest-of-USER is set back to
+    0700 by every pytest that starts, which would cut a concurrent run's harness users off
+    their session dirs. The oldest runs beyond `KEPT_RUNS` are removed."""
+    if config.option.basetemp is not None:
+        return
+    root = Path(tempfile.gettempdir()) / f"polar-pytest-of-{getpass.getuser()}"
+    root.mkdir(mode=0o711, exist_ok=True)
+    st = root.lstat()
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        raise pytest.UsageError(f"{root} is not a directory of this user's")
+    root.chmod(0o711)
+    runs = sorted(root.glob("run-*"), key=lambda p: p.stat().st_mtime)
+    stale = time.time() - STALE_RUN_S  # a run that may still be going is never removed
+    for old in runs[: max(0, len(runs) - (KEPT_RUNS - 1))]:
+        if old.stat().st_mtime < stale:
+            shutil.rmtree(old, ignore_errors=True)
+    config.option.basetemp = tempfile.mkdtemp(prefix="run-", dir=root)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Recording histories (POLAR_RECORD_HISTORIES=1) also records the workflow code they
+    were made by (tests/support/workflow_fingerprint.py), once every test passed."""
+    if os.environ.get("POLAR_RECORD_HISTORIES") and exitstatus == 0:
+        workflow_fingerprint.write()
+
+
 def open_for_harness(path: Path, factory: pytest.TempPathFactory) -> Path:
     """`path` and the pytest dirs above it made traversable (o+x, still not listable): the
     local runtime's unprivileged harness user must reach the session dirs under them."""
-    top = factory.getbasetemp().parent  # /tmp/pytest-of-USER, 0700
+    top = factory.getbasetemp().parent  # this user's dir of runs
     for parent in (path, *path.parents):
         if not parent.is_relative_to(top):
             break

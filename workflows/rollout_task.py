@@ -30,11 +30,8 @@ with workflow.unsafe.imports_passed_through():
     from workflows.session import Session
     from workflows.stages import STORE_TASK_SPEC
 
-# above BATCH_SIZE sessions, SessionBatch workflows start them (histories before: all direct)
-SESSION_BATCHES_PATCH = "session-batches"
+# above BATCH_SIZE sessions, SessionBatch workflows start them
 BATCH_SIZE = 20
-# a spec above SPEC_INLINE_LIMIT goes to S3 once; children carry a slim copy and a reference
-SPEC_BY_REFERENCE_PATCH = "spec-by-reference"
 
 
 def parse_task_spec(raw: Any) -> TaskSpec:
@@ -42,17 +39,11 @@ def parse_task_spec(raw: Any) -> TaskSpec:
     return parse_input(TaskSpec, raw, "InvalidTaskSpec")
 
 
-# each session id has a random part of its own, so no session can name a sibling's (its
-# runtime dir, its evaluator's) from its own id (histories before: one nonce for the group)
-UNSHARED_SESSION_IDS_PATCH = "unshared-session-ids"
-
-
-def session_ids(task: TaskSpec, nonce: str, parts: list[str] | None = None) -> list[str]:
+def session_ids(task: TaskSpec, parts: list[str]) -> list[str]:
     """Session ids are unique per submission, so a task can be rolled out again and again;
-    with `parts` (one random hex string per session) no two share a stem."""
-    if parts is not None:
-        return [f"{task.task_id}-{part}-s{i}" for i, part in enumerate(parts)]
-    return [f"{task.task_id}-{nonce}-s{i}" for i in range(task.num_sessions)]
+    each has a random part of its own (`parts`: one hex string per session), so no session
+    can name a sibling's (its runtime dir, its evaluator's) from its own id."""
+    return [f"{task.task_id}-{part}-s{i}" for i, part in enumerate(parts)]
 
 
 def batches(count: int, size: int = BATCH_SIZE) -> list[range]:
@@ -162,19 +153,13 @@ class RolloutTask:
         # run ids are time-ordered (their prefix repeats within a minute): use replay-safe
         # randomness instead, so two submissions of one task never share a session id
         nonce = workflow.uuid4().hex[:12]
-        parts = None
-        if workflow.patched(UNSHARED_SESSION_IDS_PATCH):
-            parts = [workflow.uuid4().hex[:12] for _ in range(task.num_sessions)]
-        ids = session_ids(task, nonce, parts)
+        ids = session_ids(task, [workflow.uuid4().hex[:12] for _ in range(task.num_sessions)])
         child_task, ref = task, None
-        if len(spec_json(task)) > SPEC_INLINE_LIMIT and workflow.patched(SPEC_BY_REFERENCE_PATCH):
+        # a spec above SPEC_INLINE_LIMIT goes to S3 once; children carry a slim copy and a ref
+        if len(spec_json(task)) > SPEC_INLINE_LIMIT:
             ref = await self._store_spec(task)
             child_task = slim_spec(task)
-        if (
-            task.min_usable_sessions is None
-            and task.num_sessions > BATCH_SIZE
-            and workflow.patched(SESSION_BATCHES_PATCH)
-        ):
+        if task.min_usable_sessions is None and task.num_sessions > BATCH_SIZE:
             results = await self._in_batches(child_task, ids, nonce, ref)
         else:
             runs = [self._run_session(child_task, i, sid, ref) for i, sid in enumerate(ids)]

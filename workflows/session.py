@@ -67,35 +67,11 @@ with workflow.unsafe.imports_passed_through():
     from workflows.queues import HostQueues, Queues
     from workflows.stages import StageActivity
 
-# the evaluator's fresh runtime is prepared while the harness runs, behind one patch id per
-# evaluator kind (histories recorded before each replay without it)
-EVAL_PREWARM_PATCH = "eval-runtime-prewarm"
-COMMAND_EVAL_PREWARM_PATCH = "command-eval-fresh-runtime"
-EVAL_PREWARM_PATCHES = {"swebench": EVAL_PREWARM_PATCH, "command": COMMAND_EVAL_PREWARM_PATCH}
-EVALUATORS_WITH_FRESH_RUNTIME = frozenset(EVAL_PREWARM_PATCHES)
-# stages that touch the runtime follow it to its host's queues; a lost host means another
-# placement (histories recorded before it use the shared queues throughout)
-HOST_QUEUES_PATCH = "host-queues"
-# search attributes: the stage only at prepare, run and evaluate, then one upsert at the end
-# (stage done, status, reward), not seven per session (histories before: every stage)
-FEWER_UPSERTS_PATCH = "fewer-search-attribute-upserts"
-# no traces to score: score_traces is not called (histories before: always called)
-SKIP_EMPTY_SCORE_PATCH = "skip-empty-score"
-# score_traces is the stage `score`: its time and its errors are its own (histories before:
-# booked to teardown, errors labelled with the stage before it)
-SCORE_STAGE_PATCH = "score-stage"
-# a cancel that lands while a stage's activity finishes anyway (it ended before its next
-# heartbeat could bring the cancel) ends the session before its next stage, instead of
-# being absorbed by the stage's result (histories before: the next stage ran)
-CANCEL_BETWEEN_STAGES_PATCH = "cancel-between-stages"
-# the runtimes are released as soon as nothing needs them (after the run without an
-# evaluator, else after evaluate), both at once, while build and score go on (histories
-# before: released one after the other once every stage had ended)
-EARLY_TEARDOWN_PATCH = "early-teardown"
-# a first run whose sealed channel forwarded no request recorded nothing: build (and score)
-# are not called (histories before: build always called)
-SKIP_EMPTY_BUILD_PATCH = "skip-empty-build"
-# the long stages, whose PolarStage is worth a visibility update
+# the evaluator kinds that grade in a fresh runtime, prepared while the harness runs
+# (tests/unit/activities/test_evaluator_registry.py holds it to the evaluators' own declaration)
+EVALUATORS_WITH_FRESH_RUNTIME = frozenset({"swebench", "command"})
+# the long stages, whose PolarStage is worth a visibility update; the others' stage goes out
+# with the next of these (and the status and reward with the stage `done`)
 UPSERTED_STAGES = frozenset({Stage.PREPARE, Stage.RUN, Stage.EVALUATE})
 
 HARNESS_STATUS = {
@@ -134,7 +110,6 @@ class Session:
         self._probe_wait = timedelta(seconds=10)
         self._run_issued = 0  # run stages issued so far: each gets attempts of its own
         self._started = 0.0
-        self._few_upserts = False
         self._pending_upserts: list[Any] = []  # status and reward, sent with the last stage
 
     @workflow.query(name="progress")
@@ -149,9 +124,7 @@ class Session:
     def _enter(self, stage: Stage, detail: str) -> None:
         self._current = stage
         self._detail = detail
-        if not self._few_upserts:
-            workflow.upsert_search_attributes([sa.STAGE.value_set(stage.value)])
-        elif stage in UPSERTED_STAGES or stage == Stage.DONE:
+        if stage in UPSERTED_STAGES or stage == Stage.DONE:
             workflow.upsert_search_attributes(
                 [sa.STAGE.value_set(stage.value), *self._pending_upserts]
             )
@@ -163,10 +136,7 @@ class Session:
         updates: list[SearchAttributeUpdate[Any]] = [sa.STATUS.value_set(result.status.value)]
         if result.reward is not None:
             updates.append(sa.REWARD.value_set(result.reward))
-        if self._few_upserts:  # sent with the stage `done`
-            self._pending_upserts = updates
-        else:
-            workflow.upsert_search_attributes(updates)
+        self._pending_upserts = updates  # sent with the stage `done`
 
     @workflow.run
     async def run(self, raw: dict[str, Any]) -> SessionResult:
@@ -182,9 +152,6 @@ class Session:
         self._probe_wait = timedelta(seconds=max(10.0, 2 * t.heartbeat_s))
         if task.priority:  # None keeps the commands earlier code issued
             self._priority = Priority(priority_key=task.priority)
-        # stages that touch the runtime go to its host's queues (histories before: shared)
-        hosted = workflow.patched(HOST_QUEUES_PATCH)
-        self._few_upserts = workflow.patched(FEWER_UPSERTS_PATCH)
         hosts: list[str] = []
         warnings: list[str] = []
         placement = 0
@@ -198,7 +165,7 @@ class Session:
                 hosts=hosts,
                 warnings=warnings,
             )
-            placed = _Placed(hosted=hosted)
+            placed = _Placed()
             try:
                 await self._place(spec, result, queues, placed)
                 break
@@ -258,14 +225,13 @@ class Session:
             queues,
         )
         placed.runtime = runtime
-        if placed.hosted and runtime.host_queue:
+        if runtime.host_queue:  # stages that touch the runtime go to its host's queues
             placed.host = HostQueues.for_prefix(runtime.host_queue)
             result.hosts.append(runtime.host_id or runtime.host)
         self._lap(result, Stage.PREPARE)
         self._stop_if_cancelled()
 
-        patch_id = EVAL_PREWARM_PATCHES.get(task.evaluator.kind)
-        if patch_id is not None and workflow.patched(patch_id):
+        if task.evaluator.kind in EVALUATORS_WITH_FRESH_RUNTIME:
             placed.prewarm = self._start_prewarm(spec, queues, placed.host)
 
         self._enter(Stage.RUN, f"running {task.harness.kind} harness on {runtime.host}")
@@ -304,7 +270,7 @@ class Session:
             self._release_early(spec, placed, queues)
 
         no_records = recorded_nothing and task.evaluator.kind == "none"
-        if no_records and workflow.patched(SKIP_EMPTY_BUILD_PATCH):
+        if no_records:
             return  # no record can exist: nothing to build or score
         # whatever the harness did, its recorded calls become traces and get scored
         self._enter(Stage.BUILD, f"building traces with {task.builder.name}")
@@ -357,11 +323,9 @@ class Session:
             self._stop_if_cancelled()
             self._release_early(spec, placed, queues)
 
-        if build.num_traces == 0 and workflow.patched(SKIP_EMPTY_SCORE_PATCH):
+        if build.num_traces == 0:
             return  # nothing to score
-        own_stage = workflow.patched(SCORE_STAGE_PATCH)
-        if own_stage:
-            self._enter(Stage.SCORE, f"scoring {build.num_traces} traces")
+        self._enter(Stage.SCORE, f"scoring {build.num_traces} traces")
         scored = await self._stage(
             stages.SCORE_TRACES,
             RewardRequest(
@@ -373,17 +337,14 @@ class Session:
             queues,
         )
         result.trace_bytes = scored.trace_bytes
-        if own_stage:
-            self._lap(result, Stage.SCORE)
+        self._lap(result, Stage.SCORE)
 
     @staticmethod
     def _stop_if_cancelled() -> None:
         """Raise CancelledError if the session was cancelled while the stage that just ended
         finished anyway: with WAIT_CANCELLATION_COMPLETED, an activity that completes before
         it sees the cancel hands the workflow its result and the cancel is spent."""
-        if workflow.cancellation_reason() is not None and workflow.patched(
-            CANCEL_BETWEEN_STAGES_PATCH
-        ):
+        if workflow.cancellation_reason() is not None:
             raise asyncio.CancelledError("session cancelled between stages")
 
     async def _on_host(
@@ -570,7 +531,7 @@ class Session:
         """Start releasing the session's runtime and its evaluator's (prewarm done: the
         evaluator has run) now, side by side; `_teardown` awaits them. Build and score only
         touch S3, so a slow container removal no longer delays the session's result."""
-        if placed.runtime is None or not workflow.patched(EARLY_TEARDOWN_PATCH):
+        if placed.runtime is None:
             return
         on = self._queue(stages.TEARDOWN, queues, placed.host)
         handles = [placed.runtime]
@@ -648,15 +609,13 @@ class Session:
             else:
                 note = f"teardown of {handle.session_id} failed: {_error_text(exc)}"
             workflow.logger.warning(note)
-            if placed.hosted:  # histories before it had no warnings
-                result.warnings.append(note)
+            result.warnings.append(note)
 
 
 @dataclass
 class _Placed:
     """One placement of a session: its runtime, the host holding it, the evaluator prewarm."""
 
-    hosted: bool
     runtime: RuntimeHandle | None = None
     host: HostQueues | None = None
     prewarm: workflow.ActivityHandle[RuntimeHandle] | None = None

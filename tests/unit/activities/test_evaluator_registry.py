@@ -37,7 +37,7 @@ from polar.evaluation_reports import (
 from polar.settings import Settings
 from polar.storage import Storage
 from polar.tasks.spec import EvaluatorSpec
-from workflows.session import EVAL_PREWARM_PATCHES
+from workflows.session import EVALUATORS_WITH_FRESH_RUNTIME
 
 # a report as the swebench evaluator wrote it before it had a model (a resolved instance)
 LEGACY_SWEBENCH_REPORT = {
@@ -80,7 +80,7 @@ def test_the_registry_serves_every_evaluator_kind_but_none() -> None:
 
 
 def test_the_workflow_prewarms_exactly_the_evaluators_that_need_a_fresh_runtime() -> None:
-    assert set(EVAL_PREWARM_PATCHES) == kinds_needing_fresh_runtime()
+    assert kinds_needing_fresh_runtime() == EVALUATORS_WITH_FRESH_RUNTIME
 
 
 def test_an_unknown_kind_is_named() -> None:
