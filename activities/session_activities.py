@@ -80,11 +80,11 @@ def _home_in_runtime(runtime: Runtime, handle: RuntimeHandle) -> str | None:
     return view(handle) if callable(view) else None
 
 
-def _read_own_file(top: Path, path: Path) -> bytes | None:
-    """`path` under `top` (a dir the sandbox's user owned), read no-follow; None where it
-    is a link or gone."""
+def _read_own_file(top: Path, path: Path, limit: int) -> bytes | None:
+    """The log `path` under `top` (a dir the sandbox's user owned), read no-follow, head and
+    tail within `limit` bytes; None where it is a link or gone."""
     try:
-        return safe_files.read_bytes(top, path.relative_to(top))
+        return safe_files.read_log(top, path.relative_to(top), limit=limit)
     except (OSError, ValueError):
         return None
 
@@ -340,7 +340,7 @@ class SessionActivities:
         for name, path in await asyncio.to_thread(adapter.native_logs, home):
             key = artifact_key(request.session_id, f"{log_name}/{name}")
             # HOME was the harness's: read no-follow (a link it left is skipped)
-            data = await asyncio.to_thread(_read_own_file, home, path)
+            data = await asyncio.to_thread(_read_own_file, home, path, self.settings.max_log_bytes)
             if data is None:
                 continue
             await asyncio.to_thread(self.storage.put_bytes, key, data, "text/plain")
@@ -376,11 +376,12 @@ class SessionActivities:
     async def _upload_logs(
         self, runtime: Runtime, handle: RuntimeHandle, log_name: str
     ) -> tuple[str, str]:
-        """Upload the command's stdout and stderr side by side; their keys."""
+        """Upload the command's stdout and stderr side by side (each within max_log_bytes,
+        head and tail); their keys."""
 
         def upload(path: Path) -> str:
             key = artifact_key(handle.session_id, path.name)
-            data = path.read_bytes() if path.exists() else b""
+            data = safe_files.read_log_file(path, limit=self.settings.max_log_bytes)
             self.storage.put_bytes(key, data, "text/plain")
             return key
 

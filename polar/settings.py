@@ -236,6 +236,13 @@ class Settings(BaseSettings):
         description="the largest patch of a session's changes the evaluator extracts (bytes); "
         "a bigger one is an extraction error (reward 0), never held in memory nor stored",
     )
+    max_log_bytes: int = Field(
+        default=4 << 20,
+        ge=4096,
+        description="most bytes the worker reads and stores of one log (a harness's stdout or "
+        "stderr, a native log, an evaluator's or a test command's log): a longer one keeps its "
+        "head and tail around a `truncated: N bytes dropped` note",
+    )
     # the gateway channel and what it records: caps, sizes, on-policy samples (issue 21)
     channel_max_connections: int = Field(
         default=64,

@@ -8,8 +8,10 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
 
 from activities.runtimes.base import Runtime
+from polar import safe_files
 from polar.contracts import RuntimeHandle
 from polar.evaluation_reports import EvaluationReport
+from polar.settings import get_settings
 from polar.tasks.spec import EvaluatorSpec
 
 Tick = Callable[[float], Awaitable[None] | None] | None
@@ -99,14 +101,15 @@ async def run_in(
     env: dict[str, str] | None = None,
 ) -> tuple[int | None, bool, str]:
     """(exit code, timed out, stdout+stderr) of one command in a runtime; a command that broke
-    a resource limit (e.g. a patch that writes past the disk limit) has no exit code."""
+    a resource limit (e.g. a patch that writes past the disk limit) has no exit code. Each log
+    is read within POLAR_MAX_LOG_BYTES (head and tail, the middle dropped with a note)."""
     outcome = await runtime.run(
         handle, command, env=env or {}, log_name=log_name, timeout_s=timeout_s, on_tick=on_tick
     )
+    limit = get_settings().max_log_bytes
     text = ""
     for path in runtime.log_paths(handle, log_name):
-        if path.exists():
-            text += path.read_text(errors="replace")
+        text += safe_files.read_log_file(path, limit=limit).decode(errors="replace")
     if outcome.limit_exceeded:
         return None, outcome.timed_out, f"{text}\n{outcome.limit_exceeded}"
     return outcome.exit_code, outcome.timed_out, text

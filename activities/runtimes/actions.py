@@ -7,6 +7,7 @@ from pathlib import Path
 
 from activities.heartbeat import Heartbeater
 from activities.runtimes.base import InvalidRuntime, PrepareFailed, Runtime
+from polar import safe_files
 from polar.contracts import RuntimeHandle
 from polar.host_paths import resolved_problem
 from polar.tasks.spec import CommandAction, PrepareAction, UploadAction
@@ -53,7 +54,7 @@ async def _run_with_retries(
             if outcome.exit_code == 0 and not outcome.timed_out:
                 return
     stderr = runtime.log_paths(handle, log_name)[1]
-    tail = stderr.read_text(errors="replace")[-1500:] if stderr.exists() else ""
+    tail = safe_files.read_log_file(stderr, limit=4096).decode(errors="replace")[-1500:]
     why = "timed out" if outcome.timed_out else f"exited {outcome.exit_code}"
     raise PrepareFailed(
         f"prepare action {index} ({action.command!r}) {why} after "

@@ -77,3 +77,38 @@ def test_a_file_over_max_size_is_refused_before_it_is_read(tmp_path: Path) -> No
     with pytest.raises(safe_files.TooLarge) as caught:
         safe_files.read_bytes(tmp_path, "big.patch", max_size=99)
     assert (caught.value.size, caught.value.limit) == (100, 99)
+
+
+def test_a_log_within_the_limit_is_read_whole(tmp_path: Path) -> None:
+    (tmp_path / "h.stdout").write_bytes(b"x" * 4096)
+    assert safe_files.read_log(tmp_path, "h.stdout", limit=4096) == b"x" * 4096
+    assert safe_files.read_log(tmp_path, "missing", limit=4096) is None
+    assert safe_files.read_log_file(tmp_path / "missing", limit=4096) == b""
+
+
+def test_a_long_log_keeps_its_head_and_tail_and_says_what_it_dropped(tmp_path: Path) -> None:
+    size, limit = 10_000_000, 8192
+    with open(tmp_path / "h.stdout", "wb") as f:
+        f.write(b"HEAD")
+        f.write(b"m" * (size - 8))
+        f.write(b"TAIL")
+    data = safe_files.read_log(tmp_path, "h.stdout", limit=limit)
+    assert data is not None
+    note = safe_files.truncation_note(size - limit, size, limit)
+    assert b"truncated: 9991808 bytes dropped" in note
+    assert data == b"HEAD" + b"m" * 1020 + note + b"m" * (7168 - 4) + b"TAIL"
+    assert len(data) == limit + len(note)
+
+
+def test_a_log_that_is_a_link_or_a_fifo_is_a_note_not_followed(tmp_path: Path) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text("root's secret")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "h.stdout").symlink_to(secret)
+    os.mkfifo(logs / "h.stderr")  # would block a plain read
+    for name in ("h.stdout", "h.stderr"):
+        with pytest.raises(UnsafePath):
+            safe_files.read_log(logs, name, limit=4096)
+        note = safe_files.read_log_file(logs / name, limit=4096)
+        assert note.startswith(b"[polar: log not read: ") and b"root's" not in note
