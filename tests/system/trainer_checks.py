@@ -66,12 +66,14 @@ def trainers_python() -> Path:
     return REPO / ".venv-trainers" / "bin" / "python"
 
 
-async def run_logged(argv: list[str], env: dict[str, str], timeout_s: float) -> str:
-    """Run `argv` without blocking the event loop (the suite's worker runs on it); its
+async def run_logged(
+    argv: list[str], env: dict[str, str], timeout_s: float, cwd: Path = REPO
+) -> str:
+    """Run `argv` in `cwd` without blocking the event loop (the suite's worker runs on it); its
     output, or an assertion error carrying the output's tail."""
     proc = await asyncio.create_subprocess_exec(
         *argv,
-        cwd=REPO,
+        cwd=cwd,
         env=env,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
