@@ -7,11 +7,21 @@ evaluator's reward file; code under test rewrites the pytest results file at exi
 plugin; package code monkeypatches `_pytest.reports`; and, for a command evaluator without
 `protected`, the harness rewrites the test its command names and adds a conftest. Each must
 end with reward 0 while the honest fix gets 1, on every sealed runtime.
+
+No process of the graded code can see the grade's paths (`grade_view`): the code under test
+prints its environment, its fds' targets, its own and its parent's argv (and the parent's
+environment) and the folders they name, under swebench and under a command evaluator with a
+reward_command. None of it may name a reward file, a results file or the runner's key file,
+nor hold the key. The runner's folder is in argv (the plugin's path, the runner's `DIR`) by
+design: what the runner writes there is signed with a key that is gone before the tests
+start, and the runner's environment is unreadable (non-dumpable) (docs/threat-model.md).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -19,6 +29,7 @@ from typing import Any
 import pytest
 
 from polar.records import SessionStatus
+from polar.storage import Storage, artifact_key
 from polar.tasks.spec import EvaluatorSpec
 from tests.support.adversary.matrix import swebench_evaluator
 from tests.support.adversary.stack import (
@@ -62,11 +73,60 @@ def cases(sha: str) -> dict[str, tuple[dict[str, Any], dict[str, str]]]:
         "results_rewrite (swebench)": (swe, {"ATTACK_GRADING": "results_rewrite"}),
         "iniconfig_shadow (swebench)": (swe, {"ATTACK_GRADING": "iniconfig_shadow"}),
         "reports_monkeypatch (swebench)": (swe, {"ATTACK_GRADING": "reports_monkeypatch"}),
+        "grade_view (swebench)": (swe, {"ATTACK_GRADING": "grade_view"}),
+        "grade_view (command)": (command_evaluator(ADD_CHECK), {"ATTACK_GRADING": "grade_view"}),
         "command_unprotected (command)": (
             {"kind": "command", "command": PYTEST_CHECK},
             {"ATTACK_GRADING": "command_unprotected"},
         ),
     }
+
+
+GRADE_NAMES = re.compile(r"reward|results\.json|/key$", re.I)
+"""What no environment, fd or argv of the code under test may name (reward files, the
+runner's results file and key file, the plugin's old results file `pytest-results.jsonl`)."""
+GRADE_VARIABLES = ("POLAR_REWARD_FILE", "POLAR_PYTEST_RESULTS", "POLAR_TRACES_FILE")
+KEY = re.compile(r"\b[0-9a-f]{64}\b")
+"""The runner's key (secrets.token_hex(32)) or anything that looks like it."""
+
+
+def grade_views(storage: Storage, session: Any) -> list[dict[str, Any]]:
+    """The `GRADE-VIEW` lines the code under test printed into the evaluator's logs."""
+    views = []
+    for name in ("swebench-tests.log", "evaluate.stdout"):
+        try:
+            log = storage.get_bytes(artifact_key(session.session_id, name)).decode()
+        except Exception:  # noqa: BLE001 - the other evaluator's log
+            continue
+        for line in log.splitlines():
+            if line.startswith("GRADE-VIEW "):
+                views.append(json.loads(line.removeprefix("GRADE-VIEW ")))
+    return views
+
+
+def assert_grade_unseen(view: dict[str, Any], swebench: bool) -> None:
+    """Nothing the code under test can see names the grade's files or holds the key."""
+    assert not set(GRADE_VARIABLES) & set(view["environ"]), view["environ"]
+    seen = {
+        **{f"env {k}": f"{k}={v}" for k, v in view["environ"].items()},
+        **{f"fd {fd}": target for fd, target in view["fds"].items()},
+    }
+    for part in ("cmdline", "parent_cmdline", "parent_environ"):
+        values = view[part] if isinstance(view[part], list) else [view[part]]
+        seen |= {f"{part} {i}": str(v) for i, v in enumerate(values)}
+    for folder, names in view["folders"].items():
+        listing = names if isinstance(names, list) else [names]
+        seen |= {f"in {folder}": f"{folder}/{n}" for n in listing}
+    named = {where: what for where, what in seen.items() if GRADE_NAMES.search(what)}
+    assert not named, named
+    keyish = {where: what for where, what in seen.items() if KEY.search(what)}
+    assert not keyish, keyish
+    if swebench:  # the runner is the parent: non-dumpable, its environment closed to its child
+        assert any("pytest_runner.py" in a for a in view["parent_cmdline"]), view
+        assert str(view["parent_environ"]).startswith("unreadable"), view["parent_environ"]
+        # the runner's folder is named (the plugin's path) and holds no key any more
+        grading = [f for f in view["folders"] if f.endswith("polar-grading")]
+        assert grading and all("key" not in view["folders"][f] for f in grading), view
 
 
 @pytest.mark.parametrize("kind", ["docker", "podman", "local", "bwrap"])
@@ -98,3 +158,12 @@ async def test_grading_attacks_get_reward_zero(
         assert session.status == SessionStatus.COMPLETED, (name, session)
         want = 1.0 if name.startswith("honest") else 0.0
         assert session.reward == want, (name, evidence(stack.storage, session))
+    for name in ("grade_view (swebench)", "grade_view (command)"):
+        views = grade_views(stack.storage, outcome[name])
+        assert views, (name, evidence(stack.storage, outcome[name]))
+        for view in views:
+            shown = {k: view[k] for k in ("fds", "cmdline", "parent_cmdline", "folders")}
+            shown["parent_environ"] = str(view["parent_environ"])[:60]
+            print(f"GRADE-VIEW | {name} | {kind} | {json.dumps(shown)[:3000]}")
+            assert_grade_unseen(view, swebench="swebench" in name)
+        print(f"GRADE-VIEW | {name} | {kind} | {len(views)} views, none names the grade")

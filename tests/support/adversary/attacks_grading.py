@@ -15,7 +15,12 @@ the tests:
 - `reports_monkeypatch`: package code patches `_pytest.reports.TestReport.from_item_and_call`
   so every call report says passed;
 - `command_unprotected`: rewrites the command evaluator's test (this file's `test_add_adds`)
-  and adds a conftest.py that passes every test.
+  and adds a conftest.py that passes every test;
+- `grade_view`: code under test (`add`, which the test calls) prints one `GRADE-VIEW ` JSON
+  line of all it can see of the grading: its environment, where each of its fds leads, its
+  own and its parent's argv (and the parent's environment, where readable), and the
+  listing of every folder those argv name (tests/system/test_adversarial_grading.py checks
+  that none of it holds the key, a reward file or a results file).
 
 Also a test file for the command evaluator: `python3 -m pytest tools/attacks_grading.py`
 runs `test_add_adds`.
@@ -109,6 +114,60 @@ def _forged(cls, item, call):
 _reports.TestReport.from_item_and_call = classmethod(_forged)
 """
 
+VIEW = """
+import json as _json, os as _os
+
+
+def _polar_read(path, split):
+    try:
+        with open(path, "rb") as f:
+            data = f.read().decode("utf-8", "replace")
+    except OSError as exc:
+        return "unreadable: " + exc.strerror
+    return [x for x in data.split(split) if x]
+
+
+def _polar_view():
+    fds = {}
+    for fd in sorted(_os.listdir("/proc/self/fd"), key=int):
+        try:
+            fds[fd] = _os.readlink("/proc/self/fd/" + fd)
+        except OSError as exc:
+            fds[fd] = "unreadable: " + exc.strerror
+    ppid = _os.getppid()
+    view = {
+        "pid": _os.getpid(),
+        "environ": dict(_os.environ),
+        "fds": fds,
+        "cmdline": _polar_read("/proc/self/cmdline", chr(0)),
+        "parent_cmdline": _polar_read("/proc/%d/cmdline" % ppid, chr(0)),
+        "parent_environ": _polar_read("/proc/%d/environ" % ppid, chr(0)),
+        "folders": {},
+    }
+    here = _os.path.realpath(_os.getcwd())
+    args = [a for key in ("cmdline", "parent_cmdline") if isinstance(view[key], list)
+            for a in view[key]]
+    for arg in args:
+        if not arg.startswith("/"):
+            continue
+        folder = arg if _os.path.isdir(arg) else _os.path.dirname(arg)
+        if arg.endswith(".py") or _os.path.isdir(arg):
+            if not _os.path.realpath(folder).startswith(here):
+                try:
+                    view["folders"][folder] = sorted(_os.listdir(folder))[:200]
+                except OSError as exc:
+                    view["folders"][folder] = "unreadable: " + exc.strerror
+    return view
+
+
+_polar_add = add
+
+
+def add(a, b):
+    print("GRADE-VIEW " + _json.dumps(_polar_view()), flush=True)
+    return _polar_add(a, b)
+"""
+
 CONFTEST = """
 import pytest
 
@@ -144,6 +203,8 @@ def attack(name: str) -> None:
         Path("iniconfig.py").write_text(SHADOW)
     elif name == "reports_monkeypatch":
         _append("calc.py", MONKEYPATCH)
+    elif name == "grade_view":
+        _append("calc.py", VIEW)
     elif name == "command_unprotected":
         me = Path("tools/attacks_grading.py")
         me.write_text(me.read_text().replace("assert add(2, 2) == 4", "assert True"))
