@@ -23,10 +23,15 @@ makes them per command:
   logs nor any other session's dirs; the worker's environment is never passed
   (the runtime gives each command a minimal one);
 - rlimits (`prlimit`: no core files, file size <= the disk limit, data
-  segment <= the memory limit, processes <= the pids limit, which the kernel
-  counts over the worker user's processes) and, where the host delegates a
-  cgroup v2 directory to the worker (`POLAR_SANDBOX_CGROUP`), a child cgroup
-  per command with `memory.max`, `pids.max` and `cpu.max`.
+  segment <= the memory limit, processes <= the pids limit) and, where the
+  host delegates a cgroup v2 directory to the worker (`POLAR_SANDBOX_CGROUP`),
+  a child cgroup per command with `memory.max`, `pids.max` and `cpu.max`.
+  RLIMIT_NPROC counts every process of the worker's user, so without a
+  cgroup's `pids.max` a fork bomb at its cap stops its neighbours' forks too
+  (those with the same cap); with one, the rlimit is left out;
+- the disk limit past one file: the local runtime's watchdog over the
+  session's dirs (activities/runtimes/resource_limits.py). The sandbox's own
+  /tmp is a tmpfs of TMPFS_BYTES (memory, not disk).
 
 Where the host forbids unprivileged user namespaces (`userns_forbidden`), or
 `bwrap` is missing, this mode is skipped with the reason; the worker then
@@ -159,16 +164,23 @@ def bwrap_argv(bwrap: str, mounts: Mounts, cwd: Path) -> list[str]:
     return [*args, "--chdir", str(cwd), "--as-pid-1", "--", bash, "-c", INIT, "polar-init"]
 
 
-def rlimit_argv(prlimit: str, limits: ContainerLimits) -> list[str]:
+def rlimit_argv(
+    prlimit: str, limits: ContainerLimits, *, nproc: bool = True, data: bool = True
+) -> list[str]:
     """`prlimit` with the session's limits (inherited by the sandbox and all it starts),
-    each at most the worker's own hard limit (an unprivileged process cannot raise it)."""
-    wanted = (
+    each at most the worker's own hard limit (an unprivileged process cannot raise it).
+    `nproc`: cap processes by RLIMIT_NPROC (off where a cgroup's pids.max does it per
+    session: the rlimit counts every process of the user, so one session at its cap would
+    stop its neighbours' forks); `data`: cap the data segment at the memory limit."""
+    wanted = [
         ("core", resource.RLIMIT_CORE, 0),
         ("fsize", resource.RLIMIT_FSIZE, limits.disk_bytes),
-        ("data", resource.RLIMIT_DATA, limits.memory_bytes),
-        ("nproc", resource.RLIMIT_NPROC, limits.pids),
         ("nofile", resource.RLIMIT_NOFILE, NOFILE),
-    )
+    ]
+    if data:
+        wanted.append(("data", resource.RLIMIT_DATA, limits.memory_bytes))
+    if nproc:
+        wanted.append(("nproc", resource.RLIMIT_NPROC, limits.pids))
     args = [prlimit]
     for name, which, value in wanted:
         hard = resource.getrlimit(which)[1]
@@ -186,7 +198,7 @@ class DelegatedCgroup:
 
     def problem(self) -> str | None:
         """Why it cannot be used (None: it can)."""
-        if not (self.root / "cgroup.procs").exists():
+        if not (self.root / "cgroup.subtree_control").exists():
             return f"{self.root} is not a cgroup v2 directory"
         if not os.access(self.root, os.W_OK):
             return f"{self.root} is not writable by this worker"
@@ -194,6 +206,10 @@ class DelegatedCgroup:
 
     def controllers(self) -> set[str]:
         return set((_read(str(self.root / "cgroup.subtree_control")) or "").split())
+
+    def caps_pids(self) -> bool:
+        """Whether its children get `pids.max` (then RLIMIT_NPROC is not used)."""
+        return "pids" in self.controllers()
 
     @contextlib.contextmanager
     def child(self, session_id: str, limits: ContainerLimits) -> Iterator[Path]:
@@ -215,6 +231,27 @@ class DelegatedCgroup:
         finally:
             with contextlib.suppress(OSError):  # a process still leaving: the sweep retries
                 path.rmdir()
+
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def cgroup_v2_unavailable(root: Path = CGROUP_ROOT) -> str | None:
+    """Why this host cannot delegate a cgroup v2 dir with the `pids` controller to a worker
+    (None: it can, as far as its mount shows; the delegation itself is the host's, e.g.
+    systemd's `Delegate=yes` or Slurm's cgroup/v2 plugin)."""
+    controllers = _read(str(root / "cgroup.controllers"))
+    if controllers is None:
+        unified = _read(str(root / "unified" / "cgroup.controllers"))
+        if unified is not None:
+            return (
+                f"a hybrid cgroup hierarchy: {root} is cgroup v1, the v2 one at "
+                f"{root / 'unified'} has only [{unified}] (pids is bound to v1)"
+            )
+        return f"no cgroup v2 at {root} (cgroup v1 only)"
+    if "pids" not in controllers.split():
+        return f"the cgroup v2 at {root} has no pids controller ([{controllers}])"
+    return None
 
 
 def cgroup_argv(cgroup: Path) -> list[str]:

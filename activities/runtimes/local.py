@@ -62,7 +62,7 @@ from activities.runtimes.local_sandbox import (
     parse_uid_pool,
     pool_user,
 )
-from activities.runtimes.resource_limits import ContainerLimits
+from activities.runtimes.resource_limits import ContainerLimits, DirsWatchdog, watching_disk
 from activities.shell_command import ProcessOutcome, run_shell
 from polar.contracts import PrepareRequest, RuntimeHandle
 from polar.host_paths import local_git_path, resolved_problem
@@ -402,18 +402,24 @@ class LocalRuntime:
         stdout, stderr = self.log_paths(handle, log_name)
         opened = self._channels.get(handle.session_id)
 
-        def ready() -> tuple[Sandbox, tuple[int, int] | None, Loopback | None]:
+        def ready() -> tuple[Sandbox, tuple[int, int] | None, Loopback | None, ContainerLimits]:
             # what the worker wrote there since (the harness config, the evaluator's inputs):
             # a few files, given in this process (a chown process costs more than the walk)
-            user = self._user(self._handle_dir(handle))
+            base = self._handle_dir(handle)
+            user = self._user(base)
             self._own_in_process([self.home(handle), self.scratch(handle)], user)
             sandbox = self.sandbox if user is None else self.sandbox.as_user(*user)
+            limits = _read_limits(base)
             if sandbox.loopback_channel and opened is None:  # a network of its own, only lo
-                return sandbox, user, new_loopback()
-            return sandbox, user, None
+                return sandbox, user, new_loopback(), limits
+            return sandbox, user, None, limits
 
         # one hop to a thread, not three
-        sandbox, user, own_net = await asyncio.to_thread(ready)
+        sandbox, user, own_net, limits = await asyncio.to_thread(ready)
+        base = self._handle_dir(handle)
+        watchdog = DirsWatchdog(
+            (Path(handle.workdir), *(base / sub for sub in OWNED_DIRS)), limits.disk_bytes
+        )
         async with contextlib.AsyncExitStack() as stack:
             if own_net is not None:
                 stack.callback(own_net.close)
@@ -422,15 +428,23 @@ class LocalRuntime:
                 wrap = await asyncio.to_thread(self._bwrap_wrap, handle, stack)
             else:
                 wrap = list(sandbox.wrap(net))
-            return await run_shell(
-                command,
-                cwd=Path(handle.workdir),
-                env=self._env(handle, env, user),
-                stdout=stdout,
-                stderr=stderr,
-                timeout_s=timeout_s,
-                on_tick=on_tick,
-                wrap=wrap,
+                if user is not None:  # a uid of the session's own: RLIMIT_NPROC is per session
+                    prlimit = bwrap.tool("prlimit") or "prlimit"
+                    wrap = [*bwrap.rlimit_argv(prlimit, limits, data=False), *wrap]
+            return await watching_disk(
+                lambda tick: run_shell(
+                    command,
+                    cwd=Path(handle.workdir),
+                    env=self._env(handle, env, user),
+                    stdout=stdout,
+                    stderr=stderr,
+                    timeout_s=timeout_s,
+                    on_tick=tick,
+                    wrap=wrap,
+                ),
+                watchdog,
+                stderr,
+                on_tick,
             )
 
     def _bwrap_wrap(self, handle: RuntimeHandle, stack: contextlib.AsyncExitStack) -> list[str]:
@@ -451,9 +465,10 @@ class LocalRuntime:
             prefix += bwrap.cgroup_argv(child)
         prlimit = bwrap.tool("prlimit") or "prlimit"
         sandbox_bin = self.sandbox.prefix[0]
+        cgroup_pids = self.cgroup is not None and self.cgroup.caps_pids()
         return [
             *prefix,
-            *bwrap.rlimit_argv(prlimit, limits),
+            *bwrap.rlimit_argv(prlimit, limits, nproc=not cgroup_pids),
             *bwrap.bwrap_argv(sandbox_bin, mounts, Path(handle.workdir)),
         ]
 

@@ -1,18 +1,33 @@
-"""Container resource limits: the RuntimeSpec's values (on by default) in the engines' units."""
+"""Container resource limits: the RuntimeSpec's values (on by default) in the engines' units,
+and the disk watchdog of the `local` runtime (its sessions have no writable layer of their own
+to cap: what its dirs hold together is checked while a command runs and after it)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
-from dataclasses import dataclass
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from activities.shell_command import ProcessOutcome
 from polar.tasks.spec import RuntimeSpec, parse_size
 
 DISK_LABEL = "polar.disk-bytes"
 """Container label carrying the session's disk limit, for the watchdog of `run`."""
 
 _DEFAULTS = RuntimeSpec.model_fields
-__all__ = ["DISK_LABEL", "ContainerLimits", "parse_size", "writable_layer_bytes"]
+__all__ = [
+    "DISK_LABEL",
+    "ContainerLimits",
+    "DirsWatchdog",
+    "parse_size",
+    "watching_disk",
+    "writable_layer_bytes",
+]
+SCAN_SHARE = 0.05
+"""Most of the time a watchdog spends scanning (a big workspace is scanned less often)."""
 
 
 @dataclass(frozen=True)
@@ -57,3 +72,66 @@ def writable_layer_bytes(root: Path, stop_after: int | None = None) -> int:
         if stop_after is not None and total > stop_after:
             break
     return total
+
+
+@dataclass
+class DirsWatchdog:
+    """Whether the dirs a session may write (workspace, home, scratch, tmp, venv) hold more
+    than its disk limit together. The source it was given counts too; a scan that takes
+    long is made less often (at most SCAN_SHARE of the time)."""
+
+    roots: tuple[Path, ...]
+    limit: int
+    _next: float = field(default=0.0, repr=False)
+
+    def exceeded(self, *, now: bool = False) -> str | None:
+        """Why the dirs are past the limit (None: they are not, or not checked yet)."""
+        started = time.monotonic()
+        if not now and started < self._next:
+            return None
+        used = 0
+        for root in self.roots:
+            used += writable_layer_bytes(root, stop_after=self.limit - used)
+            if used > self.limit:
+                return f"disk limit exceeded: wrote more than {self.limit} bytes"
+        took = time.monotonic() - started
+        self._next = started + took / SCAN_SHARE
+        return None
+
+
+class _DiskExceeded(Exception):
+    """Raised from a tick: run_shell then kills the command's process group."""
+
+
+async def watching_disk(
+    run: Callable[[Callable[[float], Awaitable[None]]], Awaitable[ProcessOutcome]],
+    watchdog: DirsWatchdog,
+    stderr: Path,
+    on_tick: Callable[[float], Awaitable[None] | None] | None = None,
+) -> ProcessOutcome:
+    """`run(tick)` (a run_shell) with `watchdog` checked on every tick and once after: past
+    the limit the command is killed (or, done already, its outcome says so), and the reason
+    goes to its stderr log and `limit_exceeded`."""
+    started = time.monotonic()
+
+    async def tick(elapsed: float) -> None:
+        exceeded = await asyncio.to_thread(watchdog.exceeded)
+        if exceeded:
+            raise _DiskExceeded(exceeded)
+        if on_tick is not None:
+            maybe = on_tick(elapsed)
+            if maybe is not None:
+                await maybe
+
+    try:
+        outcome = await run(tick)
+    except _DiskExceeded as exc:
+        with open(stderr, "a") as err:
+            err.write(f"polar: {exc}; every process of the session killed\n")
+        return ProcessOutcome(None, False, time.monotonic() - started, str(exc))
+    exceeded = await asyncio.to_thread(watchdog.exceeded, now=True)
+    if exceeded:  # written between the last tick and the exit
+        with open(stderr, "a") as err:
+            err.write(f"polar: {exceeded}\n")
+        outcome.limit_exceeded = exceeded
+    return outcome

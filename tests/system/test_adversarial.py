@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,8 @@ import pytest
 from polar.records import SessionStatus
 from polar.session_keys import SessionIdentity, mint_session_key
 from polar.storage import artifact_key
-from tests.support.adversary.matrix import make_repo, swebench_evaluator
+from tests.support import delegated_cgroup, unprivileged
+from tests.support.adversary.matrix import swebench_evaluator
 from tests.support.adversary.stack import (
     SealedStack,
     attack_report,
@@ -37,6 +39,7 @@ from tests.support.adversary.stack import (
     runtime_spec,
     stack_for,
     task_repo,
+    user_stack,
 )
 from tests.support.container_sessions import skip_without_disk_watchdog
 
@@ -55,6 +58,9 @@ JUNIT_GRADER = (
 
 RUNTIMES = ["docker", "podman", "local", "bwrap"]
 """The sealed runtimes every attack runs against (`bwrap`: `local` on a non-root worker)."""
+BWRAP_CGROUP = "bwrap-cgroup"
+"""The user worker in a delegated cgroup (its queue's suffix)."""
+BOMB_PIDS = 128
 
 
 @pytest.mark.parametrize("kind", RUNTIMES)
@@ -120,18 +126,43 @@ async def test_attacks_get_the_honest_reward(
     assert honest.reward == 1.0, honest.evaluation
 
 
-@pytest.mark.parametrize("kind", ["docker", "podman"])
+@pytest.fixture(scope="module")
+def bwrap_cgroup_stack(sealed_stack: SealedStack) -> Iterator[SealedStack]:
+    """A worker of an ordinary user (bwrap) in a cgroup v2 dir delegated to it: each sandbox
+    gets a child with pids.max. Without one, RLIMIT_NPROC (all the user's processes) is the
+    only cap, and a fork bomb at it stops its neighbours' forks: skipped, saying why."""
+    entry = unprivileged.ensure_user()
+    try:
+        with (
+            delegated_cgroup.delegated(entry.pw_uid, entry.pw_gid) as cgroup,
+            user_stack(sealed_stack, BWRAP_CGROUP, cgroup) as stack,
+        ):
+            yield stack
+    except delegated_cgroup.Unavailable as exc:
+        reason = f"bwrap has no per-session pids cap here: {exc}"
+        print(f"skipping the bwrap neighbour test: {reason}")
+        pytest.skip(reason)
+
+
+@pytest.mark.parametrize("kind", RUNTIMES)
 async def test_disk_filler_and_fork_bomb_end_only_their_session(
     kind: str, sealed_stack: SealedStack, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    skip_without_disk_watchdog(kind)
-    stack = sealed_stack
-    repo, sha = make_repo(tmp_path)
+    """A disk filler and a fork bomb beside an honest session with the same pids cap (as a
+    task's sessions have): each attacker ends its own session, the neighbour completes. On
+    `local` (root) each session is a uid of its own, so RLIMIT_NPROC is per session; on
+    `bwrap` (one user) only a delegated cgroup's pids.max is."""
+    if kind in ("docker", "podman"):
+        skip_without_disk_watchdog(kind)
+    stack = request.getfixturevalue("bwrap_cgroup_stack") if kind == "bwrap" else sealed_stack
+    user_kind = BWRAP_CGROUP if kind == "bwrap" else kind
+    polar = polar_for(stack, user_kind)
+    repo, sha = task_repo(stack, user_kind, tmp_path)
     tag = f"adv-limits-{kind}-{uuid.uuid4().hex[:6]}"
     evaluator = {"kind": "command", "command": "true"}
     filler, bomb, bystander = await asyncio.gather(
         one_session(
-            stack.polar,
+            polar,
             attack_spec(
                 f"{tag}-disk",
                 repo,
@@ -142,24 +173,24 @@ async def test_disk_filler_and_fork_bomb_end_only_their_session(
             ),
         ),
         one_session(
-            stack.polar,
+            polar,
             attack_spec(
                 f"{tag}-bomb",
                 repo,
                 sha,
-                runtime_spec(kind, request, pids=128),
+                runtime_spec(kind, request, pids=BOMB_PIDS),
                 evaluator,
                 {"ATTACK_FORK_BOMB": "1"},
                 harness_s=15,
             ),
         ),
         one_session(
-            stack.polar,
+            polar,
             attack_spec(
                 f"{tag}-ok",
                 repo,
                 sha,
-                runtime_spec(kind, request),
+                runtime_spec(kind, request, pids=BOMB_PIDS),
                 swebench_evaluator(sha),
                 {"ATTACK_FIX": "1"},
             ),

@@ -5,6 +5,7 @@ task specs whose harness runs an attack script of this folder (copied into the t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -25,7 +26,7 @@ from polar.contracts import SessionResult
 from polar.storage import Storage, artifact_key
 from polar.tasks.spec import TaskSpec
 from proxy.app import create_app
-from tests.support import unprivileged
+from tests.support import delegated_cgroup, unprivileged
 from tests.support.adversary.matrix import make_repo
 from tests.support.scripted_backend import ScriptedBackend, scripted_backend, serve_app, text
 
@@ -82,27 +83,46 @@ async def sealed_stack(devstack: Any, storage: Storage) -> AsyncIterator[SealedS
 def bwrap_stack(sealed_stack: SealedStack) -> Iterator[SealedStack]:
     """`sealed_stack` plus a worker that runs as an ordinary user on a queue of its own (its
     `local` sessions sealed by bwrap), reading task sources from a dir of that user's."""
+    with user_stack(sealed_stack, "bwrap") as stack:
+        yield stack
+
+
+@contextlib.contextmanager
+def user_stack(
+    sealed_stack: SealedStack, kind: str, cgroup: Path | None = None
+) -> Iterator[SealedStack]:
+    """`sealed_stack` with a worker of the ordinary user serving `kind` (its queue
+    `...-{kind}`); with `cgroup` (a dir delegated to that user, tests/support/delegated_cgroup)
+    the worker runs in its `worker/` leaf and gives each sandbox a child of it."""
     reason = unprivileged.unavailable()
     if reason:
         print(f"skipping the bwrap runtime: {reason}")
         pytest.skip(reason)
-    work = unprivileged.user_dir("polar-adv-bwrap-")
+    work = unprivileged.user_dir(f"polar-adv-{kind}-")
     sources = work / "sources"
     sources.mkdir()
     entry = unprivileged.ensure_user()
     os.chown(sources, entry.pw_uid, entry.pw_gid)
     base = sealed_stack.polar.settings
     settings = base.model_copy(
-        update={"task_queue": f"{base.task_queue}-bwrap", "source_roots": str(sources)}
+        update={
+            "task_queue": f"{base.task_queue}-{kind}",
+            "source_roots": str(sources),
+            "sandbox_cgroup": cgroup,
+        }
     )
+    before = sealed_stack.user_dir
     try:
-        with unprivileged.user_worker(settings, work):
-            sealed_stack.users["bwrap"] = PolarClient(sealed_stack.polar.client, settings)
+        with unprivileged.user_worker(settings, work) as proc:
+            if cgroup is not None:
+                delegated_cgroup.enter(cgroup, proc.pid)
+            sealed_stack.users[kind] = PolarClient(sealed_stack.polar.client, settings)
             sealed_stack.user_dir = sources
             yield sealed_stack
     finally:
-        sealed_stack.users.pop("bwrap", None)
-        print(f"bwrap worker log tail: {(work / 'worker.log').read_text()[-1500:]}")
+        sealed_stack.users.pop(kind, None)
+        sealed_stack.user_dir = before
+        print(f"{kind} worker log tail: {(work / 'worker.log').read_text()[-1500:]}")
         shutil.rmtree(work, ignore_errors=True)
 
 
@@ -119,7 +139,7 @@ def polar_for(stack: SealedStack, kind: str) -> PolarClient:
 
 def task_repo(stack: SealedStack, kind: str, tmp_path: Path) -> tuple[Path, str]:
     """The task's repository, where the worker of `kind` may read it (owned by its user)."""
-    if kind != "bwrap" or stack.user_dir is None:
+    if kind not in stack.users or stack.user_dir is None:
         return make_repo(tmp_path)
     root = stack.user_dir / uuid.uuid4().hex[:8]
     root.mkdir()
@@ -133,7 +153,7 @@ def runtime_spec(kind: str, request: pytest.FixtureRequest, **limits: Any) -> di
         return {"kind": "docker", "image": request.getfixturevalue("docker_image"), **limits}
     if kind == "podman":
         return {"kind": "podman", "image": request.getfixturevalue("podman_image"), **limits}
-    return {"kind": "local"}
+    return {"kind": "local", **limits}
 
 
 def attack_spec(
