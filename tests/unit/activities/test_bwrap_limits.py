@@ -1,0 +1,52 @@
+"""bwrap's limits without a sandbox: whether the host can delegate a cgroup v2 with pids
+(read from its cgroup mount, here a made-up tree), the rlimits a command gets (RLIMIT_NPROC
+left out where a delegated cgroup's pids.max caps each session), and the child cgroup a
+command gets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from activities.runtimes import bwrap
+from activities.runtimes.resource_limits import ContainerLimits
+
+LIMITS = ContainerLimits(cpus=1.5, memory_bytes=1 << 30, pids=64, disk_bytes=1 << 28)
+
+
+def test_a_hybrid_hierarchy_is_named(tmp_path: Path) -> None:
+    (tmp_path / "pids").mkdir()
+    (tmp_path / "unified").mkdir()
+    (tmp_path / "unified" / "cgroup.controllers").write_text("hugetlb\n")
+    why = bwrap.cgroup_v2_unavailable(tmp_path)
+    assert why and "hybrid" in why and "[hugetlb]" in why, why
+
+
+def test_v1_only_and_v2_without_pids_are_named(tmp_path: Path) -> None:
+    assert "cgroup v1 only" in (bwrap.cgroup_v2_unavailable(tmp_path) or "")
+    (tmp_path / "cgroup.controllers").write_text("cpu memory io\n")
+    assert "no pids controller" in (bwrap.cgroup_v2_unavailable(tmp_path) or "")
+    (tmp_path / "cgroup.controllers").write_text("cpu memory io pids\n")
+    assert bwrap.cgroup_v2_unavailable(tmp_path) is None
+
+
+def test_nproc_is_left_out_only_when_asked() -> None:
+    with_nproc = bwrap.rlimit_argv("prlimit", LIMITS)
+    assert "--nproc=64" in with_nproc and "--fsize=268435456" in with_nproc
+    assert with_nproc[-1] == "--"
+    without = bwrap.rlimit_argv("prlimit", LIMITS, nproc=False, data=False)
+    assert not [a for a in without if a.startswith(("--nproc", "--data"))], without
+    assert "--core=0" in without
+
+
+def test_a_delegated_dir_with_pids_gives_each_command_its_cap(tmp_path: Path) -> None:
+    (tmp_path / "cgroup.procs").write_text("")
+    (tmp_path / "cgroup.subtree_control").write_text("memory\n")
+    cgroup = bwrap.DelegatedCgroup(tmp_path)
+    assert cgroup.problem() is None and not cgroup.caps_pids()
+    (tmp_path / "cgroup.subtree_control").write_text("memory pids\n")
+    assert cgroup.caps_pids()
+    with cgroup.child("s1", LIMITS) as child:
+        assert (child / "pids.max").read_text() == "64"
+        assert (child / "memory.max").read_text() == str(1 << 30)
+        assert not (child / "cpu.max").exists()  # cpu not handed down
+    assert bwrap.DelegatedCgroup(tmp_path / "nope").problem()
