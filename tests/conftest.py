@@ -116,18 +116,19 @@ def pytest_configure(config: pytest.Config) -> None:
     their session dirs. The oldest runs beyond `KEPT_RUNS` are removed."""
     if config.option.basetemp is not None:
         return
-    root = Path(tempfile.gettempdir()) / f"polar-pytest-of-{getpass.getuser()}"
+    # a short name: Unix socket paths under it must stay within 107 bytes
+    root = Path(tempfile.gettempdir()) / f"polar-pt-{getpass.getuser()}"
     root.mkdir(mode=0o711, exist_ok=True)
     st = root.lstat()
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
         raise pytest.UsageError(f"{root} is not a directory of this user's")
     root.chmod(0o711)
-    runs = sorted(root.glob("run-*"), key=lambda p: p.stat().st_mtime)
+    runs = sorted(root.glob("r*"), key=lambda p: p.stat().st_mtime)
     stale = time.time() - STALE_RUN_S  # a run that may still be going is never removed
     for old in runs[: max(0, len(runs) - (KEPT_RUNS - 1))]:
         if old.stat().st_mtime < stale:
             shutil.rmtree(old, ignore_errors=True)
-    config.option.basetemp = tempfile.mkdtemp(prefix="run-", dir=root)
+    config.option.basetemp = tempfile.mkdtemp(prefix="r", dir=root)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
