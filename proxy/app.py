@@ -315,11 +315,11 @@ def _model_routes(gw: Gateway) -> APIRouter:
 
     @router.get("/models")
     async def list_models(request: Request) -> dict[str, Any]:
-        return provider_for(request).model_list([gw.model_name])
+        return provider_for(request).model_list([gw.model_name], gw.upstream.context_window)
 
     @router.get("/models/{model:path}")
     async def get_model(model: str, request: Request) -> dict[str, Any]:
-        return provider_for(request).model_card(model)
+        return provider_for(request).model_card(model, gw.upstream.context_window)
 
     return router
 
@@ -382,6 +382,7 @@ def create_app(
             "upstreams": gw.upstream.urls,
             "upstream_routing": gw.upstream.router.mode,
             "replicas": gw.upstream.router.snapshot(),
+            "context_window": gw.upstream.context_window,
             "time": time.time(),
         }
 

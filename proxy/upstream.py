@@ -17,6 +17,7 @@ import contextlib
 import json
 import logging
 import math
+import re
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
@@ -26,7 +27,7 @@ from typing import Any
 import aiohttp
 
 from polar import fastjson
-from polar.providers import APIError
+from polar.providers import CONTEXT_CODE, APIError, ContextOverflow
 from polar.records import SampledChoice
 from polar.session_keys import SessionIdentity
 from polar.settings import Settings
@@ -53,8 +54,9 @@ class UpstreamError(APIError):
         url: str | None = None,
         upstream_status: int | None = None,
         upstream_body: dict[str, Any] | None = None,
+        overflow: ContextOverflow | None = None,
     ) -> None:
-        super().__init__(status_code, message, code=code, type=type)
+        super().__init__(status_code, message, code=code, type=type, overflow=overflow)
         self.url = url
         self.upstream_status = upstream_status
         self.upstream_body = upstream_body
@@ -260,6 +262,40 @@ def _error_message(status: int, reason: str, content: bytes) -> tuple[str, dict[
     return json.dumps(data)[:2000], data
 
 
+_LIMIT = re.compile(
+    r"maximum context length (?:is|of) (\d+)|context length \((\d+) tokens\)", re.IGNORECASE
+)
+_PROMPT = re.compile(  # the first of these in the message: the tokens past the window
+    r"contains (?:at least )?(\d+) input tokens"  # vLLM 0.1x+
+    r"|requested (?:a total of )?(\d+) tokens"  # older vLLM and SGLang: prompt + completion
+    r"|messages resulted in (\d+) tokens"  # OpenAI
+    r"|input \((\d+) tokens\)",  # SGLang: "The input (P tokens) is longer than ..."
+    re.IGNORECASE,
+)
+
+
+def context_overflow(message: str) -> ContextOverflow | None:
+    """The context overflow a backend's 400 message reports (vLLM: "This model's maximum
+    context length is N tokens. However, your prompt contains P input tokens ..."; SGLang:
+    "The input (P tokens) is longer than the model's context length (N tokens)."), if any."""
+    limit = _LIMIT.search(message)
+    if limit is None:
+        return None
+    prompt = _PROMPT.search(message)
+    prompt_tokens = next((int(g) for g in prompt.groups() if g), None) if prompt else None
+    return ContextOverflow(int(limit[1] or limit[2]), prompt_tokens)
+
+
+def model_window(listing: Any) -> int | None:
+    """`max_model_len` of the first model of an OpenAI-style listing (vLLM, SGLang)."""
+    data = listing.get("data") if isinstance(listing, dict) else None
+    for card in data if isinstance(data, list) else []:
+        window = card.get("max_model_len") if isinstance(card, dict) else None
+        if type(window) is int and window > 0:
+            return window
+    return None
+
+
 def server_root(base: str) -> str:
     """The server's root for an OpenAI base (`http://h:8000/v1` → `http://h:8000`)."""
     return base[: -len("/v1")] if base.endswith("/v1") else base
@@ -312,6 +348,8 @@ class UpstreamClient:
         self._session: aiohttp.ClientSession | None = None
         self._proxies: dict[str, str | None] = {}
         self._monitor: asyncio.Task[None] | None = None
+        self.context_window: int | None = None
+        """the model's context window, `max_model_len` of the backend's /v1/models"""
 
     @property
     def urls(self) -> list[str]:
@@ -332,9 +370,11 @@ class UpstreamClient:
         return self._session
 
     def start(self) -> None:
-        """Start the background probe of the replicas (and re-reading of the URL file)."""
-        if self.health_interval_s > 0 and self._monitor is None:
-            self._monitor = asyncio.get_running_loop().create_task(self._watch())
+        """Start the background probe of the replicas (and re-reading of the URL file);
+        with probes off, read the model's context window once."""
+        if self._monitor is None:
+            watch = self._watch() if self.health_interval_s > 0 else self._read_window()
+            self._monitor = asyncio.get_running_loop().create_task(watch)
 
     async def aclose(self) -> None:
         if self._monitor is not None:
@@ -364,19 +404,44 @@ class UpstreamClient:
         verdicts = await asyncio.gather(*(self._probe(base) for base in bases))
         for base, ok in zip(bases, verdicts, strict=True):
             self.router.set_health(base, ok)
+        if self.context_window is None and any(verdicts):
+            await self._read_window()
+
+    async def _read_window(self) -> None:
+        """Learn the context window from the first replica whose /v1/models gives one."""
+        for base in self.router.urls:
+            try:
+                async with self.session.get(
+                    f"{base}/models", proxy=self._proxy(base), timeout=aiohttp.ClientTimeout(5)
+                ) as response:
+                    body = await response.json(content_type=None)
+            except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+                log.info("no model card from %s: %s", base, exc)
+                continue
+            window = model_window(body)
+            if window is not None:
+                self.context_window = window
+                return
 
     async def _probe(self, base: str) -> bool:
-        """GET the server's /health (vLLM, SGLang): True on a 2xx answer."""
-        url = f"{server_root(base)}/health"
+        """GET the server's /health (vLLM, SGLang), or its /v1/models where it has no
+        /health (a proxy in front of it): True on a 2xx answer."""
         try:
-            async with self.session.get(
-                url, proxy=self._proxy(base), timeout=aiohttp.ClientTimeout(total=5)
-            ) as response:
-                await response.read()
-                return 200 <= response.status < 300
+            status = await self._get_status(f"{server_root(base)}/health", base)
+            if status in (404, 405):
+                status = await self._get_status(f"{base}/models", base)
         except (aiohttp.ClientError, TimeoutError) as exc:
             log.warning("upstream %s failed its health probe: %s", base, exc)
             return False
+        if not 200 <= status < 300:
+            log.warning("upstream %s failed its health probe: HTTP %d", base, status)
+        return 200 <= status < 300
+
+    async def _get_status(self, url: str, base: str) -> int:
+        timeout = aiohttp.ClientTimeout(total=5)
+        async with self.session.get(url, proxy=self._proxy(base), timeout=timeout) as response:
+            await response.read()
+            return response.status
 
     def _proxy(self, base: str) -> str | None:
         if base not in self._proxies:
@@ -471,13 +536,15 @@ class UpstreamClient:
                     upstream_status=status,
                     upstream_body=data,
                 )
+            overflow = context_overflow(message) if status in (400, 413, 422) else None
             raise UpstreamError(
-                status,
+                400 if overflow else status,
                 message,
                 url=base,
                 upstream_status=status,
                 upstream_body=data,
-                code=_upstream_code(data),
+                code=CONTEXT_CODE if overflow else _upstream_code(data),
+                overflow=overflow,
             )
         try:
             body = fastjson.loads(content)

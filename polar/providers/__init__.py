@@ -6,13 +6,22 @@ prefix merging removed), render the upstream's answer back in the caller's
 shape, whole or as the synthetic stream its SDK expects, and render errors.
 """
 
-from polar.providers.base import APIError, CallContext, ProviderAPI, approximate_tokens
+from polar.providers.base import (
+    CONTEXT_CODE,
+    APIError,
+    CallContext,
+    ContextOverflow,
+    ProviderAPI,
+    approximate_tokens,
+)
 from polar.providers.registry import PROVIDERS, detect, get_provider
 
 __all__ = [
+    "CONTEXT_CODE",
     "PROVIDERS",
     "APIError",
     "CallContext",
+    "ContextOverflow",
     "ProviderAPI",
     "approximate_tokens",
     "detect",

@@ -29,6 +29,7 @@ from typing import Any
 
 from polar.providers.base import (
     CallContext,
+    ContextOverflow,
     ProviderAPI,
     answer_message,
     arr,
@@ -412,8 +413,13 @@ class AnthropicMessages(ProviderAPI):
         kind = ERROR_TYPES.get(status) or ("invalid_request_error" if status < 500 else "api_error")
         return {"type": "error", "error": {"type": kind, "message": message}}
 
-    def model_list(self, names: list[str]) -> dict[str, Any]:
-        cards = [self.model_card(n) for n in names]
+    def overflow_error(self, overflow: ContextOverflow) -> tuple[int, dict[str, Any]]:
+        """Anthropic's own words, which Claude Code reads to offer or run a compaction."""
+        message = f"prompt is too long: {overflow.tokens} tokens > {overflow.limit} maximum"
+        return 400, self.error_body(400, message)
+
+    def model_list(self, names: list[str], context_window: int | None = None) -> dict[str, Any]:
+        cards = [self.model_card(n, context_window) for n in names]
         return {
             "data": cards,
             "has_more": False,
@@ -421,13 +427,16 @@ class AnthropicMessages(ProviderAPI):
             "last_id": names[-1] if names else None,
         }
 
-    def model_card(self, name: str) -> dict[str, Any]:
-        return {
+    def model_card(self, name: str, context_window: int | None = None) -> dict[str, Any]:
+        card: dict[str, Any] = {
             "type": "model",
             "id": name,
             "display_name": name,
             "created_at": "2025-01-01T00:00:00Z",
         }
+        if context_window is not None:  # the Models API's limits (input, and output at most)
+            card["max_input_tokens"] = card["max_tokens"] = context_window
+        return card
 
     def token_count(self, count: int, approximate: bool) -> dict[str, Any]:
         out: dict[str, Any] = {"input_tokens": count}

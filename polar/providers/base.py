@@ -28,11 +28,31 @@ PIECES = 4
 REASONING_KEYS = ("reasoning_content", "reasoning")
 
 
+CONTEXT_CODE = "context_length_exceeded"
+
+
+@dataclass(frozen=True)
+class ContextOverflow:
+    """A prompt longer than the model's context window, as the backend reported it."""
+
+    limit: int
+    """the context window, in tokens"""
+    prompt_tokens: int | None = None
+    """the tokens the call needed (its prompt, or prompt and completion where the backend
+    counted both), where the backend said; else at least `limit + 1`"""
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens if self.prompt_tokens is not None else self.limit + 1
+
+
 class APIError(Exception):
     """A failure the caller gets as an error body in its own provider's shape.
 
     `type` is OpenAI's error type when one is meant explicitly (else derived
-    from the status); `code` a short machine-readable reason.
+    from the status); `code` a short machine-readable reason. `overflow`: the
+    prompt outgrew the context window; each API renders that in its own dialect
+    (`ProviderAPI.overflow_error`), the one its clients act on (compact, or stop).
     """
 
     def __init__(
@@ -43,6 +63,7 @@ class APIError(Exception):
         type: str | None = None,
         param: str | None = None,
         code: str | None = None,
+        overflow: ContextOverflow | None = None,
     ) -> None:
         super().__init__(message)
         self.status_code = status_code
@@ -50,6 +71,7 @@ class APIError(Exception):
         self.type = type
         self.param = param
         self.code = code
+        self.overflow = overflow
 
 
 @dataclass(frozen=True)
@@ -120,8 +142,21 @@ class ProviderAPI(ABC):
         return status, self.error_body(status, message, code=code, param=param, type=type)
 
     def render_error(self, exc: APIError) -> tuple[int, dict[str, Any]]:
+        if exc.overflow is not None:
+            return self.overflow_error(exc.overflow)
         return self.error(
             exc.status_code, exc.message, code=exc.code, param=exc.param, type=exc.type
+        )
+
+    def overflow_error(self, overflow: ContextOverflow) -> tuple[int, dict[str, Any]]:
+        """A context overflow in this API's dialect; OpenAI Chat Completions' by default."""
+        message = (
+            f"This model's maximum context length is {overflow.limit} tokens. However, your "
+            f"messages resulted in {overflow.tokens} tokens. Please reduce the length of the "
+            "messages."
+        )
+        return self.error(
+            400, message, code=CONTEXT_CODE, param="messages", type="invalid_request_error"
         )
 
     def wants_stream(self, request: dict[str, Any], call: CallContext) -> bool:
@@ -131,12 +166,17 @@ class ProviderAPI(ABC):
     def stream_media_type(self, call: CallContext) -> str:
         return "text/event-stream"
 
-    def model_list(self, names: list[str]) -> dict[str, Any]:
-        """The answer to a model listing, in this API's shape."""
-        return {"object": "list", "data": [self.model_card(n) for n in names]}
+    def model_list(self, names: list[str], context_window: int | None = None) -> dict[str, Any]:
+        """The answer to a model listing, in this API's shape (with each model's context
+        window, where the backend told it)."""
+        return {"object": "list", "data": [self.model_card(n, context_window) for n in names]}
 
-    def model_card(self, name: str) -> dict[str, Any]:
-        return {"id": name, "object": "model", "created": 0, "owned_by": "polar"}
+    def model_card(self, name: str, context_window: int | None = None) -> dict[str, Any]:
+        card: dict[str, Any] = {"id": name, "object": "model", "created": 0, "owned_by": "polar"}
+        if context_window is not None:
+            # vLLM's and SGLang's key, and the one OpenAI-compatible routers use
+            card["max_model_len"] = card["context_length"] = context_window
+        return card
 
     def token_count(self, count: int, approximate: bool) -> dict[str, Any]:
         """The answer to a token-counting call, in this API's shape."""

@@ -32,6 +32,7 @@ from typing import Any
 
 from polar.providers.base import (
     CallContext,
+    ContextOverflow,
     ProviderAPI,
     arr,
     bad_request,
@@ -495,12 +496,20 @@ class GoogleGenerate(ProviderAPI):
         grpc = STATUSES.get(status) or ("INVALID_ARGUMENT" if status < 500 else "INTERNAL")
         return {"error": {"code": status, "message": message, "status": grpc}}
 
-    def model_list(self, names: list[str]) -> dict[str, Any]:
-        return {"models": [self.model_card(n) for n in names]}
+    def overflow_error(self, overflow: ContextOverflow) -> tuple[int, dict[str, Any]]:
+        """Gemini's INVALID_ARGUMENT with the token counts."""
+        message = (
+            f"The input token count ({overflow.tokens}) exceeds the maximum number of tokens "
+            f"allowed ({overflow.limit})."
+        )
+        return 400, self.error_body(400, message)
 
-    def model_card(self, name: str) -> dict[str, Any]:
+    def model_list(self, names: list[str], context_window: int | None = None) -> dict[str, Any]:
+        return {"models": [self.model_card(n, context_window) for n in names]}
+
+    def model_card(self, name: str, context_window: int | None = None) -> dict[str, Any]:
         bare = name.removeprefix("models/")
-        return {
+        card: dict[str, Any] = {
             "name": f"models/{bare}",
             "version": "001",
             "displayName": bare,
@@ -511,6 +520,9 @@ class GoogleGenerate(ProviderAPI):
                 "countTokens",
             ],
         }
+        if context_window is not None:
+            card["inputTokenLimit"] = card["outputTokenLimit"] = context_window
+        return card
 
     def token_count(self, count: int, approximate: bool) -> dict[str, Any]:
         out: dict[str, Any] = {"totalTokens": count}

@@ -33,8 +33,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from polar.providers.base import (
+    CONTEXT_CODE,
     APIError,
     CallContext,
+    ContextOverflow,
     ProviderAPI,
     answer_message,
     arr,
@@ -565,6 +567,15 @@ class OpenAIResponses(ProviderAPI):
         type: str | None = None,
     ) -> dict[str, Any]:
         return error_body(message, type or default_type(status), param, code)
+
+    def overflow_error(self, overflow: ContextOverflow) -> tuple[int, dict[str, Any]]:
+        """The Responses API's words and code (Codex CLI reads the code)."""
+        message = (
+            "Your input exceeds the context window of this model. Please adjust your input "
+            f"and try again. ({overflow.tokens} tokens > {overflow.limit} maximum)"
+        )
+        body = error_body(message, "invalid_request_error", "input", CONTEXT_CODE)
+        return 400, body
 
 
 __all__ = ["APIError", "OpenAIResponses", "input_messages", "map_tools", "output_items"]

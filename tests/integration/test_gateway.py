@@ -480,9 +480,9 @@ def test_upstream_errors_keep_their_meaning(base_settings: Settings, storage: St
         with pytest.raises(openai.InternalServerError) as broken:
             client.chat.completions.create(model="p", messages=MESSAGES)
         records = storage.list_completions(identity.session_id)
-    assert bad.value.status_code == 400
-    err = assert_openai_error(bad.value.response.json())
-    assert err["message"] == too_long
+    assert bad.value.status_code == 400  # an overflow, in OpenAI's words (test_gateway_overflow)
+    err = assert_openai_error(bad.value.response.json(), "context_length_exceeded")
+    assert err["message"].startswith("This model's maximum context length is 4096 tokens.")
     assert broken.value.status_code == 502
     assert "boom" in assert_openai_error(broken.value.response.json(), "upstream_error")["message"]
     assert [r.status_code for r in records] == [400, 502]
