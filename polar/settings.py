@@ -7,6 +7,7 @@ AWS S3 and a vLLM/SGLang fleet.
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 from functools import lru_cache
@@ -27,13 +28,30 @@ def checkout_path(relative: str) -> Path:
     return root / relative if root is not None else Path(relative)
 
 
+def default_data_dir() -> Path:
+    """The stack's state dir unless `POLAR_DATA_DIR` says otherwise: outside any checkout and
+    the default source roots (the worker's working directory), so that a session's pytest,
+    whose config search walks up from its workspace through the data dir, never meets the
+    project's own `pyproject.toml`. Root: `/var/lib/polar` (root's home is closed to the
+    sandbox users, who must reach their session dirs below it); others:
+    `$XDG_STATE_HOME/polar`, by default `~/.local/state/polar`."""
+    if os.geteuid() == 0:
+        return Path("/var/lib/polar")
+    state = os.environ.get("XDG_STATE_HOME", "")
+    base = Path(state) if Path(state).is_absolute() else Path.home() / ".local" / "state"
+    return base / "polar"
+
+
 class Settings(BaseSettings):
     """Every knob of Polar; each field is `POLAR_<NAME>` in the environment."""
 
     model_config = SettingsConfigDict(env_prefix="POLAR_", extra="ignore")
 
     data_dir: Path = Field(
-        default=Path(".polar"), description="dev-stack state, logs, the runtimes' session dirs"
+        default_factory=default_data_dir,
+        description="dev-stack state, logs, the runtimes' session dirs; default: /var/lib/polar "
+        "for root, else $XDG_STATE_HOME/polar (~/.local/state/polar): outside the checkout and "
+        "the default source roots, so a session's pytest never meets the project's config",
     )
 
     # Temporal
@@ -151,6 +169,11 @@ class Settings(BaseSettings):
     )
     upstream_down_s: float = Field(
         default=10.0, description="how long a replica that failed is skipped (passive health)"
+    )
+    pools: str | None = Field(
+        default=None,
+        description="named backend pools beside the policy's, a JSON object or a file of one: "
+        "model names or prefixes, upstreams, recorded, policy samples (docs/gateway.md)",
     )
     upstream_cache_salt: Literal["off", "session", "task"] = Field(
         default="off",

@@ -128,7 +128,15 @@ def main(
 
 
 def default_model_dir(settings: Settings) -> Path:
-    return (settings.data_dir / "models" / "tiny-qwen3").resolve()
+    """The tiny model: the data dir's if one was built there, else a checkout's
+    `.polar/models/tiny-qwen3` (infra/setup.sh builds it there; the data dir is elsewhere)."""
+    from polar.assets import checkout_root
+
+    mine = (settings.data_dir / "models" / "tiny-qwen3").resolve()
+    root = checkout_root()
+    if (mine / ".complete").exists() or root is None:
+        return mine
+    return (root / ".polar" / "models" / "tiny-qwen3").resolve()
 
 
 def vllm_python(settings: Settings) -> Path:
@@ -685,15 +693,16 @@ def demo_task(sessions: int) -> TaskSpec:
     """The bundled demo: a multi-turn OpenAI-SDK agent on a tiny repo, graded by a command.
 
     The task and its repo come from a checkout's examples/demo or the installed package's
-    data files (polar.assets); the repo is copied into the data dir, which the dev stack's
-    worker may read (its source roots default to its working directory)."""
+    data files (polar.assets); the repo is copied to `.polar/demo/repo` under the working
+    directory, which the dev stack's worker may read (its source roots default to its working
+    directory; never the data dir, which holds the stack's state)."""
     import shutil
 
     from polar.assets import asset_dir
 
     demo_dir = asset_dir("demo")
     spec = json.loads((demo_dir / "task.json").read_text())
-    repo = get_settings().data_dir.resolve() / "demo" / "repo"
+    repo = Path(".polar", "demo", "repo").resolve()
     shutil.copytree(demo_dir / "repo", repo, dirs_exist_ok=True)
     spec["num_sessions"] = sessions
     spec["source"]["path"] = str(repo)

@@ -123,7 +123,10 @@ def test_installed_cli_helps_and_builds_the_demo_task(venv: Path, tmp_path: Path
     env = clean_env(venv, POLAR_DATA_DIR=str(tmp_path / "data"))
     code = "from polar.app.cli import demo_task; print(demo_task(2).source.path)"
     repo = Path(run([str(venv / "bin" / "python"), "-c", code], tmp_path, env).strip())
-    assert repo.is_relative_to(tmp_path / "data") and (repo / "agent.py").is_file()
+    # under the working directory (the default source root), never in the data dir (the
+    # worker refuses a source there: the stack's state and secrets)
+    assert repo.is_relative_to(tmp_path) and not repo.is_relative_to(tmp_path / "data")
+    assert (repo / "agent.py").is_file()
 
 
 def test_installed_cli_runs_the_dev_stack(venv: Path, tmp_path: Path) -> None:
