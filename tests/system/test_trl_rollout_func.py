@@ -15,23 +15,32 @@ policy versions are the sessions'.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import inspect
 import secrets
 import statistics
+import time
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
+import httpx
+import numpy as np
 import pytest
+import torch
+from transformers import AutoModelForCausalLM
 
 from activities.worker import running_workers
 from examples.grpo.train import untied_copy
 from examples.trl.train import digits_task, make_trainer
+from polar.advantages import trace_advantages
 from polar.app.devstack import DevStack, free_port
 from polar.client.sdk import PolarClient
 from polar.settings import Settings
-from polar.trainers._sessions import chains
-from polar.trainers.trl import PolarRolloutFunc
+from polar.trainers._sessions import absent_reason, chains, trainable
+from polar.trainers.trl import PolarRolloutFunc, PolarRolloutWorker, PolarWeightTransfer
 from polar.trainers.weights import InPlaceReload
 from tests.conftest import open_for_harness
 from tests.support.scripted_backend import serve_app
@@ -184,3 +193,173 @@ async def test_grpo_trainer_trains_on_polar_tokens_for_two_steps(
         f"trl: 2 GRPOTrainer steps, {compared} trained tokens compared with vLLM's samples, "
         f"rollout wait {rollout.stats.wait_s:.1f} s, sync {rollout.stats.sync_s:.1f} s"
     )
+
+
+def worker_for(settings: Settings, **options: Any) -> PolarRolloutWorker:
+    """A rollout worker of the digits task, one group of GROUP sessions in flight."""
+    assert settings.model_dir is not None
+    task = digits_task(GROUP, settings.model_dir)
+    return PolarRolloutWorker(task, settings=settings, group_size=GROUP, max_in_flight=1, **options)
+
+
+def protocol_members(protocol: type) -> tuple[set[str], dict[str, inspect.Signature]]:
+    """A TRL protocol's attributes and its methods' signatures (as TRL declares them)."""
+    attributes = set(getattr(protocol, "__annotations__", {}))
+    methods = {
+        name: inspect.signature(value)
+        for name, value in vars(protocol).items()
+        if callable(value) and not name.startswith("_")
+    }
+    return attributes, methods
+
+
+def assert_implements(obj: object, protocol: type) -> None:
+    """`obj` has every attribute of TRL's `protocol` and every method, with its parameters;
+    and `isinstance` holds for a runtime-checkable copy of the protocol."""
+    attributes, methods = protocol_members(protocol)
+    assert attributes or methods
+    for name in attributes:
+        assert hasattr(obj, name), f"{type(obj).__name__} lacks {protocol.__name__}.{name}"
+    for name, declared in methods.items():
+        ours = inspect.signature(getattr(obj, name))
+        theirs = [p for p in declared.parameters if p != "self"]
+        assert list(ours.parameters) == theirs, f"{name}{ours} is not {protocol.__name__}'s"
+    checkable = runtime_checkable(type(protocol.__name__, (protocol, Protocol), {}))
+    assert isinstance(obj, checkable)
+
+
+async def test_async_worker_hands_trl_rollout_samples_built_from_polar_traces(
+    trl_polar: PolarClient, trl_stack: tuple[Settings, Tap]
+) -> None:
+    """TRL's AsyncGRPOTrainer cannot run on a CPU (torch.cuda in its init, flash-attention
+    kernels from the Hub), so its rollout worker and weight transfer are checked against TRL's
+    own protocols and `RolloutSample`, with samples from real Polar sessions."""
+    from trl.experimental.async_grpo.async_grpo_trainer import (
+        RolloutWorkerProtocol,
+        WeightTransferProtocol,
+    )
+    from trl.experimental.async_grpo.async_rollout_worker import RolloutSample
+
+    settings, tap = trl_stack
+    polar = trl_polar
+    assert settings.model_dir is not None
+    policy_dir = settings.model_dir
+    # 4 sessions a group; it is handed over once 3 are usable (the 4th: cancelled, counted)
+    worker = worker_for(settings, extra_sessions=1, max_staleness=1, filter_zero_spread=False)
+    transfer = PolarWeightTransfer(InPlaceReload.from_settings(settings, policy_dir))
+    assert_implements(worker, RolloutWorkerProtocol)
+    assert_implements(transfer, WeightTransferProtocol)
+
+    worker.update_model_version(4)
+    worker.start()
+    try:
+        deadline = time.monotonic() + 400
+        while worker.counts.groups < 1:
+            assert time.monotonic() < deadline, worker.counts
+            worker.check_health(stale_after_s=400)
+            await asyncio.sleep(1)
+        (handed, *_) = worker.handed
+    finally:
+        await asyncio.to_thread(worker.stop)
+    samples = []
+    while len(samples) < handed["samples"]:
+        samples.append(worker.rollout_buffer.get(timeout=5))
+    assert samples and all(isinstance(s, RolloutSample) for s in samples)
+    fields = {f.name for f in dataclasses.fields(RolloutSample)}
+    assert fields == {
+        "prompt", "completion", "input_ids", "completion_mask", "old_log_probs",
+        "advantage", "model_version", "group_id", "metrics", "enqueued_at",
+    }  # fmt: skip
+
+    # the samples are the traces of the task's trainable sessions, as Polar stored them
+    result = await polar.wait(handed["workflow_id"])
+    assert result.policy_version == 4
+    usable = [s for s in result.sessions if trainable(s)]
+    assert len(usable) >= GROUP
+    left_out = Counter(absent_reason(s) for s in result.sessions if not trainable(s))
+    assert worker.counts.left_out_sessions == left_out  # e.g. the cancelled straggler
+    traces = [t for s in usable for t in polar.load_traces(s)]
+    rewards = {s.session_id: s.reward for s in usable}
+    advantages = trace_advantages(traces, rewards)
+    assert len(samples) == sum(1 for t in traces if any(t.loss_mask))
+    compared = 0
+    for sample, trace in zip(samples, chains(traces), strict=True):
+        assert sample.input_ids.dtype == np.int64 and sample.completion_mask.dtype == np.int64
+        assert sample.old_log_probs.dtype == np.float32
+        context = len(trace.prompt_ids)
+        assert sample.input_ids.tolist() == trace.prompt_ids + trace.response_ids
+        assert sample.completion_mask.tolist() == [0] * context + trace.loss_mask
+        assert sample.old_log_probs.tolist() == float32([0.0] * context + trace.response_logprobs)
+        assert sample.advantage == pytest.approx(advantages[trace.trace_id])
+        assert sample.model_version == 4 and sample.group_id == handed["group_id"]
+        assert sample.metrics["reward"] == trace.reward
+        compared += assert_sampled_by_vllm(trace, polar.storage, tap)
+    assert compared > 0
+    metrics = worker.metrics_queue.get_nowait()
+    assert metrics["polar/groups_total"] == 1.0 and metrics["polar/staleness"] == 0.0
+    assert metrics["polar/sessions_per_s"] > 0 and "polar/stage_s/run" in metrics
+    assert metrics["polar/mean_reward"] == pytest.approx(
+        statistics.fmean(r for r in rewards.values() if r is not None)
+    )
+
+    # the same finished group, handed over again by workers whose trainer moved on
+    stale = worker_for(settings, max_staleness=1, filter_zero_spread=False)
+    stale.update_model_version(6)  # 2 versions past the group's 4
+    await stale._hand_over(polar, result, handed["workflow_id"])
+    assert stale.counts.dropped_stale_groups == 1 and stale.rollout_buffer.empty()
+    weighted = worker_for(
+        settings, max_staleness=1, stale="downweight", stale_weight=0.5, filter_zero_spread=False
+    )
+    weighted.update_model_version(7)  # 3 versions: 2 past the bound, advantage × 0.25
+    await weighted._hand_over(polar, result, handed["workflow_id"])
+    kept = [weighted.rollout_buffer.get_nowait() for _ in range(len(samples))]
+    assert [s.advantage for s in kept] == pytest.approx([0.25 * s.advantage for s in samples])
+    assert weighted.counts.downweighted_samples == len(samples)
+    # no reward spread: filtered, counted
+    flat = result.model_copy(
+        update={"sessions": [s.model_copy(update={"reward": 0.5}) for s in result.sessions]}
+    )
+    spread = worker_for(settings, max_staleness=1)
+    spread.update_model_version(4)
+    await spread._hand_over(polar, flat, handed["workflow_id"])
+    assert spread.counts.filtered_zero_spread == 1 and spread.rollout_buffer.empty()
+
+    # the weight transfer: TRL's (name, tensor) stream lands in the served vLLM
+    model = AutoModelForCausalLM.from_pretrained(policy_dir, dtype=torch.float32)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(3.0)  # a policy vLLM has not served yet
+    transfer.init_weight_transfer()
+    transfer.pause()
+    try:
+        transfer.send_weights(iter(model.named_parameters()))
+    finally:
+        transfer.resume()
+    transfer.destroy()
+    assert transfer.sent == len(list(model.named_parameters()))
+    prompt = samples[0].input_ids[: int(np.argmax(samples[0].completion_mask))].tolist()
+    gap = served_logprob_gap(model, settings, prompt)
+    assert gap < 1e-3, gap
+    print(f"trl async: {len(samples)} samples, {compared} tokens compared; served gap {gap:.2e}")
+
+
+def served_logprob_gap(model: Any, settings: Settings, prompt: list[int]) -> float:
+    """Max |vLLM's logprob − `model`'s| over 8 tokens vLLM samples after `prompt`."""
+    answer = httpx.post(
+        f"http://127.0.0.1:{settings.vllm_port}/v1/completions",
+        json={
+            "model": settings.upstream_model or "policy",
+            "prompt": prompt,
+            "max_tokens": 8,
+            "temperature": 1.0,
+            "logprobs": 0,
+            "return_token_ids": True,
+        },
+        timeout=120,
+    )
+    answer.raise_for_status()
+    choice = answer.json()["choices"][0]
+    sampled, served = choice["token_ids"], choice["logprobs"]["token_logprobs"]
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + sampled])).logits[0, len(prompt) - 1 : -1]
+    ours = torch.log_softmax(logits, -1).gather(1, torch.tensor(sampled)[:, None])[:, 0]
+    return max(abs(float(a) - float(b)) for a, b in zip(ours, served, strict=True))

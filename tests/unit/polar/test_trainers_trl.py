@@ -6,6 +6,7 @@ The real thing (TRL's GRPOTrainer stepping on real sessions): tests/system/test_
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -20,7 +21,9 @@ from polar.trainers.trl import (
     Prefetched,
     polar_reward,
     prompt_text,
+    rollout_samples,
 )
+from polar.trainers.weights import write_safetensors
 
 TEMPLATE = {"task_id": "digits", "harness": {"kind": "command", "command": "python agent.py"}}
 EOS = 2
@@ -148,3 +151,33 @@ def test_a_groups_task_carries_the_prompt_size_and_version() -> None:
     spec = rollout.task_for([{"role": "user", "content": "Write digits."}], 4)
     assert spec.instruction == "Write digits." and spec.num_sessions == 4
     assert spec.policy_version == 7 and spec.task_id.startswith("digits-")
+
+
+def test_rollout_samples_are_trls_own_dataclass_filled_from_the_traces() -> None:
+    from trl.experimental.async_grpo.async_rollout_worker import RolloutSample
+
+    traced = [trace("t0", "s0", 0, 100), trace("t1", "s1", 0, 200), trace("t2", "s2", 0, 300)]
+    advantages = {"t0": 1.0, "t1": -1.0, "t2": None}  # t2: an unscored session
+    samples = rollout_samples(
+        traced, advantages, group_id=9, model_version=3, prompt=[], weight=0.5
+    )
+    assert [type(s) for s in samples] == [RolloutSample, RolloutSample]
+    first = samples[0]
+    assert first.input_ids.tolist() == [100, 101, 110, 111, 112]
+    assert first.completion_mask.tolist() == [0, 0, 1, 0, 1]
+    assert first.old_log_probs.tolist() == [0.0, 0.0, -0.5, 0.0, -1.25]
+    assert [s.advantage for s in samples] == [0.5, -0.5]
+    assert (first.model_version, first.group_id, first.metrics["reward"]) == (3, 9, 0.5)
+
+
+def test_streamed_weights_replace_the_served_checkpoints_tensors(tmp_path: Path) -> None:
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    save_file({"a": torch.zeros(2), "b": torch.ones(3)}, str(tmp_path / "model.safetensors"))
+    assert write_safetensors(tmp_path, iter([("a", torch.full((2,), 7.0, dtype=torch.float64))]))
+    state = load_file(tmp_path / "model.safetensors")
+    assert state["a"].tolist() == [7.0, 7.0] and state["a"].dtype == torch.float32
+    assert state["b"].tolist() == [1.0, 1.0, 1.0]
+    with pytest.raises(ValueError, match="shape"):
+        write_safetensors(tmp_path, iter([("b", torch.zeros(4))]))
