@@ -5,7 +5,11 @@
 
 Two parts, one run, on the local Docker engine (`polar/runtime:py311`), and part (a) again
 for the `local` runtime (a root worker's sealed sandbox) and `bwrap` (the sandbox of a
-worker that is not root, forced in this process: the same command lines), side by side:
+worker that is not root), side by side. `bwrap` runs as an ordinary user (`--bwrap-user`,
+default `polar-hpc`, the tests' HPC user: a child process of this bench, the system
+python3 with the venv's packages, the local runtime detecting its mode as a worker of that
+user does); where there is no such user or this bench is not root, the bwrap sandbox is
+forced in this process (the same command lines, made by root):
 
 (a) Components, timed through the runtime API (median of `--runs`): preparing a
     container session (create, start, copy a small repo in), a no-op command,
@@ -29,9 +33,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import pwd
 import shlex
 import statistics
+import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 import uuid
@@ -53,6 +61,9 @@ from polar.tasks.spec import DirSource, RuntimeSpec, TaskSpec  # noqa: E402
 
 IMAGE = "polar/runtime:py311"
 RESULTS = Path(__file__).resolve().parent / "results" / "sandbox.json"
+REPO = Path(__file__).resolve().parent.parent
+SYSTEM_PYTHON = "/usr/bin/python3"
+BWRAP_USER = "polar-hpc"
 
 
 def small_repo(root: Path) -> Path:
@@ -86,6 +97,11 @@ def make_runtime(kind: str, root: Path) -> tuple[Runtime, RuntimeSpec]:
     process: the same command lines), `docker`."""
     if kind == "docker":
         return DockerRuntime(root / "runtimes"), RuntimeSpec(kind="docker", image=IMAGE)
+    if kind == "bwrap" and os.geteuid() != 0:  # as a worker of this user: detected
+        runtime = LocalRuntime(root / "runtimes")
+        if runtime.sandbox.mode != bwrap.MODE:
+            raise RuntimeError(f"this user's sandbox is {runtime.sandbox.mode}, not bwrap")
+        return runtime, RuntimeSpec(kind="local")
     if kind == "bwrap":
         tool = bwrap.tool("bwrap")
         if tool is None or bwrap.probe(tool):
@@ -155,6 +171,36 @@ async def components(tmp: Path, gateway: str, runs: int, kind: str = "docker") -
     return {"median_s": medians, "runs": runs}
 
 
+def components_as_user(user: str, tmp: Path, gateway: str, runs: int) -> dict[str, Any]:
+    """`components(..., "bwrap")` in a child process of `user` (an ordinary user: its local
+    runtime detects bwrap), as tests/support/unprivileged.py runs the HPC worker."""
+    entry = pwd.getpwnam(user)
+    work = tmp / "bwrap-user"
+    work.mkdir(parents=True)
+    os.chown(work, entry.pw_uid, entry.pw_gid)
+    work.chmod(0o755)
+    out = work / "result.json"
+    paths = sysconfig.get_paths()
+    env = {
+        "PATH": "/usr/bin:/bin:/usr/sbin:/sbin",
+        "LANG": "C.UTF-8",
+        "HOME": str(work),
+        "PYTHONPATH": ":".join(dict.fromkeys([str(REPO), paths["purelib"], paths["platlib"]])),
+        "POLAR_DATA_DIR": str(work / "data"),
+    }
+    argv = [
+        *("setpriv", f"--reuid={entry.pw_uid}", f"--regid={entry.pw_gid}", "--init-groups"),
+        *("--inh-caps=-all", "--", SYSTEM_PYTHON, str(Path(__file__).resolve())),
+        *("--components-only", str(work), "--gateway", gateway, "--runs", str(runs)),
+    ]
+    proc = subprocess.run(argv, env=env, cwd=REPO, capture_output=True, text=True, timeout=900)
+    if proc.returncode != 0 or not out.exists():
+        raise RuntimeError(f"as {user}: exit {proc.returncode}: {proc.stderr.strip()[-600:]}")
+    result: dict[str, Any] = json.loads(out.read_text())
+    result["as_user"] = user
+    return result
+
+
 async def sessions(bench: Bench, n: int, calls: int) -> dict[str, Any]:
     def make(i: int) -> TaskSpec:
         return TaskSpec.model_validate(
@@ -201,7 +247,13 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         for kind in args.compare.split(","):
             if kind and kind != "docker":
                 try:
-                    by_runtime[kind] = await components(tmp / kind, gateway, args.runs, kind)
+                    if kind == "bwrap" and os.geteuid() == 0 and _user_exists(args.bwrap_user):
+                        by_runtime[kind] = await asyncio.to_thread(
+                            components_as_user, args.bwrap_user, tmp, gateway, args.runs
+                        )
+                    else:
+                        by_runtime[kind] = await components(tmp / kind, gateway, args.runs, kind)
+                        by_runtime[kind]["as_user"] = pwd.getpwuid(os.geteuid()).pw_name
                 except RuntimeError as exc:
                     by_runtime[kind] = {"skipped": str(exc)}
         whole = await sessions(bench, args.sessions, args.calls)
@@ -219,7 +271,21 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             "eval_runtime_prepare_if_not_prewarmed": round(m["eval_prepare"] / latency, 3),
         },
         "when": time.strftime("%Y-%m-%d %H:%M"),
+        "commit": _commit(),
     }
+
+
+def _user_exists(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
+
+
+def _commit() -> str | None:
+    proc = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True)
+    return proc.stdout.decode().strip() or None
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -231,7 +297,7 @@ def markdown(result: dict[str, Any]) -> str:
         "|---|---|",
         f"| prepare a container session (create, start, copy the repo) | {m['prepare']:.3f} s |",
         f"| a no-op command (`docker exec`) | {m['command']:.3f} s |",
-        f"| the gateway channel (relay up, forwarder ready, relay down) | +{m['channel']:.3f} s |",
+        f"| the gateway channel (relay up, forwarder ready, relay down) | {m['channel']:+.3f} s |",
         f"| reap (SIGKILL init, start again) | {m['reap']:.3f} s |",
         f"| prepare the fresh evaluation runtime (prewarmed beside the harness) | "
         f"{m['eval_prepare']:.3f} s |",
@@ -255,8 +321,9 @@ def markdown(result: dict[str, Any]) -> str:
             rows.append(f"| {kind} | skipped: {part['skipped']} |")
             continue
         r = part["median_s"]
+        who = f" (as {part['as_user']})" if part.get("as_user") else ""
         rows.append(
-            f"| {kind} | {r['prepare']:.3f} | {r['command']:.3f} | +{r['channel']:.3f} | "
+            f"| {kind}{who} | {r['prepare']:.3f} | {r['command']:.3f} | {r['channel']:+.3f} | "
             f"{r['reap']:.3f} | {r['eval_prepare']:.3f} | {r['teardown']:.3f} | "
             f"{r['per_session']:.3f} |"
         )
@@ -271,7 +338,17 @@ def main() -> None:
     parser.add_argument(
         "--compare", default="docker,local,bwrap", help="runtimes whose components are timed"
     )
+    parser.add_argument(
+        "--bwrap-user", default=BWRAP_USER, help="the ordinary user bwrap is timed as (root)"
+    )
+    parser.add_argument("--components-only", metavar="DIR", help=argparse.SUPPRESS)
+    parser.add_argument("--gateway", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.components_only:  # the child of components_as_user
+        work = Path(args.components_only)
+        part = asyncio.run(components(work / "c", args.gateway, args.runs, "bwrap"))
+        (work / "result.json").write_text(json.dumps(part))
+        return
     result = asyncio.run(main_async(args))
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
