@@ -1,15 +1,17 @@
 """Calls Polar's slime rollout function the way slime's rollout manager does.
 
     .venv/bin/python -m tests.system.slime_driver TASK_JSON OUT_DIR --prompts 1 \\
-        --samples-per-prompt 2 --rollout-id 3
+        --samples-per-prompt 2 --rollout-id 3 --model .polar/models/tiny-qwen3
 
-Where slime imports (a checkout on PYTHONPATH), slime's own path: its `Sample` class in the
-data source's groups, `slime.rollout.base_types.call_rollout_fn` calling
-`polar.trainers.slime.generate_rollout`, `validate_rollout_id_annotated` on the nested output,
-then the manager's flattening (`while isinstance(data[0], list)`). Elsewhere the stand-in
-`Sample` (tests/support/slime_standin.py) and a direct call. The data source groups prompts as
-slime's `RolloutDataSource.get_samples` does. Writes OUT_DIR/slime_samples.json: each sample's
-`to_dict()`, the nesting slime got, the metrics and whether slime's own code ran.
+Where slime imports (a checkout on PYTHONPATH), slime's own path: its `Sample` class,
+`slime.rollout.base_types.call_rollout_fn` calling `polar.trainers.slime.generate_rollout`,
+`validate_rollout_id_annotated` on the nested output, then the manager's flattening
+(`while isinstance(data[0], list)`); and where its data source imports too (it needs ray:
+.venv-trainers), slime's own `RolloutDataSource` reading a prompt file with the model's
+tokenizer. Elsewhere the stand-in `Sample` (tests/support/slime_standin.py), a direct call, and
+a source that groups prompts as slime's `RolloutDataSource.get_samples` does.
+Writes OUT_DIR/slime_samples.json: each sample's `to_dict()`, the nesting slime got, the
+metrics and whether slime's own code ran.
 The Polar settings come from the POLAR_* environment.
 """
 
@@ -26,6 +28,36 @@ from polar.trainers.slime import generate_rollout
 from tests.support.slime_standin import GroupingSource, slime_api
 
 
+def data_source(args: argparse.Namespace, instruction: str, sample_class: Any) -> Any:
+    """slime's own `RolloutDataSource` where it imports, else the grouping stand-in."""
+    try:
+        from slime.rollout.data_source import RolloutDataSource
+    except ImportError:
+        prompt = [{"role": "user", "content": instruction}]
+        return GroupingSource(sample_class, [prompt], args.samples_per_prompt)
+    prompts = args.out / "prompts.jsonl"
+    prompts.write_text(json.dumps({"text": instruction}) + "\n")
+    return RolloutDataSource(
+        argparse.Namespace(
+            rollout_global_dataset=True,
+            prompt_data=str(prompts),
+            hf_checkpoint=str(args.model),
+            dump_details=None,
+            rollout_max_prompt_len=None,
+            input_key="text",
+            multimodal_keys=None,
+            label_key=None,
+            metadata_key="metadata",
+            tool_key=None,
+            apply_chat_template=False,
+            apply_chat_template_kwargs=None,
+            rollout_seed=42,
+            rollout_shuffle=False,
+            n_samples_per_prompt=args.samples_per_prompt,
+        )
+    )
+
+
 def depth(node: Any) -> int:
     return 1 + depth(node[0]) if isinstance(node, list) and node else 0
 
@@ -37,6 +69,7 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=1)
     parser.add_argument("--samples-per-prompt", type=int, default=2)
     parser.add_argument("--rollout-id", type=int, default=0)
+    parser.add_argument("--model", type=Path, required=True)
     args = parser.parse_args()
 
     api = slime_api()
@@ -47,9 +80,7 @@ def main() -> None:
         n_samples_per_prompt=args.samples_per_prompt,
         polar_task=str(args.task),
     )
-    source = GroupingSource(
-        api.sample, [[{"role": "user", "content": instruction}]], args.samples_per_prompt
-    )
+    source = data_source(args, instruction, api.sample)
     started = time.monotonic()
     if api.real:
         from slime.rollout.base_types import call_rollout_fn
@@ -70,6 +101,7 @@ def main() -> None:
     report = {
         "slime": api.real,
         "sample_class": f"{api.sample.__module__}.{api.sample.__qualname__}",
+        "data_source": f"{type(source).__module__}.{type(source).__qualname__}",
         "seconds": seconds,
         "depth": nesting,
         "shape": shape,

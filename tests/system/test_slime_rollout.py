@@ -8,9 +8,10 @@ chains, token for token, with the sampled logprobs bit for bit, the mask, the se
 slime's group and sample ids, the policy version (the rollout id) and the session's status.
 
 slime is not on PyPI: the driver uses slime's own `Sample`, `call_rollout_fn` and
-`validate_rollout_id_annotated` when `SLIME_CHECKOUT` names a slime checkout (THUDM/slime
-624b824a was checked so by hand), and otherwise the stand-in `Sample` with slime's documented
-fields (tests/support/slime_standin.py).
+`validate_rollout_id_annotated` when `SLIME_CHECKOUT` names a slime checkout, and slime's own
+`RolloutDataSource` too when `SLIME_PYTHON` names a Python with ray (.venv-trainers/bin/python);
+THUDM/slime 624b824a was checked so by hand. Otherwise: the stand-in `Sample` with slime's
+documented fields (tests/support/slime_standin.py).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ async def test_slime_rollout_function_returns_polar_traces_exact_to_the_token(
     polar: PolarClient,
     gateway: str,
     tap: Tap,
+    model_dir: Path,
     tmp_path: Path,
 ) -> None:
     spec = demo_task(sessions=1).model_copy(deep=True)
@@ -48,12 +50,16 @@ async def test_slime_rollout_function_returns_polar_traces_exact_to_the_token(
     task.write_text(spec.model_dump_json())
     path = [str(REPO), *filter(None, [os.environ.get("SLIME_CHECKOUT")])]
     env = {**os.environ, **devstack.env(), "PYTHONPATH": os.pathsep.join(path)}
-    argv = [sys.executable, "-m", "tests.system.slime_driver", str(task), str(tmp_path)]
+    python = os.environ.get("SLIME_PYTHON", sys.executable)
+    argv = [python, "-m", "tests.system.slime_driver", str(task), str(tmp_path)]
     argv += ["--prompts", "1", "--samples-per-prompt", "2", "--rollout-id", str(ROLLOUT_ID)]
+    argv += ["--model", str(model_dir)]
     await run_logged(argv, env, timeout_s=500)
     report = json.loads((tmp_path / "slime_samples.json").read_text())
     if os.environ.get("SLIME_CHECKOUT"):
         assert report["slime"] and report["sample_class"] == "slime.utils.types.Sample"
+        if os.environ.get("SLIME_PYTHON"):
+            assert report["data_source"] == "slime.rollout.data_source.RolloutDataSource"
 
     samples = report["samples"]
     assert report["depth"] == 3  # prompt × session × chain
@@ -95,4 +101,7 @@ async def test_slime_rollout_function_returns_polar_traces_exact_to_the_token(
         assert report["metrics"]["polar/sessions"] == 2.0
     assert compared > 0
     how = "slime's own Sample" if report["slime"] else "the stand-in Sample"
-    print(f"slime: 2 sessions, {len(samples)} samples, {compared} sampled tokens compared, {how}")
+    print(
+        f"slime: 2 sessions, {len(samples)} samples, {compared} sampled tokens compared, {how}, "
+        f"{report['data_source']}, {report['seconds']:.1f} s"
+    )
