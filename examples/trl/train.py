@@ -31,7 +31,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -228,6 +228,27 @@ def step_rows(rollout: PolarRolloutFunc, log_history: list[dict[str, Any]]) -> l
     return rows
 
 
+def curve_writer(
+    rollout: PolarRolloutFunc, csv_path: Path, png_path: Path, title: Callable[[], str]
+) -> Any:
+    """A TRL callback: after each logged step, its row printed and the CSV and curve rewritten."""
+    from transformers import TrainerCallback
+
+    class CurveWriter(TrainerCallback):
+        printed = 0
+
+        def on_log(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            rows = step_rows(rollout, state.log_history)
+            done = [r for r in rows if r["loss"] is not None]
+            for row in done[self.printed :]:
+                print(json.dumps(row), flush=True)
+            self.printed = len(done)
+            if done:
+                write_curve(done, csv_path, png_path, title())
+
+    return CurveWriter()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=2)
@@ -270,20 +291,22 @@ def main() -> None:
                 lr=args.lr,
                 output_dir=data_dir / "trl-out",
             )
+
+            def title() -> str:
+                minutes = (time.monotonic() - started) / 60
+                return (
+                    f"TRL GRPOTrainer through Polar, tiny Qwen3 on 2 CPU cores: "
+                    f"{args.groups_per_step}×{args.group_size} sessions/step, lr {args.lr:g}, "
+                    f"{minutes:.0f} min"
+                )
+
+            trainer.add_callback(curve_writer(rollout, args.csv, args.png, title))
             try:
                 trainer.train()
             finally:
                 rollout.close()
             rows = step_rows(rollout, trainer.state.log_history)
-            for row in rows:
-                print(json.dumps(row), flush=True)
-            minutes = (time.monotonic() - started) / 60
-            title = (
-                f"TRL GRPOTrainer through Polar, tiny Qwen3 on 2 CPU cores: "
-                f"{args.groups_per_step}×{args.group_size} sessions/step, lr {args.lr:g}, "
-                f"{minutes:.0f} min"
-            )
-            write_curve(rows, args.csv, args.png, title)
+            write_curve(rows, args.csv, args.png, title())
             stats = rollout.stats
     finally:
         for name in reversed(names):
