@@ -23,9 +23,11 @@ import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from temporalio.api.enums.v1 import EventType
 
 from polar.app.devstack import DevStack
 from polar.client.sdk import PolarClient
@@ -48,6 +50,14 @@ from tests.support.relay import tcp_relays
 pytestmark = pytest.mark.slow
 
 NODES = ("n1", "n2", "n3")
+GRACE_S = 30.0
+"""The workers' POLAR_SHUTDOWN_GRACE_S: how long a stage in flight at SIGTERM may go on."""
+CLOSED = {
+    EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED: "completed",
+    EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED: "failed",
+    EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT: "timed_out",
+    EventType.EVENT_TYPE_ACTIVITY_TASK_CANCELED: "canceled",
+}
 TEMPLATE = unprivileged.ROOT / "infra" / "deploy" / "slurm" / "worker.sbatch"
 
 
@@ -123,7 +133,7 @@ def polar_on_slurm(devstack: DevStack) -> Iterator[Polar]:
                 "source_roots": str(source),
                 "sweep_interval_s": 5,
                 "max_run": 2,
-                "shutdown_grace_s": 30,
+                "shutdown_grace_s": GRACE_S,
             }
         )
         env = unprivileged.python_env(unprivileged.settings_env(remote))
@@ -169,6 +179,41 @@ def polar_on_slurm(devstack: DevStack) -> Iterator[Polar]:
             ctl = cluster.log("slurmctld.log")
             raise AssertionError(f"worker jobs did not start: {logs} {ctl}") from None
         yield Polar(shared, cluster, work, source, jobs)
+
+
+@dataclass
+class HarnessRun:
+    """One run_harness activity of a session's history: who ran it, when, how it closed."""
+
+    identity: str
+    started: datetime
+    closed: datetime | None
+    outcome: str  # completed, failed, timed_out, canceled, or open
+
+
+async def harness_runs(polar: PolarClient, session_id: str) -> list[HarnessRun]:
+    history = await polar.client.get_workflow_handle(session_id).fetch_history()
+    harness: set[int] = set()
+    started: dict[int, tuple[str, datetime]] = {}
+    closed: dict[int, tuple[str, datetime]] = {}
+    for event in history.events:
+        when = event.event_time.ToDatetime(tzinfo=UTC)
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            if event.activity_task_scheduled_event_attributes.activity_type.name == "run_harness":
+                harness.add(event.event_id)
+        elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+            attrs = event.activity_task_started_event_attributes
+            started[attrs.scheduled_event_id] = (attrs.identity, when)
+        elif event.event_type in CLOSED:
+            outcome = CLOSED[event.event_type]
+            attrs = getattr(event, f"activity_task_{outcome}_event_attributes")
+            closed[attrs.scheduled_event_id] = (outcome, when)
+    runs = []
+    for scheduled in sorted(harness & set(started)):
+        identity, at = started[scheduled]
+        outcome, end = closed.get(scheduled, ("open", None))
+        runs.append(HarnessRun(identity, at, end, outcome))
+    return runs
 
 
 def wait_for_sync(check: object, timeout_s: float, what: str) -> None:
@@ -224,6 +269,7 @@ async def test_a_cancelled_worker_job_is_survived_and_nothing_leaks(polar_on_slu
         every_s=2,
     )
     job = p.jobs[lost]
+    cancelled_at = datetime.now(UTC)
     p.cluster.run(["scancel", "--batch", "--signal=TERM", job])
     wait_for_sync(lambda: job not in p.cluster.jobs(), 120, f"job {job} to end")
     log = (p.work / f"worker-{lost}.log").read_text()
@@ -247,3 +293,29 @@ async def test_a_cancelled_worker_job_is_survived_and_nothing_leaks(polar_on_slu
     assert any(lost in s.hosts for s in result.sessions), "no session ran on the node"
     # after its job ended, no session was placed on it
     assert all(s.hosts[-1] in survivors or s.hosts == [lost] for s in result.sessions)
+    # the harnesses running on the node at SIGTERM: each finished there within the grace
+    # period, or its session was placed again on a survivor (or ended naming the node)
+    in_flight = []
+    for session in result.sessions:
+        for r in await harness_runs(polar, session.session_id):
+            running = r.started <= cancelled_at and (r.closed is None or r.closed >= cancelled_at)
+            if host_of(r.identity) == lost and running:
+                in_flight.append((session, r))
+    assert in_flight, "no harness was running on the node when its job got SIGTERM"
+    finished = [r for _, r in in_flight if r.outcome == "completed"]
+    for session, r in in_flight:
+        if r.outcome == "completed":
+            assert r.closed is not None
+            assert r.closed - cancelled_at <= timedelta(seconds=GRACE_S + 5), r
+        else:  # cancelled at the grace's end, or lost with the node: re-placed
+            assert session.hosts[-1] in survivors or f"host {lost} lost" in (session.error or "")
+    latest = (
+        max((r.closed - cancelled_at).total_seconds() for r in finished if r.closed)
+        if finished
+        else 0.0
+    )
+    print(
+        f"{len(in_flight)} harnesses in flight on {lost} at SIGTERM: {len(finished)} finished "
+        f"within the {GRACE_S:.0f}s grace (the last {latest:.1f}s after), "
+        f"{len(in_flight) - len(finished)} re-placed"
+    )
