@@ -7,7 +7,8 @@ posts two dataset rows to the agent's `/run` and writes the rollouts file. Each 
 session on the real stack (Temporal, S3, the gateway process, the real vLLM behind a recording
 tap). Every row written must carry, per model call, the token ids and logprobs Polar recorded,
 equal to the session's traces (and to what vLLM sampled), with the session's reward (from the
-resources server's /verify) and the policy version.
+resources server's /verify) and the policy version. A third row, whose sessions can never be
+graded, is run twice and then goes to Gym's failures file, never to the rollouts.
 """
 
 from __future__ import annotations
@@ -97,11 +98,13 @@ async def test_gym_rollout_collection_writes_polar_sessions_exact_to_the_token(
     rows = tmp_path / "rows.jsonl"
     user = {"role": "user", "content": spec.instruction}
     row_task = {"instruction": spec.instruction + " Keep it short."}
+    # a row whose sessions can never train (no evaluator, no reward): Gym's failures file
+    never = {"harness": {"kind": "command", "command": "true"}, "evaluator": {"kind": "none"}}
     rows.write_text(
-        json.dumps({"responses_create_params": {"input": [user]}})
-        + "\n"
-        + json.dumps({"responses_create_params": {"input": [user]}, "polar_task": row_task})
-        + "\n"
+        "".join(
+            json.dumps({"responses_create_params": {"input": [user]}, **extra}) + "\n"
+            for extra in ({}, {"polar_task": row_task}, {"polar_task": never})
+        )
     )
     work = gym_workdir(tmp_path)
     port = free_port()
@@ -145,7 +148,11 @@ async def test_gym_rollout_collection_writes_polar_sessions_exact_to_the_token(
 
     written = [json.loads(line) for line in rollouts.read_text().splitlines()]
     assert len(written) == 2, written
-    assert not (tmp_path / "rollouts_failures.jsonl").read_text().strip()
+    (failed,) = [json.loads(line) for line in (tmp_path / "rollouts_failures.jsonl").open()]
+    assert failed["_ng_failure_class"] == "polar_untrainable"
+    reasons = failed["polar"]["reasons"]
+    assert len(reasons) == 2 and all(r.endswith(": no reward") for r in reasons), reasons
+    assert failed["response"]["output"] == []
     compared = 0
     for row in written:
         provenance = row["polar"]
@@ -190,4 +197,4 @@ async def test_gym_rollout_collection_writes_polar_sessions_exact_to_the_token(
         # Gym's own bookkeeping of the row
         assert row["agent_ref"] == {"name": "polar_agent"}
     assert compared > 0
-    print(f"nemo-gym: 2 rows, {compared} sampled tokens compared, {seconds:.1f} s")
+    print(f"nemo-gym: 2 rows (+1 to failures), {compared} sampled tokens compared, {seconds:.1f} s")

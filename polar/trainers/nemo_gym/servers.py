@@ -23,7 +23,7 @@ import asyncio
 import logging
 from typing import Any
 
-from fastapi import Body, Request, Response
+from fastapi import Body, HTTPException, Request, Response
 from nemo_gym.base_resources_server import (
     BaseResourcesServerConfig,
     BaseRunRequest,
@@ -113,7 +113,8 @@ class PolarAgent(SimpleResponsesAPIAgent):
         params = body.model_dump(mode="json", exclude_none=True)
         run, records, reasons = await self.session({"responses_create_params": params})
         if run is None:
-            raise RuntimeError("no trainable Polar session: " + "; ".join(reasons))
+            detail = "no trainable Polar session: " + "; ".join(reasons)
+            raise HTTPException(status_code=503, detail=detail)
         return NeMoGymResponse.model_validate(shapes.response(run, records, params))
 
     async def run(self, request: Request, body: PolarRunRequest) -> PolarVerifyResponse:
@@ -171,12 +172,18 @@ class PolarResources(SimpleResourcesServer):
         workflow_id = metadata.get(f"{shapes.POLAR_KEY}_workflow_id")
         session_id = metadata.get(f"{shapes.POLAR_KEY}_session_id")
         if not workflow_id or not session_id:
-            raise ValueError("the response names no Polar session (metadata.polar_workflow_id)")
+            detail = "the response names no Polar session (metadata.polar_workflow_id, _session_id)"
+            raise HTTPException(status_code=422, detail=detail)
         polar = await shared_client()
         result = await polar.wait(workflow_id)
-        (session,) = [s for s in result.sessions if s.session_id == session_id]
+        found = [s for s in result.sessions if s.session_id == session_id]
+        if not found:
+            detail = f"no Polar session {session_id} in {workflow_id}"
+            raise HTTPException(status_code=404, detail=detail)
+        session = found[0]
         if session.reward is None:
-            raise ValueError(f"Polar session {session_id} has no grade: {absent_reason(session)}")
+            detail = f"Polar session {session_id} has no grade: {absent_reason(session)}"
+            raise HTTPException(status_code=409, detail=detail)
         data = body.model_dump(mode="json")
         data["reward"] = session.reward
         data[shapes.POLAR_KEY] = {
