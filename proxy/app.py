@@ -49,8 +49,9 @@ from proxy.errors import install_error_handlers, provider_for
 from proxy.metrics import GatewayMetrics
 from proxy.on_policy import check_on_policy
 from proxy.openapi import install_openapi
+from proxy.pools import parse_pools, pool_for
 from proxy.quota import RecordLimits
-from proxy.recorder import Recorder
+from proxy.recorder import PendingCall, Recorder
 from proxy.routing import route_key
 from proxy.sessions import SessionGate
 from proxy.tokens import TokenCounter, chat_template_counter, count_tokens
@@ -111,6 +112,12 @@ class FastJSONResponse(JSONResponse):
         return fastjson.dumps(content)
 
 
+async def _record(recorder: Recorder | None, pending: PendingCall, *args: Any, **kw: Any) -> None:
+    """Record a call, unless its pool's calls are not recorded (`recorder` None)."""
+    if recorder is not None:
+        await recorder.record(pending, *args, **kw)
+
+
 def _stream(events: list[str], media_type: str) -> StreamingResponse:
     async def body() -> AsyncIterator[str]:
         for event in events:
@@ -126,6 +133,8 @@ class Gateway:
         self, settings: Settings, storage: Storage | None, counter: TokenCounter | None
     ) -> None:
         self.upstream = UpstreamClient(settings)
+        self.pools = parse_pools(settings.pools)
+        self.pool_clients = {p.name: UpstreamClient(settings, p) for p in self.pools}
         store = storage or Storage(settings)
         limits = RecordLimits(store, settings.max_record_bytes, settings.max_session_bytes)
         self.recorder = Recorder(store, limits=limits)
@@ -136,6 +145,11 @@ class Gateway:
         self.admission = Admission(settings.pause_hold_s, self.metrics)
         self.max_choices = settings.max_choices
         self.sessions = SessionGate(self.recorder.storage, settings.closed_check_s)
+
+    @property
+    def clients(self) -> list[UpstreamClient]:
+        """The policy's upstream client and each named pool's."""
+        return [self.upstream, *self.pool_clients.values()]
 
     async def serve(
         self, provider: ProviderAPI, request: Request, identity: SessionIdentity, call: CallContext
@@ -203,11 +217,18 @@ class Gateway:
         pending = self.recorder.start(identity, body, provider=provider.name)
         chat = provider.to_chat(body, call)
         self._check_choices(chat, provider)
-        untrainable = check_on_policy(chat, self.off_policy)  # 400 under `refuse`
-        await self.recorder.limits.check_room(identity.session_id)  # 403 once at its quota
-        normalized = self.upstream.normalize(chat, identity)
+        pool = pool_for(self.pools, chat.get("model"))  # None: the policy's own backends
+        client = self.upstream if pool is None else self.pool_clients[pool.name]
+        if pool is None or pool.policy:
+            untrainable = check_on_policy(chat, self.off_policy)  # 400 under `refuse`
+        else:
+            untrainable = pool.untrainable
+        recorder = self.recorder if pool is None or pool.record else None
+        if recorder is not None:
+            await recorder.limits.check_room(identity.session_id)  # 403 once at its quota
+        normalized = client.normalize(chat, identity)
         key = route_key(identity.session_id, chat.get("messages"))
-        upstream = asyncio.ensure_future(self.upstream.complete(normalized, key))
+        upstream = asyncio.ensure_future(client.complete(normalized, key))
         hung_up = asyncio.ensure_future(_caller_hangs_up(request))
         try:
             await asyncio.wait({upstream, hung_up}, return_when=asyncio.FIRST_COMPLETED)
@@ -218,7 +239,8 @@ class Gateway:
             upstream.cancel()
             with contextlib.suppress(BaseException):
                 await upstream
-            await self.recorder.record(
+            await _record(
+                recorder,
                 pending,
                 normalized,
                 response=None,
@@ -232,7 +254,8 @@ class Gateway:
         try:
             answer = upstream.result()
         except UpstreamError as exc:
-            await self.recorder.record(
+            await _record(
+                recorder,
                 pending,
                 normalized,
                 response=exc.upstream_body,
@@ -242,8 +265,9 @@ class Gateway:
                 untrainable=untrainable,
             )
             raise
-        extracted = self.upstream.extract(answer.body)
-        await self.recorder.record(
+        extracted = client.extract(answer.body)
+        await _record(
+            recorder,
             pending,
             normalized,
             response=answer.body,
@@ -338,9 +362,11 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        gw.upstream.start()
+        for client in gw.clients:
+            client.start()
         yield
-        await gw.upstream.aclose()
+        for client in gw.clients:
+            await client.aclose()
 
     # the model port: provider APIs and their probes only (no docs, schema, admin or metrics)
     app = FastAPI(
@@ -383,6 +409,15 @@ def create_app(
             "upstream_routing": gw.upstream.router.mode,
             "replicas": gw.upstream.router.snapshot(),
             "context_window": gw.upstream.context_window,
+            "pools": {
+                p.name: {
+                    "models": list(p.models),
+                    "record": p.record,
+                    "policy": p.policy,
+                    "replicas": gw.pool_clients[p.name].router.snapshot(),
+                }
+                for p in gw.pools
+            },
             "time": time.time(),
         }
 

@@ -31,11 +31,13 @@ from polar.providers import CONTEXT_CODE, APIError, ContextOverflow
 from polar.records import SampledChoice
 from polar.session_keys import SessionIdentity
 from polar.settings import Settings
+from proxy.pools import PoolSpec
 from proxy.routing import Router
 
 log = logging.getLogger("polar.gateway")
 
 KINDS = ("vllm", "sglang")
+POOL_KINDS = (*KINDS, "openai")
 JSON_HEADERS = {"content-type": "application/json"}
 ROUTING_HEADER = "x-session-id"
 """carries a call's routing key upstream, for a router in front of the servers"""
@@ -109,6 +111,8 @@ def normalize(request: dict[str, Any], kind: str, model: str | None) -> dict[str
     out.pop("stream_options", None)
     if model:
         out["model"] = model
+    if kind == "openai":  # a plain OpenAI-compatible API (a pool's): no training fields
+        return out
     out["logprobs"] = True
     if kind == "vllm":
         asked = out.get("top_logprobs")
@@ -328,23 +332,28 @@ class UpstreamClient:
     aiohttp: per call it costs a fifth of httpx's CPU (bench/README.md, gateway overhead).
     """
 
-    def __init__(self, settings: Settings) -> None:
-        self.kind = settings.upstream_kind.strip().lower()
-        if self.kind not in KINDS:
+    def __init__(self, settings: Settings, pool: PoolSpec | None = None) -> None:
+        """The policy's client (`pool` None), or the client of a named pool (`proxy.pools`):
+        its own upstreams, kind, model name, routing and API key; the rest from settings."""
+        self.kind = (pool.kind if pool else settings.upstream_kind).strip().lower()
+        if self.kind not in (POOL_KINDS if pool else KINDS):
             raise ValueError(f"unknown upstream kind {self.kind!r}: use one of {KINDS}")
-        self.model = settings.upstream_model
+        self.model = pool.model if pool else settings.upstream_model
         self.timeout_s = settings.upstream_timeout_s
-        self.cache_salt = settings.upstream_cache_salt
-        self.urls_file = settings.upstream_urls_file
+        self.cache_salt = "off" if pool else settings.upstream_cache_salt
+        self.urls_file = None if pool else settings.upstream_urls_file
         self.health_interval_s = settings.upstream_health_interval_s
         urls = read_urls_file(self.urls_file) if self.urls_file else []
         self.router = Router(
-            urls or settings.upstream_url_list,
-            mode=settings.upstream_routing,
+            list(pool.upstreams) if pool else urls or settings.upstream_url_list,
+            mode=pool.routing if pool else settings.upstream_routing,
             load_factor=settings.upstream_load_factor,
             max_inflight=settings.upstream_max_inflight,
             down_s=settings.upstream_down_s,
         )
+        key = pool.api_key() if pool else None
+        self._auth = {"authorization": f"Bearer {key}"} if key else {}
+        self.headers = JSON_HEADERS | self._auth
         self._session: aiohttp.ClientSession | None = None
         self._proxies: dict[str, str | None] = {}
         self._monitor: asyncio.Task[None] | None = None
@@ -412,7 +421,10 @@ class UpstreamClient:
         for base in self.router.urls:
             try:
                 async with self.session.get(
-                    f"{base}/models", proxy=self._proxy(base), timeout=aiohttp.ClientTimeout(5)
+                    f"{base}/models",
+                    headers=self._auth,
+                    proxy=self._proxy(base),
+                    timeout=aiohttp.ClientTimeout(5),
                 ) as response:
                     body = await response.json(content_type=None)
             except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
@@ -439,7 +451,9 @@ class UpstreamClient:
 
     async def _get_status(self, url: str, base: str) -> int:
         timeout = aiohttp.ClientTimeout(total=5)
-        async with self.session.get(url, proxy=self._proxy(base), timeout=timeout) as response:
+        async with self.session.get(
+            url, headers=self._auth, proxy=self._proxy(base), timeout=timeout
+        ) as response:
             await response.read()
             return response.status
 
@@ -467,7 +481,7 @@ class UpstreamClient:
         as failed; either way the next one is tried."""
         failures: list[str] = []
         data = fastjson.dumps(normalized)
-        headers = JSON_HEADERS if key is None else {**JSON_HEADERS, ROUTING_HEADER: key}
+        headers = self.headers if key is None else {**self.headers, ROUTING_HEADER: key}
         router = self.router
         for base in router.order(key):
             url = f"{base}/chat/completions"

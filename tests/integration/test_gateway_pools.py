@@ -1,0 +1,94 @@
+"""Named backend pools through the real gateway: scripted backends, the real SeaweedFS.
+
+A judge pool's calls are recorded but untrainable (no builder trains on them, and
+the build counts them); a side pool's calls are not recorded; an external pool gets
+its host-side key; a model no pool names goes to the policy, recorded and trainable.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from polar.builders.base import count_unseen, unseen_records
+from polar.settings import Settings
+from polar.storage import Storage
+from tests.integration.test_gateway import MESSAGES, running_gateway
+from tests.support import ScriptedReply, scripted_backend, serve_app, text
+from tests.support.scripted_backend import render_answer
+
+
+@contextmanager
+def keyed_backend() -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """A plain OpenAI-compatible backend that keeps each call's headers and body."""
+    seen: list[dict[str, Any]] = []
+    app = FastAPI()
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> JSONResponse:
+        body = await request.json()
+        seen.append({"headers": dict(request.headers), "body": body})
+        return JSONResponse(render_answer(body, ScriptedReply(text="external")))
+
+    with serve_app(app) as url:
+        yield f"{url}/v1", seen
+
+
+def test_pools_route_record_and_exclude_from_training(
+    base_settings: Settings, storage: Storage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("POLAR_TEST_EXTERNAL_KEY", "sk-host-side-secret")
+    with (
+        scripted_backend([text("policy 1"), text("policy 2")]) as policy,
+        scripted_backend([text("verdict: pass")]) as judge,
+        scripted_backend([text("a title")]) as side,
+        keyed_backend() as (external, external_calls),
+    ):
+        pools = {
+            "judge": {"models": ["judge"], "upstreams": [judge.url], "model": "judge-32b"},
+            "side": {"models": ["claude-haiku*"], "upstreams": [side.url], "record": False},
+            "external": {
+                "models": ["gpt-*"],
+                "upstreams": [external],
+                "kind": "openai",
+                "api_key_env": "POLAR_TEST_EXTERNAL_KEY",
+            },
+        }
+        with running_gateway(base_settings, [policy.url], pools=json.dumps(pools)) as gateway:
+            identity, key = gateway.session()
+            client = gateway.client(key)
+
+            def ask(model: str) -> str:
+                answer = client.chat.completions.create(model=model, messages=MESSAGES)
+                return answer.choices[0].message.content or ""
+
+            said = [ask(m) for m in ("policy", "judge", "claude-haiku-4-5", "gpt-5", "unknown")]
+            records = storage.list_completions(identity.session_id)
+
+    assert said == ["policy 1", "verdict: pass", "a title", "external", "policy 2"]
+    assert [len(b.requests) for b in (policy, judge, side)] == [2, 1, 1]
+    assert judge.requests[0]["model"] == "judge-32b"  # the pool's model name upstream
+    assert judge.requests[0]["return_token_ids"] is True  # a vLLM pool: token ids recorded
+    (sent,) = external_calls
+    assert sent["headers"]["authorization"] == "Bearer sk-host-side-secret"
+    assert "logprobs" not in sent["body"] and "return_token_ids" not in sent["body"]
+    assert sent["body"]["model"] == "gpt-5"
+
+    # recorded: the policy's two calls, the judge's and the external one; the side call not
+    by_model = {r.request["model"]: r for r in records}
+    assert sorted(by_model) == ["gpt-5", "judge", "policy", "unknown"]
+    assert by_model["policy"].untrainable is None and by_model["unknown"].untrainable is None
+    assert by_model["judge"].untrainable == "pool judge: not the policy"
+    assert by_model["judge"].has_token_ids  # recorded in full, only never trained
+    assert by_model["gpt-5"].untrainable == "pool external: not the policy"
+    assert "sk-host-side-secret" not in json.dumps([r.model_dump() for r in records])
+    # the builders leave the pool calls out and count them
+    unseen = unseen_records(records)
+    assert set(unseen) == {by_model["judge"].record_id, by_model["gpt-5"].record_id}
+    assert count_unseen(unseen) == {"untrainable": 2}
