@@ -26,6 +26,13 @@ the session's `rollout_id` (slime's "compact rollout" shape, `list[list[list[Sam
 session × chains, checked by slime's `validate_rollout_id_annotated`), so slime's loss counts the
 session once. The output always has that shape; slime flattens it.
 
+slime's default GRPO reward normalisation reshapes the batch into groups only when it holds
+exactly `rollout_batch_size × n_samples_per_prompt` samples; with extra chains it normalises over
+the whole batch. `post_process_rewards` (`--custom-reward-post-process-path
+polar.trainers.slime.post_process_rewards`) normalises per prompt group with each session counted
+once (its chains share its normalised reward), and equals slime's default where every session has
+one chain.
+
 Sessions that cannot train (no reward, `error`/`cancelled`/infra statuses) never become
 zero-reward samples: the group's missing sessions are run again as one more task, up to
 `polar_max_attempts` tasks per group, and then the rollout raises.
@@ -47,6 +54,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
+import statistics
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -244,6 +252,42 @@ async def rollout(
             *(rollout_group(polar, config, list(g), version, stats) for g in groups)
         )
     return list(data), stats.metrics()
+
+
+NORMALISED = frozenset({"grpo", "gspo", "cispo", "reinforce_plus_plus_baseline"})
+"""slime's advantage estimators whose rewards it group-normalises (`_post_process_rewards`)."""
+STD_NORMALISED = frozenset({"grpo", "gspo", "cispo"})
+
+
+def post_process_rewards(args: Any, samples: Sequence[Any]) -> tuple[list[float], list[float]]:
+    """slime's `--custom-reward-post-process-path` hook: (raw rewards, rewards), one per sample.
+
+    As slime's default (`RolloutManager._post_process_rewards` at 624b824a): for the GRPO family
+    with `rewards_normalization`, a reward minus its group's mean, divided by the group's
+    (unbiased) std + 1e-6 where `grpo_std_normalization`; else the raw rewards. The group is the
+    samples' `group_index`, and each session (`rollout_id`) counts once in its group's mean and
+    std, whatever its chain count; its chains get its normalised reward."""
+    key = getattr(args, "reward_key", None)
+    raw = [float(s.reward[key] if key else s.reward) for s in samples]
+    estimator = getattr(args, "advantage_estimator", None)
+    if estimator not in NORMALISED or not getattr(args, "rewards_normalization", True):
+        return raw, list(raw)
+    sessions: dict[Any, dict[Any, float]] = {}
+    for sample, reward in zip(samples, raw, strict=True):
+        rollout = sample.rollout_id if sample.rollout_id is not None else sample.index
+        sessions.setdefault(sample.group_index, {}).setdefault(rollout, reward)
+    divide = estimator in STD_NORMALISED and getattr(args, "grpo_std_normalization", True)
+    shift: dict[Any, tuple[float, float]] = {}
+    for group, rewards in sessions.items():
+        values = list(rewards.values())
+        mean = sum(values) / len(values)
+        std = statistics.stdev(values) if len(values) > 1 else float("nan")
+        shift[group] = (mean, std + 1e-6 if divide else 1.0)
+    out = []
+    for sample, reward in zip(samples, raw, strict=True):
+        mean, scale = shift[sample.group_index]
+        out.append((reward - mean) / scale)
+    return raw, out
 
 
 def run_sync(coro: Any) -> Any:

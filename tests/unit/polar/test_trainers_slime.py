@@ -17,7 +17,13 @@ from polar.client.layouts import SLIME_SAMPLE_FIELDS
 from polar.contracts import SessionResult, TaskResult
 from polar.records import SessionStatus, Trace, TraceProvenance
 from polar.trainers._sessions import SessionRun
-from polar.trainers.slime import RolloutConfig, generate_rollout, group_task, session_samples
+from polar.trainers.slime import (
+    RolloutConfig,
+    generate_rollout,
+    group_task,
+    post_process_rewards,
+    session_samples,
+)
 from tests.support.slime_standin import GroupingSource, slime_api
 
 API = slime_api()
@@ -142,3 +148,57 @@ def test_settings_come_from_slimes_args(tmp_path: Path) -> None:
 def test_evaluation_is_refused_with_what_to_set() -> None:
     with pytest.raises(ValueError, match="--eval-function-path"):
         generate_rollout(argparse.Namespace(), 0, None, evaluation=True)
+
+
+def reward_samples(rewards: list[list[float]], chains: dict[int, int]) -> list[Any]:
+    """Samples of groups of sessions (`rewards[g][s]`), session `i` (global index) with
+    `chains.get(i, 1)` chains, flattened in slime's order."""
+    out = []
+    index = 0
+    for g, group_rewards in enumerate(rewards):
+        for reward in group_rewards:
+            for _ in range(chains.get(index, 1)):
+                out.append(API.sample(group_index=g, index=index, rollout_id=index, reward=reward))
+            index += 1
+    return out
+
+
+def slime_default(rewards: list[list[float]], std: bool) -> list[float]:
+    """slime's `_post_process_rewards` (624b824a) for equal groups of one-chain sessions."""
+    import torch
+
+    values = torch.tensor(rewards, dtype=torch.float)
+    values = values - values.mean(dim=-1, keepdim=True)
+    if std:
+        values = values / (values.std(dim=-1, keepdim=True) + 1e-6)
+    return [float(v) for v in values.flatten()]
+
+
+@pytest.mark.parametrize("std", [True, False])
+def test_rewards_are_normalised_per_group_with_each_session_once(std: bool) -> None:
+    rewards = [[1.0, 0.0, 0.5], [0.25, 0.25, 1.0]]
+    args = argparse.Namespace(
+        advantage_estimator="grpo", rewards_normalization=True, grpo_std_normalization=std
+    )
+    expected = slime_default(rewards, std)
+    raw, got = post_process_rewards(args, reward_samples(rewards, {}))
+    assert raw == [r for group in rewards for r in group]
+    assert got == pytest.approx(expected, rel=1e-6, abs=1e-6)  # slime's own, where chains are 1
+    # a session of three chains and one of two: the same per-session values, repeated
+    samples = reward_samples(rewards, {1: 3, 4: 2})
+    _, got = post_process_rewards(args, samples)
+    per_session = {s.rollout_id: v for s, v in zip(samples, got, strict=True)}
+    assert len(got) == 9 and list(per_session.values()) == pytest.approx(expected, abs=1e-6)
+    assert [v for s, v in zip(samples, got, strict=True) if s.rollout_id == 1] == [got[1]] * 3
+
+
+def test_other_estimators_and_reward_keys_keep_the_raw_rewards() -> None:
+    samples = reward_samples([[1.0, 0.0]], {})
+    for sample in samples:
+        sample.reward = {"polar": sample.reward}
+    args = argparse.Namespace(advantage_estimator="ppo", reward_key="polar")
+    assert post_process_rewards(args, samples) == ([1.0, 0.0], [1.0, 0.0])
+    args = argparse.Namespace(
+        advantage_estimator="grpo", rewards_normalization=False, reward_key="polar"
+    )
+    assert post_process_rewards(args, samples) == ([1.0, 0.0], [1.0, 0.0])
