@@ -167,3 +167,31 @@ async def test_grading_attacks_get_reward_zero(
             print(f"GRADE-VIEW | {name} | {kind} | {json.dumps(shown)[:3000]}")
             assert_grade_unseen(view, swebench="swebench" in name)
         print(f"GRADE-VIEW | {name} | {kind} | {len(views)} views, none names the grade")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="the in-process trust that remains (docs/threat-model.md): code under test writes "
+    "forged records to the plugin's pipe and exits 0; an XPASS means it was closed",
+)
+async def test_a_forged_record_stream_is_the_known_residual(
+    sealed_stack: SealedStack, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """`pipe_forge` on `local`: a wrong fix, and reward 1 today (measured 2026-12-03)."""
+    kind = "local"
+    repo, sha = task_repo(sealed_stack, kind, tmp_path)
+    spec = attack_spec(
+        f"advg-forge-{uuid.uuid4().hex[:6]}",
+        repo,
+        sha,
+        runtime_spec(kind, request),
+        swebench_evaluator(sha),
+        {"ATTACK_GRADING": "pipe_forge"},
+        harness=HARNESS,
+    )
+    session = await one_session(sealed_stack.polar, spec)
+    print(f"GRADING-ROW | pipe_forge (swebench) | {kind} | {session.reward} | {session.evaluation}")
+    if session.status != SessionStatus.COMPLETED:  # not the residual: a broken run fails
+        raise RuntimeError(f"the session did not complete: {session}")
+    assert session.reward == 0.0, evidence(sealed_stack.storage, session)

@@ -16,6 +16,9 @@ the tests:
   so every call report says passed;
 - `command_unprotected`: rewrites the command evaluator's test (this file's `test_add_adds`)
   and adds a conftest.py that passes every test;
+- `pipe_forge`: at import, package code writes a passed setup/call/teardown for each graded
+  test and a `finish` with status 0 to the plugin's pipe (a write-only `pipe:[...]` among its
+  own fds), then `os._exit(0)`: the in-process trust that remains (docs/threat-model.md);
 - `grade_view`: code under test (`add`, which the test calls) prints one `GRADE-VIEW ` JSON
   line of all it can see of the grading: its environment, where each of its fds leads, its
   own and its parent's argv (and the parent's environment, where readable), and the
@@ -168,6 +171,25 @@ def add(a, b):
     return _polar_add(a, b)
 """
 
+PIPE_FORGE = """
+import fcntl as _fcntl, json as _json, os as _os
+
+_records = [
+    {"event": "test", "nodeid": "tests/test_calc.py::" + _t, "when": _w, "outcome": "passed"}
+    for _t in ("test_add", "test_sub")
+    for _w in ("setup", "call", "teardown")
+] + [{"event": "finish", "exitstatus": 0}]
+for _fd in _os.listdir("/proc/self/fd"):
+    try:
+        _pipe = _os.readlink("/proc/self/fd/" + _fd).startswith("pipe:")
+        _wo = _fcntl.fcntl(int(_fd), _fcntl.F_GETFL) & _os.O_ACCMODE == _os.O_WRONLY
+    except OSError:
+        continue
+    if _pipe and _wo:
+        _os.write(int(_fd), "".join(_json.dumps(r) + chr(10) for r in _records).encode())
+        _os._exit(0)
+"""
+
 CONFTEST = """
 import pytest
 
@@ -203,6 +225,8 @@ def attack(name: str) -> None:
         Path("iniconfig.py").write_text(SHADOW)
     elif name == "reports_monkeypatch":
         _append("calc.py", MONKEYPATCH)
+    elif name == "pipe_forge":
+        _append("calc.py", PIPE_FORGE)
     elif name == "grade_view":
         _append("calc.py", VIEW)
     elif name == "command_unprotected":
