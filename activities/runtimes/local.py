@@ -125,6 +125,12 @@ class LocalRuntime:
                 if problem:
                     log.warning("local runtime: POLAR_SANDBOX_CGROUP not used: %s", problem)
                     self.cgroup = None
+            if self._sandbox.mode == bwrap.MODE and not (self.cgroup and self.cgroup.caps_pids()):
+                log.warning(
+                    "local runtime: no delegated cgroup with pids: a session's process cap is "
+                    "RLIMIT_NPROC, counted over every task of this user (one session at its "
+                    "cap stops its neighbours' forks)"
+                )
         if self._detected and not self._sandbox.sealed and not self.allow_unsealed:
             raise InvalidRuntime(
                 f"local runtime: this worker cannot seal sessions ({self._sandbox.reason}); "

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from activities.runtimes import bwrap
+import pytest
+
+from activities.runtimes import bwrap, local
+from activities.runtimes.local_sandbox import Sandbox
 from activities.runtimes.resource_limits import ContainerLimits
 
 LIMITS = ContainerLimits(cpus=1.5, memory_bytes=1 << 30, pids=64, disk_bytes=1 << 28)
@@ -50,3 +53,25 @@ def test_a_delegated_dir_with_pids_gives_each_command_its_cap(tmp_path: Path) ->
         assert (child / "memory.max").read_text() == str(1 << 30)
         assert not (child / "cpu.max").exists()  # cpu not handed down
     assert bwrap.DelegatedCgroup(tmp_path / "nope").problem()
+
+
+def _bwrap_runtime(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cgroup: Path | None
+) -> local.LocalRuntime:
+    monkeypatch.setattr(local, "detect_sandbox", lambda: Sandbox(bwrap.MODE, ("bwrap",)))
+    return local.LocalRuntime(tmp_path / "runtimes", cgroup=cgroup)
+
+
+def test_a_bwrap_worker_without_a_pids_cgroup_says_its_cap_is_per_user(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert _bwrap_runtime(tmp_path, monkeypatch, None).sandbox.mode == bwrap.MODE
+    assert "counted over every task of this user" in caplog.text
+    caplog.clear()
+    delegated = tmp_path / "delegated"
+    delegated.mkdir()
+    (delegated / "cgroup.procs").write_text("")
+    (delegated / "cgroup.subtree_control").write_text("memory pids\n")
+    runtime = _bwrap_runtime(tmp_path, monkeypatch, delegated)
+    assert runtime.sandbox.mode == bwrap.MODE and runtime.cgroup is not None
+    assert "counted over every task" not in caplog.text
