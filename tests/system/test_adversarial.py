@@ -153,6 +153,7 @@ async def test_disk_filler_and_fork_bomb_end_only_their_session(
     `local` (root) each session is a uid of its own, so RLIMIT_NPROC is per session; on
     `bwrap` (one user) only a delegated cgroup's pids.max is."""
     if kind in ("docker", "podman"):
+        request.getfixturevalue(f"{kind}_image")  # the engine up before its driver is read
         skip_without_disk_watchdog(kind)
     stack = request.getfixturevalue("bwrap_cgroup_stack") if kind == "bwrap" else sealed_stack
     user_kind = BWRAP_CGROUP if kind == "bwrap" else kind
