@@ -6,6 +6,7 @@ The real thing (TRL's GRPOTrainer stepping on real sessions): tests/system/test_
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -181,3 +182,37 @@ def test_streamed_weights_replace_the_served_checkpoints_tensors(tmp_path: Path)
     assert state["b"].tolist() == [1.0, 1.0, 1.0]
     with pytest.raises(ValueError, match="shape"):
         write_safetensors(tmp_path, iter([("b", torch.zeros(4))]))
+
+
+def test_the_workers_health_check_fails_when_polar_cannot_produce() -> None:
+    from polar.settings import Settings
+    from polar.trainers.trl import PolarRolloutWorker, _LoopThread
+
+    nowhere = Settings(temporal_address="127.0.0.1:1")  # nothing listens there
+    worker = PolarRolloutWorker(TEMPLATE, settings=nowhere, group_size=2)
+    with pytest.raises(RuntimeError, match="not running"):
+        worker.check_health(stale_after_s=60)
+    worker.start()
+    try:
+        deadline = time.monotonic() + 30
+        while worker._failure is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        with pytest.raises(RuntimeError, match="failed") as failed:
+            worker.check_health(stale_after_s=60)
+        assert "connect" in str(failed.value.__cause__)
+    finally:
+        worker.stop()
+    # running, nothing failed, but no group handed over for longer than TRL allows
+    idle = PolarRolloutWorker(TEMPLATE, settings=nowhere, group_size=2)
+    idle._loop = _LoopThread()
+    try:
+        idle.check_health(stale_after_s=60)
+        idle._last_progress -= 120
+        with pytest.raises(RuntimeError, match="no group for"):
+            idle.check_health(stale_after_s=60)
+    finally:
+        idle.stop()
+    with pytest.raises(ValueError, match="group_size"):
+        PolarRolloutWorker(TEMPLATE, group_size=1)
+    with pytest.raises(ValueError, match="stale"):
+        PolarRolloutWorker(TEMPLATE, stale="ignore")  # type: ignore[arg-type]
