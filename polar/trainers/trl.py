@@ -81,8 +81,6 @@ from polar.trainers.weights import InPlaceReload, write_safetensors
 log = logging.getLogger("polar.trainers.trl")
 T = TypeVar("T")
 
-REQUIRED = ("prompt_ids", "completion_ids", "logprobs", "env_mask")
-
 
 def prompt_text(prompt: Any) -> str:
     """The instruction a TRL prompt carries: the text itself, or the last user message's text
@@ -126,7 +124,7 @@ class GroupRun:
 
 @dataclass
 class RolloutStats:
-    """What the rollout function did, cumulated (and per call in `calls`)."""
+    """What the rollout function did, cumulated (and per call in `per_call`)."""
 
     calls: int = 0
     tasks: int = 0
