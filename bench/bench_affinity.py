@@ -33,13 +33,14 @@ sessions run concurrently:
   once, as an SDK does) and the hit rate after the stop.
 
 (b) `--vllm`: two real vLLM CPU servers of the tiny model
-(`.polar/models/tiny-qwen3`, `.venv-vllm`), prefix caching on (vLLM's
-default), `--num-gpu-blocks-override` to give each a cache smaller than all
-sessions together, the same client, short sessions that fit 4,096 tokens;
+(`.polar/models/tiny-qwen3`, `.venv-vllm`), prefix caching on, 32-token
+blocks (the CPU backend's), `--num-gpu-blocks-override` to give each a cache
+of `--vllm-cache-tokens` (16k), less than all sessions' histories together,
+the same client, short sessions that fit 4,096 tokens;
 hit rate from each server's own `/metrics` (`vllm:prefix_cache_hits` over
 `vllm:prefix_cache_queries`, deltas over the run), prefill tokens per session
-(`usage.prompt_tokens` minus `usage.prompt_tokens_details.cached_tokens`) and
-session wall time.
+(`usage.prompt_tokens` minus `usage.prompt_tokens_details.cached_tokens`, and
+queries minus hits of `/metrics` over the sessions) and session wall time.
 
 Writes bench/results/affinity.json and prints markdown tables.
 """
@@ -76,6 +77,7 @@ from proxy.routing import route_key  # noqa: E402
 from proxy.upstream import UpstreamClient, UpstreamError  # noqa: E402
 
 BLOCK = 16
+VLLM_BLOCK = 32  # the CPU attention backend's block sizes are multiples of 32
 MODES = ("round_robin", "affine")
 PREFILL_S_PER_TOKEN = 1 / 20_000
 DECODE_S_PER_TOKEN = 1 / 50
@@ -459,9 +461,10 @@ def vllm_servers(n: int, blocks: int) -> Any:
                 "--host", "127.0.0.1", "--port", str(port),
                 "--max-model-len", "4096", "--dtype", "float32",
                 "--gpu-memory-utilization", "0.2",
-                "--block-size", str(BLOCK),
+                "--block-size", str(VLLM_BLOCK),
                 "--num-gpu-blocks-override", str(blocks),
                 "--enable-prefix-caching",
+                "--enable-prompt-tokens-details",  # usage.prompt_tokens_details.cached_tokens
             ]  # fmt: skip
             log = open(logs / f"vllm-{i}.log", "w")  # noqa: SIM115 - closed with the process
             procs.append(subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT))
@@ -568,6 +571,7 @@ async def vllm_run(urls: list[str], mode: str, args: argparse.Namespace) -> dict
         "metrics_queries": queries,
         "prompt_tokens_per_session": statistics.mean(r[0] for r in runs),
         "prefill_tokens_per_session": statistics.mean(r[1] for r in runs),
+        "metrics_prefill_tokens_per_session": (queries - hits) / args.vllm_sessions,
         "session_wall_s": statistics.mean(r[2] for r in runs),
     }
 
@@ -598,14 +602,15 @@ def sim_table(rows: list[dict[str, Any]]) -> str:
 def vllm_table(rows: list[dict[str, Any]]) -> str:
     lines = [
         "| routing | /metrics hit rate | prompt tokens / session | prefill tokens / session "
-        "| session wall s |",
-        "|---|---|---|---|---|",
+        "(usage) | prefill tokens / session (/metrics) | session wall s |",
+        "|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['mode']} | {r['metrics_hit_rate']:.1%} ({r['metrics_hits']:,.0f}/"
             f"{r['metrics_queries']:,.0f}) | {r['prompt_tokens_per_session']:,.0f} "
-            f"| {r['prefill_tokens_per_session']:,.0f} | {r['session_wall_s']:.1f} |"
+            f"| {r['prefill_tokens_per_session']:,.0f} "
+            f"| {r['metrics_prefill_tokens_per_session']:,.0f} | {r['session_wall_s']:.1f} |"
         )
     return "\n".join(lines)
 
@@ -623,7 +628,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 print(json.dumps(row), file=sys.stderr)
                 out["simulation"].append(row)
     if args.vllm:
-        with vllm_servers(2, args.vllm_blocks) as urls:
+        with vllm_servers(2, args.vllm_cache_tokens // VLLM_BLOCK) as urls:
             for mode in MODES:
                 row = await vllm_run(urls, mode, args)
                 print(json.dumps(row), file=sys.stderr)
@@ -648,10 +653,10 @@ def main() -> None:
     parser.add_argument("--vllm-sessions", type=int, default=8)
     parser.add_argument("--vllm-turns", type=int, default=40)
     parser.add_argument(
-        "--vllm-blocks",
+        "--vllm-cache-tokens",
         type=int,
-        default=1024,
-        help="KV blocks (16 tokens) of each vLLM replica: less than all sessions' histories",
+        default=16384,
+        help="KV cache of each vLLM replica, tokens: less than all sessions' histories",
     )
     parser.add_argument("--json", type=Path, default=REPO / "bench/results/affinity.json")
     args = parser.parse_args()
