@@ -50,9 +50,13 @@ class ContainerLimits:
         )
 
 
-def writable_layer_bytes(root: Path, stop_after: int | None = None) -> int:
+def writable_layer_bytes(
+    root: Path, stop_after: int | None = None, seen: set[tuple[int, int]] | None = None
+) -> int:
     """Bytes on disk (allocated blocks, so sparse files count what they use) under `root`;
-    stops counting once past `stop_after`."""
+    stops counting once past `stop_after`. A file with several hard links counts once
+    (`seen`: the (device, inode) pairs counted so far, shared across calls)."""
+    seen = set() if seen is None else seen
     total = 0
     stack = [str(root)]
     while stack:
@@ -66,6 +70,11 @@ def writable_layer_bytes(root: Path, stop_after: int | None = None) -> int:
                     st = entry.stat(follow_symlinks=False)
                 except OSError:
                     continue
+                if st.st_nlink > 1 and not entry.is_dir(follow_symlinks=False):
+                    key = (st.st_dev, st.st_ino)
+                    if key in seen:
+                        continue
+                    seen.add(key)
                 total += st.st_blocks * 512
                 if entry.is_dir(follow_symlinks=False):
                     stack.append(entry.path)
@@ -90,8 +99,9 @@ class DirsWatchdog:
         if not now and started < self._next:
             return None
         used = 0
+        seen: set[tuple[int, int]] = set()  # hard links across the dirs count once too
         for root in self.roots:
-            used += writable_layer_bytes(root, stop_after=self.limit - used)
+            used += writable_layer_bytes(root, stop_after=self.limit - used, seen=seen)
             if used > self.limit:
                 return f"disk limit exceeded: wrote more than {self.limit} bytes"
         took = time.monotonic() - started

@@ -1,17 +1,22 @@
 """bwrap's limits without a sandbox: whether the host can delegate a cgroup v2 with pids
 (read from its cgroup mount, here a made-up tree), the rlimits a command gets (RLIMIT_NPROC
-left out where a delegated cgroup's pids.max caps each session), and the child cgroup a
-command gets."""
+left out where a delegated cgroup's pids.max caps each session), the child cgroup a
+command gets, and what the disk watchdog counts."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from activities.runtimes import bwrap, local
 from activities.runtimes.local_sandbox import Sandbox
-from activities.runtimes.resource_limits import ContainerLimits
+from activities.runtimes.resource_limits import (
+    ContainerLimits,
+    DirsWatchdog,
+    writable_layer_bytes,
+)
 
 LIMITS = ContainerLimits(cpus=1.5, memory_bytes=1 << 30, pids=64, disk_bytes=1 << 28)
 
@@ -75,3 +80,22 @@ def test_a_bwrap_worker_without_a_pids_cgroup_says_its_cap_is_per_user(
     runtime = _bwrap_runtime(tmp_path, monkeypatch, delegated)
     assert runtime.sandbox.mode == bwrap.MODE and runtime.cgroup is not None
     assert "counted over every task" not in caplog.text
+
+
+def test_the_disk_watchdog_counts_hard_links_once_and_sparse_files_as_used(
+    tmp_path: Path,
+) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    (a / "blob").write_bytes(os.urandom(1 << 20))
+    for i in range(8):  # a cache linked into the venv, say: no extra disk
+        os.link(a / "blob", b / f"link{i}")
+    with open(a / "sparse", "wb") as out:
+        out.truncate(1 << 30)
+    used = writable_layer_bytes(a) + writable_layer_bytes(b)
+    assert used < 4 << 20, used  # (per call: each dir counts its links once)
+    watchdog = DirsWatchdog((a, b), limit=3 << 20)
+    assert watchdog.exceeded(now=True) is None
+    (b / "more").write_bytes(os.urandom(3 << 20))
+    assert "disk limit exceeded" in (watchdog.exceeded(now=True) or "")
