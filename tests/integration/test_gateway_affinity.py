@@ -10,6 +10,7 @@ import contextlib
 import socket
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -20,6 +21,7 @@ from polar.storage import Storage
 from proxy.upstream import UpstreamClient
 from tests.integration.test_gateway import MESSAGES, Gateway, running_gateway
 from tests.support import ScriptedBackend, scripted_backend, text
+from tests.support.polling import wait_until
 
 REPLICAS = 3
 SESSIONS = 8
@@ -194,3 +196,36 @@ def test_a_replica_that_drops_calls_is_passed_over(
     assert answers == [f"ok {i}" for i in range(6)]
     assert len(backend.requests) == 6
     assert [r.status_code for r in records] == [200] * 6
+
+
+def test_a_replica_at_its_limit_spills_the_sessions_next_call(
+    base_settings: Settings, storage: Storage
+) -> None:
+    """POLAR_UPSTREAM_MAX_INFLIGHT=1: a second call of the session while the first is still
+    sampling goes to the other replica; once the first has its answer, home again."""
+    slow = [text("slow", delay_s=1.5)] + [text("home")] * 4
+    with (
+        scripted_backend(list(slow)) as one,
+        scripted_backend(list(slow)) as two,
+        running_gateway(
+            base_settings,
+            [one.url, two.url],
+            upstream_max_inflight=1,
+            upstream_cache_salt="session",
+            upstream_health_interval_s=0,
+        ) as gateway,
+    ):
+        identity, key = gateway.session()
+        with ThreadPoolExecutor(2) as pool:
+            first = pool.submit(call, gateway, key, 0)
+            wait_until(lambda: len(one.requests) + len(two.requests) == 1, 10, "first call")
+            second = pool.submit(call, gateway, key, 1)
+            answers = [first.result(), second.result()]
+        third = call(gateway, key, 2)
+        records = storage.list_completions(identity.session_id)
+    backends = [one, two]
+    home = where(identity.session_id, 0, backends)
+    assert where(identity.session_id, 1, backends) == 1 - home  # spilled while home was busy
+    assert where(identity.session_id, 2, backends) == home  # and back once it was free
+    assert answers[0] == "slow" and third == "home"
+    assert len(records) == 3 and all(r.status_code == 200 for r in records)
