@@ -184,10 +184,9 @@ def write_curve(rows: list[dict[str, Any]], csv_path: Path, png_path: Path, titl
     mean = [r["mean_reward"] for r in rows if r["mean_reward"] is not None]
     std = [r["reward_std"] or 0.0 for r in rows if r["mean_reward"] is not None]
     fig, ax = plt.subplots(figsize=(7, 4))
-    ax.fill_between(
-        steps, [m - s for m, s in zip(mean, std, strict=True)],
-        [m + s for m, s in zip(mean, std, strict=True)], alpha=0.25, label="± 1 std (sessions)",
-    )  # fmt: skip
+    low = [m - s for m, s in zip(mean, std, strict=True)]
+    high = [m + s for m, s in zip(mean, std, strict=True)]
+    ax.fill_between(steps, low, high, alpha=0.25, label="± 1 std (sessions)")
     ax.plot(steps, mean, marker="o", markersize=3, label="mean reward")
     ax.axhline(0.9, color="grey", linestyle="--", linewidth=1, label="0.9")
     ax.set_ylim(-0.05, 1.05)

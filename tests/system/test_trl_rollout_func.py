@@ -267,9 +267,17 @@ async def test_async_worker_hands_trl_rollout_samples_built_from_polar_traces(
     assert samples and all(isinstance(s, RolloutSample) for s in samples)
     fields = {f.name for f in dataclasses.fields(RolloutSample)}
     assert fields == {
-        "prompt", "completion", "input_ids", "completion_mask", "old_log_probs",
-        "advantage", "model_version", "group_id", "metrics", "enqueued_at",
-    }  # fmt: skip
+        "prompt",
+        "completion",
+        "input_ids",
+        "completion_mask",
+        "old_log_probs",
+        "advantage",
+        "model_version",
+        "group_id",
+        "metrics",
+        "enqueued_at",
+    }
 
     # the samples are the traces of the task's trainable sessions, as Polar stored them
     result = await polar.wait(handed["workflow_id"])
