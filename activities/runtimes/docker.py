@@ -46,8 +46,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import hashlib
 import io
+import logging
 import re
 import shutil
 import socket
@@ -71,6 +73,8 @@ from activities.runtimes.resource_limits import DISK_LABEL, ContainerLimits, wri
 from activities.shell_command import ProcessOutcome
 from polar.contracts import PrepareRequest, RuntimeHandle
 from polar.tasks.spec import RuntimeSpec
+
+log = logging.getLogger("polar.worker")
 
 WORKSPACE = "/workspace"
 LABEL = "polar.session"
@@ -400,27 +404,81 @@ class DockerRuntime:
             _put_dir_contents(container, path, str(path))
 
     def _sync_out(self, container: Any, handle: RuntimeHandle) -> None:
-        """Make the worker's home and scratch mirror the container's."""
+        """Make the worker's home and scratch mirror the container's. What cannot be brought
+        over (a link out of the dir, a name too long, a device or FIFO, a hard link to what
+        was left out) is skipped, each named in `polar-skipped.txt` in the dir; an archive
+        stream cut short by the engine is fetched again (`SYNC_TRIES`, with backoff)."""
         for path in (self.home(handle), self.scratch(handle)):
-            stream, _ = container.get_archive(str(path))
-            with tempfile.TemporaryFile() as buf:
-                for chunk in stream:
-                    buf.write(chunk)
-                buf.seek(0)
-                fresh = path.with_name(path.name + ".incoming")
-                shutil.rmtree(fresh, ignore_errors=True)
-                fresh.mkdir()
-                with tarfile.open(fileobj=buf) as tar:
-                    members = []
-                    for member in tar.getmembers():
-                        parts = PurePosixPath(member.name).parts[1:]  # drop the top dir
-                        if not parts:
-                            continue
-                        member.name = str(PurePosixPath(*parts))
-                        members.append(member)
-                    tar.extractall(fresh, members=members, filter=_data_or_skip)
-                shutil.rmtree(path)
-                fresh.rename(path)
+            for attempt in range(SYNC_TRIES):
+                try:
+                    self._sync_dir_out(container, path)
+                    break
+                except (tarfile.ReadError, EOFError, OSError) as exc:
+                    if isinstance(exc, OSError) and not _transient(exc):
+                        raise
+                    if attempt == SYNC_TRIES - 1:
+                        raise
+                    log.warning("copying %s out of the container: %s; again", path, exc)
+                    time.sleep(0.5 * 2**attempt)
+
+    def _sync_dir_out(self, container: Any, path: Path) -> None:
+        stream, _ = container.get_archive(str(path))
+        with tempfile.TemporaryFile() as buf:
+            for chunk in stream:
+                buf.write(chunk)
+            _check_whole(buf)
+            buf.seek(0)
+            fresh = path.with_name(path.name + ".incoming")
+            shutil.rmtree(fresh, ignore_errors=True)
+            fresh.mkdir()
+            with tarfile.open(fileobj=buf) as tar:
+                skipped = _extract_within(tar, fresh)
+            if skipped:
+                note = "".join(f"{name}: {why}\n" for name, why in skipped)
+                (fresh / SKIPPED_NOTE).write_text(note, errors="replace")
+            shutil.rmtree(path)
+            fresh.rename(path)
+
+
+SYNC_TRIES = 3
+"""Tries at copying a dir out of a container: the engine's archive stream may end early."""
+SKIPPED_NOTE = "polar-skipped.txt"
+"""In a dir copied out of a container: what was left out of it, and why (one per line)."""
+
+
+def _check_whole(buf: Any) -> None:
+    """Raise ReadError unless `buf` (at its end) holds a whole tar archive: whole blocks and
+    the two zero blocks that end one. A stream cut at a header would read as a shorter tree."""
+    size = buf.tell()
+    buf.seek(max(0, size - 2 * tarfile.BLOCKSIZE))
+    if size % tarfile.BLOCKSIZE or buf.read() != bytes(2 * tarfile.BLOCKSIZE):
+        raise tarfile.ReadError(f"the archive stream ended early ({size} bytes)")
+
+
+def _transient(exc: OSError) -> bool:
+    """An OSError of the engine's stream (reset, broken pipe), not of the worker's disk."""
+    return exc.errno in (errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED, None)
+
+
+def _extract_within(tar: tarfile.TarFile, dest: Path) -> list[tuple[str, str]]:
+    """Extract `tar` (one top dir, dropped) into `dest`, member by member under tarfile's
+    `data` filter; what cannot be extracted is skipped: its name and why."""
+    skipped: list[tuple[str, str]] = []
+    for member in tar:
+        parts = PurePosixPath(member.name).parts[1:]  # drop the top dir
+        if not parts:
+            continue
+        member.name = str(PurePosixPath(*parts))
+        if member.islnk():  # a hard link names its target by its path in the archive
+            target = PurePosixPath(member.linkname).parts[1:]
+            member.linkname = str(PurePosixPath(*target)) if target else ""
+        try:
+            tar.extract(member, dest, filter=_data_or_skip)
+        except (tarfile.TarError, KeyError, OSError, ValueError) as exc:
+            if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise  # the worker's own disk: not the session's doing
+            skipped.append((member.name, f"{type(exc).__name__}: {exc}"))
+    return skipped
 
 
 def _data_or_skip(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:

@@ -408,3 +408,32 @@ def test_service_image_builds_and_runs_polar(docker_image: str) -> None:
         "polar/polar:latest", ["worker", "--help"], network_mode="host", remove=True
     )
     assert b"--queues" in output
+
+
+async def test_odd_files_in_home_are_skipped_with_a_note_never_fatal(
+    runtime: DockerRuntime,
+) -> None:
+    """Hard links (uv's and pnpm's caches make them), a FIFO and a link out of the dir in the
+    harness's home: the run ends normally, the hard links come over, the rest is left out
+    and named in the home's `polar-skipped.txt` where it could not be brought."""
+    handle = await runtime.prepare(_request("odd-home"))
+    try:
+        command = (
+            'mkdir -p "$HOME/cache/deep" && echo cached > "$HOME/cache/a" && '
+            'ln "$HOME/cache/a" "$HOME/cache/deep/b" && ln "$HOME/cache/a" "$HOME/c" && '
+            'mkfifo "$HOME/pipe" && ln -s /etc/passwd "$HOME/out-link" && echo done'
+        )
+        outcome = await runtime.run(handle, command, env={}, log_name="odd", timeout_s=60)
+        assert outcome.exit_code == 0, _read(runtime.log_paths(handle, "odd")[1])
+        home = runtime.home(handle)
+        for name in ("cache/a", "cache/deep/b", "c"):
+            assert (home / name).read_text() == "cached\n", name
+        assert not (home / "pipe").exists() and not (home / "out-link").exists()
+        # the next command sees the same home (the skipped note included), and runs
+        again = await runtime.run(
+            handle, 'cat "$HOME/cache/deep/b"', env={}, log_name="again", timeout_s=60
+        )
+        assert again.exit_code == 0
+        assert _read(runtime.log_paths(handle, "again")[0]) == "cached\n"
+    finally:
+        await runtime.teardown(handle)
