@@ -316,9 +316,15 @@ class Session:
                 )
 
             evaluation = await self._on_host(stages.EVALUATE, evaluate_request, queues, placed)
-            result.reward = evaluation.reward
             result.evaluation = evaluation.detail
-            trace_rewards = evaluation.trace_rewards
+            if result.status == SessionStatus.ERROR:  # one status, one reward: none for it
+                result.warnings.append(
+                    f"reward {evaluation.reward} withheld: the run stage ended in error, "
+                    "so the grade is no verdict on the policy"
+                )
+            else:
+                result.reward = evaluation.reward
+                trace_rewards = evaluation.trace_rewards
             self._lap(result, Stage.EVALUATE)
             self._stop_if_cancelled()
             self._release_early(spec, placed, queues)

@@ -296,6 +296,24 @@ async def test_a_harness_out_of_budget_ends_timeout_and_is_still_built_and_score
         assert session.session_id in stubs.sessions_of(stage), stage
 
 
+async def test_a_run_that_errors_is_graded_but_its_reward_withheld(client: Client) -> None:
+    """One status, one reward: a run stage that failed (its runtime broke, not the policy)
+    ends `error` with no reward, even where the evaluator would have given 1."""
+
+    async def broken(request: HarnessRequest, attempt: int) -> None:
+        raise ApplicationError("stub: the engine lost the container", non_retryable=True)
+
+    stubs = Stubs(script={"run_harness": broken})
+    async with serving(client, stubs) as queue:
+        session = only_session(await run_task(client, queue, task_spec("run-error")))
+    assert session.status == SessionStatus.ERROR
+    assert session.error is not None and session.error.startswith("run_harness")
+    assert session.session_id in stubs.sessions_of("evaluate")  # graded, for the record
+    assert session.reward is None, session.reward
+    assert session.evaluation is not None
+    assert any("reward 1.0 withheld" in w for w in session.warnings), session.warnings
+
+
 @pytest.mark.parametrize(
     ("relayed", "attempts", "built"),
     [
