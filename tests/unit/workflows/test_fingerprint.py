@@ -25,7 +25,7 @@ def test_workflow_code_changes_come_with_a_patch_or_new_histories() -> None:
         "re-record the histories before it: POLAR_RECORD_HISTORIES=1 .venv/bin/pytest "
         "tests/integration/test_replay.py tests/integration/test_fan_out.py "
         "tests/integration/test_task_control.py tests/integration/test_session_stages.py "
-        "tests/system/test_stages.py -k 'histor or batch or cancel or stage or score'"
+        "tests/system/test_stages.py (docs/testing.md, Workflow changes)"
     )
 
 
