@@ -107,6 +107,42 @@ def test_compaction_starts_a_new_chain(backend: TinyBackend, tokenizer_dir: Path
     assert merged.breaks == {"new_context": 1}
 
 
+def test_a_context_overflow_then_compaction_splits_the_chain_there(
+    backend: TinyBackend, tokenizer_dir: Path
+) -> None:
+    """The gateway records an overflow (400 `context_length_exceeded`) as a failed call; the
+    harness compacts and goes on: the call is in no trace, and the chain breaks where the
+    compacted context starts (`new_context`), as the harness CLIs do (issue 25)."""
+    messages = [SYSTEM, {"role": "user", "content": "Fix the failing test."}]
+    tool_loop(backend, messages, steps=2)
+    n = len(backend.records)
+    overflow = backend.records[-1].model_copy(
+        update={
+            "record_id": f"r{n:04d}",
+            "seq": backend.records[-1].seq + 1,
+            "normalized_request": {**backend.records[-1].normalized_request, "messages": messages},
+            "response": None,
+            "status_code": 400,
+            "error": "context_length_exceeded: This model's maximum context length is 64 tokens",
+            "prompt_token_ids": None,
+            "response_token_ids": None,
+            "response_logprobs": None,
+            "has_token_ids": False,
+            "choices": [],
+            "finish_reason": None,
+        }
+    )
+    backend.records.append(overflow)
+    summary = "Summary so far: file0.py was read; the bug is in f0."
+    tool_loop(backend, [SYSTEM, {"role": "user", "content": summary}], steps=2)
+    per_request, merged = build(backend.records, tokenizer_dir)
+    assert len(per_request.traces) == 4  # the overflow sampled nothing
+    assert [members(t) for t in merged.traces] == [["0000", "0001"], ["0003", "0004"]]
+    started = merged.traces[1].provenance.reconstruction.started_by  # type: ignore[union-attr]
+    assert started is not None and started.kind == BreakKind.NEW_CONTEXT
+    assert started.record_id == "r0003"
+
+
 def test_sub_agent_and_parallel_calls_make_separate_chains(
     backend: TinyBackend, tokenizer_dir: Path
 ) -> None:
