@@ -240,7 +240,14 @@ class SessionActivities:
         attempt = request.attempt_base + info.attempt
         runtime = self._runtime(request.runtime.kind)
         key = mint_session_key(  # valid for this run's budget, and closed when it ends
-            SessionIdentity(request.session_id, request.task_id, attempt),
+            SessionIdentity(
+                request.session_id,
+                request.task_id,
+                attempt,
+                only_model=(
+                    request.harness.model if request.harness.unknown_models == "refuse" else None
+                ),
+            ),
             self.settings.session_secret,
             ttl_s=request.budget_s + EXPIRY_MARGIN_S,
         )

@@ -43,6 +43,9 @@ class SessionIdentity:
     attempt: int = 1
     expires_at: float | None = None
     """unix seconds; set on every verified key (minting takes it from the ttl when None)."""
+    only_model: str | None = None
+    """Set when the task refuses unknown models (`harness.unknown_models: refuse`): the one
+    policy model name this session may ask for besides the gateway's own and its pools'."""
 
 
 def _b64(data: bytes) -> str:
@@ -74,6 +77,7 @@ def mint_session_key(
             "t": identity.task_id,
             "a": identity.attempt,
             "e": int(expires_at),
+            **({"m": identity.only_model} if identity.only_model is not None else {}),
         },
         separators=(",", ":"),
     )
@@ -93,8 +97,13 @@ def verify_session_key(key: str, secret: str | None, now: float | None = None) -
         raise InvalidSessionKey("session key signature does not verify")
     try:
         data = json.loads(_unb64(payload))
+        only = data.get("m")
         identity = SessionIdentity(
-            str(data["s"]), str(data["t"]), int(data.get("a", 1)), float(data["e"])
+            str(data["s"]),
+            str(data["t"]),
+            int(data.get("a", 1)),
+            float(data["e"]),
+            None if only is None else str(only),
         )
     except (ValueError, KeyError, TypeError) as exc:
         raise InvalidSessionKey("session key payload is malformed or has no expiry") from exc

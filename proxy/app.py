@@ -193,6 +193,21 @@ class Gateway:
         completion = ex.sampled_tokens or int(usage.get("completion_tokens") or 0)
         self.metrics.tokens(provider, identity.session_id, identity.task_id, prompt, completion)
 
+    def _check_known_model(self, model: Any, only_model: str) -> None:
+        """A task that refuses unknown models (`harness.unknown_models: refuse`): a model no
+        pool serves and that is neither the session's policy name nor the gateway's own is
+        answered 404 `model_not_found` in the caller's shape, never quietly the policy."""
+        if model in (only_model, self.model_name):
+            return
+        raise APIError(
+            404,
+            f"the model {model!r} does not exist here: this session may use {only_model!r} "
+            "(its task refuses unknown models)",
+            type="invalid_request_error",
+            param="model",
+            code="model_not_found",
+        )
+
     def _check_choices(self, chat: dict[str, Any], provider: ProviderAPI) -> None:
         """Every sampled choice becomes training data, so a call may ask for at most
         `max_choices` of them (400 in the caller's shape past it)."""
@@ -218,6 +233,8 @@ class Gateway:
         chat = provider.to_chat(body, call)
         self._check_choices(chat, provider)
         pool = pool_for(self.pools, chat.get("model"))  # None: the policy's own backends
+        if pool is None and identity.only_model is not None:
+            self._check_known_model(chat.get("model"), identity.only_model)
         client = self.upstream if pool is None else self.pool_clients[pool.name]
         if pool is None or pool.policy:
             untrainable = check_on_policy(chat, self.off_policy)  # 400 under `refuse`

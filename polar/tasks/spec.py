@@ -209,6 +209,12 @@ class HarnessSpec(StrictModel):
     model: str = Field(default="policy", description="model name the harness is told to use")
     args: list[str] = Field(default_factory=list, description="extra command-line arguments")
     env: dict[str, str] = Field(default_factory=dict)
+    unknown_models: Literal["policy", "refuse"] = Field(
+        default="policy",
+        description="a call naming a model that is neither `model`, the gateway's own nor one "
+        "of its pools': served by the policy (`policy`), or answered 404 `model_not_found` in "
+        "the caller's shape (`refuse`)",
+    )
 
     @model_validator(mode="after")
     def _command_for_command_kind(self) -> HarnessSpec:

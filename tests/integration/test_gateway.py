@@ -71,8 +71,12 @@ class Gateway:
     url: str
     settings: Settings
 
-    def session(self, attempt: int = 1) -> tuple[SessionIdentity, str]:
-        identity = SessionIdentity(f"s-{uuid.uuid4().hex[:12]}", "task-gw", attempt)
+    def session(
+        self, attempt: int = 1, only_model: str | None = None
+    ) -> tuple[SessionIdentity, str]:
+        identity = SessionIdentity(
+            f"s-{uuid.uuid4().hex[:12]}", "task-gw", attempt, None, only_model
+        )
         return identity, mint_session_key(identity, self.settings.session_secret)
 
     def client(self, key: str, *, v1: bool = True) -> OpenAI:

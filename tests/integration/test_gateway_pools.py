@@ -92,3 +92,46 @@ def test_pools_route_record_and_exclude_from_training(
     unseen = unseen_records(records)
     assert set(unseen) == {by_model["judge"].record_id, by_model["gpt-5"].record_id}
     assert count_unseen(unseen) == {"untrainable": 2}
+
+
+def test_a_task_that_refuses_unknown_models_gets_404_in_its_callers_shape(
+    base_settings: Settings, storage: Storage
+) -> None:
+    """`harness.unknown_models: refuse` (signed into the session's key): a model that is
+    neither the session's policy name, the gateway's own nor a pool's is answered 404
+    `model_not_found` (OpenAI and Anthropic shapes) and not served; without it, the policy
+    serves it as before."""
+    import anthropic
+    import openai
+
+    with (
+        scripted_backend([text("mine"), text("quietly the policy")]) as policy,
+        scripted_backend([text("verdict: pass")]) as judge,
+    ):
+        pools = {"judge": {"models": ["judge"], "upstreams": [judge.url]}}
+        with running_gateway(base_settings, [policy.url], pools=json.dumps(pools)) as gateway:
+            strict, strict_key = gateway.session(only_model="my-policy")
+            client = gateway.client(strict_key)
+            ask = client.chat.completions.create
+            assert ask(model="my-policy", messages=MESSAGES).choices[0].message.content == "mine"
+            assert ask(model="judge", messages=MESSAGES).choices[0].message.content == (
+                "verdict: pass"
+            )
+            with pytest.raises(openai.NotFoundError) as refused:
+                ask(model="gpt-5", messages=MESSAGES)
+            assert refused.value.code == "model_not_found"
+            assert "gpt-5" in str(refused.value.message)
+            claude = anthropic.Anthropic(base_url=gateway.url, api_key=strict_key, max_retries=0)
+            with pytest.raises(anthropic.NotFoundError) as refused_too:
+                claude.messages.create(
+                    model="claude-opus-4",
+                    max_tokens=8,
+                    messages=[{"role": "user", "content": "hi"}],
+                )
+            assert "claude-opus-4" in str(refused_too.value)
+            _, lenient_key = gateway.session()
+            lenient = gateway.client(lenient_key).chat.completions.create
+            said = lenient(model="gpt-5", messages=MESSAGES).choices[0].message.content
+    assert said == "quietly the policy"
+    assert len(policy.requests) == 2  # the refused calls never reached a backend
+    assert [r.status_code for r in storage.list_completions(strict.session_id)] == [200, 200]
