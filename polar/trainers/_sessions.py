@@ -19,7 +19,20 @@ from typing import Any
 from polar.client.sdk import PolarClient
 from polar.contracts import SessionResult, TaskResult
 from polar.records import SessionStatus, Trace
+from polar.settings import get_settings
 from polar.tasks.spec import TaskSpec
+
+_clients: dict[int, PolarClient] = {}
+
+
+async def shared_client() -> PolarClient:
+    """One Polar client per event loop (a trainer's agent loops, a Gym server), connected
+    from the POLAR_* settings at first use."""
+    key = id(asyncio.get_running_loop())
+    if key not in _clients:
+        _clients[key] = await PolarClient.connect(get_settings())
+    return _clients[key]
+
 
 GRADED = frozenset({SessionStatus.COMPLETED, SessionStatus.HARNESS_FAILED, SessionStatus.TIMEOUT})
 """Statuses of a harness that ran to an outcome; only these, with a reward, are trained on."""

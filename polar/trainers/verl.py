@@ -44,7 +44,6 @@ read Polar's version.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
@@ -56,8 +55,6 @@ from verl.experimental.agent_loop.agent_loop import (
 )
 
 from polar.client.layouts import provenance_fields
-from polar.client.sdk import PolarClient
-from polar.settings import get_settings
 from polar.tasks.spec import TaskSpec
 from polar.trainers._sessions import (
     SessionRun,
@@ -66,22 +63,13 @@ from polar.trainers._sessions import (
     load_template,
     row_task,
     run_task,
+    shared_client,
     task_with,
     trainable,
 )
 
 log = logging.getLogger("polar.trainers.verl")
 AGENT_NAME = "polar"
-
-_clients: dict[int, PolarClient] = {}
-
-
-async def shared_client() -> PolarClient:
-    """One Polar client per event loop: verl makes an agent loop per sample, on one loop."""
-    key = id(asyncio.get_running_loop())
-    if key not in _clients:
-        _clients[key] = await PolarClient.connect(get_settings())
-    return _clients[key]
 
 
 def agent_loop_output(run: SessionRun, rerun: int = 0) -> AgentLoopOutput:

@@ -37,24 +37,19 @@ from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNo
 from nemo_gym.server_utils import get_response_json, raise_for_status
 from pydantic import ConfigDict
 
-from polar.client.sdk import PolarClient
 from polar.records import CompletionRecord
-from polar.settings import get_settings
-from polar.trainers._sessions import SessionRun, absent_reason, load_template, run_task, trainable
+from polar.trainers._sessions import (
+    SessionRun,
+    absent_reason,
+    load_template,
+    run_task,
+    shared_client,
+    trainable,
+)
 from polar.trainers.nemo_gym import shapes
 
 log = logging.getLogger("polar.trainers.nemo_gym")
 FAILURE_CLASS = "polar_untrainable"
-
-_clients: dict[int, PolarClient] = {}
-
-
-async def shared_client() -> PolarClient:
-    """One Polar client per event loop (a Gym server runs one)."""
-    key = id(asyncio.get_running_loop())
-    if key not in _clients:
-        _clients[key] = await PolarClient.connect(get_settings())
-    return _clients[key]
 
 
 class PolarAgentConfig(BaseResponsesAPIAgentConfig):
