@@ -37,10 +37,14 @@ STAGE_ACTIVITY = {"init": "prepare_runtime", "run": "run_harness", "postrun": "e
 
 
 def _slow_once(marks: Path, name: str) -> str:
-    """Shell: note each run in {name}.runs; the first run hangs (until its worker is killed)."""
+    """Shell: note each run in {name}.runs; the first run hangs (until its worker is killed).
+
+    The first run marks itself slow before it counts itself: the test kills the worker
+    as soon as it sees a run counted, and that kill may end the command at once."""
+    slow, runs = f"{marks}/{name}.slow", f"{marks}/{name}.runs"
     return (
-        f"echo run >> {marks}/{name}.runs; "
-        f"if [ ! -e {marks}/{name}.slow ]; then touch {marks}/{name}.slow; sleep 120; fi"
+        f"if [ ! -e {slow} ]; then touch {slow}; echo run >> {runs}; sleep 120; "
+        f"else echo run >> {runs}; fi"
     )
 
 
