@@ -206,11 +206,41 @@ class EvaluateResult(BaseModel):
     """The evaluator's JSON report in S3 (swebench: per-test results and flags)."""
 
 
-class RewardRequest(BaseModel):
+# ---------------------------------------------------------------- scoring (score_traces)
+class ScoreRequest(BaseModel):
+    """Input of score_traces: the session's outcome, to be given to its traces."""
+
     traces_key: str
     reward: float | None
     status: SessionStatus
     trace_rewards: dict[str, float] = Field(default_factory=dict)
+    """Per-trace rewards the evaluator gave (trace id → reward); others follow the policy."""
+
+
+RewardRequest = ScoreRequest
+"""ScoreRequest's former name (the same model and payload), still imported by workflows/."""
+
+
+class ScoreResult(BaseModel):
+    """What score_traces wrote: the rewards sidecar beside the traces, which stay as built
+    (polar/storage.py joins the two on reading).
+
+    Its JSON also decodes as a BuildResult (the stage table's former output type of
+    score_traces), and a stored BuildResult of score_traces decodes as a ScoreResult."""
+
+    traces_key: str
+    rewards_key: str | None = None
+    """The sidecar (`sessions/{id}/traces/{builder}.rewards.json`); None: written by older
+    code, the rewards are in the traces themselves."""
+    num_traces: int
+    num_response_tokens: int
+    trace_bytes: int
+    """The session's traces in S3: the traces object plus its rewards sidecar."""
+    num_completions: int = 0
+    """Always 0: scoring reads no completions (BuildResult requires the field)."""
+
+
+# ---------------------------------------------------------------- end of scoring
 
 
 class SessionResult(BaseModel):
