@@ -12,10 +12,12 @@ from typing import Literal
 from pydantic import (
     BaseModel,
     Field,
+    computed_field,
 )
 from temporalio.exceptions import ApplicationError
 
 from polar.ids import SessionId
+from polar.outcomes import SessionOutcome, classify, count_outcomes
 from polar.records import SessionStatus
 from polar.tasks.spec import BuilderSpec, EvaluatorSpec, HarnessSpec, RuntimeSpec, Source, TaskSpec
 
@@ -52,6 +54,7 @@ NON_RETRYABLE_ERRORS: tuple[str, ...] = (
     "EvaluatorError",
     "WrongHost",
     "RuntimeNotFound",
+    "RuntimeUnfit",
 )
 """ApplicationError types that mean "this input cannot work": never retried. Every other
 failure of a stage is retried (workflows/stages.py); raise these with `invalid_input`."""
@@ -148,6 +151,17 @@ class HarnessResult(BaseModel):
         default=None,
         description="requests the session's sealed channel sent on to the gateway; None when "
         "the harness could reach the gateway another way (an unsealed runtime)",
+    )
+    harness_started: bool | None = Field(
+        default=None,
+        description="the started marker (activities/runtimes/started_marker.py) was seen: the "
+        "sandbox was up and the harness command began; False: it ended before that (infra); "
+        "None: not known (older code)",
+    )
+    unserved_calls: int = Field(
+        default=0,
+        description="this attempt's model calls the gateway could not serve (5xx: upstream "
+        "errors, timeouts, no replica reachable), from its failed records",
     )
 
 
@@ -272,6 +286,31 @@ class SessionResult(BaseModel):
     warnings: list[str] = Field(default_factory=list)
     """What went wrong without failing the session (a lost host, a runtime teardown could not
     find or reach)."""
+    # ---- outcome class (polar/outcomes.py): what the end says about the policy
+    harness_started: bool | None = None
+    """The run's started marker was seen (False: the sandbox never reached the harness)."""
+    unserved_calls: int = 0
+    """Model calls of the last run the gateway could not serve."""
+    error_type: str | None = None
+    """The failing stage's error type (an ApplicationError type, `HostLost`), with `error`."""
+    error_stage: str | None = None
+    """The stage (activity name) that failed, with `error`."""
+    infra_attempts: list[str] = Field(default_factory=list)
+    """Earlier placements that ended `infra_error` and were run again, each its outcome label
+    and detail; their records stay apart (attempt numbers of their own)."""
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def outcome(self) -> SessionOutcome | None:
+        """The session's outcome class; None while cancelled."""
+        return classify(
+            self.status,
+            reward=self.reward,
+            harness_started=self.harness_started,
+            unserved_calls=self.unserved_calls,
+            error_type=self.error_type,
+            error_stage=self.error_stage,
+        )
 
 
 class TaskResult(BaseModel):
@@ -285,6 +324,12 @@ class TaskResult(BaseModel):
     def usable(self) -> list[SessionResult]:
         """Sessions that completed with traces."""
         return [s for s in self.sessions if s.status == SessionStatus.COMPLETED and s.num_traces]
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def outcome_counts(self) -> dict[str, int]:
+        """Sessions by outcome class (`infra_error` also by `infra_error:reason`)."""
+        return count_outcomes([s.outcome for s in self.sessions])
 
     @property
     def mean_reward(self) -> float | None:

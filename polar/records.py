@@ -22,6 +22,29 @@ class SessionStatus(StrEnum):
     CANCELLED = "cancelled"
 
 
+class OutcomeClass(StrEnum):
+    """What a session's end says about the policy (polar/outcomes.py classifies it)."""
+
+    OK = "ok"  # the harness ran and completed; its grade (if any) is above the worst
+    POLICY_FAILURE = "policy_failure"  # the harness ran and failed, or its work failed the grade
+    TIMEOUT = "timeout"  # the harness ran past its time budget
+    INFRA_ERROR = "infra_error"  # the stack failed the session: no verdict, no reward, retried
+    TASK_ERROR = "task_error"  # the task itself cannot run (a bad spec): no verdict, not retried
+
+
+class InfraReason(StrEnum):
+    """Which part of the stack an `infra_error` session was failed by."""
+
+    SANDBOX_START = "sandbox_start"  # the sandbox never got to the harness (no started marker)
+    IMAGE = "image"  # the image is missing or lacks what the sandbox needs
+    ENGINE = "engine"  # the container engine or the host's runtime failed a stage
+    STORAGE = "storage"  # S3 failed a stage (records, traces, logs)
+    GATEWAY = "gateway"  # the gateway could not record or route the session's calls
+    INFERENCE_BACKEND = "inference_backend"  # the harness failed after calls nobody served
+    EVALUATOR_HOST = "evaluator_host"  # the evaluator failed on the worker's side
+    LOST_HOST = "lost_host"  # the host holding the runtime stopped answering
+
+
 class SampledChoice(BaseModel):
     """One choice of an answer with `n > 1`: what the upstream sampled for it."""
 

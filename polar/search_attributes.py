@@ -23,16 +23,21 @@ from temporalio.service import RPCError, RPCStatusCode
 if TYPE_CHECKING:
     from temporalio.client import Client
 
+    from polar.outcomes import SessionOutcome
+
 TASK_ID = SearchAttributeKey.for_keyword("PolarTaskId")
 HARNESS = SearchAttributeKey.for_keyword("PolarHarness")
 STAGE = SearchAttributeKey.for_keyword("PolarStage")
 STATUS = SearchAttributeKey.for_keyword("PolarStatus")
 REWARD = SearchAttributeKey.for_float("PolarReward")
+OUTCOME = SearchAttributeKey.for_keyword_list("PolarOutcome")
+"""The session's outcome class and, for `infra_error`, its label with the reason
+(`["infra_error", "infra_error:storage"]`): `PolarOutcome = 'infra_error'` finds them all."""
 
-ALL = (TASK_ID, HARNESS, STAGE, STATUS, REWARD)
+ALL = (TASK_ID, HARNESS, STAGE, STATUS, REWARD, OUTCOME)
 """Every key: registered on the dev server by flags, and by every worker at its start."""
 
-CLI_TYPES = {"KEYWORD": "Keyword", "DOUBLE": "Double"}
+CLI_TYPES = {"KEYWORD": "Keyword", "DOUBLE": "Double", "KEYWORD_LIST": "KeywordList"}
 RPC_TIMEOUT = timedelta(seconds=30)
 log = logging.getLogger("polar.search_attributes")
 
@@ -50,7 +55,7 @@ def dev_server_flags() -> list[str]:
 
 
 def cli_type(key: SearchAttributeKey) -> str:
-    """The `temporal` CLI's name of `key`'s type (`Keyword`, `Double`)."""
+    """The `temporal` CLI's name of `key`'s type (`Keyword`, `Double`, `KeywordList`)."""
     return CLI_TYPES[key.indexed_value_type.name]
 
 
@@ -134,3 +139,10 @@ def _warn_refused(
         exc.message,
         " && ".join(create_commands(namespace, address, keys)),
     )
+
+
+def outcome_values(outcome: SessionOutcome | None) -> list[str]:
+    """The PolarOutcome values of a session's outcome (none while it has none)."""
+    if outcome is None:
+        return []
+    return [outcome.outcome.value, outcome.label] if outcome.reason else [outcome.outcome.value]
