@@ -29,12 +29,30 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-KINDS = ("vllm", "sglang", "openai")
+from polar.registry import Registry, UnknownKind
+
 FIELDS = {"models", "upstreams", "kind", "model", "record", "policy", "api_key_env", "routing"}
 
 
 class PoolError(ValueError):
     """POLAR_POOLS cannot be used as written."""
+
+
+class UnknownPoolKind(PoolError, UnknownKind):
+    """A pool's `kind` names no kind of backend the gateway speaks to."""
+
+
+POOL_KINDS: Registry[str] = Registry(
+    "pool kind",
+    {
+        "vllm": "vLLM: token ids and log probabilities asked for",
+        "sglang": "SGLang: token ids and log probabilities asked for",
+        "openai": "a plain OpenAI-compatible API: no training fields",
+    },
+    UnknownPoolKind,
+)
+"""The kinds of backend a pool may have, each with what the gateway asks of it
+(polar/registry.py)."""
 
 
 @dataclass(frozen=True)
@@ -95,8 +113,10 @@ def _pool(name: str, spec: Any) -> PoolSpec:
     if unknown:
         raise PoolError(f"pool {name}: unknown fields {sorted(unknown)}; use {sorted(FIELDS)}")
     kind = spec.get("kind", "vllm")
-    if kind not in KINDS:
-        raise PoolError(f"pool {name}: kind {kind!r}: use one of {KINDS}")
+    try:
+        POOL_KINDS.get(kind)
+    except UnknownPoolKind as exc:
+        raise UnknownPoolKind(f"pool {name}: {exc}", exc.kind, exc.known) from None
     for flag in ("record", "policy"):
         if not isinstance(spec.get(flag, True), bool):
             raise PoolError(f"pool {name}: {flag!r} must be true or false")

@@ -3,7 +3,8 @@
 Each evaluator (activities/evaluators/base.py: `Evaluator`) says whether it
 needs a fresh runtime (the workflow prewarms one while the harness runs) and
 whether it reads the session's traces; its report is a typed model
-(polar/evaluation_reports.py). The `evaluate` activity looks the kind up here.
+(polar/evaluation_reports.py). The `evaluate` activity looks the kind up here. A new
+evaluator joins the tuple in `EVALUATORS` (a `Registry`, polar/registry.py).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from activities.evaluators.base import Evaluation, EvaluationJob, Evaluator, EvaluatorError
 from activities.evaluators.command import CommandEvaluator
 from activities.evaluators.swebench import SweBenchEvaluator
+from polar.registry import Registry, UnknownKind
 
 __all__ = [
     "EVALUATORS",
@@ -23,23 +25,22 @@ __all__ = [
     "kinds_needing_fresh_runtime",
 ]
 
-EVALUATORS: dict[str, Evaluator] = {
-    evaluator.kind: evaluator for evaluator in (CommandEvaluator(), SweBenchEvaluator())
-}
-"""Every evaluator, by the `EvaluatorSpec.kind` it serves."""
 
-
-class UnknownEvaluator(ValueError):
+class UnknownEvaluator(UnknownKind):
     """No evaluator serves this kind (a spec from newer code, or a typo past validation)."""
 
 
+EVALUATORS: Registry[Evaluator] = Registry(
+    "evaluator kind",
+    {evaluator.kind: evaluator for evaluator in (CommandEvaluator(), SweBenchEvaluator())},
+    UnknownEvaluator,
+)
+"""Every evaluator, by the `EvaluatorSpec.kind` it serves (polar/registry.py)."""
+
+
 def get_evaluator(kind: str) -> Evaluator:
-    """The evaluator of `kind` (UnknownEvaluator, naming it, otherwise)."""
-    try:
-        return EVALUATORS[kind]
-    except KeyError:
-        known = ", ".join(sorted(EVALUATORS))
-        raise UnknownEvaluator(f"unknown evaluator kind {kind!r} (known: {known})") from None
+    """The evaluator of `kind` (UnknownEvaluator, naming it and the known kinds, otherwise)."""
+    return EVALUATORS.get(kind)
 
 
 def kinds_needing_fresh_runtime() -> frozenset[str]:

@@ -25,6 +25,7 @@ from activities.harnesses.codex import CodexAdapter
 from activities.harnesses.command import CommandAdapter
 from activities.harnesses.pi import PiAdapter
 from activities.harnesses.qwen_code import QwenCodeAdapter
+from polar.registry import Registry, UnknownKind
 
 
 class HarnessAdapter(Protocol):
@@ -44,21 +45,34 @@ class HarnessAdapter(Protocol):
         ...
 
 
-ADAPTERS: dict[str, HarnessAdapter] = {
-    a.kind: a
-    for a in (CommandAdapter(), CodexAdapter(), ClaudeCodeAdapter(), QwenCodeAdapter(), PiAdapter())
-}
+class UnknownHarness(UnknownKind):
+    """No adapter serves this harness kind."""
+
+
+ADAPTERS: Registry[HarnessAdapter] = Registry(
+    "harness kind",
+    {
+        a.kind: a
+        for a in (
+            CommandAdapter(),
+            CodexAdapter(),
+            ClaudeCodeAdapter(),
+            QwenCodeAdapter(),
+            PiAdapter(),
+        )
+    },
+    UnknownHarness,
+)
+"""Every harness adapter, by the `HarnessSpec.kind` it serves (polar/registry.py)."""
 CLI_ADAPTERS: dict[str, CliAdapter] = {
     k: a for k, a in ADAPTERS.items() if isinstance(a, CliAdapter)
 }
+"""The adapters of agent CLIs (pinned npm packages), by kind."""
 
 
 def get_adapter(kind: str) -> HarnessAdapter:
-    """The adapter for harness `kind`."""
-    try:
-        return ADAPTERS[kind]
-    except KeyError:
-        raise ValueError(f"unknown harness kind {kind!r}: one of {sorted(ADAPTERS)}") from None
+    """The adapter for harness `kind` (UnknownHarness, naming the known kinds, otherwise)."""
+    return ADAPTERS.get(kind)
 
 
 __all__ = [
@@ -70,5 +84,6 @@ __all__ = [
     "HarnessContext",
     "HarnessNotInstalled",
     "Launch",
+    "UnknownHarness",
     "get_adapter",
 ]

@@ -4,6 +4,7 @@ best this host offers: activities/runtimes/selection.py)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Protocol
 
 from activities.runtimes.base import (
     InvalidRuntime,
@@ -14,15 +15,60 @@ from activities.runtimes.base import (
 )
 from activities.runtimes.local import LocalRuntime
 from activities.runtimes.selection import concrete
+from polar.registry import Registry, UnknownKind
 
 __all__ = [
+    "RUNTIMES",
     "InvalidRuntime",
     "InvalidSource",
     "PrepareFailed",
     "Runtime",
+    "RuntimeFactory",
     "SourceUnavailable",
+    "UnknownRuntime",
     "get_runtime",
 ]
+
+
+class UnknownRuntime(UnknownKind):
+    """No runtime implements this kind."""
+
+
+class RuntimeFactory(Protocol):
+    """Makes the runtime of one kind, its state under `root`."""
+
+    def __call__(
+        self, root: Path, *, namespace: str | None, host_id: str | None, deployment: str | None
+    ) -> Runtime: ...
+
+
+def _local(
+    root: Path, *, namespace: str | None, host_id: str | None, deployment: str | None
+) -> Runtime:
+    return LocalRuntime(root, host_id=host_id)
+
+
+def _docker(
+    root: Path, *, namespace: str | None, host_id: str | None, deployment: str | None
+) -> Runtime:
+    from activities.runtimes.docker import DockerRuntime  # the docker SDK only when used
+
+    return DockerRuntime(root, namespace=namespace, host_id=host_id, deployment=deployment)
+
+
+def _podman(
+    root: Path, *, namespace: str | None, host_id: str | None, deployment: str | None
+) -> Runtime:
+    from activities.runtimes.podman import PodmanRuntime
+
+    return PodmanRuntime(root, namespace=namespace, host_id=host_id, deployment=deployment)
+
+
+RUNTIMES: Registry[RuntimeFactory] = Registry(
+    "runtime kind", {"local": _local, "docker": _docker, "podman": _podman}, UnknownRuntime
+)
+"""The runtime factories, by the concrete `RuntimeSpec.kind` they make (polar/registry.py);
+`auto` is none of them: `get_runtime` resolves it first."""
 
 
 def get_runtime(
@@ -35,20 +81,9 @@ def get_runtime(
 ) -> Runtime:
     """The runtime implementation for `kind`; a worker passes its `namespace` (its task
     queue: container names), `host_id` and `deployment` (labels its sweep finds). `auto`
-    gives the kind this host offers (activities/runtimes/selection.py)."""
-    kind = concrete(kind)
-    if kind == "local":
-        return LocalRuntime(data_dir / "runtimes", host_id=host_id)
-    if kind == "docker":
-        from activities.runtimes.docker import DockerRuntime  # the docker SDK only when used
-
-        return DockerRuntime(
-            data_dir / "runtimes", namespace=namespace, host_id=host_id, deployment=deployment
-        )
-    if kind == "podman":
-        from activities.runtimes.podman import PodmanRuntime
-
-        return PodmanRuntime(
-            data_dir / "runtimes", namespace=namespace, host_id=host_id, deployment=deployment
-        )
-    raise ValueError(f"unknown runtime kind {kind!r}")
+    gives the kind this host offers (activities/runtimes/selection.py); a kind with no
+    runtime is UnknownRuntime."""
+    factory = RUNTIMES.get(concrete(kind))
+    return factory(
+        data_dir / "runtimes", namespace=namespace, host_id=host_id, deployment=deployment
+    )

@@ -17,18 +17,28 @@ from polar.builders.base import BuildContext, BuilderConfig, BuildOutput, Reward
 from polar.builders.per_request import build_per_request
 from polar.builders.prefix_merging import PrefixMergingConfig, build_prefix_merging
 from polar.records import CompletionRecord
+from polar.registry import Registry, UnknownKind
 from polar.tasks.spec import BuilderSpec
 
 Builder = Callable[[list[CompletionRecord], BuildContext], BuildOutput]
 
-BUILDERS: dict[str, Builder] = {
-    "per_request": build_per_request,
-    "prefix_merging": build_prefix_merging,
-}
-BUILDER_CONFIGS: dict[str, type[BuilderConfig]] = {
-    "per_request": BuilderConfig,
-    "prefix_merging": PrefixMergingConfig,
-}
+
+class UnknownBuilder(UnknownKind):
+    """The builder name is neither registered nor an importable `module:function`."""
+
+
+BUILDERS: Registry[Builder] = Registry(
+    "builder",
+    {"per_request": build_per_request, "prefix_merging": build_prefix_merging},
+    UnknownBuilder,
+)
+"""The built-in builders by name (polar/registry.py); a custom one is a `module:function`."""
+BUILDER_CONFIGS: Registry[type[BuilderConfig]] = Registry(
+    "builder",
+    {"per_request": BuilderConfig, "prefix_merging": PrefixMergingConfig},
+    UnknownBuilder,
+)
+"""The config model of each built-in builder (a custom builder's config is free-form)."""
 
 __all__ = [
     "BUILDERS",
@@ -45,17 +55,11 @@ __all__ = [
 ]
 
 
-class UnknownBuilder(ValueError):
-    """The builder name is neither registered nor an importable `module:function`."""
-
-
 def get_builder(name: str) -> Builder:
-    """Look up a registered builder, or import `module:function`."""
-    if name in BUILDERS:
-        return BUILDERS[name]
+    """A registered builder, or the `module:function` imported (UnknownBuilder otherwise)."""
     module_name, sep, attr = name.partition(":")
     if not sep:
-        raise UnknownBuilder(f"unknown builder {name!r}; registered: {sorted(BUILDERS)}")
+        return BUILDERS.get(name)
     try:
         builder = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
@@ -75,7 +79,7 @@ def check_builder(spec: BuilderSpec) -> Builder:
     try:
         builder = get_builder(spec.name)
     except UnknownBuilder as exc:
-        raise UnknownBuilder(f"builder.name: {exc}") from None
+        raise UnknownBuilder(f"builder.name: {exc}", exc.kind, exc.known) from None
     try:
         validate_builder_config(spec.name, spec.config)
     except ValueError as exc:
@@ -85,9 +89,8 @@ def check_builder(spec: BuilderSpec) -> Builder:
 
 def validate_builder_config(name: str, config: dict[str, Any]) -> None:
     """Raise ValueError if a built-in builder's config is invalid (custom ones: `reward` only)."""
-    model = BUILDER_CONFIGS.get(name)
-    if model is not None:
-        model.model_validate(config)
+    if name in BUILDER_CONFIGS:
+        BUILDER_CONFIGS.get(name).model_validate(config)
     else:
         reward_policy(config)
 
