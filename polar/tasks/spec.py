@@ -22,6 +22,7 @@ from pydantic import (
 
 from polar.host_paths import checked_host_path
 from polar.ids import TaskId
+from polar.rubric import FormulaError, parse_formula
 
 
 class StrictModel(BaseModel):
@@ -235,6 +236,64 @@ class BuilderSpec(StrictModel):
     config: dict[str, Any] = Field(default_factory=dict)
 
 
+class RubricSpec(StrictModel):
+    """A judge model's score of the finished session, combined with the outcome evaluator's
+    reward (activities/evaluators/rubric.py; docs/evaluation.md, "Rubric rewards").
+
+    The judge is called through the gateway by `model`, a name a named pool serves
+    (`POLAR_POOLS`, e.g. a `judge` pool: recorded, never trained). It reads the task, the
+    session's final diff and its messages with `rubric`, and answers a score in [0, 1] and a
+    reason. The session reward is `formula` of `outcome` (the outcome evaluator's reward)
+    and `rubric` (the score), clamped to `reward_range`. A judge that fails leaves the
+    outcome reward as it is, and the report says why.
+    """
+
+    rubric: str = Field(min_length=1, description="what the judge scores the session on")
+    model: str = Field(
+        default="judge",
+        min_length=1,
+        description="the model name the judge is called by: one a gateway pool serves, never "
+        "the policy's",
+    )
+    formula: str = Field(
+        default="outcome + 0.2 * rubric",
+        description="the session reward: numbers, `outcome`, `rubric`, + - * /, parentheses, "
+        "min(), max() (polar/rubric.py)",
+    )
+    per_trace: bool = Field(
+        default=False,
+        description="also judge each trace on its own messages: its reward is the formula of "
+        "its outcome reward and its own score (process-reward style)",
+    )
+    timeout_s: float = Field(default=120, gt=0, le=3600, allow_inf_nan=False)
+    max_tokens: int = Field(default=1024, ge=16, le=65536, description="of the judge's answer")
+    max_input_chars: int = Field(
+        default=60_000,
+        ge=2_000,
+        le=4_000_000,
+        description="the diff and the messages shown to the judge, head and tail",
+    )
+
+    @field_validator("formula")
+    @classmethod
+    def _known_formula(cls, v: str) -> str:
+        try:
+            parse_formula(v)
+        except FormulaError as exc:
+            raise ValueError(str(exc)) from None
+        return v.strip()
+
+    @field_validator("model")
+    @classmethod
+    def _not_the_policy(cls, v: str) -> str:
+        if v == "policy":
+            raise ValueError(
+                "rubric.model 'policy' is the policy's own name: name the judge's pool model "
+                "(e.g. 'judge', served by a POLAR_POOLS pool)"
+            )
+        return v
+
+
 class SweBenchSpec(StrictModel):
     """A SWE-bench-style instance's grading (activities/evaluators/swebench.py).
 
@@ -280,16 +339,39 @@ class SweBenchSpec(StrictModel):
         return _git_arg(v, "swebench.base_commit")
 
 
+class HarborVerifierSpec(StrictModel):
+    """A Harbor task's verifier (polar/tasks/harbor.py, activities/evaluators/harbor.py).
+
+    `tests_dir` (a folder of the worker host) is copied to `/tests` of the evaluator's fresh
+    runtime only for grading; `/tests/{test_script}` runs there as `user` (None: the image's
+    user) with `env`, within `timeout_s`, and the reward is read only from a `/logs/verifier`
+    made fresh for it (`reward.json`, else `reward.txt`).
+    """
+
+    task: str = Field(min_length=1, description="the Harbor task's name (for messages)")
+    tests_dir: str = Field(min_length=1)
+    test_script: str = Field(default="test.sh", pattern=r"^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$")
+    user: str | None = Field(default=None, pattern=r"^[a-z_][a-z0-9_-]*$|^[0-9]+$")
+    env: dict[str, str] = Field(default_factory=dict)
+    timeout_s: float = Field(default=600, gt=0, le=MAX_TIMEOUT_S, allow_inf_nan=False)
+
+    @field_validator("tests_dir")
+    @classmethod
+    def _allowed_tests_dir(cls, v: str) -> str:
+        return checked_host_path(v, "harbor.tests_dir")
+
+
 class EvaluatorSpec(StrictModel):
     """How a session is scored.
 
     `command`: exit code 0 means reward 1, else 0; an optional `reward_command` then
     computes the reward (and per-trace rewards) from the command's exit code and the
     session's traces. `swebench`: the instance's tests on the session's patch in a fresh
-    runtime (`swebench` required).
+    runtime (`swebench` required). `harbor`: a Harbor task's `tests/test.sh` in a fresh
+    runtime, its reward read from `/logs/verifier` (`harbor` required).
     """
 
-    kind: Literal["command", "swebench", "none"] = "none"
+    kind: Literal["command", "swebench", "harbor", "none"] = "none"
     command: str | None = None
     reward_command: str | None = Field(
         default=None,
@@ -300,6 +382,8 @@ class EvaluatorSpec(StrictModel):
         "reward goes: the code under test never is",
     )
     swebench: SweBenchSpec | None = None
+    # left out of the JSON when unset, so older workers still read every other task
+    harbor: HarborVerifierSpec | None = Field(default=None, exclude_if=lambda v: v is None)
     protected: list[str] = Field(
         default_factory=list,
         description="task-owned paths (globs: `*` within a name, `**/` any folders) restored "
@@ -308,6 +392,11 @@ class EvaluatorSpec(StrictModel):
     reward_range: tuple[float, float] = Field(
         default=(0.0, 1.0), description="rewards (session and per-trace) are clamped to it"
     )
+    rubric: RubricSpec | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,  # left out unset: older workers read the spec
+        description="(command, swebench) a judge's score combined with the outcome reward",
+    )
 
     @model_validator(mode="after")
     def _command_needed(self) -> EvaluatorSpec:
@@ -315,11 +404,22 @@ class EvaluatorSpec(StrictModel):
             raise ValueError("evaluator kind 'command' needs a non-empty 'command'")
         if self.kind == "swebench" and self.swebench is None:
             raise ValueError("evaluator kind 'swebench' needs its 'swebench' instance fields")
+        if (self.kind == "harbor") != (self.harbor is not None):
+            raise ValueError("'harbor' goes with evaluator kind 'harbor', and only with it")
         if self.reward_command is not None and self.kind != "command":
             raise ValueError("'reward_command' belongs to evaluator kind 'command'")
         lo, hi = self.reward_range
         if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
             raise ValueError(f"reward_range must be finite with lo < hi, not {self.reward_range}")
+        return self
+
+    @model_validator(mode="after")
+    def _rubric_wraps_an_outcome(self) -> EvaluatorSpec:
+        if self.rubric is not None and self.kind == "none":
+            raise ValueError(
+                "'rubric' combines a judge's score with an outcome evaluator's reward: give "
+                "an evaluator kind (e.g. command) beside it"
+            )
         return self
 
     def eval_runtime_spec(self, runtime: RuntimeSpec) -> RuntimeSpec:

@@ -1,0 +1,148 @@
+"""The Harbor loader (polar/tasks/harbor.py): the bundled dataset loads into TaskSpecs with
+the task's fields; what Polar cannot honour is refused naming the task and the field."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from polar.tasks.harbor import (
+    HarborTaskError,
+    environment_image,
+    load_harbor_tasks,
+    read_harbor_task,
+)
+from polar.tasks.spec import HarnessSpec, TaskSpec
+from tests.support.paths import REPO
+
+EXAMPLES = REPO / "examples" / "harbor"
+
+
+def _copy(tmp_path: Path, name: str = "hello-file") -> Path:
+    return Path(shutil.copytree(EXAMPLES / name, tmp_path / name))
+
+
+def _append(task: Path, text: str) -> None:
+    toml = task / "task.toml"
+    toml.write_text(toml.read_text() + "\n" + text + "\n")
+
+
+def test_the_bundled_dataset_loads_with_the_tasks_fields() -> None:
+    specs = {s.task_id: s for s in load_harbor_tasks(EXAMPLES)}
+    assert {"polar__hello-file", "polar__fix-add", "polar__csv-sum"} <= set(specs)
+    hello = specs["polar__hello-file"]
+    assert hello.instruction.startswith("Create a file named `hello.txt`")  # canary stripped
+    assert hello.runtime.kind == "docker" and hello.runtime.image.startswith("polar/harbor-env:")
+    assert (hello.runtime.cpus, hello.runtime.memory, hello.runtime.disk) == (1, "1024m", "2048m")
+    assert hello.timeouts.harness_s == 300 and hello.timeouts.evaluate_s == 60 + 300
+    assert hello.evaluator.kind == "harbor" and hello.evaluator.harbor is not None
+    assert hello.evaluator.harbor.timeout_s == 60
+    assert hello.evaluator.harbor.tests_dir == str(EXAMPLES.resolve() / "hello-file" / "tests")
+    assert hello.metadata["harbor"]["metadata"] == {"difficulty": "easy", "category": "shell"}
+    assert hello.metadata["harbor"]["solution_dir"].endswith("hello-file/solution")
+    fix = specs["polar__fix-add"]
+    assert fix.evaluator.harbor is not None and fix.evaluator.harbor.user == "nobody"
+    assert fix.evaluator.harbor.env == {"PYTHONDONTWRITEBYTECODE": "1"}
+    # a TaskSpec as any other: it survives its JSON round trip (the workflow's input)
+    for spec in specs.values():
+        assert TaskSpec.model_validate_json(spec.model_dump_json()) == spec
+
+
+def test_a_single_task_dir_loads_with_the_given_harness(tmp_path: Path) -> None:
+    task = _copy(tmp_path)
+    (spec,) = load_harbor_tasks(
+        task, harness=HarnessSpec(kind="command", command="true"), num_sessions=4
+    )
+    assert spec.harness.kind == "command" and spec.num_sessions == 4
+
+
+def test_the_image_is_keyed_on_the_environments_content(tmp_path: Path) -> None:
+    task = _copy(tmp_path)
+    before = environment_image(read_harbor_task(task))
+    assert environment_image(read_harbor_task(task)) == before
+    (task / "environment" / "extra.txt").write_text("x")
+    assert environment_image(read_harbor_task(task)) != before
+
+
+def test_a_prebuilt_image_is_used_as_is_or_mapped(tmp_path: Path) -> None:
+    task = _copy(tmp_path)
+    toml = task / "task.toml"
+    toml.write_text(
+        toml.read_text().replace(
+            'network_mode = "no-network"',
+            'network_mode = "no-network"\ndocker_image = "ghcr.io/x/y:1"',
+        )
+    )
+    (spec,) = load_harbor_tasks(task)
+    assert spec.runtime.image == "ghcr.io/x/y:1"
+    (spec,) = load_harbor_tasks(task, image_map={"ghcr.io/x/y:1": "polar/runtime:py311"})
+    assert spec.runtime.image == "polar/runtime:py311"
+
+
+def test_env_templates_resolve_from_the_host(tmp_path: Path) -> None:
+    task = _copy(tmp_path)
+    _append(task, '[verifier.env]\nA = "${POLAR_T_A}"\nB = "${POLAR_T_B:-dflt}"')
+    (spec,) = load_harbor_tasks(task, environ={"POLAR_T_A": "a"})
+    assert spec.evaluator.harbor is not None
+    assert spec.evaluator.harbor.env == {"A": "a", "B": "dflt"}
+    with pytest.raises(HarborTaskError, match=r"verifier\.env\.A.*POLAR_T_A"):
+        load_harbor_tasks(task, environ={})
+
+
+@pytest.mark.parametrize(
+    ("edit", "field"),
+    [
+        ('[agent]\nuser = "agent"', "agent.user"),
+        ('[[steps]]\nname = "one"', "steps"),
+        ('artifacts = ["/tmp/out"]', "artifacts"),
+        ('[verifier.environment]\ndocker_image = "x"', "verifier.environment"),
+        ('[[verifier.collect]]\ncommand = "true"', "verifier.collect"),
+        ('[environment.healthcheck]\ncommand = "true"', "environment.healthcheck"),
+        ('[agent]\nnetwork_mode = "public"', "agent.network_mode"),
+        ('[verifier]\nnetwork_mode = "allowlist"', "verifier.network_mode"),
+        ("[agent]\nsurprise = 1", "agent.surprise"),
+    ],
+)
+def test_what_polar_cannot_honour_is_refused_by_name(tmp_path: Path, edit: str, field: str) -> None:
+    task = _copy(tmp_path)
+    toml = task / "task.toml"
+    text = toml.read_text()
+    section = edit.split("\n", 1)[0]
+    if section.startswith("[") and not section.startswith("[[") and section in text:
+        # add the key to the existing table
+        text = text.replace(section, edit, 1)
+    elif edit.startswith(("artifacts", "[[steps")):
+        text = edit + "\n" + text
+    else:
+        text += "\n" + edit + "\n"
+    toml.write_text(text)
+    with pytest.raises(HarborTaskError) as info:
+        load_harbor_tasks(task)
+    assert info.value.field == field and info.value.task == "polar/hello-file", str(info.value)
+    assert f"polar/hello-file: {field}" in str(info.value)
+
+
+def test_harbors_default_network_is_refused_with_the_reason(tmp_path: Path) -> None:
+    task = _copy(tmp_path)
+    toml = task / "task.toml"
+    toml.write_text(toml.read_text().replace('network_mode = "no-network"\n', ""))
+    with pytest.raises(HarborTaskError, match="Harbor's default when unset.*no-network"):
+        load_harbor_tasks(task)
+
+
+def test_a_workdir_other_than_the_workspace_is_refused(tmp_path: Path) -> None:
+    task = _copy(tmp_path)
+    (task / "environment" / "Dockerfile").write_text("FROM polar/runtime:py311\nWORKDIR /app\n")
+    with pytest.raises(HarborTaskError, match="Dockerfile WORKDIR.*'/app'"):
+        load_harbor_tasks(task)
+
+
+def test_a_missing_verifier_and_a_non_task_dir_are_named(tmp_path: Path) -> None:
+    task = _copy(tmp_path)
+    (task / "tests" / "test.sh").unlink()
+    with pytest.raises(HarborTaskError, match="tests/test.sh"):
+        load_harbor_tasks(task)
+    with pytest.raises(HarborTaskError, match="neither a task"):
+        load_harbor_tasks(tmp_path / "hello-file" / "tests")
