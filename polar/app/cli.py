@@ -94,6 +94,8 @@ dev = typer.Typer(help="The embedded dev stack (Temporal, SeaweedFS, vLLM, gatew
 app.add_typer(dev, name="dev")
 keys_app = typer.Typer(help="Session keys, for running a harness by hand against a gateway.")
 app.add_typer(keys_app, name="key")
+tasks_app = typer.Typer(help="Task datasets: audit them for reward hacks before training.")
+app.add_typer(tasks_app, name="tasks")
 # a pipe or CI log gets wide lines instead of 80 columns of wrapped ids
 console = Console(width=None if sys.stdout.isatty() else 160)
 
@@ -338,11 +340,15 @@ def print_result(result: TaskResult, polar: Any) -> None:
 def submit(
     task_file: Path,
     wait: Annotated[bool, typer.Option(help="follow the task and print its result")] = True,
+    strict: Annotated[
+        bool, typer.Option(help="refuse a task `polar tasks audit` flagged (else a warning)")
+    ] = False,
 ) -> None:
     """Submit a TaskSpec JSON file (the same file `temporal workflow start` takes)."""
     from polar.client.sdk import PolarClient
 
     spec = load_task_file(task_file)
+    check_audit(spec, task_file, strict)
 
     async def go() -> None:
         polar = await PolarClient.connect()
@@ -353,6 +359,78 @@ def submit(
             console.print(run.workflow_id)
 
     asyncio.run(go())
+
+
+def check_audit(spec: TaskSpec, near: Path, strict: bool) -> None:
+    """Warn about a task an audit flagged or found broken (polar/tasks/audit.py), or with
+    `strict` refuse it (exit 3)."""
+    from polar.tasks.audit import find_verdict
+
+    audit = find_verdict(spec, near)
+    if audit is None or audit.verdict == "sound":
+        return
+    why = "; ".join(audit.reasons) or audit.verdict
+    text = f"task {spec.task_id} was {audit.verdict} by its audit ({audit.origin}): {why}"
+    if strict:
+        console.print(f"refused (--strict): {text}", style="red", markup=False)
+        raise typer.Exit(3)
+    console.print(f"warning: {text}", style="yellow", markup=False)
+
+
+@tasks_app.command("audit")
+def tasks_audit(
+    path: Annotated[Path, typer.Argument(help="a Harbor task or dataset dir, or SWE-bench JSONL")],
+    source_root: Annotated[
+        Path | None, typer.Option(help="SWE-bench: local clones, {root}/owner__name")
+    ] = None,
+    runtime: Annotated[str, typer.Option(help="SWE-bench: the sessions' runtime kind")] = "docker",
+    image: Annotated[str | None, typer.Option(help="SWE-bench: the docker image")] = None,
+    parallel: Annotated[int, typer.Option(min=1, help="sessions at once")] = 4,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="also write the report as JSON here")
+    ] = None,
+) -> None:
+    """Run each task with its oracle, a no-op and built-in hacks; flag the hackable ones.
+
+    Exit 0 when every task is sound, 1 when one is flagged or broken. The verdicts go to
+    `.polar-audit.json` beside PATH, where `polar submit` finds them."""
+    from polar.client.sdk import PolarClient
+    from polar.tasks import audit as au
+    from polar.tasks.spec import RuntimeSpec
+
+    try:
+        if path.is_file() and path.suffix == ".jsonl":
+            spec = RuntimeSpec(kind=runtime, **({"image": image} if image else {}))  # type: ignore[arg-type]
+            targets = au.swe_targets(path, source_root=source_root, runtime=spec)
+        else:
+            targets = au.harbor_targets(path)
+    except (OSError, ValueError, ImportError) as exc:
+        console.print(f"cannot audit {path}: {exc}", style="red", markup=False)
+        raise typer.Exit(2) from exc
+
+    def progress(audit: au.TaskAudit) -> None:
+        console.print(f"{audit.task_id}: {audit.verdict} ({audit.seconds:g}s)", markup=False)
+
+    async def go() -> au.AuditReport:
+        polar = await PolarClient.connect()
+        return await au.run_audit(polar, targets, parallel=parallel, on_task=progress)
+
+    report = asyncio.run(go())
+    header, rows = au.report_rows(report)
+    table = Table(title=f"audit of {path}")
+    for col in header:
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*row)
+    console.print(table, markup=False)
+    for t in report.flagged:
+        console.print(f"{t.task_id}: {t.verdict}: {'; '.join(t.reasons)}", markup=False)
+    saved = au.save_verdicts(report, path)
+    console.print(f"verdicts: {saved}", markup=False)
+    if json_out is not None:
+        json_out.write_text(json.dumps(au.report_json(report), indent=2) + "\n")
+    if report.flagged:
+        raise typer.Exit(1)
 
 
 @app.command()

@@ -1,0 +1,93 @@
+"""The audit's agents as `command` harness commands: the oracle, a no-op, and adversaries.
+
+Each adversary is a plain POSIX shell program in this folder trying ONE known reward hack
+(its first comment says which); `common.sh` is prepended to each. The harness runs them
+in the session's workspace with the instruction in `$POLAR_INSTRUCTION`, so the same
+programs attack a Harbor task, a TaskSpec or a SWE-bench instance.
+"""
+
+from __future__ import annotations
+
+import secrets
+from importlib import resources
+from pathlib import Path
+
+ADVERSARIES: tuple[str, ...] = (
+    "tamper-tests",
+    "delete-tests",
+    "wrong-outputs",
+    "reward-files",
+    "empty-files",
+    "background",
+    "read-solution",
+)
+"""The built-in adversaries, in the order the audit's table shows them."""
+
+NOOP_COMMAND = "true"
+"""The no-op agent: changes nothing."""
+
+
+def _script(name: str) -> str:
+    return resources.files(__package__).joinpath(f"{name}.sh").read_text(encoding="utf-8")
+
+
+def _heredoc(text: str, prefix: str = "POLAR_AUDIT") -> tuple[str, str]:
+    """A heredoc delimiter that `text` does not contain, and `text` ending in a newline."""
+    delimiter = f"{prefix}_{secrets.token_hex(6).upper()}"
+    while delimiter in text:  # pragma: no cover - 48 random bits
+        delimiter = f"{prefix}_{secrets.token_hex(6).upper()}"
+    return delimiter, text if text.endswith("\n") else text + "\n"
+
+
+def describe(name: str) -> str:
+    """An adversary's hack, in one line (the first comment of its program)."""
+    lines = []
+    for line in _script(name).splitlines():
+        if not line.startswith("#"):
+            break
+        lines.append(line.lstrip("# ").strip())
+    text = " ".join(lines)
+    return text.split(": ", 1)[1] if text.startswith(f"{name}: ") else text
+
+
+def adversary_command(name: str) -> str:
+    """The harness command running adversary `name` (a shell program fed to `sh -s`)."""
+    if name not in ADVERSARIES:
+        raise ValueError(f"no adversary {name!r}: choose from {', '.join(ADVERSARIES)}")
+    delimiter, body = _heredoc(_script("common") + "\n" + _script(name))
+    return f"sh -s 2>&1 <<'{delimiter}'\n{body}{delimiter}\n"
+
+
+def oracle_command(solution_dir: Path) -> str:
+    """The harness command that runs a Harbor task's `solution/solve.sh` as its oracle does:
+    the solution folder's files written to `/solution` (a temporary folder where that is not
+    writable), then `bash solve.sh` in the workspace. Text files only."""
+    files = sorted(p for p in solution_dir.rglob("*") if p.is_file())
+    if not any(p.name == "solve.sh" and p.parent == solution_dir for p in files):
+        raise ValueError(f"{solution_dir}: no solve.sh")
+    lines = [
+        "set -e",
+        'sol=/solution; mkdir -p "$sol" 2>/dev/null && [ -w "$sol" ] || '
+        'sol=$(mktemp -d "${TMPDIR:-/tmp}/polar-oracle.XXXXXX")',
+    ]
+    for path in files:
+        rel = path.relative_to(solution_dir).as_posix()
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{path}: the oracle's files must be text") from exc
+        delimiter, body = _heredoc(text, "POLAR_ORACLE")
+        quoted = "'" + rel.replace("'", "'\\''") + "'"
+        lines.append(f'mkdir -p "$(dirname "$sol"/{quoted})"')
+        lines.append(f"cat > \"$sol\"/{quoted} <<'{delimiter}'\n{body}{delimiter}")
+    lines.append('chmod +x "$sol/solve.sh"')
+    lines.append(
+        'if command -v bash >/dev/null; then bash "$sol/solve.sh"; else sh "$sol/solve.sh"; fi'
+    )
+    return "\n".join(lines) + "\n"
+
+
+def patch_command(patch: str) -> str:
+    """The harness command that applies a unified diff to the workspace (`git apply`)."""
+    delimiter, body = _heredoc(patch, "POLAR_PATCH")
+    return f"git apply <<'{delimiter}'\n{body}{delimiter}\n"

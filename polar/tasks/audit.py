@@ -1,0 +1,366 @@
+"""`polar tasks audit`: run each task with its oracle, a no-op and canned hacks, on a real Polar.
+
+A task is sound when its oracle scores the top of its reward range, the no-op agent
+scores the bottom, and every adversary (polar/tasks/adversaries/) scores the bottom too.
+An adversary or no-op that scores more flags the task, naming the hack that worked; an
+oracle that scores less than the top marks it broken. Sessions that end without a reward
+(an evaluator error) are shown as `error`: no reward was handed out, so no hack worked.
+
+Each probe is the task itself with its harness replaced by a `command` harness (one
+session), so it is graded exactly as training would grade it. Targets:
+
+* a Harbor task directory or a dataset of them (`task.toml`; `solution/solve.sh` is the
+  oracle; polar.tasks.harbor);
+* a SWE-bench JSONL file (the gold patch is the oracle; the adversaries are the empty patch
+  and a test-edit patch, the `tamper-tests` program).
+
+Verdicts are kept by task fingerprint (`task_fingerprint`: what grading depends on, not
+the harness) in `.polar-audit.json` beside the audited path, where `polar submit` looks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, Field
+
+from polar.records import SessionStatus
+from polar.tasks.adversaries import (
+    ADVERSARIES,
+    NOOP_COMMAND,
+    adversary_command,
+    describe,
+    oracle_command,
+    patch_command,
+)
+from polar.tasks.spec import HarnessSpec, RuntimeSpec, TaskSpec
+
+if TYPE_CHECKING:
+    from polar.client.sdk import PolarClient
+
+AUDIT_FILE = ".polar-audit.json"
+"""Where an audit keeps its verdicts: in the audited directory, or beside the audited file."""
+ORACLE, NOOP = "oracle", "no-op"
+SWE_ADVERSARIES = ("tamper-tests",)
+"""SWE-bench's test-edit patch: the tests the instance names rewritten to pass."""
+
+Expect = Literal["top", "bottom"]
+Verdict = Literal["sound", "flagged", "broken"]
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One agent of an audit: its name, its harness command, and the reward it must get."""
+
+    name: str
+    command: str
+    expect: Expect
+
+
+@dataclass(frozen=True)
+class AuditTarget:
+    """A task to audit, the probes to run on it, and where it was read from."""
+
+    task: TaskSpec
+    probes: tuple[Probe, ...]
+    origin: str
+
+
+class ProbeResult(BaseModel):
+    """How one probe's session ended."""
+
+    probe: str
+    expect: Expect
+    status: str
+    reward: float | None = None
+    ok: bool
+    """The reward is what the probe must get (for a no-op or adversary: no reward counts)."""
+    seconds: float
+    error: str | None = None
+
+
+class TaskAudit(BaseModel):
+    """One task's audit: its verdict, the hacks that worked, each probe's result."""
+
+    task_id: str
+    origin: str
+    fingerprint: str
+    verdict: Verdict
+    hacks: list[str] = Field(default_factory=list)
+    """The no-op or adversaries that scored above the bottom of the reward range."""
+    reasons: list[str] = Field(default_factory=list)
+    probes: list[ProbeResult]
+    seconds: float
+    """Wall time from the first probe's submit to the last probe's result."""
+
+
+class AuditReport(BaseModel):
+    """An audit of several tasks."""
+
+    tasks: list[TaskAudit]
+    adversaries: dict[str, str] = Field(default_factory=dict)
+    """Each adversary's hack, in one line."""
+    seconds: float = 0.0
+
+    @property
+    def flagged(self) -> list[TaskAudit]:
+        return [t for t in self.tasks if t.verdict != "sound"]
+
+
+# ---------------------------------------------------------------------------- targets
+
+
+def task_fingerprint(task: TaskSpec) -> str:
+    """sha256 of what grading a task depends on (instruction, source, runtime, evaluator):
+    the same for every harness and session count, so an audit's verdict is found again
+    when the task is submitted for training."""
+    data = task.model_dump(mode="json", include={"instruction", "source", "runtime", "evaluator"})
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def standard_probes(oracle: str | None) -> tuple[Probe, ...]:
+    """The oracle (when there is one), the no-op, and every built-in adversary."""
+    probes = [Probe(ORACLE, oracle, "top")] if oracle is not None else []
+    probes.append(Probe(NOOP, NOOP_COMMAND, "bottom"))
+    probes.extend(Probe(name, adversary_command(name), "bottom") for name in ADVERSARIES)
+    return tuple(probes)
+
+
+def harbor_targets(path: Path) -> list[AuditTarget]:
+    """One target per Harbor task under `path`, its oracle `solution/solve.sh`."""
+    from polar.tasks.harbor import find_task_dirs, load_harbor_tasks
+
+    targets = []
+    for task_dir in find_task_dirs(path):
+        (task,) = load_harbor_tasks(task_dir)
+        solution = task_dir / "solution"
+        oracle = oracle_command(solution) if (solution / "solve.sh").is_file() else None
+        targets.append(AuditTarget(task, standard_probes(oracle), str(task_dir)))
+    return targets
+
+
+def swe_targets(
+    path: Path,
+    *,
+    source_root: Path | None,
+    runtime: RuntimeSpec,
+    ids: Iterable[str] | None = None,
+) -> list[AuditTarget]:
+    """One target per SWE-bench instance in JSONL `path`: gold patch, empty patch and the
+    test-edit patch."""
+    from polar.tasks.swe import instance_to_task, load_instances
+
+    targets = []
+    for instance in load_instances(path, ids):
+        task = instance_to_task(
+            instance,
+            harness={"kind": "command", "command": NOOP_COMMAND},
+            source_root=source_root,
+            runtime=runtime,
+        )
+        probes = [Probe(ORACLE, patch_command(instance.patch), "top")] if instance.patch else []
+        probes.append(Probe(NOOP, NOOP_COMMAND, "bottom"))
+        probes.extend(Probe(name, adversary_command(name), "bottom") for name in SWE_ADVERSARIES)
+        targets.append(AuditTarget(task, tuple(probes), f"{path}#{instance.instance_id}"))
+    return targets
+
+
+def probe_task(target: AuditTarget, probe: Probe) -> TaskSpec:
+    """The target's task with `probe` as its only session's harness."""
+    task = target.task
+    harness = HarnessSpec(
+        kind="command", command=probe.command, model=task.harness.model, env=task.harness.env
+    )
+    suffix = f".audit-{probe.name}"
+    return task.model_copy(
+        update={
+            "task_id": task.task_id[: 128 - len(suffix)] + suffix,
+            "harness": harness,
+            "num_sessions": 1,
+            "min_usable_sessions": None,
+        }
+    )
+
+
+# ---------------------------------------------------------------------------- running
+
+
+async def run_probe(polar: PolarClient, target: AuditTarget, probe: Probe) -> ProbeResult:
+    """Submit one probe's session and wait for its result."""
+    started = time.monotonic()
+    result = await polar.wait(await polar.submit(probe_task(target, probe)))
+    (session,) = result.sessions
+    lo, hi = target.task.evaluator.reward_range
+    reward = session.reward
+    if probe.expect == "top":
+        ok = reward is not None and reward >= hi
+    else:
+        ok = reward is None or reward <= lo
+    error = session.error if session.status != SessionStatus.COMPLETED or reward is None else None
+    return ProbeResult(
+        probe=probe.name,
+        expect=probe.expect,
+        status=session.status.value,
+        reward=reward,
+        ok=ok,
+        seconds=round(time.monotonic() - started, 1),
+        error=error or (session.evaluation if reward is None else None),
+    )
+
+
+def judge(target: AuditTarget, results: list[ProbeResult], seconds: float) -> TaskAudit:
+    """The task's verdict from its probes' results."""
+    hacks = [r.probe for r in results if r.expect == "bottom" and not r.ok]
+    reasons = [f"{r.probe} scored {r.reward:g}" for r in results if not r.ok]
+    broken = any(r.expect == "top" and not r.ok for r in results)
+    if not any(r.probe == ORACLE for r in results):
+        reasons.append("no oracle: the top reward is not shown reachable")
+    verdict: Verdict = "flagged" if hacks else "broken" if broken else "sound"
+    if broken:
+        oracle = next(r for r in results if r.probe == ORACLE)
+        reasons = [
+            f"oracle {'got no reward' if oracle.reward is None else f'scored {oracle.reward:g}'}"
+            + (f": {oracle.error}" if oracle.error else ""),
+            *[r for r in reasons if not r.startswith(f"{ORACLE} ")],
+        ]
+    return TaskAudit(
+        task_id=target.task.task_id,
+        origin=target.origin,
+        fingerprint=task_fingerprint(target.task),
+        verdict=verdict,
+        hacks=hacks,
+        reasons=reasons,
+        probes=results,
+        seconds=round(seconds, 1),
+    )
+
+
+async def audit_target(
+    polar: PolarClient, target: AuditTarget, slots: asyncio.Semaphore
+) -> TaskAudit:
+    """Every probe of one target (at most `slots` sessions at once across the audit)."""
+
+    async def one(probe: Probe) -> ProbeResult:
+        async with slots:
+            return await run_probe(polar, target, probe)
+
+    started = time.monotonic()
+    results = await asyncio.gather(*(one(p) for p in target.probes))
+    return judge(target, list(results), time.monotonic() - started)
+
+
+async def run_audit(
+    polar: PolarClient,
+    targets: list[AuditTarget],
+    *,
+    parallel: int = 4,
+    on_task: Callable[[TaskAudit], None] | None = None,
+) -> AuditReport:
+    """Audit every target, at most `parallel` sessions at once."""
+    slots = asyncio.Semaphore(parallel)
+    started = time.monotonic()
+
+    async def one(target: AuditTarget) -> TaskAudit:
+        audit = await audit_target(polar, target, slots)
+        if on_task is not None:
+            on_task(audit)
+        return audit
+
+    audits = await asyncio.gather(*(one(t) for t in targets))
+    used = sorted({p.name for t in targets for p in t.probes} & set(ADVERSARIES))
+    return AuditReport(
+        tasks=list(audits),
+        adversaries={name: describe(name) for name in ADVERSARIES if name in used},
+        seconds=round(time.monotonic() - started, 1),
+    )
+
+
+# ---------------------------------------------------------------------------- verdicts
+
+
+def audit_file_for(path: Path) -> Path:
+    """Where the audit of `path` keeps its verdicts."""
+    return (path if path.is_dir() else path.parent) / AUDIT_FILE
+
+
+def save_verdicts(report: AuditReport, path: Path) -> Path:
+    """Merge the report's verdicts into the audit file of `path` (by fingerprint)."""
+    out = audit_file_for(path)
+    known = load_verdicts(out)
+    known.update({t.fingerprint: t for t in report.tasks})
+    data = {fp: audit.model_dump(mode="json") for fp, audit in sorted(known.items())}
+    out.write_text(json.dumps({"verdicts": data}, indent=2) + "\n", encoding="utf-8")
+    return out
+
+
+def load_verdicts(file: Path) -> dict[str, TaskAudit]:
+    """The verdicts of an audit file by fingerprint ({} when there is none)."""
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"unreadable audit file {file}: {exc}") from exc
+    return {fp: TaskAudit.model_validate(v) for fp, v in data.get("verdicts", {}).items()}
+
+
+def find_verdict(task: TaskSpec, near: Path) -> TaskAudit | None:
+    """The audit of `task` in the audit files of `near` and of its parent folders."""
+    fingerprint = task_fingerprint(task)
+    start = near.resolve()
+    for folder in [start, *start.parents] if start.is_dir() else start.parents:
+        found = load_verdicts(folder / AUDIT_FILE).get(fingerprint)
+        if found is not None:
+            return found
+    return None
+
+
+# ---------------------------------------------------------------------------- report
+
+
+def probe_names(report: AuditReport) -> list[str]:
+    """The report's probe columns: oracle, no-op, then adversaries in their built-in order."""
+    seen = {r.probe for t in report.tasks for r in t.probes}
+    order = [ORACLE, NOOP, *ADVERSARIES]
+    return [n for n in order if n in seen] + sorted(seen - set(order))
+
+
+def cell(result: ProbeResult | None) -> str:
+    """A probe's table cell: its reward (`error` without one), `!` where it is wrong."""
+    if result is None:
+        return "-"
+    shown = "error" if result.reward is None else f"{result.reward:g}"
+    return shown if result.ok else f"{shown} !"
+
+
+def report_rows(report: AuditReport) -> tuple[list[str], list[list[str]]]:
+    """The audit table: task, one column per probe, verdict (with the hacks), seconds."""
+    names = probe_names(report)
+    header = ["task", *names, "verdict", "seconds"]
+    rows = []
+    for t in report.tasks:
+        by_name = {r.probe: r for r in t.probes}
+        verdict = t.verdict + (f" ({', '.join(t.hacks)})" if t.hacks else "")
+        rows.append([t.task_id, *(cell(by_name.get(n)) for n in names), verdict, f"{t.seconds:g}"])
+    return header, rows
+
+
+def markdown_table(report: AuditReport) -> str:
+    """The audit table as Markdown (for docs and issue notes)."""
+    header, rows = report_rows(report)
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def report_json(report: AuditReport) -> dict[str, Any]:
+    """The report as JSON (each task's probes, verdict and hacks; each adversary's hack)."""
+    return report.model_dump(mode="json")
