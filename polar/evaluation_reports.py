@@ -34,6 +34,38 @@ class ApplyAttempt(ReportModel):
     exit_code: int | None = None
 
 
+class RubricTraceScore(ReportModel):
+    """The judge's score of one trace (`rubric.per_trace`), or why it gave none."""
+
+    score: float | None = None
+    reason: str | None = None
+    judge_error: str | None = None
+    reward: float | None = Field(default=None, description="the trace's combined reward")
+
+
+class RubricReport(ReportModel):
+    """A rubric judge's part in the reward (activities/evaluators/rubric.py): the outcome
+    evaluator's reward, the judge's score and reason, and the formula's combined reward
+    (before `reward_range` clamps it); or why the judge gave no score, the outcome kept."""
+
+    model: str = ""
+    formula: str = ""
+    outcome: float | None = Field(default=None, description="the outcome evaluator's reward")
+    score: float | None = Field(
+        default=None, description="the judge's score (per_trace: the mean of the traces')"
+    )
+    reason: str | None = None
+    reward: float | None = Field(default=None, description="the formula's combined reward")
+    judge_error: str | None = Field(
+        default=None, description="why the judge gave no score: the outcome reward was kept"
+    )
+    judge_calls: int = 0
+    duration_s: float | None = None
+    traces: dict[str, RubricTraceScore] = Field(
+        default_factory=dict, description="per_trace: trace id -> its score"
+    )
+
+
 class EvaluationReport(ReportModel):
     """What every evaluator reports: the session's changes and what became of them, and what
     the `evaluate` activity adds (errors, clamped rewards, which runtime graded)."""
@@ -56,6 +88,9 @@ class EvaluationReport(ReportModel):
     invalid_reward: str | None = None
     rewards_clamped: list[str] = Field(default_factory=list)
     eval_runtime: Literal["prewarmed", "fresh"] | None = None
+    rubric: RubricReport | None = Field(
+        default=None, description="the rubric judge's score, when the task has a rubric"
+    )
 
 
 class Baselines(ReportModel):
