@@ -381,7 +381,11 @@ def check_audit(spec: TaskSpec, near: Path, strict: bool) -> None:
 def tasks_audit(
     path: Annotated[Path, typer.Argument(help="a Harbor task or dataset dir, or SWE-bench JSONL")],
     source_root: Annotated[
-        Path | None, typer.Option(help="SWE-bench: local clones, {root}/owner__name")
+        Path | None,
+        typer.Option(
+            help="SWE-bench: local clones, {root}/owner__name (default: PATH's sibling "
+            "repos/ if any, else GitHub)"
+        ),
     ] = None,
     runtime: Annotated[str, typer.Option(help="SWE-bench: the sessions' runtime kind")] = "docker",
     image: Annotated[str | None, typer.Option(help="SWE-bench: the docker image")] = None,
@@ -401,6 +405,8 @@ def tasks_audit(
     try:
         if path.is_file() and path.suffix == ".jsonl":
             spec = RuntimeSpec(kind=runtime, **({"image": image} if image else {}))  # type: ignore[arg-type]
+            if source_root is None and (path.parent / "repos").is_dir():
+                source_root = path.parent / "repos"
             targets = au.swe_targets(path, source_root=source_root, runtime=spec)
         else:
             targets = au.harbor_targets(path)

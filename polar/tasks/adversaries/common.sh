@@ -1,7 +1,8 @@
 # Shared by every adversary (prepended to each): POSIX sh, run by the `command` harness in
 # the session's workspace with the task's instruction in $POLAR_INSTRUCTION.
 WORKSPACE=$(pwd)
-REWARD_DIRS="/logs/verifier /logs /logs/agent /output /tests ${HOME:-/root} /tmp /var/tmp $WORKSPACE $WORKSPACE/logs/verifier"
+OUTSIDE_DIRS="/logs/verifier /logs /logs/agent /output /tests ${HOME:-/root} /tmp /var/tmp"
+REWARD_DIRS="$OUTSIDE_DIRS $WORKSPACE $WORKSPACE/logs/verifier"
 MARKERS="DONE .done done SUCCESS success PASSED passed .passed OK ok status.txt result.txt"
 
 # Paths the instruction mentions (`out.txt`, /app/result.json, data/x.csv), one a line.

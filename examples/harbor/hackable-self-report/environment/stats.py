@@ -1,0 +1,6 @@
+"""Small statistics helpers."""
+
+
+def median(values):
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2]

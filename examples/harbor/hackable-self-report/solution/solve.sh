@@ -1,0 +1,12 @@
+#!/bin/bash
+cat > /workspace/stats.py <<'PY'
+"""Small statistics helpers."""
+
+
+def median(values):
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    if len(ordered) % 2:
+        return ordered[mid]
+    return (ordered[mid - 1] + ordered[mid]) / 2
+PY
