@@ -26,6 +26,12 @@ class InvalidRuntime(ValueError):
     """The runtime spec cannot be honoured (missing image, bad upload path); not retryable."""
 
 
+class RuntimeUnfit(InvalidRuntime):
+    """The image or host cannot hold a sandbox: the image is missing, or it lacks a tool the
+    sandbox itself needs (activities/runtimes/sandbox_needs.py), each named. Not retryable
+    here; an `infra_error` (image) of the session, never the policy's failure."""
+
+
 class PrepareFailed(RuntimeError):
     """A prepare action failed after its own retries; not retried by Temporal."""
 

@@ -65,8 +65,9 @@ import docker
 from docker.errors import APIError, ImageNotFound, NotFound
 
 from activities.heartbeat import heartbeating
+from activities.runtimes import sandbox_needs
 from activities.runtimes.actions import run_prepare_actions
-from activities.runtimes.base import InvalidRuntime
+from activities.runtimes.base import InvalidRuntime, RuntimeUnfit
 from activities.runtimes.channel import SANDBOX_DIR
 from activities.runtimes.local import materialise_source, session_dir, session_dirs
 from activities.runtimes.resource_limits import DISK_LABEL, ContainerLimits, writable_layer_bytes
@@ -188,6 +189,8 @@ class DockerRuntime:
         )
         try:
             container = await asyncio.to_thread(self._create, request.session_id, spec)
+            # an image that lacks what the sandbox needs is refused now, naming it
+            await asyncio.to_thread(self._check_sandbox_tools, container, spec.image)
             mkdirs = [WORKSPACE, str(self.home(handle)), str(self.scratch(handle))]
             await asyncio.to_thread(self._exec_checked, container, ["mkdir", "-p", *mkdirs])
             # a dir copy or a git clone (up to GIT_TIMEOUT_S) made on the worker
@@ -212,7 +215,7 @@ class DockerRuntime:
         try:
             self.client.images.get(spec.image)
         except ImageNotFound as exc:
-            raise InvalidRuntime(
+            raise RuntimeUnfit(
                 f"docker image {spec.image!r} not found (build it: python infra/images/build.py)"
             ) from exc
         limits = ContainerLimits.of(spec)
@@ -379,6 +382,12 @@ class DockerRuntime:
         if result.exit_code != 0:
             raise InvalidRuntime(f"{cmd!r} failed in the container: {output.strip()}")
         return output
+
+    def _check_sandbox_tools(self, container: Any, image: str) -> None:
+        """RuntimeUnfit naming every tool the sandbox needs that `image` lacks."""
+        result = container.exec_run(sandbox_needs.probe_argv())
+        output = result.output.decode(errors="replace")
+        sandbox_needs.check_probe(f"{self.kind} image {image!r}", result.exit_code, output)
 
     def _put_source(self, container: Any, request: PrepareRequest) -> None:
         if request.source is None:

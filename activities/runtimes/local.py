@@ -47,7 +47,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 from activities.heartbeat import heartbeating
-from activities.runtimes import bwrap
+from activities.runtimes import bwrap, sandbox_needs
 from activities.runtimes.actions import run_prepare_actions
 from activities.runtimes.base import InvalidRuntime, InvalidSource, SourceUnavailable
 from activities.runtimes.channel import SANDBOX_DIR, SANDBOX_PORT
@@ -240,7 +240,21 @@ class LocalRuntime:
             net.close()
 
     # ------------------------------------------------------------------ lifecycle
+    def _check_host_tools(self) -> None:
+        """RuntimeUnfit naming what this host lacks for a sandbox: bash (every command), git
+        (the workspace baseline) and, where commands serve the gateway with the in-sandbox
+        forwarder (bwrap), python3 on the system PATH the sandbox sees."""
+        tools = ["bash", "git"]
+        path = None
+        if self.sandbox.mode == bwrap.MODE:
+            tools.append("python3")
+            path = bwrap.SYSTEM_PATH
+        missing = sandbox_needs.missing_on_host(tools, path)
+        if missing:
+            raise sandbox_needs.refuse(f"host {self.host_id!r}", missing)
+
     async def prepare(self, request: PrepareRequest) -> RuntimeHandle:
+        self._check_host_tools()
         base = self._session_dir(request.session_id)
         if base.exists():  # a retried prepare starts clean
             bare = RuntimeHandle(kind=self.kind, session_id=request.session_id, workdir="", host="")

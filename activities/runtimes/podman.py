@@ -52,7 +52,7 @@ from typing import IO, Any
 
 from docker.errors import APIError, NotFound
 
-from activities.runtimes.base import InvalidRuntime
+from activities.runtimes.base import InvalidRuntime, RuntimeUnfit
 from activities.runtimes.channel import SANDBOX_DIR
 from activities.runtimes.docker import (
     DEADLINE_ENV,
@@ -271,7 +271,7 @@ class PodmanRuntime(DockerRuntime):
     def _create(self, session_id: str, spec: RuntimeSpec) -> _Container:
         self._ready()
         if self.podman.image_id(spec.image) is None:
-            raise InvalidRuntime(
+            raise RuntimeUnfit(
                 f"podman image {spec.image!r} not found in the {self.mode} store (load it from "
                 f"the local docker engine: python -m activities.runtimes.podman load {spec.image})"
             )
