@@ -163,9 +163,26 @@ class SweBenchReport(EvaluationReport):
     duration_s: float | None = None
 
 
+class HarborReport(EvaluationReport):
+    """The `harbor` evaluator's report (a Harbor task's tests/test.sh)."""
+
+    task: str = ""
+    baselines: Baselines | None = None
+    reward: float | None = None
+    reward_file: str | None = Field(default=None, description="'reward.json' or 'reward.txt'")
+    components: dict[str, float] = Field(
+        default_factory=dict, description="every number reward.json gave, by name"
+    )
+    test_exit_code: int | None = None
+    test_timed_out: bool = False
+    verifier_user: str | None = None
+    duration_s: float | None = None
+
+
 REPORTS: dict[str, type[EvaluationReport]] = {
     "command": CommandReport,
     "swebench": SweBenchReport,
+    "harbor": HarborReport,
 }
 """The report model of each evaluator kind."""
 

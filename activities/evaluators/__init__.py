@@ -1,4 +1,4 @@
-"""Evaluators by kind: `command` and `swebench` (`EvaluatorSpec.kind`; `none` has none).
+"""Evaluators by kind: `command`, `swebench`, `harbor` (`EvaluatorSpec.kind`; `none` has none).
 
 Each evaluator (activities/evaluators/base.py: `Evaluator`) says whether it
 needs a fresh runtime (the workflow prewarms one while the harness runs) and
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from activities.evaluators.base import Evaluation, EvaluationJob, Evaluator, EvaluatorError
 from activities.evaluators.command import CommandEvaluator
+from activities.evaluators.harbor import HarborEvaluator
 from activities.evaluators.swebench import SweBenchEvaluator
 from polar.registry import Registry, UnknownKind
 
@@ -32,7 +33,7 @@ class UnknownEvaluator(UnknownKind):
 
 EVALUATORS: Registry[Evaluator] = Registry(
     "evaluator kind",
-    {evaluator.kind: evaluator for evaluator in (CommandEvaluator(), SweBenchEvaluator())},
+    {e.kind: e for e in (CommandEvaluator(), SweBenchEvaluator(), HarborEvaluator())},
     UnknownEvaluator,
 )
 """Every evaluator, by the `EvaluatorSpec.kind` it serves (polar/registry.py)."""

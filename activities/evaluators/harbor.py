@@ -1,0 +1,263 @@
+"""The `harbor` evaluator: a Harbor task's `tests/test.sh`, where the agent never was.
+
+Grading happens in the evaluator's fresh runtime (activities/evaluators/fresh.py):
+the task's environment image started afresh, plus the session's changes (a
+binary diff of its workspace against its baseline, junk and `PROTECTED` paths
+left out). Only then, and only there:
+
+1. the task's `tests/` (a folder of the worker host, `evaluator.harbor.tests_dir`)
+   is copied to `/tests`, readable by all; `/logs/verifier` is removed and made
+   afresh, owned by the verifier user;
+2. `bash /tests/test.sh` runs in the workspace as the task's verifier user
+   (`setpriv`; None: the image's user) with the task's verifier env, within its
+   timeout; every process it left is then killed;
+3. the reward is read from `/logs/verifier` only: `reward.json` (an object of
+   numbers; its `reward` is the session's reward, every number a component kept
+   in the report), else `reward.txt` (one number), as Harbor reads them. A file
+   that is a link, or neither file, or one that does not parse is an evaluator
+   error (the session fails, it is never scored 0), and so is a test.sh that
+   runs past its timeout.
+
+A session whose changes cannot be read (its harness broke the workspace's git)
+or do not apply gets reward 0, as with `command`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import secrets
+import shlex
+import shutil
+import time
+from pathlib import Path
+from typing import ClassVar
+
+from activities.evaluators.base import Evaluation, EvaluationJob, EvaluatorError, reap, run_in
+from activities.evaluators.fresh import carry_changes
+from activities.evaluators.protected import PROTECTED
+from polar import safe_files
+from polar.evaluation_reports import Baselines, EvaluationReport, HarborReport
+from polar.settings import get_settings
+from polar.tasks.spec import HarborVerifierSpec
+
+__all__ = ["HarborEvaluator", "parse_reward"]
+
+TEST_LOG = "harbor-test"
+"""test.sh's log in the evaluator runtime (kept as `harbor-test.stdout` / `.stderr`)."""
+TESTS_IN_RUNTIME = "/tests"
+VERIFIER_DIR = "/logs/verifier"
+MAX_REWARD_BYTES = 1 << 20
+SETUP_TIMEOUT_S = 120.0
+
+
+def parse_reward(name: str, raw: bytes) -> tuple[float, dict[str, float]]:
+    """(reward, components) of a `reward.json` or `reward.txt` (EvaluatorError if it is
+    empty, not a number, not finite, or a JSON object without `reward`)."""
+    text = raw.decode("utf-8", "replace").strip()
+    if not text:
+        raise EvaluatorError(f"{VERIFIER_DIR}/{name} is empty")
+    if name == "reward.txt":
+        try:
+            value = float(text)
+        except ValueError:
+            raise EvaluatorError(
+                f"{VERIFIER_DIR}/reward.txt is not a number: {text[:80]!r}"
+            ) from None
+        if not math.isfinite(value):
+            raise EvaluatorError(f"{VERIFIER_DIR}/reward.txt is not finite: {text[:80]!r}")
+        return value, {}
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise EvaluatorError(f"{VERIFIER_DIR}/reward.json is not JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise EvaluatorError(f"{VERIFIER_DIR}/reward.json is not an object of numbers")
+    components: dict[str, float] = {}
+    for key, value in data.items():
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise EvaluatorError(f"{VERIFIER_DIR}/reward.json: {key!r} is not a number")
+        if not math.isfinite(value):
+            raise EvaluatorError(f"{VERIFIER_DIR}/reward.json: {key!r} is not finite")
+        components[str(key)] = float(value)
+    if "reward" not in components:
+        keys = ", ".join(sorted(components)) or "none"
+        raise EvaluatorError(f"{VERIFIER_DIR}/reward.json has no 'reward' (keys: {keys})")
+    return components["reward"], components
+
+
+def _setup_script(staged: str, user: str | None) -> str:
+    """Put the tests at /tests (readable by all) and make /logs/verifier afresh."""
+    owner = f"chown {shlex.quote(user)} {VERIFIER_DIR}\n" if user else ""
+    return (
+        "set -eu\n"
+        f"rm -rf {TESTS_IN_RUNTIME} {VERIFIER_DIR}\n"
+        f"cp -a {shlex.quote(staged)} {TESTS_IN_RUNTIME}\n"
+        f"chown -R 0:0 {TESTS_IN_RUNTIME} && chmod -R a+rX,go-w {TESTS_IN_RUNTIME}\n"
+        f"mkdir -p /logs && mkdir {VERIFIER_DIR}\n" + owner
+    )
+
+
+def _test_command(spec: HarborVerifierSpec) -> str:
+    script = shlex.quote(f"{TESTS_IN_RUNTIME}/{spec.test_script}")
+    if spec.user is None:
+        return f"exec bash {script}"
+    user = shlex.quote(spec.user)
+    return (
+        f"gid=$(id -g {user}) || exit 97\n"
+        f'exec setpriv --reuid={user} --regid="$gid" --init-groups -- bash {script}'
+    )
+
+
+def _collect_script(scratch: Path, tag: str) -> str:
+    """Copy the reward files (plain files, not links) out to the scratch folder."""
+    lines = ["set -u"]
+    for name in ("reward.json", "reward.txt"):
+        src = shlex.quote(f"{VERIFIER_DIR}/{name}")
+        dest = shlex.quote(str(scratch / f"{tag}-{name}"))
+        lines.append(
+            f"if [ -L {src} ]; then echo 'link' > {dest}.link; "
+            f"elif [ -f {src} ]; then head -c {MAX_REWARD_BYTES} {src} > {dest}; fi"
+        )
+    return "\n".join(lines) + "\n"
+
+
+class HarborEvaluator:
+    """`kind: harbor`: the task's tests/test.sh in a fresh runtime holding the session's
+    changes; the reward only from a /logs/verifier made fresh for it."""
+
+    kind: ClassVar[str] = "harbor"
+    needs_fresh_runtime: ClassVar[bool] = True
+    needs_traces: ClassVar[bool] = False
+    report_model: ClassVar[type[EvaluationReport]] = HarborReport
+
+    async def evaluate(self, job: EvaluationJob) -> Evaluation:
+        spec = job.spec.harbor
+        if spec is None:
+            raise EvaluatorError("evaluator kind 'harbor' without its 'harbor' fields")
+        runtime, handle = job.fresh()
+        session_handle = job.session_handle
+        if session_handle.baseline is None:
+            raise EvaluatorError(
+                "the session's runtime has no git baseline to diff against (git missing in "
+                "the task's image?)"
+            )
+        tests = Path(spec.tests_dir)
+        if not (tests / spec.test_script).is_file():
+            raise EvaluatorError(f"harbor task {spec.task}: {tests / spec.test_script} is missing")
+        changes = await carry_changes(
+            job.session_runtime,
+            session_handle,
+            session_handle.baseline,
+            runtime,
+            handle,
+            protected=list(dict.fromkeys([*PROTECTED, *job.spec.protected])),
+            timeout_s=job.timeout_s,
+            on_tick=job.on_tick,
+        )
+        report = HarborReport(
+            task=spec.task,
+            verifier_user=spec.user,
+            baselines=Baselines(session=session_handle.baseline, eval=handle.baseline),
+        )
+        changes.fill(report)
+        evaluation = Evaluation(0.0, "", report=report, patch=changes.patch)
+        if changes.extract_error is not None:
+            evaluation.detail = (
+                "the session's changes could not be read from its workspace (was its git "
+                f"removed or broken?): {changes.extract_error[:300]}"
+            )
+            return evaluation
+        if not changes.applied:
+            evaluation.detail = (
+                f"the session's changes did not apply in a fresh runtime "
+                f"({len(changes.attempts)} strategies tried)"
+            )
+            return evaluation
+
+        scratch = runtime.scratch(handle)
+        tag = secrets.token_hex(16)  # names the code under test could not know in advance
+        staged = scratch / f"tests-{tag}"
+        await _copy_tree(tests, staged)
+        try:
+            code, _, log = await run_in(
+                runtime,
+                handle,
+                _setup_script(str(staged), spec.user),
+                "harbor-setup",
+                SETUP_TIMEOUT_S,
+                job.on_tick,
+            )
+        finally:
+            shutil.rmtree(staged, ignore_errors=True)
+        if code != 0:
+            raise EvaluatorError(f"cannot put the tests in place: {log.strip()[-500:]}")
+
+        started = time.monotonic()
+        outcome = await runtime.run(
+            handle,
+            _test_command(spec),
+            env=dict(spec.env),
+            log_name=TEST_LOG,
+            timeout_s=spec.timeout_s,
+            on_tick=job.on_tick,
+        )
+        await reap(runtime, handle)  # nothing test.sh (or the code it ran) left runs on
+        report.duration_s = round(time.monotonic() - started, 3)
+        report.test_exit_code = outcome.exit_code
+        report.test_timed_out = outcome.timed_out
+        if outcome.timed_out:
+            raise EvaluatorError(f"tests/test.sh ran past its {spec.timeout_s:.0f} s timeout")
+        if outcome.exit_code == 97 and spec.user:
+            raise EvaluatorError(f"the verifier user {spec.user!r} is not in the task's image")
+
+        code, _, log = await run_in(
+            runtime, handle, _collect_script(scratch, tag), "harbor-collect", SETUP_TIMEOUT_S
+        )
+        if code != 0:
+            raise EvaluatorError(f"cannot read {VERIFIER_DIR}: {log.strip()[-500:]}")
+        name, raw = _reward_file(scratch, tag)
+        reward, components = parse_reward(name, raw)
+        report.reward, report.reward_file, report.components = reward, name, components
+        evaluation.reward = reward
+        evaluation.detail = f"{name}: {reward:g}; test.sh exited {outcome.exit_code}"
+        if changes.protected_dropped:
+            evaluation.detail += (
+                f"; protected files kept: {', '.join(changes.protected_dropped[:5])}"
+            )
+        return evaluation
+
+    def logs(self, job: EvaluationJob, evaluation: Evaluation) -> dict[str, bytes]:
+        """test.sh's stdout and stderr (empty where it never ran)."""
+        runtime, handle = job.fresh()
+        limit = get_settings().max_log_bytes
+        return {
+            path.name: safe_files.read_log_file(path, limit=limit)
+            for path in runtime.log_paths(handle, TEST_LOG)
+        }
+
+
+def _reward_file(scratch: Path, tag: str) -> tuple[str, bytes]:
+    """The reward file test.sh left (reward.json first, as Harbor), read no-follow from the
+    scratch copy, which is removed."""
+    found: tuple[str, bytes] | None = None
+    for name in ("reward.json", "reward.txt"):
+        copy = f"{tag}-{name}"
+        if safe_files.read_bytes(scratch, f"{copy}.link") is not None:
+            safe_files.remove(scratch, f"{copy}.link")
+            raise EvaluatorError(f"{VERIFIER_DIR}/{name} is a link, not a file")
+        data = safe_files.read_bytes(scratch, copy, limit=MAX_REWARD_BYTES)
+        safe_files.remove(scratch, copy)
+        if data is not None and found is None:
+            found = (name, data)
+    if found is None:
+        raise EvaluatorError(
+            f"tests/test.sh wrote no reward: neither {VERIFIER_DIR}/reward.json nor "
+            "reward.txt (never scored 0)"
+        )
+    return found
+
+
+async def _copy_tree(src: Path, dest: Path) -> None:
+    await asyncio.to_thread(shutil.copytree, src, dest, symlinks=True)
