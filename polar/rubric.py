@@ -162,6 +162,8 @@ def parse_answer(content: str | None) -> JudgeAnswer:
     if not content or not content.strip():
         raise JudgeAnswerError("the judge's answer is empty")
     text = _THINK.sub("", content).strip()
+    if not text:
+        raise JudgeAnswerError("the judge's answer is empty besides its <think> block")
     shown = text[:200] + ("..." if len(text) > 200 else "")
     found: dict[str, Any] | None = None
     for value in _objects(text):
