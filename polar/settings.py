@@ -266,6 +266,11 @@ class Settings(BaseSettings):
         "stderr, a native log, an evaluator's or a test command's log): a longer one keeps its "
         "head and tail around a `truncated: N bytes dropped` note",
     )
+    harbor_image_map: dict[str, str] = Field(
+        default_factory=dict,
+        description="Harbor tasks: image names (Dockerfile FROM, docker_image) -> local images, "
+        "as a JSON object; a task's own [metadata.polar.image_map] wins (docs/harbor.md)",
+    )
     # the gateway channel and what it records: caps, sizes, on-policy samples (issue 21)
     channel_max_connections: int = Field(
         default=64,

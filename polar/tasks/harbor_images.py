@@ -1,0 +1,151 @@
+"""Harbor environments as local images: built offline, cached by content, checked at submit.
+
+`ensure_images(path)` runs where tasks are loaded and submitted (`polar tasks load`,
+`polar submit DIR`), on the worker host's engine (`DOCKER_HOST`), never in a
+session's run stage:
+
+* `environment/Dockerfile` is built with the local engine, with no network
+  (`network_mode=none`) and no pull, as `polar/harbor-env:{hash}`, the hash of
+  the environment dir's content and of the image map entries its FROM lines use
+  (polar/tasks/harbor.py: `environment_hash`). An image of that tag already
+  there is the cache: nothing is built again.
+* a prebuilt `[environment].docker_image` is used as is (through the image map).
+* an image a task needs (its base image or its docker_image) that the engine
+  does not have fails here, naming it and how to map it to a local one: the
+  task's `[metadata.polar.image_map]` in task.toml, or the deployment's
+  `POLAR_HARBOR_IMAGE_MAP` (JSON object, image name -> local image).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from polar.tasks.harbor import (
+    HarborTask,
+    HarborTaskError,
+    base_images,
+    environment_image,
+    find_task_dirs,
+    read_harbor_task,
+    resolved_image_map,
+)
+
+__all__ = ["BuiltImage", "ensure_image", "ensure_images"]
+
+LABEL_TASK = "polar.harbor.task"
+MAP_HINT = (
+    "map it to a local image: [metadata.polar.image_map] in the task's task.toml "
+    '(e.g. "{image}" = "polar/runtime:py311"), or the deployment\'s POLAR_HARBOR_IMAGE_MAP '
+    "(a JSON object of image name -> local image)"
+)
+
+
+@dataclass(frozen=True)
+class BuiltImage:
+    """A task's image and how it came to be there."""
+
+    task: str
+    image: str
+    how: str  # "prebuilt" | "cached" | "built"
+    seconds: float = 0.0
+
+
+def _has_image(client: Any, name: str) -> bool:
+    from docker.errors import ImageNotFound
+
+    try:
+        client.images.get(name)
+    except ImageNotFound:
+        return False
+    return True
+
+
+def _missing(task: HarborTask, field: str, image: str) -> HarborTaskError:
+    return HarborTaskError(
+        task.name,
+        field,
+        f"image {image!r} is not on this host's engine (no registry is used): "
+        + MAP_HINT.format(image=image),
+    )
+
+
+def _mapped_dockerfile(text: str, mapping: Mapping[str, str]) -> str:
+    """The Dockerfile with each FROM image the map names replaced by its local image."""
+
+    def swap(match: re.Match[str]) -> str:
+        return match.group(1) + mapping.get(match.group(2), match.group(2))
+
+    return re.sub(r"(?im)^(\s*FROM\s+(?:--\S+\s+)*)(\S+)", swap, text)
+
+
+def ensure_image(
+    task: HarborTask,
+    client: Any,
+    image_map: Mapping[str, str] | None = None,
+    log: Callable[[str], None] = lambda _: None,
+) -> BuiltImage:
+    """The task's image present on `client`'s engine: prebuilt, cached or built now
+    (HarborTaskError naming a missing image, or a failed build with its log's tail)."""
+    from docker.errors import BuildError
+
+    image = environment_image(task, image_map)
+    if task.section("environment").get("docker_image"):
+        if not _has_image(client, image):
+            raise _missing(task, "environment.docker_image", image)
+        return BuiltImage(task.name, image, "prebuilt")
+    if _has_image(client, image):
+        return BuiltImage(task.name, image, "cached")
+    mapping = resolved_image_map(task, image_map)
+    for base in base_images(task):
+        if not _has_image(client, mapping.get(base, base)):
+            raise _missing(task, "environment/Dockerfile FROM", mapping.get(base, base))
+    timeout = float(task.section("environment").get("build_timeout_sec", 600.0))
+    started = time.monotonic()
+    log(f"building {image} for {task.name}")
+    with tempfile.TemporaryDirectory(prefix="polar-harbor-env-") as tmp:
+        context = Path(tmp) / "context"
+        shutil.copytree(task.environment_dir, context, symlinks=True)
+        dockerfile = context / "Dockerfile"
+        dockerfile.write_text(_mapped_dockerfile(dockerfile.read_text(), mapping))
+        try:
+            client.images.build(
+                path=str(context),
+                tag=image,
+                labels={LABEL_TASK: task.name},
+                network_mode="none",
+                pull=False,
+                rm=True,
+                forcerm=True,
+                timeout=int(timeout),
+            )
+        except BuildError as exc:
+            tail = "".join(str(c.get("stream", "")) for c in exc.build_log)[-2000:]
+            raise HarborTaskError(
+                task.name, "environment/Dockerfile", f"build failed: {exc}\n{tail}"
+            ) from exc
+    return BuiltImage(task.name, image, "built", round(time.monotonic() - started, 1))
+
+
+def ensure_images(
+    path: Path | str,
+    *,
+    image_map: Mapping[str, str] | None = None,
+    client: Any = None,
+    log: Callable[[str], None] = lambda _: None,
+) -> list[BuiltImage]:
+    """`ensure_image` for the task dir, or every task dir of the dataset, at `path`."""
+    if client is None:
+        import docker
+
+        client = docker.from_env()
+    return [
+        ensure_image(read_harbor_task(d), client, image_map, log)
+        for d in find_task_dirs(Path(path))
+    ]
