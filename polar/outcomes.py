@@ -25,7 +25,12 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from polar.records import InfraReason, OutcomeClass, SessionStatus
+from polar.records import CompletionRecord, InfraReason, OutcomeClass, SessionStatus
+
+UNSERVED_STATUS = 500
+"""A model call answered with this status or above was not served: an upstream error or
+timeout, no replica reachable, a completion the gateway could not record, the gateway itself
+unreachable (the channel's 502)."""
 
 HOST_LOST = "HostLost"
 """The error type the Session workflow gives a session whose host stopped answering."""
@@ -148,6 +153,12 @@ def classify(
     if reward is not None and reward <= 0:
         return SessionOutcome(outcome=OutcomeClass.POLICY_FAILURE, detail=f"graded {reward}")
     return SessionOutcome(outcome=OutcomeClass.OK)
+
+
+def count_unserved(records: list[CompletionRecord], attempt: int) -> int:
+    """The recorded calls of run `attempt` the gateway could not serve (it records an
+    upstream failure with its status before it answers it)."""
+    return sum(1 for r in records if r.attempt == attempt and r.status_code >= UNSERVED_STATUS)
 
 
 def count_outcomes(outcomes: list[SessionOutcome | None]) -> dict[str, int]:

@@ -45,6 +45,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from activities.shell_command import ProcessOutcome
+from polar.outcomes import UNSERVED_STATUS
 from polar.providers import APIError, detect
 from polar.settings import Settings
 
@@ -341,6 +342,11 @@ class GatewayRelay:
         self.guard = _Guard(self.limits, self._breach)
         self.forwarded = 0
         """Requests sent on to the gateway so far (any path the channel serves)."""
+        self.unserved = 0
+        """Of those, the ones not served: answered 5xx by the gateway (an upstream error or
+        timeout, no replica reachable, a completion it could not record) or never answered
+        (the gateway unreachable). What makes a failed harness an infra error
+        (polar/outcomes.py: inference_backend)."""
 
     @property
     def breach(self) -> str | None:
@@ -502,8 +508,11 @@ class GatewayRelay:
         except ClientDisconnect:
             return Response(status_code=CLIENT_CLOSED)
         except httpx.TransportError as exc:
+            self.unserved += 1
             message = f"the gateway is unreachable: {type(exc).__name__}: {exc}"
             return _error(request, 502, message, "gateway_unreachable")
+        if answer.status_code >= UNSERVED_STATUS:
+            self.unserved += 1
 
         async def body() -> AsyncIterator[bytes]:
             try:
