@@ -21,7 +21,7 @@ from rich.table import Table
 
 from polar.contracts import TaskResult
 from polar.settings import Settings, get_settings
-from polar.tasks.spec import TaskSpec
+from polar.tasks.spec import HarnessSpec, TaskSpec
 
 TEMPORAL_BRIDGE = "temporalio.bridge.temporal_sdk_bridge"
 """The Temporal SDK's native module: loaded once a command has used a Temporal client."""
@@ -338,25 +338,32 @@ def print_result(result: TaskResult, polar: Any) -> None:
 
 @app.command()
 def submit(
-    task_file: Path,
+    task_file: Annotated[
+        Path, typer.Argument(help="a TaskSpec JSON file, or a Harbor task or dataset dir")
+    ],
     wait: Annotated[bool, typer.Option(help="follow the task and print its result")] = True,
     strict: Annotated[
         bool, typer.Option(help="refuse a task `polar tasks audit` flagged (else a warning)")
     ] = False,
+    harness: Annotated[str, typer.Option(help="Harbor dirs: the harness kind")] = "pi",
 ) -> None:
-    """Submit a TaskSpec JSON file (the same file `temporal workflow start` takes)."""
+    """Submit a TaskSpec JSON file (the same file `temporal workflow start` takes), or every
+    task of a Harbor task or dataset dir (its images built first: docs/harbor.md)."""
     from polar.client.sdk import PolarClient
 
-    spec = load_task_file(task_file)
-    check_audit(spec, task_file, strict)
+    is_harbor = task_file.is_dir()
+    specs = load_harbor_dir(task_file, harness) if is_harbor else [load_task_file(task_file)]
+    for spec in specs:
+        check_audit(spec, task_file, strict)
 
     async def go() -> None:
         polar = await PolarClient.connect()
-        run = await polar.submit(spec)
-        if wait:
-            await _follow_and_print(run)
-        else:
-            console.print(run.workflow_id)
+        for spec in specs:
+            run = await polar.submit(spec)
+            if wait:
+                await _follow_and_print(run)
+            else:
+                console.print(run.workflow_id)
 
     asyncio.run(go())
 
@@ -375,6 +382,49 @@ def check_audit(spec: TaskSpec, near: Path, strict: bool) -> None:
         console.print(f"refused (--strict): {text}", style="red", markup=False)
         raise typer.Exit(3)
     console.print(f"warning: {text}", style="yellow", markup=False)
+
+
+def load_harbor_dir(
+    path: Path, harness: str, sessions: int = 1, build: bool = True
+) -> list[TaskSpec]:
+    """The TaskSpecs of a Harbor task or dataset dir, their images present on this host's
+    engine (built now where needed, unless `build` is off); a task Polar cannot honour is a
+    clean message naming it and the field, and exit code 2."""
+    from polar.settings import get_settings
+    from polar.tasks.harbor import load_harbor_tasks
+    from polar.tasks.harbor_images import ensure_images
+
+    image_map = get_settings().harbor_image_map
+    try:
+        harness_spec = HarnessSpec.model_validate({"kind": harness})
+        specs = load_harbor_tasks(
+            path, harness=harness_spec, num_sessions=sessions, image_map=image_map
+        )
+        if build:
+            for image in ensure_images(path, image_map=image_map, log=console.print):
+                console.print(f"{image.task}: {image.image} ({image.how}, {image.seconds:g} s)")
+    except ValueError as exc:  # HarborTaskError, or a harness kind that needs a command
+        console.print(str(exc), style="red", markup=False)
+        raise typer.Exit(2) from exc
+    return specs
+
+
+@tasks_app.command("load")
+def tasks_load(
+    path: Annotated[Path, typer.Argument(help="a Harbor task dir, or a dataset dir of them")],
+    out: Annotated[Path, typer.Option(help="where the TaskSpec JSON files go")] = Path("tasks"),
+    harness: Annotated[str, typer.Option(help="the harness kind")] = "pi",
+    sessions: Annotated[int, typer.Option(min=1, help="sessions per task")] = 1,
+    build: Annotated[bool, typer.Option(help="build the environments' images now")] = True,
+) -> None:
+    """Read Harbor tasks into TaskSpec JSON files (`polar submit FILE` takes each), their
+    environment images built on this host first (cached by content)."""
+    specs = load_harbor_dir(path, harness, sessions, build)
+    out.mkdir(parents=True, exist_ok=True)
+    for spec in specs:
+        target = out / f"{spec.task_id}.json"
+        target.write_text(spec.model_dump_json(indent=2) + "\n")
+        console.print(f"{spec.task_id} -> {target}", markup=False)
 
 
 @tasks_app.command("audit")
@@ -568,7 +618,7 @@ def generate(
     """Run a harness over a dataset; keep the sessions whose patches resolve their instance."""
     from polar.client.generate import GenerateSummary
     from polar.client.generate import generate as run_generate
-    from polar.tasks.spec import HarnessSpec, RuntimeSpec
+    from polar.tasks.spec import RuntimeSpec
     from polar.tasks.swe import InvalidInstance, load_instances
 
     try:
