@@ -459,6 +459,19 @@ class Timeouts(StrictModel):
     max_attempts: int = Field(default=3, ge=1, le=20)
 
 
+class InfraErrors(StrictModel):
+    """What a task does with a session that ends `infra_error` (polar/outcomes.py): the stack
+    failed it, so it is no verdict on the policy and never trains.
+
+    `group`: `wait` runs it again on fresh ground (another host when the host was the cause),
+    up to `retries` times, and the task's result waits for it; one that still fails leaves
+    the group. `shrink` runs nothing again: it leaves the group at once (the baseline is over
+    the rest). `drop` runs nothing again and leaves the whole group untrained."""
+
+    group: Literal["wait", "shrink", "drop"] = "wait"
+    retries: int = Field(default=2, ge=0, le=10)
+
+
 class TaskSpec(StrictModel):
     """One rollout task: N sessions (one GRPO group) of a harness on one problem."""
 
@@ -471,6 +484,7 @@ class TaskSpec(StrictModel):
     builder: BuilderSpec = Field(default_factory=BuilderSpec)
     evaluator: EvaluatorSpec = Field(default_factory=EvaluatorSpec)
     timeouts: Timeouts = Field(default_factory=Timeouts)
+    infra_errors: InfraErrors = Field(default_factory=InfraErrors)
     metadata: dict[str, Any] = Field(default_factory=dict)
     min_usable_sessions: int | None = Field(
         default=None,
