@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities.pool_activities import worker_runtime
 from activities.runtimes.selection import sweep_kinds
-from activities.session_activities import worker_runtime
 from polar.contracts import RuntimeHandle
 from polar.settings import Settings
 

@@ -31,9 +31,13 @@ from temporalio.client import Client
 from temporalio.worker import Interceptor, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
+from activities.evaluators import kinds_needing_fresh_runtime
 from activities.host_sweep import release_host, sweep_forever
+from activities.init_activities import InitActivities
 from activities.observability import StageInterceptor, start_observability
-from activities.session_activities import SessionActivities
+from activities.pool_activities import HostProbeActivities, PoolActivities
+from activities.postrun_activities import PostrunActivities
+from activities.run_activities import RunActivities
 from polar import search_attributes
 from polar.credentials import refuse_weak_secrets
 from polar.settings import Settings
@@ -44,6 +48,13 @@ from workflows.rollout_task import RolloutTask, SessionBatch
 from workflows.session import Session
 from workflows.stages import POOLS, STAGE_ACTIVITIES, Pool
 
+POOL_ACTIVITIES: dict[Pool | None, type[PoolActivities]] = {
+    Pool.INIT: InitActivities,
+    Pool.RUN: RunActivities,
+    Pool.POSTRUN: PostrunActivities,
+    None: HostProbeActivities,
+}
+"""The activities class of each pool (None: a host's probe queue)."""
 STAGES = ("workflow", *(p.value for p in POOLS))
 """What a worker can serve: the workflow queue and each stage pool (workflows/stages.py)."""
 PROBE_SLOTS = 16  # host_alive answers at once, whatever the stage pools are doing
@@ -64,7 +75,7 @@ def build_workers(
         interceptors = (StageInterceptor(),)
     queues = Queues.for_workflow_queue(settings.task_queue)
     host = HostQueues.for_host(settings.task_queue, settings.host_id)
-    by_pool = activities_by_pool(SessionActivities(settings, Storage(settings)).all())
+    by_pool = activities_by_pool(settings, Storage(settings))
     caps = {
         Pool.INIT: settings.max_init,
         Pool.RUN: settings.max_run,
@@ -84,6 +95,8 @@ def build_workers(
 
     for stage in stages:
         if stage == "workflow":
+            # which evaluators grade in a fresh runtime is theirs to say (activities/evaluators)
+            RolloutTask.declare_evaluators(kinds_needing_fresh_runtime())
             workers.append(
                 Worker(
                     client,
@@ -117,22 +130,32 @@ async def leave(workers: list[Worker], settings: Settings) -> None:
 
 
 def activities_by_pool(
-    implementations: list[Callable[..., Any]],
+    settings: Settings, storage: Storage
 ) -> dict[Pool | None, list[Callable[..., Any]]]:
-    """The activity implementations grouped by the pool the stage table gives them (None: a
-    host's probe queue); every table entry must be implemented, and nothing else."""
-    named = {activity_name(fn): fn for fn in implementations}
-    missing = sorted(set(STAGE_ACTIVITIES) - set(named))
-    extra = sorted(set(named) - set(STAGE_ACTIVITIES))
-    if missing or extra:
+    """Each pool's activity implementations, from its class (`POOL_ACTIVITIES`; None: a
+    host's probe queue). They must match the stage table: every entry implemented, by the
+    class of its pool, and nothing else."""
+    grouped = {pool: cls(settings, storage).all() for pool, cls in POOL_ACTIVITIES.items()}
+    check_pools(grouped)
+    return grouped
+
+
+def check_pools(grouped: dict[Pool | None, list[Callable[..., Any]]]) -> None:
+    """RuntimeError unless `grouped` serves each activity of the stage table on its pool,
+    and nothing else."""
+    served = {activity_name(fn): pool for pool, fns in grouped.items() for fn in fns}
+    missing = sorted(set(STAGE_ACTIVITIES) - set(served))
+    extra = sorted(set(served) - set(STAGE_ACTIVITIES))
+    misplaced = sorted(
+        f"{name} (table: {STAGE_ACTIVITIES[name].pool}, served: {pool})"
+        for name, pool in served.items()
+        if name in STAGE_ACTIVITIES and STAGE_ACTIVITIES[name].pool != pool
+    )
+    if missing or extra or misplaced:
         raise RuntimeError(
             f"activities and the stage table disagree: unimplemented {missing}, "
-            f"not in the table {extra}"
+            f"not in the table {extra}, on another pool {misplaced}"
         )
-    grouped: dict[Pool | None, list[Callable[..., Any]]] = {pool: [] for pool in (*POOLS, None)}
-    for name, stage in STAGE_ACTIVITIES.items():
-        grouped[stage.pool].append(named[name])
-    return grouped
 
 
 def activity_name(fn: Callable[..., Any]) -> str:

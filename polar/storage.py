@@ -2,10 +2,15 @@
 
     sessions/{session_id}/completions/{seq:020d}-{gateway}-{n}.json.zst   CompletionRecord
         (compact zstd JSON, `polar.record_codec`; records written before it: `.json`, plain)
-    sessions/{session_id}/traces/{builder}.jsonl                      Trace per line
+    sessions/{session_id}/traces/{builder}.jsonl                      Trace per line, as built
+    sessions/{session_id}/traces/{builder}.rewards.json               TraceRewards (score)
     sessions/{session_id}/artifacts/{name}                            harness logs, eval logs
     sessions/{session_id}/closed/{attempt-N|session}                  its keys refused from then
     tasks/{task_id}/result.json                                       TaskResult
+
+A session's traces are written once, by build; scoring writes their rewards and the
+session's status into the small sidecar beside them, and `load_traces` joins the two (a
+session scored before the sidecar has its rewards in the traces, and no sidecar).
 
 Works against AWS S3 or any S3-compatible store (SeaweedFS in the dev stack). Every key
 builder checks the ids it is given (`polar.ids.checked_id`) and an artifact name's parts,
@@ -26,10 +31,11 @@ from botocore.exceptions import ClientError
 from obstore.auth.boto3 import Boto3CredentialProvider
 from obstore.exceptions import NotFoundError
 from obstore.store import S3Store
+from pydantic import BaseModel
 
 from polar.ids import InvalidId, checked_id
 from polar.record_codec import CONTENT_TYPE, RECORD_SUFFIX, decode_record, encode_record
-from polar.records import CompletionRecord, Trace
+from polar.records import CompletionRecord, SessionStatus, Trace
 from polar.settings import Settings, get_settings
 
 if TYPE_CHECKING:  # a stub-only TypedDict, not importable at runtime
@@ -57,6 +63,41 @@ def legacy_completion_key(session_id: str, record_id: str) -> str:
 def traces_key(session_id: str, builder: str) -> str:
     safe = builder.replace(":", "_").replace("/", "_")
     return f"{session_prefix(session_id)}traces/{safe}.jsonl"
+
+
+def rewards_key(traces_key: str) -> str:
+    """The rewards sidecar of the traces at `traces_key`: `{builder}.rewards.json` beside
+    `{builder}.jsonl`."""
+    return f"{traces_key.removesuffix('.jsonl')}.rewards.json"
+
+
+class TraceRewards(BaseModel):
+    """A session's rewards sidecar (score_traces): its terminal status and each trace's
+    reward, joined to its traces on reading (`Storage.iter_traces`)."""
+
+    status: SessionStatus
+    rewards: dict[str, float | None]
+    """Trace id → reward (None: not evaluated, never 0)."""
+
+    @classmethod
+    def of(cls, traces: list[Trace], status: SessionStatus) -> TraceRewards:
+        """The sidecar of `traces` once rewarded (polar/builders/reward_policies.py)."""
+        return cls(status=status, rewards={t.trace_id: t.reward for t in traces})
+
+    def apply(self, trace: Trace) -> Trace:
+        """`trace` with its reward and the session's status (a trace the sidecar does not
+        name keeps the reward it was built with)."""
+        if trace.trace_id in self.rewards:
+            trace.reward = self.rewards[trace.trace_id]
+        trace.status = self.status
+        return trace
+
+
+def read_traces(data: bytes) -> Iterator[Trace]:
+    """The traces of a stored traces object (JSONL), as built: no sidecar joined."""
+    for line in data.decode().splitlines():
+        if line.strip():
+            yield Trace.model_validate_json(line)
 
 
 def artifact_key(session_id: str, name: str) -> str:
@@ -287,10 +328,27 @@ class Storage:
         body = "".join(t.model_dump_json() + "\n" for t in traces).encode()
         return self.put_bytes(key, body, "application/x-ndjson")
 
-    def iter_traces(self, key: str) -> Iterator[Trace]:
-        for line in self.get_bytes(key).decode().splitlines():
-            if line.strip():
-                yield Trace.model_validate_json(line)
+    def put_rewards(self, traces_key: str, rewards: TraceRewards) -> int:
+        """Write the rewards sidecar of the traces at `traces_key`; its size."""
+        data = rewards.model_dump_json().encode()
+        return self.put_bytes(rewards_key(traces_key), data, "application/json")
 
-    def load_traces(self, key: str) -> list[Trace]:
-        return list(self.iter_traces(key))
+    def get_rewards(self, traces_key: str) -> TraceRewards | None:
+        """The rewards sidecar of the traces at `traces_key`; None: not scored (yet), or
+        scored by older code (the rewards are in the traces)."""
+        try:
+            data = self.get_bytes(rewards_key(traces_key))
+        except KeyError:
+            return None
+        return TraceRewards.model_validate_json(data)
+
+    def iter_traces(self, key: str, *, rewarded: bool = True) -> Iterator[Trace]:
+        """The traces at `key`, one at a time, with their rewards sidecar joined (`rewarded`
+        False: as built, the sidecar left out); KeyError if there are none."""
+        rewards = self.get_rewards(key) if rewarded else None
+        for trace in read_traces(self.get_bytes(key)):
+            yield rewards.apply(trace) if rewards is not None else trace
+
+    def load_traces(self, key: str, *, rewarded: bool = True) -> list[Trace]:
+        """The traces at `key`, rewarded (see `iter_traces`)."""
+        return list(self.iter_traces(key, rewarded=rewarded))

@@ -383,11 +383,6 @@ def write_jsonl(rows: Iterable[dict[str, Any]], path: Path) -> int:
     return n
 
 
-def read_traces_jsonl(text: str) -> list[Trace]:
-    """Traces from the JSONL Polar stores (`sessions/{id}/traces/{builder}.jsonl`)."""
-    return [Trace.model_validate_json(line) for line in text.splitlines() if line.strip()]
-
-
 @dataclass
 class ExportSummary:
     out: str
@@ -614,7 +609,8 @@ def collect_files(
     sources: Sequence[str], storage: Storage | None, *, with_records: bool
 ) -> Collected:
     """Traces from local JSONL files (read line by line), or S3 keys
-    (`sessions/…/traces/….jsonl`, `s3://b/k`: one session's traces each)."""
+    (`sessions/…/traces/….jsonl`, `s3://b/k`: one session's traces each, rewarded as
+    `load_traces` reads them)."""
     for source in sources:  # fail before writing anything
         if not Path(source).exists() and storage is None:
             raise FileNotFoundError(f"{source}: no such file, and no S3 storage to read it from")
@@ -628,7 +624,7 @@ def collect_files(
                 continue
             assert storage is not None
             key = source.removeprefix(f"s3://{storage.bucket}/")
-            yield from read_traces_jsonl(storage.get_bytes(key).decode())
+            yield from storage.iter_traces(key)  # its rewards sidecar joined
 
     records: RecordIndex = SessionRecords(storage) if with_records and storage else {}
     return Collected(traces=traces(), records=records, source={"traces": list(sources)})

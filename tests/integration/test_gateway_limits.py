@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 from temporalio.testing import ActivityEnvironment
 
-from activities.session_activities import SessionActivities
+from activities.postrun_activities import PostrunActivities
 from polar.builders.base import unseen_records
 from polar.contracts import BuildRequest
 from polar.session_keys import SessionIdentity, mint_session_key
@@ -103,7 +103,7 @@ async def _build(settings: Settings, storage: Storage, session_id: str) -> Any:
         builder=BuilderSpec(name="per_request"),
     )
     return await ActivityEnvironment().run(
-        SessionActivities(settings, storage).build_trajectory, request
+        PostrunActivities(settings, storage).build_trajectory, request
     )
 
 

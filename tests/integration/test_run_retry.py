@@ -19,9 +19,10 @@ from pathlib import Path
 
 from temporalio.testing import ActivityEnvironment
 
+from activities.init_activities import InitActivities
+from activities.run_activities import RunActivities
 from activities.runtimes.local import SANDBOX_ENV
 from activities.runtimes.local_sandbox import SYSTEM_PATH
-from activities.session_activities import SessionActivities
 from polar.contracts import HarnessRequest, PrepareRequest
 from polar.settings import Settings
 from polar.storage import Storage
@@ -35,11 +36,11 @@ async def test_a_retried_run_first_kills_what_the_last_attempt_left(
     base_settings: Settings, storage: Storage, tmp_path: Path
 ) -> None:
     settings = base_settings.model_copy(update={"data_dir": str(tmp_path / "data")})
-    activities = SessionActivities(settings, storage)
+    init, run = InitActivities(settings, storage), RunActivities(settings, storage)
     env = ActivityEnvironment()
     sid = f"retry-{uuid.uuid4().hex[:8]}"
     handle = await env.run(
-        activities.prepare_runtime,
+        init.prepare_runtime,
         PrepareRequest(session_id=sid, task_id="t", runtime=RuntimeSpec(), source=None),
     )
     workspace = Path(handle.workdir)
@@ -60,11 +61,11 @@ async def test_a_retried_run_first_kills_what_the_last_attempt_left(
             instruction="check",
             budget_s=60,
         )
-        result = await env.run(activities.run_harness, request)
+        result = await env.run(run.run_harness, request)
         stdout = storage.get_bytes(result.stdout_key).decode()
         assert (result.status, result.exit_code, result.attempt) == ("completed", 0, 2), stdout
         assert left.poll() is not None  # killed, not merely outlived
     finally:
         left.kill()
         left.wait()
-        await env.run(activities.teardown, handle)
+        await env.run(init.teardown, handle)

@@ -17,7 +17,7 @@ from temporalio.service import RPCError
 from temporalio.testing import ActivityEnvironment
 from typer.testing import CliRunner
 
-from activities.session_activities import SessionActivities
+from activities.postrun_activities import PostrunActivities
 from polar.app.cli import app
 from polar.builders import UnknownBuilder, check_builder
 from polar.client.sdk import PolarClient
@@ -303,7 +303,7 @@ def test_cli_submit_refuses_with_the_field(
 async def test_build_activity_refuses_an_unresolvable_builder_without_retry(
     storage: Storage,
 ) -> None:
-    acts = SessionActivities(Settings(), storage)
+    acts = PostrunActivities(Settings(), storage)
     request = BuildRequest(
         session_id="s-nobuilder",
         task_id="t",

@@ -23,7 +23,7 @@ import pytest
 from fastapi import FastAPI, Request, Response
 from temporalio.testing import ActivityEnvironment
 
-from activities.session_activities import SessionActivities
+from activities.postrun_activities import PostrunActivities
 from polar.app.devstack import DevStack, free_port
 from polar.builders.base import unseen_records
 from polar.contracts import BuildRequest
@@ -60,7 +60,7 @@ async def _build(settings: Settings, storage: Storage, session_id: str) -> Any:
         builder=BuilderSpec(name="per_request"),
     )
     return await ActivityEnvironment().run(
-        SessionActivities(settings, storage).build_trajectory, request
+        PostrunActivities(settings, storage).build_trajectory, request
     )
 
 

@@ -1,9 +1,9 @@
 """The stage table (workflows/stages.py) is the one definition of a stage.
 
-The worker serves exactly the table's activities, each on its pool; queue
-names derive from the pools; the retry rule lists the one set of
-non-retryable error types; `score` is a stage with its own time in a real
-session's result.
+Queue names derive from the pools (that the worker serves exactly the table's
+activities, each on its pool: tests/unit/activities/test_pool_activities.py); the
+retry rule lists the one set of non-retryable error types; `score` is a stage with
+its own time in a real session's result.
 """
 
 from __future__ import annotations
@@ -12,30 +12,16 @@ import os
 
 import pytest
 
-from activities.session_activities import SessionActivities
-from activities.worker import activities_by_pool, activity_name
 from polar.app.cli import demo_task
 from polar.client.sdk import PolarClient
 from polar.contracts import NON_RETRYABLE_ERRORS, Stage, invalid_input
 from polar.records import SessionStatus
-from polar.settings import Settings
-from polar.storage import Storage
 from polar.tasks.spec import Timeouts
 from tests.support.paths import HISTORIES, REPO
 from workflows import replay as rp
 from workflows import stages
 from workflows.queues import HostQueues, Queues
 from workflows.stages import POOLS, STAGE_ACTIVITIES, Pool
-
-
-def test_every_table_activity_is_implemented_on_its_pool(storage: Storage) -> None:
-    implementations = SessionActivities(Settings(), storage).all()
-    grouped = activities_by_pool(implementations)
-    for pool, served in grouped.items():
-        assert {activity_name(fn) for fn in served} == set(stages.activities_of(pool))
-    assert stages.activities_of(None) == ["host_alive"]  # the probe queue serves only it
-    with pytest.raises(RuntimeError, match=r"unimplemented \['score_traces'\]"):
-        activities_by_pool([fn for fn in implementations if activity_name(fn) != "score_traces"])
 
 
 def test_every_session_stage_has_activities_and_score_is_one() -> None:

@@ -25,7 +25,7 @@ from activities.evaluators import (
     get_evaluator,
     kinds_needing_fresh_runtime,
 )
-from activities.session_activities import SessionActivities
+from activities.postrun_activities import PostrunActivities
 from polar.contracts import EvaluateRequest, RuntimeHandle
 from polar.evaluation_reports import (
     REPORTS,
@@ -95,7 +95,7 @@ async def test_the_evaluate_activity_refuses_an_unknown_kind_without_retry(
     """A spec from newer code (or built without validation) names a kind no evaluator serves:
     the activity fails at once, naming it, before it touches any runtime."""
     settings = Settings(data_dir=str(tmp_path))
-    acts = SessionActivities(settings, Storage(settings))
+    acts = PostrunActivities(settings, Storage(settings))
     request = EvaluateRequest(
         session_id="s-unknown-evaluator",
         task_id="t",

@@ -30,10 +30,10 @@ from temporalio.testing import ActivityEnvironment
 
 from activities import heartbeat as heartbeats
 from activities.heartbeat import Heartbeater, heartbeat, heartbeating, mark_activity_start
+from activities.init_activities import InitActivities
 from activities.runtimes import InvalidSource, SourceUnavailable
 from activities.runtimes import local as local_runtime
 from activities.runtimes.local import LocalRuntime, is_transient_git_error, materialise_source
-from activities.session_activities import SessionActivities
 from polar.contracts import PrepareRequest
 from polar.settings import Settings
 from polar.storage import Storage
@@ -341,7 +341,7 @@ async def test_prepare_runtime_heartbeats_the_clone_and_classifies_its_failure(
     tmp_path: Path, bare_repo: Path
 ) -> None:
     settings = Settings(data_dir=str(tmp_path / "data"), source_roots=str(tmp_path))
-    acts = SessionActivities(settings, Storage(settings))
+    acts = InitActivities(settings, Storage(settings))
     env = ActivityEnvironment()
     beats = Beats(env)
 

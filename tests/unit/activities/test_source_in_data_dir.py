@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from activities.init_activities import check_source_roots
 from activities.runtimes.base import InvalidSource
-from activities.session_activities import check_source_roots
 from polar.contracts import PrepareRequest
 from polar.tasks.spec import DirSource, RuntimeSpec
 

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from temporalio.testing import ActivityEnvironment
 
-from activities.session_activities import SessionActivities
+from activities.postrun_activities import PostrunActivities
 from bench.drifting_sessions import DRIFT_VARIANTS, DriftVariant, drifting_session
 from polar.builders import BuildContext, BuildOutput, get_builder
 from polar.builders.base import end_of_turn_ids, prepare_records
@@ -234,7 +234,7 @@ async def test_the_build_activity_heartbeats_what_it_has_read_and_built(
 
     env = ActivityEnvironment()
     env.on_heartbeat = on_heartbeat
-    acts = SessionActivities(Settings(), storage)  # type: ignore[arg-type]
+    acts = PostrunActivities(Settings(), storage)  # type: ignore[arg-type]
     spec = BuilderSpec(name="tests.unit.polar.test_builders_drift:waiting_builder")
     request = BuildRequest(session_id="s1", task_id="t1", harness="command", builder=spec)
     built = await env.run(acts.build_trajectory, request)

@@ -8,13 +8,14 @@ from typing import Any
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from activities.session_activities import SessionActivities
+from activities.postrun_activities import PostrunActivities
 from polar.advantages import trace_advantages
 from polar.builders import check_builder, get_builder
 from polar.builders.reward_policies import assign_rewards, trace_reward
-from polar.contracts import BuildRequest, RewardRequest
+from polar.contracts import BuildRequest, ScoreRequest
 from polar.records import CompletionRecord, SessionStatus, Trace
 from polar.settings import Settings
+from polar.storage import Storage, rewards_key
 from polar.tasks.spec import BuilderSpec, TaskSpec
 from tests.support.builders import context, record
 
@@ -87,24 +88,26 @@ def custom(records: list[CompletionRecord], ctx: Any) -> Any:
     return get_builder("per_request")(records, ctx)
 
 
-class MemoryStorage:
-    """The part of Storage the build and score activities use."""
+class MemoryStorage(Storage):
+    """Storage with its objects in a dict (no S3): the traces and the rewards sidecar are
+    written and joined by Storage's own methods."""
 
     def __init__(self, records: list[CompletionRecord]) -> None:
+        super().__init__(Settings())
         self.records = records
-        self.traces: dict[str, list[Trace]] = {}
+        self.objects: dict[str, bytes] = {}
 
     def list_completions(self, session_id: str, on_read: Any = None) -> list[CompletionRecord]:
         if on_read is not None:
             on_read(len(self.records), len(self.records))
         return list(self.records)
 
-    def put_traces(self, key: str, traces: list[Trace]) -> int:
-        self.traces[key] = [t.model_copy(deep=True) for t in traces]
-        return sum(len(t.model_dump_json()) for t in traces)
+    def put_bytes(self, key: str, data: bytes, content_type: str = "") -> int:
+        self.objects[key] = data
+        return len(data)
 
-    def load_traces(self, key: str) -> list[Trace]:
-        return [t.model_copy(deep=True) for t in self.traces[key]]
+    def get_bytes(self, key: str) -> bytes:
+        return self.objects[key]  # KeyError if there is none, as Storage's
 
 
 @pytest.mark.parametrize(
@@ -112,7 +115,7 @@ class MemoryStorage:
 )
 async def test_build_and_score_activities(name: str) -> None:
     storage = MemoryStorage(three_calls())
-    acts = SessionActivities(Settings(), storage)  # type: ignore[arg-type]
+    acts = PostrunActivities(Settings(), storage)
     env = ActivityEnvironment()
     config: dict[str, Any] = {"reward": "session_normalized"}
     if name == "prefix_merging":
@@ -125,14 +128,30 @@ async def test_build_and_score_activities(name: str) -> None:
     n = 2 if name == "prefix_merging" else 3
     assert (built.num_completions, built.num_traces, built.num_response_tokens) == (3, n, 6)
     assert built.breaks == ({"new_context": 1} if name == "prefix_merging" else {})
+    as_built = storage.objects[built.traces_key]
     scored = await env.run(
         acts.score_traces,
-        RewardRequest(traces_key=built.traces_key, reward=1.0, status=SessionStatus.COMPLETED),
+        ScoreRequest(traces_key=built.traces_key, reward=1.0, status=SessionStatus.COMPLETED),
     )
-    assert scored.num_traces == n
-    traces = storage.traces[built.traces_key]
+    assert scored.num_traces == n and scored.num_response_tokens == 6
+    # the traces are written once (by build); the rewards go in the sidecar beside them
+    assert storage.objects[built.traces_key] == as_built
+    assert scored.rewards_key == rewards_key(built.traces_key)
+    sidecar = storage.objects[scored.rewards_key]
+    assert scored.trace_bytes == len(as_built) + len(sidecar)
+    traces = storage.load_traces(built.traces_key)
     assert [t.reward for t in traces] == [pytest.approx(1 / n)] * n
+    assert {t.status for t in traces} == {SessionStatus.COMPLETED}
     assert {t.provenance.reward_policy for t in traces} == {"session_normalized"}
+    unjoined = storage.load_traces(built.traces_key, rewarded=False)
+    assert {(t.reward, t.status) for t in unjoined} == {(None, None)}
+    # scored again (a retried activity): it reads the traces as built, not its own sidecar
+    await env.run(
+        acts.score_traces,
+        ScoreRequest(traces_key=built.traces_key, reward=None, status=SessionStatus.ERROR),
+    )
+    rescored = storage.load_traces(built.traces_key)
+    assert {(t.reward, t.status) for t in rescored} == {(None, SessionStatus.ERROR)}
 
 
 # (session, status, reward, calls): one group of four outcomes

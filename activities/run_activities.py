@@ -1,0 +1,43 @@
+"""The run pool's activity: run a session's harness in its prepared runtime."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from temporalio import activity
+
+from activities.harness_launch import HarnessLaunch
+from activities.heartbeat import heartbeat
+from activities.pool_activities import PoolActivities
+from polar.contracts import HarnessRequest, HarnessResult
+
+
+class RunActivities(PoolActivities):
+    """The run pool (`{queue}-run`, and this host's `-run` queue: at most `max_run`)."""
+
+    @activity.defn(name="run_harness")
+    async def run_harness(self, request: HarnessRequest) -> HarnessResult:
+        """Run the harness in its sandbox, its only door the session's gateway channel; then
+        kill every process it left (reap) before its logs and work are read
+        (activities/harness_launch.py)."""
+        request = await self.specs.with_instruction(request)
+        self._check_host(request.runtime, "run_harness")
+        tries = activity.info().attempt
+        # a re-issued run stage (another placement) counts on from its own base
+        attempt = request.attempt_base + tries
+        launch = HarnessLaunch(
+            request, attempt, self._runtime(request.runtime.kind), self.settings, self.storage
+        )
+        command = await launch.configure()
+        heartbeat(step="harness starting", attempt=attempt, sealed=bool(launch.channel))
+        if tries > 1:
+            await launch.reap_leftovers()
+        run = await launch.run(command)
+        log_keys = await launch.upload_logs()
+        run.check_reaped()
+        artifacts = await launch.upload_artifacts()
+        return launch.result(run, log_keys, artifacts)
+
+    def all(self) -> list[Callable[..., Any]]:
+        return [self.run_harness]
