@@ -5,14 +5,16 @@ across gateways; `record_id` (`{seq:020d}-{gateway_id}-{n}`) stays unique
 even when two calls start in the same ns. A failed write becomes a 503 for
 the caller (its SDK retries later): no answer ever leaves unrecorded.
 
-On the hot path the record is its JSON dict, built here field by field as
-`CompletionRecord` would dump it (tests validate it against the model), and
-written compact by the storage's async client, so a call costs no pydantic
-model and no thread. A storage without `put_completion_async` (a test double)
-gets a validated `CompletionRecord` from a thread instead. The encoded record
-is checked against the record size limit and the session's quota
-(`proxy.quota`) before it is written: past them the call is refused in the
-caller's shape and nothing is written.
+The record is a `CompletionRecord` (polar/records.py, the one home of its shape), built
+on the hot path with `model_construct`: every value is JSON the gateway parsed or made, so
+nothing is validated or copied (tests validate what it builds). `CompletionRecord.json_fields`
+gives its JSON dict without pydantic's serializer walking the request and answer, and the
+storage encodes it (`polar.record_codec`) and writes it with its async client: no thread
+(bench/bench_recorder.py measures it against validating and `model_dump`). A storage
+without `encode_completion` (a test double) gets the record validated, from a thread. The
+encoded record is checked against the record size limit and the session's quota
+(`proxy.quota`) before it is written: past them the call is refused in the caller's shape
+and nothing is written.
 """
 
 from __future__ import annotations
@@ -87,56 +89,52 @@ class Recorder:
         error: str | None = None,
         client_disconnected: bool = False,
         untrainable: str | None = None,
-    ) -> dict[str, Any]:
-        """The record's JSON dict (`CompletionRecord.model_validate` takes it as it is)."""
+    ) -> CompletionRecord:
+        """The call's record, built through the model unvalidated (see the module docstring)."""
         ex = extracted or Extracted()
         model = ex.model or normalized.get("model")
-        return {
-            "session_id": call.identity.session_id,
-            "task_id": call.identity.task_id,
-            "seq": call.seq,
-            "record_id": call.record_id,
-            "attempt": call.identity.attempt,
-            "provider": call.provider,
-            "request": call.request,
-            "normalized_request": normalized,
-            "response": response,
-            "status_code": status_code,
-            "error": error,
-            "model": model if isinstance(model, str) else None,
-            "prompt_token_ids": ex.prompt_token_ids,
-            "response_token_ids": ex.response_token_ids,
-            "response_logprobs": ex.response_logprobs,
-            "finish_reason": ex.finish_reason,
-            "has_token_ids": ex.has_token_ids,
-            "choices": [c.model_dump() for c in ex.choices],
-            "started_at": call.started_at,
-            "finished_at": time.time(),
-            "gateway_id": self.gateway_id,
-            "client_disconnected": client_disconnected,
-            "untrainable": untrainable,
-        }
+        return CompletionRecord.model_construct(
+            session_id=call.identity.session_id,
+            task_id=call.identity.task_id,
+            seq=call.seq,
+            record_id=call.record_id,
+            attempt=call.identity.attempt,
+            provider=call.provider,
+            request=call.request,
+            normalized_request=normalized,
+            response=response,
+            status_code=status_code,
+            error=error,
+            model=model if isinstance(model, str) else None,
+            prompt_token_ids=ex.prompt_token_ids,
+            response_token_ids=ex.response_token_ids,
+            response_logprobs=ex.response_logprobs,
+            finish_reason=ex.finish_reason,
+            has_token_ids=ex.has_token_ids,
+            choices=list(ex.choices),
+            started_at=call.started_at,
+            finished_at=time.time(),
+            gateway_id=self.gateway_id,
+            client_disconnected=client_disconnected,
+            untrainable=untrainable,
+        )
 
-    async def write(self, record: dict[str, Any]) -> str:
-        """Store `record` (its JSON dict); its key. Raises a 413 / 403 APIError past the record
-        limits (nothing written), a 503 one if the write fails."""
-        session_id = record["session_id"]
+    async def write(self, record: CompletionRecord) -> str:
+        """Store `record`; its key. Raises a 413 / 403 APIError past the record limits
+        (nothing written), a 503 one if the write fails."""
+        session_id = record.session_id
+        fields = record.json_fields()
         encode = getattr(self.storage, "encode_completion", None)
-        key, data = encode(record) if encode is not None else ("", encode_record(record))
+        key, data = encode(fields) if encode is not None else ("", encode_record(fields))
         await self.limits.check(session_id, len(data))
         try:
             if encode is not None:
                 await self.storage.put_encoded_async(key, data)
             else:
-                validated = CompletionRecord.model_validate(record)
+                validated = CompletionRecord.model_validate(fields)
                 key = await asyncio.to_thread(self.storage.put_completion, validated)
         except Exception as exc:
-            log.error(
-                "could not record %s of session %s: %s",
-                record["record_id"],
-                record["session_id"],
-                exc,
-            )
+            log.error("could not record %s of session %s: %s", record.record_id, session_id, exc)
             raise APIError(
                 503,
                 "the gateway could not record this completion; retry later",
@@ -157,8 +155,8 @@ class Recorder:
         error: str | None = None,
         client_disconnected: bool = False,
         untrainable: str | None = None,
-    ) -> dict[str, Any]:
-        """Build and store the record of a finished (or failed) call; its JSON dict."""
+    ) -> CompletionRecord:
+        """Build and store the record of a finished (or failed) call; the record."""
         record = self.build(
             call,
             normalized,

@@ -1,10 +1,11 @@
 """Stored completion records: compact (format 2) and plain (format 1) both read back whole.
 
-The gateway builds each record as a plain dict (no pydantic on its hot path)
-and writes it compact: the normalised request as a diff against the caller's,
-the answer without its copy of the prompt ids, zstd. These tests check that
-the dict is a valid CompletionRecord, that every compaction undoes exactly,
-and that records of either format read on their own from real S3.
+The gateway builds each record through the model unvalidated (`model_construct`) and
+writes its JSON dict (`json_fields`) compact: the normalised request as a diff against the
+caller's, the answer without its copy of the prompt ids, zstd. These tests check that the
+record is a valid CompletionRecord whose bytes are those of the validated model's dump,
+that every compaction undoes exactly, and that records of either format read on their own
+from real S3.
 """
 
 from __future__ import annotations
@@ -37,11 +38,11 @@ MESSAGES: list[dict[str, Any]] = [
 ]
 
 
-def record_dict(
+def gateway_record(
     session_id: str = "s-codec", **extra: Any
-) -> tuple[Recorder, dict[str, Any], dict[str, Any]]:
-    """A record dict as the gateway builds it, for a call whose normalised request changed
-    one message (content parts flattened) and added the training fields."""
+) -> tuple[Recorder, CompletionRecord, dict[str, Any]]:
+    """A record as the gateway builds it, for a call whose normalised request changed one
+    message (content parts flattened) and added the training fields."""
     recorder = Recorder(storage=None)  # type: ignore[arg-type]  # build() never touches it
     request = {"model": "harness", "messages": MESSAGES, "stream": True, "max_tokens": 64}
     chat = request | {"messages": [MESSAGES[0], {"role": "user", "content": "Fix the bug."}]}
@@ -68,27 +69,38 @@ def record_dict(
         model="policy",
         **extra,
     )
-    doc = recorder.build(pending, normalized, response=answer, extracted=extracted)
-    return recorder, doc, normalized
+    record = recorder.build(pending, normalized, response=answer, extracted=extracted)
+    return recorder, record, normalized
 
 
-def test_gateway_record_dict_is_a_valid_record() -> None:
-    _, doc, normalized = record_dict()
-    record = CompletionRecord.model_validate(doc)
-    assert record.model_dump(mode="json") == doc  # every field, as the model would dump it
-    assert record.normalized_request == normalized and record.attempt == 2
+def record_dict(session_id: str = "s-codec", **extra: Any) -> dict[str, Any]:
+    """The JSON dict the gateway encodes of `gateway_record`'s record."""
+    return gateway_record(session_id, **extra)[1].json_fields()
+
+
+def test_the_gateway_record_is_valid_and_dumps_as_the_validated_model() -> None:
+    _, record, normalized = gateway_record()
+    doc = record.json_fields()
+    validated = CompletionRecord.model_validate(doc)
+    assert validated == record  # built unvalidated, but nothing validation would change
+    assert validated.model_dump(mode="json") == doc == record.model_dump(mode="json")
+    assert list(doc) == list(CompletionRecord.model_fields)  # every field, in the model's order
+    # byte-compatible: what the gateway writes is what the validated model's dump encodes to
+    assert encode_record(doc) == encode_record(validated.model_dump(mode="json"))
+    assert validated.normalized_request == normalized and validated.attempt == 2
     assert record.has_token_ids and record.prompt_token_ids == PROMPT and record.choices == []
 
 
 def test_several_choices_are_recorded_as_the_model_dumps_them() -> None:
     choices = [SampledChoice(index=i, response_token_ids=[i], finish_reason="stop") for i in (0, 1)]
-    _, doc, _ = record_dict(choices=choices)
+    doc = record_dict(choices=choices)
     assert CompletionRecord.model_validate(doc).choices == choices
     assert doc["choices"] == [c.model_dump() for c in choices]
+    assert doc == CompletionRecord.model_validate(doc).model_dump(mode="json")
 
 
 def test_compact_record_stores_each_part_once_and_decodes_exactly() -> None:
-    _, doc, _ = record_dict()
+    doc = record_dict()
     compact = compact_record(doc)
     codec = compact[CODEC_FIELD]
     # equal top-level fields and equal messages are references to the caller's request
@@ -107,7 +119,7 @@ def test_compact_record_stores_each_part_once_and_decodes_exactly() -> None:
 
 
 def test_sglang_choice_prompt_ids_and_identical_messages() -> None:
-    _, doc, _ = record_dict()
+    doc = record_dict()
     doc["normalized_request"] = doc["request"] | {"logprobs": True}  # messages unchanged
     doc["response"] = {"choices": [{"index": 0, "prompt_token_ids": PROMPT}, {"index": 1}]}
     compact = compact_record(doc)
@@ -119,7 +131,7 @@ def test_sglang_choice_prompt_ids_and_identical_messages() -> None:
 
 
 def test_nothing_to_share_and_odd_json_still_round_trip() -> None:
-    _, doc, _ = record_dict()
+    doc = record_dict()
     doc |= {"response": None, "prompt_token_ids": None, "has_token_ids": False}
     doc["request"] = {"messages": "not a list", "n": 10**30, "t": float("nan"), "s": "\ud800"}
     doc["normalized_request"] = {"messages": [], "n": 10**30}
@@ -132,7 +144,7 @@ def test_nothing_to_share_and_odd_json_still_round_trip() -> None:
 
 
 def test_plain_json_records_decode_and_garbage_does_not() -> None:
-    _, doc, _ = record_dict()
+    doc = record_dict()
     legacy = CompletionRecord.model_validate(doc).model_dump_json().encode()
     assert decode_record(legacy) == doc
     for bad in (b"", b"[1, 2]", ZSTD_MAGIC + b"broken", b"\x00\x01"):
@@ -142,9 +154,10 @@ def test_plain_json_records_decode_and_garbage_does_not() -> None:
 
 async def test_both_formats_read_back_through_storage(storage: Storage) -> None:
     session = f"s-codec-{secrets.token_hex(3)}"
-    recorder, doc, _ = record_dict(session)
+    recorder, record, _ = gateway_record(session)
+    doc = record.json_fields()
     recorder.storage = storage
-    new = await recorder.write(doc)  # the gateway's path: dict, compact, obstore
+    new = await recorder.write(record)  # the gateway's path: its JSON dict, compact, obstore
     assert new == completion_key(session, doc["record_id"]) and new.endswith(RECORD_SUFFIX)
     assert storage.get_bytes(new)[:4] == ZSTD_MAGIC
     old = CompletionRecord.model_validate(doc).model_copy(update={"record_id": "0-old-1", "seq": 0})
@@ -166,7 +179,7 @@ def test_records_encode_and_decode_from_many_threads_at_once() -> None:
     zstd object corrupted data ("Data corruption detected") in a real GRPO run."""
     from concurrent.futures import ThreadPoolExecutor
 
-    records = [record_dict(f"s-thread-{i}")[1] for i in range(8)]
+    records = [record_dict(f"s-thread-{i}") for i in range(8)]
     for i, doc in enumerate(records):  # of different sizes, so frames differ
         doc["request"]["messages"] = MESSAGES * (1 + 20 * i)
     blobs = [encode_record(r) for r in records]
