@@ -40,9 +40,11 @@ from pydantic import ValidationError
 
 from activities.evaluators.base import Evaluation
 from polar import rubric as rubric_text
+from polar.contracts import EvaluateRequest
 from polar.evaluation_reports import RubricReport, RubricTraceScore
 from polar.records import Trace
 from polar.session_keys import SessionIdentity, mint_session_key
+from polar.settings import Settings
 from polar.tasks.spec import RubricSpec
 
 JUDGE_ATTEMPT = 0
@@ -52,6 +54,9 @@ JUDGE_CONCURRENCY = 4
 KEY_MARGIN_S = 60.0
 """A judge key lives for the call's timeout plus this."""
 CHAT_PATH = "/v1/chat/completions"
+MIN_BUDGET_S = 30.0
+"""The judge's time when the outcome evaluator used up `evaluate_s` (the evaluate stage's
+timeout has a minute beyond it)."""
 
 
 class JudgeError(RuntimeError):
@@ -296,3 +301,25 @@ async def apply_rubric(
         f"reward {spec.formula} = {_fmt(report.reward)}"
     )
     return evaluation
+
+
+async def judge_evaluation(
+    settings: Settings,
+    request: EvaluateRequest,
+    evaluation: Evaluation,
+    traces: bytes | None,
+    elapsed_s: float,
+) -> Evaluation:
+    """The `evaluate` activity's rubric step: `apply_rubric` for the request's session with
+    this worker's gateway and secret, within what is left of the evaluate budget."""
+    assert request.evaluator.rubric is not None
+    access = JudgeAccess(
+        settings.gateway_base_url, settings.session_secret, request.session_id, request.task_id
+    )
+    return await apply_rubric(
+        evaluation,
+        request.evaluator.rubric,
+        access,
+        traces=traces,
+        budget_s=max(MIN_BUDGET_S, request.budget_s - elapsed_s),
+    )

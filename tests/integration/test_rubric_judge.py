@@ -48,6 +48,10 @@ def judge_backend(
     seen: list[dict[str, Any]] = []
     app = FastAPI()
 
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> JSONResponse:
         body = await request.json()
