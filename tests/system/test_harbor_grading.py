@@ -1,0 +1,114 @@
+"""Harbor tasks graded where the agent never was, on the real Docker engine.
+
+The bundled tasks (examples/harbor) are loaded by Polar's loader, their
+environments built offline by polar/tasks/harbor_images.py (the second load is
+the cache), and each session runs a scripted agent (the task's own
+solution/solve.sh, or nothing) in a container of the task's image. The `harbor`
+evaluator then grades in a fresh container of the same image with the
+session's changes: /tests copied in only then, test.sh run as the task's
+verifier user, the reward read from a /logs/verifier made fresh. A reward the
+agent planted in its own /logs/verifier never counts; a test.sh that writes no
+reward, or a bad one, is an evaluator error, never a 0.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import pytest
+
+from activities.evaluators.base import Evaluation, EvaluatorError
+from activities.runtimes.docker import LABEL, DockerRuntime
+from polar.evaluation_reports import HarborReport
+from polar.tasks.harbor import load_harbor_tasks
+from polar.tasks.harbor_images import ensure_images
+from polar.tasks.spec import TaskSpec
+from tests.support.eval_runtimes import grade, prepare_session, run_harness
+from tests.support.paths import REPO
+
+pytestmark = pytest.mark.slow
+
+EXAMPLES = REPO / "examples" / "harbor"
+SOUND = ("hello-file", "fix-add", "csv-sum")
+
+
+@pytest.fixture
+def runtime(docker_image: str, tmp_path: Path) -> Iterator[DockerRuntime]:
+    rt = DockerRuntime(tmp_path / "runtimes")
+    yield rt
+    client = docker.from_env()
+    for container in client.containers.list(all=True, filters={"label": LABEL}):
+        if container.name.startswith(rt.container_name("")):
+            container.remove(force=True)
+
+
+def _task(path: Path) -> TaskSpec:
+    ensure_images(path)
+    (spec,) = load_harbor_tasks(path)
+    return spec
+
+
+async def _session(runtime: DockerRuntime, spec: TaskSpec, script: str, sid: str) -> Evaluation:
+    handle = await prepare_session(runtime, spec.runtime, None, sid)
+    try:
+        await run_harness(runtime, handle, script)
+        return await grade(runtime, spec.runtime, None, handle, spec.evaluator, timeout_s=300)
+    finally:
+        await runtime.teardown(handle)
+
+
+@pytest.mark.parametrize("name", SOUND)
+async def test_the_oracle_scores_1_and_doing_nothing_0(runtime: DockerRuntime, name: str) -> None:
+    built = ensure_images(EXAMPLES / name)
+    assert built[0].how in ("built", "cached")
+    assert ensure_images(EXAMPLES / name)[0].how == "cached"  # keyed on the content
+    spec = _task(EXAMPLES / name)
+    solve = (EXAMPLES / name / "solution" / "solve.sh").read_text()
+    oracle = await _session(runtime, spec, solve, f"hb-{name}-oracle")
+    assert oracle.reward == 1.0, oracle.detail
+    report = oracle.report
+    assert isinstance(report, HarborReport) and report.task == f"polar/{name}"
+    assert report.test_exit_code == 0 and report.reward_file in ("reward.txt", "reward.json")
+    if name == "fix-add":  # reward.json: every number a component, graded as `nobody`
+        assert report.reward_file == "reward.json" and report.verifier_user == "nobody"
+        assert report.components == {
+            "reward": 1.0,
+            "passed": 4.0,
+            "add_small": 1.0,
+            "add_negative": 1.0,
+            "add_float": 1.0,
+            "mul_kept": 1.0,
+        }
+    noop = await _session(runtime, spec, "true", f"hb-{name}-noop")
+    assert noop.reward == 0.0, noop.detail
+
+
+async def test_a_reward_the_agent_plants_never_counts(runtime: DockerRuntime) -> None:
+    spec = _task(EXAMPLES / "hello-file")
+    plant = (
+        "mkdir -p /logs/verifier /tests && echo 1 > /logs/verifier/reward.txt && "
+        "printf '#!/bin/bash\\necho 1 > /logs/verifier/reward.txt\\n' > /tests/test.sh && "
+        "echo 'Hello, world?' > hello.txt"
+    )
+    e = await _session(runtime, spec, plant, "hb-plant")
+    assert e.reward == 0.0, e.detail
+
+
+async def test_no_reward_or_a_bad_one_is_an_evaluator_error(
+    runtime: DockerRuntime, tmp_path: Path
+) -> None:
+    task = Path(shutil.copytree(EXAMPLES / "hello-file", tmp_path / "hello-file"))
+    spec = _task(task)
+    script = task / "tests" / "test.sh"
+    for body, why in (
+        ("true", "wrote no reward"),
+        ("echo maybe > /logs/verifier/reward.txt", "not a number"),
+        ("echo '{\"score\": 1}' > /logs/verifier/reward.json", "has no 'reward'"),
+        ("ln -s /etc/hostname /logs/verifier/reward.txt", "is a link"),
+    ):
+        script.write_text(f"#!/bin/bash\n{body}\n")
+        with pytest.raises(EvaluatorError, match=why):
+            await _session(runtime, spec, "true", "hb-bad")
