@@ -10,6 +10,10 @@ counts would otherwise get different advantages):
   polar/builders/README.md). Its reward joins the group baseline.
 * A session without a reward (`error`, `cancelled`, no evaluator) is left out
   of the baseline and its traces get advantage None: it is never counted as 0.
+* A session the stack failed (outcome `infra_error`, polar/outcomes.py) is no
+  verdict on the policy: `group_rewards` leaves it out as well, and the task's
+  `infra_errors.group` rule says what its group does (`wait`/`shrink`: the
+  group goes on without it; `drop`: the whole group gets None).
 * Session advantage: (reward − group mean) / (group population std + `eps`);
   0.0 for every session when fewer than two are scored.
 * Per trace: `broadcast` traces carry their session's advantage;
@@ -24,9 +28,31 @@ import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
-from polar.records import Trace
+from polar.contracts import SessionResult
+from polar.records import OutcomeClass, Trace
 
 EPS = 1e-6
+NO_VERDICT = frozenset({OutcomeClass.INFRA_ERROR, OutcomeClass.TASK_ERROR})
+"""Outcome classes that say nothing about the policy: never in a group's baseline."""
+
+
+def is_verdict(session: SessionResult) -> bool:
+    """Whether `session`'s end says something about the policy (not an infra or task error)."""
+    outcome = session.outcome
+    return outcome is not None and outcome.outcome not in NO_VERDICT
+
+
+def group_rewards(
+    sessions: Sequence[SessionResult], rule: str = "shrink"
+) -> dict[str, float | None]:
+    """Each session's reward for its group's advantages under the task's `infra_errors.group`
+    rule: None for a session that is no verdict (infra or task error, cancelled); under
+    `drop`, None for every session of a group that has an `infra_error` one."""
+    if rule == "drop" and any(
+        s.outcome is not None and s.outcome.outcome == OutcomeClass.INFRA_ERROR for s in sessions
+    ):
+        return {s.session_id: None for s in sessions}
+    return {s.session_id: (s.reward if is_verdict(s) else None) for s in sessions}
 
 
 def session_reward(trace: Trace) -> float | None:

@@ -32,9 +32,10 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.common import Priority
 from temporalio.service import RPCError
 
+from polar.advantages import group_rewards
 from polar.builders import check_builder
 from polar.contracts import SessionProgress, SessionResult, Stage, TaskResult
-from polar.records import SessionStatus, Trace
+from polar.records import OutcomeClass, SessionStatus, Trace
 from polar.search_attributes import STAGE, STATUS
 from polar.settings import Settings, get_settings
 from polar.storage import Storage
@@ -56,17 +57,27 @@ class Group:
 
     `result` is None when the task's workflow failed or was cancelled (`error`
     says why). `traces` holds every session's traces when they were loaded
-    (stale ones filtered out), in session order.
+    (stale ones filtered out), in session order, but for sessions that ended
+    `infra_error` (polar/outcomes.py): the stack failed them, they are no verdict
+    on the policy, and `left_out` names them with their outcome.
     """
 
     run: TaskRun
     result: TaskResult | None
     error: str | None = None
     traces: list[Trace] = field(default_factory=list)
+    left_out: dict[str, str] = field(default_factory=dict)
+    """Sessions whose traces were not loaded: session id → outcome label and detail."""
 
     @property
     def policy_version(self) -> int | None:
         return self.result.policy_version if self.result else None
+
+    def rewards(self, rule: str = "shrink") -> dict[str, float | None]:
+        """Each session's reward for the group's advantages (`polar.advantages.
+        trace_advantages(group.traces, group.rewards(rule))`) under the task's
+        `infra_errors.group` rule: infra and task errors None, all None under `drop`."""
+        return group_rewards(self.result.sessions, rule) if self.result else {}
 
 
 log = logging.getLogger("polar.client.sdk")
@@ -242,6 +253,10 @@ class PolarClient:
         group = Group(run, result)
         if load_traces:
             for session in result.sessions:
+                outcome = session.outcome
+                if outcome is not None and outcome.outcome == OutcomeClass.INFRA_ERROR:
+                    group.left_out[session.session_id] = f"{outcome.label}: {outcome.detail}"
+                    continue
                 traces = await asyncio.to_thread(self.load_traces, session)
                 group.traces.extend(t for t in traces if _fresh(t, floor))
         return group

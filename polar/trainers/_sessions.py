@@ -1,9 +1,12 @@
 """What every trainer adapter shares: which sessions train, one session run, its chains.
 
 A session trains only when its harness reached an outcome the evaluator graded: status
-`completed`, `harness_failed` or `timeout` with a reward. Everything else (no reward, `error`,
-`cancelled`, an infrastructure failure, any status added later) says nothing about the policy
-and is left out, never turned into a zero-reward sample.
+`completed`, `harness_failed` or `timeout` with a reward, and an outcome that is a verdict on
+the policy (polar/outcomes.py). Everything else (no reward, `error`, `cancelled`, an
+`infra_error` such as a harness that failed after calls the gateway could not serve, any
+status added later) says nothing about the policy and is left out, never turned into a
+zero-reward sample. A group that lost members to infra errors follows its task's
+`infra_errors.group` rule (`drop`: none of its sessions trains).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from polar.advantages import group_rewards, is_verdict
 from polar.client.sdk import PolarClient
 from polar.contracts import SessionResult, TaskResult
 from polar.records import SessionStatus, Trace
@@ -39,14 +43,21 @@ GRADED = frozenset({SessionStatus.COMPLETED, SessionStatus.HARNESS_FAILED, Sessi
 
 
 def trainable(session: SessionResult) -> bool:
-    """Whether `session` is trained on: a graded status, a reward and traces."""
-    return session.status in GRADED and session.reward is not None and bool(session.traces_key)
+    """Whether `session` is trained on: a graded status, a verdict outcome, a reward, traces."""
+    return (
+        session.status in GRADED
+        and is_verdict(session)
+        and session.reward is not None
+        and bool(session.traces_key)
+    )
 
 
 def absent_reason(session: SessionResult) -> str:
     """Why `trainable(session)` is False, for counters and logs."""
     if session.status not in GRADED:
         return f"status {session.status.value}"
+    if not is_verdict(session) and session.outcome is not None:
+        return f"{session.outcome.label}: {session.outcome.detail}"
     if session.reward is None:
         return "no reward"
     return "no traces"
@@ -120,6 +131,28 @@ class SessionRun:
     workflow_id: str
     session: SessionResult
     traces: list[Trace]
+    left_out: str | None = None
+    """Why the session does not train (None: it trains): `absent_reason`, or its group dropped
+    by the task's `infra_errors.group` rule."""
+
+
+def left_out(sessions: Sequence[SessionResult], rule: str) -> dict[str, str | None]:
+    """Why each session of one group does not train (None: it trains), under `rule` (the
+    task's `infra_errors.group`)."""
+    rewards = group_rewards(sessions, rule)
+    dropped = [s.session_id for s in sessions if trainable(s) and rewards[s.session_id] is None]
+    return {
+        s.session_id: (
+            absent_reason(s)
+            if not trainable(s)
+            else (
+                "group dropped (infra_errors.group: drop): a session of it ended infra_error"
+                if s.session_id in dropped
+                else None
+            )
+        )
+        for s in sessions
+    }
 
 
 async def run_task(
@@ -128,8 +161,10 @@ async def run_task(
     """Submit `spec`, wait for it, and load the traces of its trainable sessions."""
     run = await polar.submit(spec)
     result = await polar.wait(run, timeout_s=timeout_s)
+    why = left_out(result.sessions, spec.infra_errors.group)
     runs = []
     for session in sorted(result.sessions, key=lambda s: s.index):
-        traces = await asyncio.to_thread(polar.load_traces, session) if trainable(session) else []
-        runs.append(SessionRun(result, run.workflow_id, session, traces))
+        reason = why[session.session_id]
+        traces = await asyncio.to_thread(polar.load_traces, session) if reason is None else []
+        runs.append(SessionRun(result, run.workflow_id, session, traces, reason))
     return runs

@@ -67,13 +67,11 @@ from polar.settings import get_settings
 from polar.tasks.spec import TaskSpec
 from polar.trainers._sessions import (
     SessionRun,
-    absent_reason,
     chains,
     load_template,
     row_task,
     run_task,
     task_with,
-    trainable,
 )
 
 log = logging.getLogger("polar.trainers.slime")
@@ -221,8 +219,8 @@ async def rollout_group(
         stats.sessions += len(runs)
         still = []
         for i, run in zip(pending, runs, strict=True):
-            if not trainable(run.session):
-                reasons.append(f"{run.session.session_id}: {absent_reason(run.session)}")
+            if run.left_out is not None:
+                reasons.append(f"{run.session.session_id}: {run.left_out}")
                 log.warning("polar session not trainable, rerunning: %s", reasons[-1])
                 still.append(i)
                 continue

@@ -58,14 +58,12 @@ from polar.client.layouts import provenance_fields
 from polar.tasks.spec import TaskSpec
 from polar.trainers._sessions import (
     SessionRun,
-    absent_reason,
     chains,
     load_template,
     row_task,
     run_task,
     shared_client,
     task_with,
-    trainable,
 )
 
 log = logging.getLogger("polar.trainers.verl")
@@ -159,9 +157,9 @@ class PolarAgentLoop(AgentLoopBase):
         for attempt in range(self.max_attempts):
             spec = self.task_for(kwargs)
             (run,) = await run_task(polar, spec, timeout_s=self.timeout_s)
-            if trainable(run.session):
+            if run.left_out is None:
                 return agent_loop_output(run, rerun=attempt)
-            reasons.append(f"{run.session.session_id}: {absent_reason(run.session)}")
+            reasons.append(f"{run.session.session_id}: {run.left_out}")
             log.warning("polar session not trainable, rerunning: %s", reasons[-1])
         raise RuntimeError(
             f"no trainable Polar session for this sample after {self.max_attempts} tries: "

@@ -44,7 +44,6 @@ from polar.trainers._sessions import (
     load_template,
     run_task,
     shared_client,
-    trainable,
 )
 from polar.trainers.nemo_gym import shapes
 
@@ -91,11 +90,11 @@ class PolarAgent(SimpleResponsesAPIAgent):
         for _ in range(max(1, self.config.max_attempts)):
             spec = shapes.task_for_row(template, row, version=self.config.policy_version)
             (run,) = await run_task(polar, spec, timeout_s=self.config.timeout_s)
-            if trainable(run.session):
+            if run.left_out is None:
                 sid = run.session.session_id
                 records = await asyncio.to_thread(polar.storage.list_completions, sid)
                 return run, list(records), reasons
-            reasons.append(f"{run.session.session_id}: {absent_reason(run.session)}")
+            reasons.append(f"{run.session.session_id}: {run.left_out}")
             log.warning("polar session not trainable: %s", reasons[-1])
         return None, [], reasons
 

@@ -1,0 +1,86 @@
+"""Infra errors never train (issue 22): a session the stack failed is out of its group's
+baseline and advantages, out of the trainer bridges, and its group follows the task's rule."""
+
+from __future__ import annotations
+
+import pytest
+
+from polar.advantages import EPS, group_rewards, trace_advantages
+from polar.contracts import SessionResult
+from polar.records import SessionStatus
+from polar.trainers._sessions import absent_reason, left_out, trainable
+from tests.unit.polar.test_builders_rewards import scored_group
+
+# the harness of "starved" failed after 4 calls the gateway could not serve (a dead replica):
+# its evaluator graded the nothing it left 0.0, which must not reach the group
+GROUP: list[tuple[str, SessionStatus, float | None, int]] = [
+    ("ok", SessionStatus.COMPLETED, 1.0, 2),
+    ("wrong", SessionStatus.HARNESS_FAILED, 0.0, 1),
+    ("starved", SessionStatus.HARNESS_FAILED, 0.0, 3),
+]
+
+
+def session(
+    sid: str, status: SessionStatus, reward: float | None, **fields: object
+) -> SessionResult:
+    return SessionResult(
+        session_id=sid,
+        task_id="t",
+        index=0,
+        status=status,
+        reward=reward,
+        harness="h",
+        traces_key=f"sessions/{sid}/traces.jsonl",
+        **({"harness_started": True} | fields),  # type: ignore[arg-type]
+    )
+
+
+def results() -> list[SessionResult]:
+    return [
+        session("ok", SessionStatus.COMPLETED, 1.0),
+        session("wrong", SessionStatus.HARNESS_FAILED, 0.0),
+        session("starved", SessionStatus.HARNESS_FAILED, 0.0, unserved_calls=4),
+    ]
+
+
+@pytest.mark.parametrize("policy", ["broadcast", "session_normalized"])
+def test_an_infra_error_session_is_out_of_the_baseline(policy: str) -> None:
+    traces = scored_group(policy, GROUP)
+    rewards = group_rewards(results(), "shrink")
+    assert rewards == {"ok": 1.0, "wrong": 0.0, "starved": None}
+    got = trace_advantages(traces, rewards)
+    # baseline over ok and wrong only: mean 0.5, std 0.5 (with starved's 0 it would be 1/3)
+    for trace in traces:
+        sid = trace.provenance.session_id
+        if sid == "starved":
+            assert got[trace.trace_id] is None
+            continue
+        sign = 1 if sid == "ok" else -1
+        share = 2 if (policy == "session_normalized" and sid == "ok") else 1
+        assert got[trace.trace_id] == pytest.approx(sign * 0.5 / (0.5 + EPS) / share, rel=1e-12)
+
+
+def test_drop_leaves_the_whole_group_untrained() -> None:
+    assert set(group_rewards(results(), "drop").values()) == {None}
+    why = left_out(results(), "drop")
+    assert why["ok"] is not None and "group dropped" in why["ok"]
+    assert why["starved"] is not None and why["starved"].startswith("infra_error:inference_backend")
+    # without an infra error, drop changes nothing
+    clean = results()[:2]
+    assert group_rewards(clean, "drop") == {"ok": 1.0, "wrong": 0.0}
+    assert left_out(clean, "drop") == {"ok": None, "wrong": None}
+
+
+def test_the_trainer_bridges_never_train_an_infra_error() -> None:
+    ok, wrong, starved = results()
+    assert trainable(ok) and trainable(wrong)
+    assert not trainable(starved)  # a graded status and a reward, but the stack failed it
+    assert absent_reason(starved).startswith("infra_error:inference_backend: the harness ended")
+    never_started = session("x", SessionStatus.HARNESS_FAILED, 0.0, harness_started=False)
+    assert not trainable(never_started)
+    assert absent_reason(never_started).startswith("infra_error:sandbox_start")
+    assert left_out(results(), "shrink") == {
+        "ok": None,
+        "wrong": None,
+        "starved": absent_reason(starved),
+    }
