@@ -41,7 +41,7 @@ def runtime(docker_image: str, tmp_path: Path) -> Iterator[DockerRuntime]:
     yield rt
     client = docker.from_env()
     for container in client.containers.list(all=True, filters={"label": LABEL}):
-        if container.name.startswith(rt.container_name("")):
+        if (container.name or "").startswith(rt.container_name("")):
             container.remove(force=True)
 
 

@@ -1,0 +1,114 @@
+"""Polar's Harbor loader agrees with Harbor's own, field by field, on every bundled task.
+
+Harbor 0.25 (its `Task` model, in `.venv-harbor`, Python 3.12, built and cached by
+scripts/setup_harbor_venv.sh) reads each task dir of examples/harbor; Polar's
+loader (polar/tasks/harbor.py) reads the same dirs; every field Polar carries is
+compared: name, instruction (canary stripped), agent and verifier timeouts,
+verifier user and env, cpus, memory, storage, network mode, docker_image,
+metadata, solution env.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from polar.tasks.harbor import find_task_dirs, load_harbor_tasks
+from polar.tasks.spec import TaskSpec, parse_size
+from tests.support.paths import REPO
+
+EXAMPLES = REPO / "examples" / "harbor"
+
+HARBOR_VIEW = """
+import json, sys
+from harbor.models.task.task import Task
+out = []
+for d in sys.argv[1:]:
+    t = Task(d)
+    c = t.config
+    e = c.environment
+    out.append({
+        "name": t.name,
+        "instruction": t.instruction,
+        "agent_timeout_s": c.agent.timeout_sec,
+        "verifier_timeout_s": c.verifier.timeout_sec,
+        "verifier_user": None if c.verifier.user is None else str(c.verifier.user),
+        "verifier_env": c.verifier.env,
+        "cpus": e.cpus,
+        "memory_mb": e.memory_mb,
+        "storage_mb": e.storage_mb,
+        "network_mode": e.network_mode.value,
+        "docker_image": e.docker_image,
+        "metadata": c.metadata,
+        "solution_env": c.solution.env,
+    })
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def harbor_python() -> Path:
+    """.venv-harbor's python, built (cached) by scripts/setup_harbor_venv.sh."""
+    proc = subprocess.run(
+        ["bash", str(REPO / "scripts" / "setup_harbor_venv.sh")],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"setup_harbor_venv failed:\n{(proc.stdout + proc.stderr)[-3000:]}")
+    return Path(proc.stdout.strip().splitlines()[-1])
+
+
+def polar_view(spec: TaskSpec) -> dict[str, Any]:
+    """The same fields, read back from Polar's TaskSpec."""
+    meta, verifier, rt = spec.metadata["harbor"], spec.evaluator.harbor, spec.runtime
+    assert verifier is not None
+
+    def mb(size: str | None) -> int | None:
+        return None if size is None else parse_size(size) >> 20
+
+    return {
+        "name": meta["name"],
+        "instruction": spec.instruction,
+        "agent_timeout_s": spec.timeouts.harness_s,
+        "verifier_timeout_s": verifier.timeout_s,
+        "verifier_user": verifier.user,
+        "verifier_env": verifier.env,
+        "cpus": rt.cpus,
+        "memory_mb": mb(rt.memory),
+        "storage_mb": mb(rt.disk),
+        "network_mode": meta["network_mode"],
+        "docker_image": meta["docker_image"],
+        "metadata": meta["metadata"],
+        "solution_env": meta["solution_env"],
+    }
+
+
+# Polar's own defaults where Harbor leaves a resource unset (None: the provider's default)
+POLAR_DEFAULTS = {"cpus": 2.0, "memory_mb": 4096, "storage_mb": 10240}
+
+
+def test_polar_reads_every_bundled_task_as_harbor_does(harbor_python: Path) -> None:
+    dirs = find_task_dirs(EXAMPLES)
+    specs = {s.metadata["harbor"]["dir"]: s for s in load_harbor_tasks(EXAMPLES)}
+    proc = subprocess.run(
+        [str(harbor_python), "-c", HARBOR_VIEW, *map(str, dirs)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    theirs = json.loads(proc.stdout)
+    assert len(theirs) == len(dirs) >= 3
+    for d, harbor in zip(dirs, theirs, strict=True):
+        ours = polar_view(specs[str(d.resolve())])
+        for field, value in harbor.items():
+            if value is None and field in POLAR_DEFAULTS:
+                assert ours[field] == POLAR_DEFAULTS[field], (d.name, field)
+                continue
+            assert ours[field] == value, (d.name, field, ours[field], value)
