@@ -243,15 +243,6 @@ def transcript(conversations: Iterable[list[dict[str, Any]]]) -> str:
     return "\n".join(out)
 
 
-def first_user_text(conversations: Iterable[list[dict[str, Any]]]) -> str | None:
-    """The text of the session's first user message (the instruction as the harness gave it)."""
-    for messages in conversations:
-        for message in messages:
-            if message.get("role") == "user":
-                return _text_of(message.get("content"))
-    return None
-
-
 def bounded(text: str, limit: int) -> str:
     """`text` within `limit` characters: its head and tail around a note of what was cut."""
     if len(text) <= limit:
@@ -264,14 +255,14 @@ def bounded(text: str, limit: int) -> str:
 def judge_messages(
     *, task: str | None, rubric: str, diff: str, session: str, max_chars: int
 ) -> list[dict[str, str]]:
-    """The chat messages of one judge call: the task (None: the session's first user message
-    is the task), the rubric, and, each within half of `max_chars`, the diff and the session's
-    messages."""
+    """The chat messages of one judge call: the task (None: the judge finds it in the
+    session's messages), the rubric, and, each within half of `max_chars`, the diff and the
+    session's messages."""
     half = max(1000, max_chars // 2)
     task_text = (
         task.strip()
         if task and task.strip()
-        else "(not given here: the session's first user message is the agent's task)"
+        else "(not given separately: the agent was given it in its messages below)"
     )
     user = (
         f"# Task\n{task_text}\n\n# Rubric\n{rubric.strip()}\n\n<session>\n"
