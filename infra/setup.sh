@@ -73,6 +73,8 @@ if [[ $(id -u) == 0 ]]; then .venv/bin/python -m activities.runtimes.podman setu
 # the local runtime's sandbox: its unprivileged user (polar-harness) and the detected mode
 .venv/bin/python -c 'from activities.runtimes.local_sandbox import main; main(["setup"])'
 
+bash scripts/setup_harbor_venv.sh >/dev/null  # Harbor 0.25 in .venv-harbor (Python 3.12), for the loader's agreement test (cached)
+
 infra/harnesses/install.sh  # the four real harness CLIs from npm, pinned (cached on the lock's hash)
 
 infra/docs/install.sh  # MkDocs, Material and mkdocstrings in .venv-docs (the docs site; pinned)
