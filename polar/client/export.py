@@ -72,7 +72,7 @@ from typing import TYPE_CHECKING, Any
 
 from polar.builders.base import response_message
 from polar.client import layouts as lay
-from polar.records import CompletionRecord, SessionStatus, Trace
+from polar.records import CompletionRecord, OutcomeClass, SessionStatus, Trace
 
 if TYPE_CHECKING:
     from datasets import Dataset, Features
@@ -595,13 +595,24 @@ async def collect_workflow(
     polar: PolarClient, workflow_id: str, *, timeout_s: float | None = None, with_records: bool
 ) -> Collected:
     """Wait for a task's result; its sessions' traces (and records) are then read from S3
-    as the export reaches them."""
+    as the export reaches them. Sessions that ended `infra_error` (polar/outcomes.py) are
+    left out, named in the manifest's source (`left_out`): the stack failed them, so
+    their traces are no data on the policy."""
     result = await polar.wait(workflow_id, timeout_s=timeout_s)
+    left_out = {
+        s.session_id: f"{s.outcome.label}: {s.outcome.detail}"
+        for s in result.sessions
+        if s.outcome is not None and s.outcome.outcome == OutcomeClass.INFRA_ERROR
+    }
+    kept = [s for s in result.sessions if s.session_id not in left_out]
+    source: dict[str, Any] = {"workflow_id": workflow_id, "task_id": result.task_id}
+    if left_out:
+        source["left_out"] = left_out
     return Collected(
-        traces=(t for s in result.sessions for t in polar.load_traces(s)),
-        rewards={s.session_id: s.reward for s in result.sessions},
+        traces=(t for s in kept for t in polar.load_traces(s)),
+        rewards={s.session_id: s.reward for s in kept},
         records=SessionRecords(polar.storage) if with_records else {},
-        source={"workflow_id": workflow_id, "task_id": result.task_id},
+        source=source,
     )
 
 

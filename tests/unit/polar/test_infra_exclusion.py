@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from polar.advantages import EPS, group_rewards, trace_advantages
-from polar.contracts import SessionResult
-from polar.records import SessionStatus
+from polar.client.export import collect_workflow
+from polar.contracts import SessionResult, TaskResult
+from polar.records import SessionStatus, Trace
 from polar.trainers._sessions import absent_reason, left_out, trainable
 from tests.unit.polar.test_builders_rewards import scored_group
 
@@ -84,3 +85,35 @@ def test_the_trainer_bridges_never_train_an_infra_error() -> None:
         "wrong": None,
         "starved": absent_reason(starved),
     }
+
+
+class _FinishedTask:
+    """A PolarClient's `wait` and `load_traces` for one finished task (the export reads
+    nothing else of it here)."""
+
+    storage = None
+
+    def __init__(self, sessions: list[SessionResult]) -> None:
+        self.result = TaskResult(task_id="t", sessions=sessions)
+        self.loaded: list[str] = []
+
+    async def wait(self, workflow_id: str, timeout_s: float | None = None) -> TaskResult:
+        return self.result
+
+    def load_traces(self, session: SessionResult) -> list[Trace]:
+        self.loaded.append(session.session_id)
+        return [
+            t
+            for t in scored_group("broadcast", GROUP)
+            if t.provenance.session_id == session.session_id
+        ]
+
+
+async def test_an_export_leaves_infra_error_sessions_out() -> None:
+    polar = _FinishedTask(results())
+    collected = await collect_workflow(polar, "wf", with_records=False)  # type: ignore[arg-type]
+    sessions = {t.provenance.session_id for t in collected.traces}
+    assert sessions == {"ok", "wrong"}
+    assert polar.loaded == ["ok", "wrong"]  # starved's traces are never read
+    assert set(collected.rewards) == {"ok", "wrong"}
+    assert collected.source["left_out"]["starved"].startswith("infra_error:inference_backend")
