@@ -459,7 +459,12 @@ def tasks_audit(
                 source_root = path.parent / "repos"
             targets = au.swe_targets(path, source_root=source_root, runtime=spec)
         else:
-            targets = au.harbor_targets(path)
+            from polar.tasks.harbor_images import ensure_images
+
+            image_map = get_settings().harbor_image_map
+            targets = au.harbor_targets(path, image_map)
+            for built in ensure_images(path, image_map=image_map, log=console.print):
+                console.print(f"{built.task}: {built.image} ({built.how}, {built.seconds:g} s)")
     except (OSError, ValueError, ImportError) as exc:
         console.print(f"cannot audit {path}: {exc}", style="red", markup=False)
         raise typer.Exit(2) from exc

@@ -24,7 +24,7 @@ import asyncio
 import hashlib
 import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -134,13 +134,14 @@ def standard_probes(oracle: str | None) -> tuple[Probe, ...]:
     return tuple(probes)
 
 
-def harbor_targets(path: Path) -> list[AuditTarget]:
-    """One target per Harbor task under `path`, its oracle `solution/solve.sh`."""
+def harbor_targets(path: Path, image_map: Mapping[str, str] | None = None) -> list[AuditTarget]:
+    """One target per Harbor task under `path`, its oracle `solution/solve.sh` (`image_map`:
+    the deployment's, as `polar submit` loads them)."""
     from polar.tasks.harbor import find_task_dirs, load_harbor_tasks
 
     targets = []
     for task_dir in find_task_dirs(path):
-        (task,) = load_harbor_tasks(task_dir)
+        (task,) = load_harbor_tasks(task_dir, image_map=image_map)
         solution = task_dir / "solution"
         oracle = oracle_command(solution) if (solution / "solve.sh").is_file() else None
         targets.append(AuditTarget(task, standard_probes(oracle), str(task_dir)))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,8 @@ from polar.app.cli import app
 from polar.client.sdk import PolarClient
 from polar.settings import get_settings
 from polar.tasks.audit import AUDIT_FILE, NOOP, ORACLE, TaskAudit
+from polar.tasks.harbor import load_harbor_tasks
+from polar.tasks.spec import HarnessSpec
 from tests.support.paths import REPO
 from tests.support.unprivileged import settings_env
 
@@ -42,6 +45,56 @@ def audits(report_file: Path) -> dict[str, TaskAudit]:
 
 def rewards(audit: TaskAudit) -> dict[str, float | None]:
     return {p.probe: p.reward for p in audit.probes}
+
+
+async def test_harbor_audit_flags_exactly_the_hackable_tasks(
+    polar: PolarClient, docker_image: str, tmp_path: Path
+) -> None:
+    dataset = tmp_path / "harbor"
+    shutil.copytree(HARBOR, dataset)
+    env = settings_env(polar.settings)
+    report_file = tmp_path / "audit.json"
+    args = ["tasks", "audit", str(dataset), "--parallel", "4", "--json", str(report_file)]
+    result = await asyncio.to_thread(invoke, args, env)
+    print(result.output)  # the audit table, in the CI log
+    assert result.exit_code == 1, result.output  # some are flagged
+    by_task = audits(report_file)
+    names = sorted(p.name for p in dataset.iterdir() if (p / "task.toml").is_file())
+    assert sorted(by_task) == [f"polar__{n}" for n in names]
+    for task_id, audit in by_task.items():
+        got = rewards(audit)
+        assert got[ORACLE] == 1.0, (task_id, audit)
+        assert got[NOOP] in (0.0, None), (task_id, audit)
+        if task_id in HACKS:
+            assert audit.verdict == "flagged" and set(audit.hacks) == HACKS[task_id], audit
+        else:
+            assert audit.verdict == "sound" and audit.hacks == [], audit
+    for task_id in HACKS:
+        assert f"{task_id}: flagged" in result.output
+
+    # the verdicts are kept beside the dataset, where `polar submit` finds them
+    assert (dataset / AUDIT_FILE).is_file()
+    (hackable,) = load_harbor_tasks(dataset / "hackable-filename-only")
+    noop = hackable.model_copy(update={"harness": HarnessSpec(kind="command", command="true")})
+    task_file = dataset / "hackable.json"
+    task_file.write_text(noop.model_dump_json())
+    refused = await asyncio.to_thread(invoke, ["submit", "--strict", str(task_file)], env)
+    assert refused.exit_code == 3, refused.output
+    assert "refused (--strict)" in refused.output and "empty-files scored 1" in refused.output
+    warned = await asyncio.to_thread(invoke, ["submit", "--no-wait", str(task_file)], env)
+    assert warned.exit_code == 0, warned.output
+    assert "warning: task polar__hackable-filename-only was flagged" in warned.output
+    workflow_id = warned.output.strip().splitlines()[-1]
+    (session,) = (await polar.wait(workflow_id, timeout_s=300)).sessions
+    assert session.reward == 0.0, session  # submitted as is: the no-op harness scored 0
+    (sound,) = load_harbor_tasks(dataset / "hello-file")
+    sound_file = dataset / "sound.json"
+    sound_file.write_text(sound.model_copy(update={"harness": noop.harness}).model_dump_json())
+    accepted = await asyncio.to_thread(
+        invoke, ["submit", "--strict", "--no-wait", str(sound_file)], env
+    )
+    assert accepted.exit_code == 0 and "warning" not in accepted.output, accepted.output
+    await polar.wait(accepted.output.strip().splitlines()[-1], timeout_s=300)
 
 
 async def test_swebench_audit(
