@@ -20,6 +20,7 @@ from activities.evaluators import (
 from activities.evaluators.command import InvalidRewardFile
 from activities.evaluators.fresh import eval_prepare_request, fresh_runtime
 from activities.evaluators.reward_checks import InvalidReward, check_rewards
+from activities.evaluators.rubric import judge_evaluation
 from activities.heartbeat import Heartbeater, heartbeating
 from activities.pool_activities import PoolActivities
 from activities.runtimes import InvalidRuntime, InvalidSource, PrepareFailed, Runtime
@@ -102,7 +103,8 @@ class PostrunActivities(PoolActivities):
         (prewarmed while the harness ran, or prepared here), torn down after. Rewards are
         checked (finite) and clamped to the task's range; the report, patch and logs go to
         S3 as artifacts. An evaluator error (the task cannot be graded) or an invalid reward
-        fails the session instead of giving it a reward."""
+        fails the session instead of giving it a reward. A `rubric` adds a judge's score to
+        the outcome reward first (activities/evaluators/rubric.py)."""
         request = await self.specs.with_evaluator(request)
         kind = request.evaluator.kind
         try:
@@ -112,7 +114,7 @@ class PostrunActivities(PoolActivities):
         self._check_host(request.runtime, "evaluate")
         runtime = self._runtime(request.runtime.kind)
         traces = None
-        if evaluator.needs_traces and request.traces_key:
+        if (evaluator.needs_traces or request.evaluator.rubric) and request.traces_key:
             traces = await asyncio.to_thread(self.storage.get_bytes, request.traces_key)
         # the runtime prepared while the harness ran; a retry cannot trust it (it may hold
         # the patch of the failed attempt) and prepares a fresh one under the same id
@@ -146,6 +148,11 @@ class PostrunActivities(PoolActivities):
             raise invalid_input(str(exc), "InvalidRewardFile") from exc
         if evaluator.needs_fresh_runtime:
             evaluation.report.eval_runtime = "prewarmed" if prewarmed else "fresh"
+        if request.evaluator.rubric is not None and not evaluation.report.evaluator_error:
+            judged = judge_evaluation(  # the judge's score joins the outcome's (or says why not)
+                self.settings, request, evaluation, traces, time.monotonic() - started
+            )
+            await heartbeating(judged, step="rubric judge", evaluator=kind)
         failure = None
         if evaluation.report.evaluator_error:
             failure = ("EvaluatorError", evaluation.detail)
