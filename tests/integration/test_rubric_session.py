@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,9 @@ from tests.support.scripted_stack import ScriptedStack, running_scripted_stack
 REPO = Path(__file__).resolve().parents[2]
 RUBRIC = "Score 1 for a haiku of three lines about rollouts, less for anything else."
 REASON = "three lines, on topic, but the second line is long"
-JUDGE = {"answer": json.dumps({"score": 0.8, "reason": REASON})}
+VERDICT = json.dumps({"score": 0.8, "reason": REASON})
+JUDGE: dict[str, Callable[[dict[str, Any]], str]] = {"answer": lambda body: VERDICT}
+"""How the scripted judge answers a call (a test may swap it)."""
 
 
 @dataclass
@@ -44,14 +46,14 @@ class RubricStack:
 
 @pytest.fixture(scope="module")
 async def stack(devstack: object, base_settings: Settings) -> AsyncIterator[RubricStack]:
-    with judge_backend(lambda body: JUDGE["answer"]) as (judge_url, judged):
+    with judge_backend(lambda body: JUDGE["answer"](body)) as (judge_url, judged):
         graded = base_settings.model_copy(update={"pools": judge_pool(judge_url)})
         replies = [text(f"Rollouts turn {i}; the policy learns.") for i in range(8)]
         async with running_scripted_stack(graded, replies) as running:
             yield RubricStack(running, Storage(running.settings), judged)
 
 
-def rubric_task(task_id: str, tmp_path: Path) -> TaskSpec:
+def rubric_task(task_id: str, tmp_path: Path, **rubric: Any) -> TaskSpec:
     repo = tmp_path / task_id
     shutil.copytree(REPO / "examples" / "demo" / "repo", repo)
     return TaskSpec.model_validate(
@@ -68,7 +70,7 @@ def rubric_task(task_id: str, tmp_path: Path) -> TaskSpec:
                 "kind": "command",
                 "command": "test -s answer.txt",
                 "reward_range": [0.0, 1.2],
-                "rubric": {"rubric": RUBRIC, "formula": "outcome + 0.2 * rubric"},
+                "rubric": {"rubric": RUBRIC, "formula": "outcome + 0.2 * rubric", **rubric},
             },
             "timeouts": {"harness_s": 120, "evaluate_s": 120},
         }
@@ -114,12 +116,12 @@ async def test_a_rubric_graded_session_shows_outcome_rubric_reward_and_reason(
 async def test_a_judge_answering_nonsense_leaves_the_outcome_reward(
     stack: RubricStack, tmp_path: Path
 ) -> None:
-    JUDGE["answer"] = "Nice haiku! 9/10"
+    JUDGE["answer"] = lambda body: "Nice haiku! 9/10"
     try:
         polar = stack.scripted.polar
         result = await polar.wait(await polar.submit(rubric_task("rubric-bad", tmp_path)), 300)
     finally:
-        JUDGE["answer"] = json.dumps({"score": 0.8, "reason": REASON})
+        JUDGE["answer"] = lambda body: VERDICT
     (session,) = result.sessions
     assert session.status == SessionStatus.COMPLETED, session
     assert session.reward == 1.0
@@ -128,3 +130,35 @@ async def test_a_judge_answering_nonsense_leaves_the_outcome_reward(
     report = CommandReport.model_validate_json(raw).rubric
     assert report is not None and report.score is None
     assert "no JSON object with a 'score'" in str(report.judge_error)
+
+
+async def test_per_trace_scores_reach_each_trace_as_its_reward(
+    stack: RubricStack, tmp_path: Path
+) -> None:
+    """`per_trace`: each of the session's two per-request traces is judged on its own
+    messages; each trace's reward is the formula of the outcome and its own score, the
+    session's the formula of the outcome and their mean."""
+
+    def by_turn(body: dict[str, Any]) -> str:
+        later = "Turn 1 done" in body["messages"][1]["content"]  # the second call's trace
+        return json.dumps({"score": 1.0 if later else 0.5, "reason": f"later turn: {later}"})
+
+    JUDGE["answer"] = by_turn
+    try:
+        polar = stack.scripted.polar
+        task = rubric_task("rubric-steps", tmp_path, per_trace=True, formula="outcome * rubric")
+        result = await polar.wait(await polar.submit(task), 300)
+    finally:
+        JUDGE["answer"] = lambda body: VERDICT
+    (session,) = result.sessions
+    assert session.status == SessionStatus.COMPLETED, session
+    assert session.reward == pytest.approx(0.75)
+    assert session.traces_key is not None
+    traces = stack.storage.load_traces(session.traces_key)  # rewards joined from the sidecar
+    assert sorted(t.reward or 0.0 for t in traces) == [0.5, 1.0]
+    raw = stack.storage.get_bytes(artifact_key(session.session_id, "command-report.json"))
+    report = CommandReport.model_validate_json(raw).rubric
+    assert report is not None and report.judge_calls == 2
+    assert {t.trace_id: t.reward for t in traces} == {
+        trace_id: scored.reward for trace_id, scored in report.traces.items()
+    }
