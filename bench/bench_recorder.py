@@ -122,11 +122,11 @@ def build_recorder(recorder: Recorder, call: Call) -> CompletionRecord:
 
 
 def dump_model(record: Any) -> dict[str, Any]:
-    return record.model_dump(mode="json")  # type: ignore[no-any-return]
+    return record.model_dump(mode="json")
 
 
 def dump_fields(record: Any) -> dict[str, Any]:
-    return record.json_fields()  # type: ignore[no-any-return]
+    return record.json_fields()
 
 
 WAYS: dict[str, tuple[Callable[[Recorder, Call], Any], Callable[[Any], dict[str, Any]]]] = {

@@ -5,6 +5,10 @@ needs a fresh runtime (the workflow prewarms one while the harness runs) and
 whether it reads the session's traces; its report is a typed model
 (polar/evaluation_reports.py). The `evaluate` activity looks the kind up here. A new
 evaluator joins the tuple in `EVALUATORS` (a `Registry`, polar/registry.py).
+
+`rubric` is no kind: it sits beside any kind (`EvaluatorSpec.rubric`), and after that
+kind's evaluator has graded, `evaluate` adds a judge model's score to its reward
+(activities/evaluators/rubric.py).
 """
 
 from __future__ import annotations

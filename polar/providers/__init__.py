@@ -14,7 +14,7 @@ from polar.providers.base import (
     ProviderAPI,
     approximate_tokens,
 )
-from polar.providers.registry import PROVIDERS, detect, get_provider
+from polar.providers.detection import PROVIDERS, UnknownProvider, detect, get_provider
 
 __all__ = [
     "CONTEXT_CODE",
@@ -23,6 +23,7 @@ __all__ = [
     "CallContext",
     "ContextOverflow",
     "ProviderAPI",
+    "UnknownProvider",
     "approximate_tokens",
     "detect",
     "get_provider",

@@ -9,21 +9,27 @@ from polar.providers.base import ProviderAPI
 from polar.providers.google_generate import GoogleGenerate
 from polar.providers.openai_chat import OpenAIChat
 from polar.providers.openai_responses import OpenAIResponses
+from polar.registry import Registry, UnknownKind
+
+
+class UnknownProvider(UnknownKind):
+    """No provider API has this name."""
+
 
 OPENAI_CHAT = OpenAIChat()
-PROVIDERS: dict[str, ProviderAPI] = {
-    p.name: p for p in (OPENAI_CHAT, OpenAIResponses(), AnthropicMessages(), GoogleGenerate())
-}
+PROVIDERS: Registry[ProviderAPI] = Registry(
+    "provider API",
+    {p.name: p for p in (OPENAI_CHAT, OpenAIResponses(), AnthropicMessages(), GoogleGenerate())},
+    UnknownProvider,
+)
+"""Every provider API the gateway speaks, by name (polar/registry.py)."""
 # most specific first: a model listing is Anthropic's or Google's only by its headers
 DETECTION_ORDER = ("google_generate", "anthropic_messages", "openai_responses", "openai_chat")
 
 
 def get_provider(name: str) -> ProviderAPI:
-    """The provider registered as `name` (KeyError names the known ones)."""
-    try:
-        return PROVIDERS[name]
-    except KeyError:
-        raise KeyError(f"unknown provider API {name!r}; known: {sorted(PROVIDERS)}") from None
+    """The provider API registered as `name` (UnknownProvider, naming the known, otherwise)."""
+    return PROVIDERS.get(name)
 
 
 def detect(path: str, headers: Mapping[str, str]) -> ProviderAPI:

@@ -1,6 +1,6 @@
 """The one registry pattern (polar/registry.py) and the registries built on it: runtimes,
-harnesses, evaluators, builders and pool kinds all look a kind up the same way and refuse
-an unknown one with the same error, naming the kind and the known ones."""
+harnesses, evaluators, builders, pool kinds and provider APIs all look a kind up the same
+way and refuse an unknown one with the same error, naming the kind and the known ones."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from activities.evaluators import EVALUATORS, UnknownEvaluator, get_evaluator
 from activities.harnesses import ADAPTERS, UnknownHarness, get_adapter
 from activities.runtimes import RUNTIMES, UnknownRuntime, get_runtime
 from polar.builders import BUILDER_CONFIGS, BUILDERS, UnknownBuilder, check_builder, get_builder
+from polar.providers import PROVIDERS, UnknownProvider, get_provider
 from polar.registry import Registry, UnknownKind
 from polar.tasks.spec import BuilderSpec
 from proxy.pools import POOL_KINDS, PoolError, UnknownPoolKind, parse_pools
@@ -62,6 +63,7 @@ def _registries() -> list[tuple[Registry[Any], type[UnknownKind], Callable[[str]
         (BUILDERS, UnknownBuilder, get_builder),
         (BUILDER_CONFIGS, UnknownBuilder, BUILDER_CONFIGS.get),
         (POOL_KINDS, UnknownPoolKind, POOL_KINDS.get),
+        (PROVIDERS, UnknownProvider, get_provider),
     ]
 
 
@@ -84,6 +86,12 @@ def test_the_registries_hold_the_kinds_the_specs_name() -> None:
     assert ADAPTERS.kinds() == ("claude_code", "codex", "command", "pi", "qwen_code")
     assert set(BUILDERS) == set(BUILDER_CONFIGS) == {"per_request", "prefix_merging"}
     assert POOL_KINDS.kinds() == ("openai", "sglang", "vllm")
+    assert PROVIDERS.kinds() == (
+        "anthropic_messages",
+        "google_generate",
+        "openai_chat",
+        "openai_responses",
+    )
 
 
 def test_the_callers_own_format_wraps_the_one_error() -> None:
