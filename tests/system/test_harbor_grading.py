@@ -23,7 +23,7 @@ import pytest
 from activities.evaluators.base import Evaluation, EvaluatorError
 from activities.runtimes.docker import LABEL, DockerRuntime
 from polar.evaluation_reports import HarborReport
-from polar.tasks.harbor import load_harbor_tasks
+from polar.tasks.harbor import HarborTaskError, load_harbor_tasks
 from polar.tasks.harbor_images import ensure_images
 from polar.tasks.spec import TaskSpec
 from tests.support.eval_runtimes import grade, prepare_session, run_harness
@@ -112,3 +112,39 @@ async def test_no_reward_or_a_bad_one_is_an_evaluator_error(
         script.write_text(f"#!/bin/bash\n{body}\n")
         with pytest.raises(EvaluatorError, match=why):
             await _session(runtime, spec, "true", "hb-bad")
+
+
+def test_a_missing_image_is_named_with_the_map_and_a_mapped_one_builds(
+    docker_image: str, tmp_path: Path
+) -> None:
+    task = Path(shutil.copytree(EXAMPLES / "hello-file", tmp_path / "hello-file"))
+    (task / "environment" / "Dockerfile").write_text(
+        "FROM python:3.12-slim-polar-absent\nWORKDIR /workspace\n"
+    )
+    with pytest.raises(HarborTaskError) as info:
+        ensure_images(task)
+    message = str(info.value)
+    assert info.value.field == "environment/Dockerfile FROM"
+    assert "'python:3.12-slim-polar-absent' is not on this host's engine" in message
+    assert "[metadata.polar.image_map]" in message and "POLAR_HARBOR_IMAGE_MAP" in message
+    image_map = {"python:3.12-slim-polar-absent": docker_image}
+    (built,) = ensure_images(task, image_map=image_map)
+    assert built.how in ("built", "cached")
+    (spec,) = load_harbor_tasks(task, image_map=image_map)
+    assert spec.runtime.image == built.image
+    assert (
+        docker.from_env().images.get(built.image).labels["polar.harbor.task"] == "polar/hello-file"
+    )
+    # a prebuilt docker_image: used as is when present, named when not
+    toml = task / "task.toml"
+    text = toml.read_text()
+    toml.write_text(
+        text.replace("[environment]\n", '[environment]\ndocker_image = "polar/absent:1"\n')
+    )
+    with pytest.raises(HarborTaskError, match="'polar/absent:1' is not on this host's engine"):
+        ensure_images(task)
+    toml.write_text(
+        text.replace("[environment]\n", f'[environment]\ndocker_image = "{docker_image}"\n')
+    )
+    (prebuilt,) = ensure_images(task)
+    assert (prebuilt.how, prebuilt.image) == ("prebuilt", docker_image)

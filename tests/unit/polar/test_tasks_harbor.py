@@ -10,10 +10,13 @@ import pytest
 
 from polar.tasks.harbor import (
     HarborTaskError,
+    base_images,
     environment_image,
     load_harbor_tasks,
     read_harbor_task,
+    resolved_image_map,
 )
+from polar.tasks.harbor_images import _mapped_dockerfile
 from polar.tasks.spec import HarnessSpec, TaskSpec
 from tests.support.paths import REPO
 
@@ -146,3 +149,38 @@ def test_a_missing_verifier_and_a_non_task_dir_are_named(tmp_path: Path) -> None
         load_harbor_tasks(task)
     with pytest.raises(HarborTaskError, match="neither a task"):
         load_harbor_tasks(tmp_path / "hello-file" / "tests")
+
+
+def test_base_images_and_the_mapped_dockerfile(tmp_path: Path) -> None:
+    task = _copy(tmp_path)
+    (task / "environment" / "Dockerfile").write_text(
+        "# a comment naming FROM nothing\n"
+        "FROM --platform=linux/amd64 python:3.12-slim AS build\n"
+        "RUN true\n"
+        "FROM build\n"
+        "FROM scratch AS empty\n"
+        "from debian:bookworm\n"
+        "WORKDIR /workspace\n"
+    )
+    read = read_harbor_task(task)
+    assert base_images(read) == ["python:3.12-slim", "debian:bookworm"]
+    mapped = _mapped_dockerfile(
+        (task / "environment" / "Dockerfile").read_text(),
+        {"python:3.12-slim": "polar/runtime:py311"},
+    )
+    assert "FROM --platform=linux/amd64 polar/runtime:py311 AS build" in mapped
+    assert "from debian:bookworm" in mapped and "FROM build" in mapped
+    # the map a FROM line uses is part of the image's key; an unused entry is not
+    plain = environment_image(read)
+    assert environment_image(read, {"unused:1": "x"}) == plain
+    assert environment_image(read, {"debian:bookworm": "polar/base:bookworm"}) != plain
+
+
+def test_the_tasks_own_image_map_wins(tmp_path: Path) -> None:
+    task = _copy(tmp_path)
+    _append(task, '[metadata.polar.image_map]\n"a:1" = "task-a"')
+    read = read_harbor_task(task)
+    assert resolved_image_map(read, {"a:1": "dep-a", "b:1": "dep-b"}) == {
+        "a:1": "task-a",
+        "b:1": "dep-b",
+    }
