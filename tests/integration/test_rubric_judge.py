@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
@@ -41,10 +42,12 @@ VERDICT = {"score": 0.8, "reason": "minimal fix, but no test added"}
 
 @contextmanager
 def judge_backend(
-    answer: Callable[[dict[str, Any]], str], delay_s: float = 0.0
+    answer: Callable[[dict[str, Any]], str],
+    delay_s: float = 0.0,
+    headers: list[dict[str, str]] | None = None,
 ) -> Iterator[tuple[str, list[dict[str, Any]]]]:
     """A scripted OpenAI-compatible judge: answers each call with `answer(body)`, after
-    `delay_s`; keeps every body."""
+    `delay_s`; keeps every body (and every call's headers in `headers`)."""
     seen: list[dict[str, Any]] = []
     app = FastAPI()
 
@@ -56,6 +59,8 @@ def judge_backend(
     async def chat(request: Request) -> JSONResponse:
         body = await request.json()
         seen.append(body)
+        if headers is not None:
+            headers.append(dict(request.headers))
         await asyncio.sleep(delay_s)
         return JSONResponse(render_answer(body, ScriptedReply(text=answer(body))))
 
@@ -63,8 +68,10 @@ def judge_backend(
         yield f"{url}/v1", seen
 
 
-def judge_pool(url: str) -> str:
-    return json.dumps({"judge": {"models": ["judge"], "upstreams": [url], "model": "judge-32b"}})
+def judge_pool(url: str, **more: str) -> str:
+    """POLAR_POOLS with a `judge` pool at `url` (recorded, not the policy: the defaults)."""
+    pool = {"models": ["judge"], "upstreams": [url], "model": "judge-32b", **more}
+    return json.dumps({"judge": pool})
 
 
 def policy_session(gateway: Gateway, storage: Storage) -> tuple[Any, bytes]:
@@ -108,12 +115,16 @@ def judge_records(storage: Storage, session_id: str) -> list[CompletionRecord]:
 
 
 async def test_the_judge_scores_through_its_pool_recorded_but_never_trained(
-    base_settings: Settings, storage: Storage
+    base_settings: Settings, storage: Storage, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # the judge's upstream key: in the gateway's environment only (an external API's pool)
+    monkeypatch.setenv("POLAR_TEST_JUDGE_KEY", "sk-judge-host-side")
+    keyed = {"kind": "openai", "api_key_env": "POLAR_TEST_JUDGE_KEY"}
+    headers: list[dict[str, str]] = []
     with (
         scripted_backend([text("I will fix add()."), text("Done: add() returns a + b.")]) as pol,
-        judge_backend(lambda body: json.dumps(VERDICT)) as (judge_url, judged),
-        running_gateway(base_settings, [pol.url], pools=judge_pool(judge_url)) as gateway,
+        judge_backend(lambda body: json.dumps(VERDICT), headers=headers) as (judge_url, judged),
+        running_gateway(base_settings, [pol.url], pools=judge_pool(judge_url, **keyed)) as gateway,
     ):
         identity, traces = policy_session(gateway, storage)
         spec = RubricSpec(rubric=RUBRIC, formula="outcome + 0.2 * rubric")
@@ -135,6 +146,7 @@ async def test_the_judge_scores_through_its_pool_recorded_but_never_trained(
     # the judge read the task, the rubric, the final diff and the session's messages
     (call,) = judged
     assert call["model"] == "judge-32b"  # the pool's upstream name: routed to the judge pool
+    assert headers[0]["authorization"] == "Bearer sk-judge-host-side"  # added by the gateway
     assert len(pol.requests) == 2  # the policy's backend never saw the judge's call
     prompt = call["messages"][1]["content"]
     for part in (RUBRIC, "+    return a + b", INSTRUCTION, "Done: add() returns a + b."):
@@ -145,6 +157,8 @@ async def test_the_judge_scores_through_its_pool_recorded_but_never_trained(
     assert record.untrainable == "pool judge: not the policy"
     assert record.task_id == identity.task_id
     assert json.loads(record.response["choices"][0]["message"]["content"]) == VERDICT
+    assert "sk-judge-host-side" not in record.model_dump_json()
+    assert "sk-judge-host-side" not in evaluation.report.to_json().decode()
     policy_ids = {r.record_id for r in storage.list_completions(identity.session_id)} - {
         record.record_id
     }
