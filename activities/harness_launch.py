@@ -4,7 +4,10 @@ The session's key (valid for this run's budget, closed when it ends), the harnes
 context and config (its adapter), the sealed channel and its relay (the harness's only
 door to the gateway), the run itself heartbeating with its call count, the reap (nothing
 the harness started outlives it), then the uploads: its stdout and stderr, its native
-logs and what it left under $POLAR_ARTIFACTS_DIR.
+logs and what it left under $POLAR_ARTIFACTS_DIR. What the run's outcome class needs
+(polar/outcomes.py) comes back with it: whether the harness really started (the
+started marker, activities/runtimes/started_marker.py) and how many of its calls the
+gateway could not serve (the relay's count; an unsealed run's failed records).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from activities.harnesses import HarnessContext, HarnessNotInstalled, get_adapte
 from activities.harnesses.artifacts import ARTIFACTS_SUBDIR, collect_artifacts
 from activities.harnesses.base import Launch
 from activities.heartbeat import heartbeat, heartbeating
-from activities.runtimes import Runtime
+from activities.runtimes import Runtime, started_marker
 from activities.runtimes.channel import (
     PLACEHOLDER_KEY,
     SANDBOX_GATEWAY_URL,
@@ -30,6 +33,7 @@ from activities.runtimes.channel import (
 from activities.shell_command import ProcessOutcome
 from polar import safe_files
 from polar.contracts import HarnessRequest, HarnessResult, invalid_input
+from polar.outcomes import count_unserved
 from polar.session_keys import EXPIRY_MARGIN_S, SessionIdentity, mint_session_key
 from polar.settings import Settings
 from polar.storage import Storage, artifact_key
@@ -77,6 +81,10 @@ class HarnessRun:
     reap_error: BaseException | None
     relayed_calls: int | None
     """Requests the sealed channel sent on (None: an unsealed runtime)."""
+    started: bool = True
+    """The started marker was seen: the sandbox reached the harness command."""
+    unserved_calls: int = 0
+    """Calls of this run the gateway could not serve."""
 
     def check_reaped(self) -> None:
         """Its work cannot be trusted if a process may still run: the attempt fails."""
@@ -153,9 +161,12 @@ class HarnessLaunch:
         """Run the harness behind its channel within its budget; then, whatever happened
         (cancellation too, shielded), reap what it started and close this run's key."""
         relay: GatewayRelay | None = None
+        nonce = started_marker.new_nonce()
+        stderr = self.runtime.log_paths(self.handle, self.log_name)[1]
         try:
             async with contextlib.AsyncExitStack() as stack:
-                command = launch.command
+                # the marker line comes first inside the sandbox (after its forwarder)
+                command = started_marker.with_marker(launch.command, nonce)
                 if self.channel:  # served from the sandbox's own loopback, or by its forwarder
                     listener = await stack.enter_async_context(
                         self.runtime.open_channel(self.handle)
@@ -179,14 +190,29 @@ class HarnessLaunch:
                     on_tick=CallCounter(self.storage, self.request.session_id).tick,
                 )
                 # a session past its channel's caps is ended there, its neighbours untouched
-                stderr = self.runtime.log_paths(self.handle, self.log_name)[1]
                 outcome = await (
                     relay.run_guarded(running, stderr) if relay is not None else running
                 )
         finally:
             reap_error = await self._reap_and_close()
         relayed = relay.forwarded if relay is not None else None
-        return HarnessRun(outcome, reap_error, relayed)
+        started = await asyncio.to_thread(started_marker.seen, stderr, nonce)
+        run = HarnessRun(outcome, reap_error, relayed, started)
+        if relay is not None:
+            run.unserved_calls = relay.unserved
+        elif run.status != "completed":  # unsealed: the gateway's failed records of this run
+            run.unserved_calls = await self._unserved_in_records()
+        return run
+
+    async def _unserved_in_records(self) -> int:
+        """This attempt's recorded calls the gateway could not serve (0 if S3 cannot say)."""
+        try:
+            records = await asyncio.to_thread(
+                self.storage.list_completions, self.request.session_id
+            )
+        except Exception:  # noqa: BLE001 - any S3 failure: the count is not known
+            return 0
+        return count_unserved(records, self.attempt)
 
     async def _reap_and_close(self) -> BaseException | None:
         """Nothing the harness started outlives it: reaped before its work is read, also on
@@ -263,6 +289,8 @@ class HarnessLaunch:
             # the channel was this run's only door to the gateway: what it forwarded bounds
             # what this attempt can have recorded
             relayed_calls=run.relayed_calls,
+            harness_started=run.started,
+            unserved_calls=run.unserved_calls,
         )
 
 

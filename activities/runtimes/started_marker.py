@@ -5,8 +5,8 @@ never started (`nsenter`, `unshare`, `setpriv` or the engine failing; the
 gateway forwarder refusing to start; a missing `bash`). Only the first is a
 verdict on the policy. So the run stage wraps the harness command (inside the
 gateway forwarder, so after it: `with_forwarder(with_marker(command, nonce))`):
-the wrapper, once the sandbox is up, writes one line with a fresh per-run nonce
-to the command's stderr and then execs the harness. The worker reads the head of
+the sandbox's bash, once it is up, writes one line with a fresh per-run nonce
+to the command's stderr before the harness command's first line. The worker reads the head of
 that stderr log once the run is over: no line with this run's nonce means the
 harness never began, and the session's failure is infra (`sandbox_start`).
 
@@ -42,9 +42,9 @@ def line(nonce: str) -> str:
 
 
 def with_marker(command: str, nonce: str) -> str:
-    """A bash command line that writes the marker line to stderr, then execs `command` (with
-    bash, as the runtime would have run it)."""
-    return f"printf '%s\\n' {shlex.quote(line(nonce))} >&2 && exec bash -c {shlex.quote(command)}"
+    """`command` preceded by a line that writes the marker to stderr (a builtin of the same
+    bash: nothing else has to be on the sandbox's PATH for it)."""
+    return f"printf '%s\\n' {shlex.quote(line(nonce))} >&2\n{command}"
 
 
 def seen(stderr: Path, nonce: str) -> bool:
