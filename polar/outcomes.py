@@ -78,14 +78,15 @@ INFRA_ERRORS: dict[str, InfraReason] = {
 of the stack that failed."""
 
 STAGE_REASONS: dict[str, InfraReason] = {
-    "prepare_runtime": InfraReason.SANDBOX_START,
-    "run_harness": InfraReason.ENGINE,
-    "build_trajectory": InfraReason.STORAGE,
-    "score_traces": InfraReason.STORAGE,
+    "prepare": InfraReason.SANDBOX_START,
+    "run": InfraReason.ENGINE,
+    "build": InfraReason.STORAGE,
+    "score": InfraReason.STORAGE,
     "evaluate": InfraReason.EVALUATOR_HOST,
     "teardown": InfraReason.ENGINE,
 }
-"""Where an error of no known type leaves a session: the part its stage leans on."""
+"""Where an error of no known type leaves a session: the part its stage (`Stage`, the
+session's PolarStage) leans on."""
 
 
 class SessionOutcome(BaseModel):

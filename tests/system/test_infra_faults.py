@@ -54,7 +54,7 @@ async def test_an_image_without_the_sandbox_tools_is_refused_at_prepare(
     assert "bash" not in message.split(":")[1]  # what it has is not named as missing
     # nothing of the refused runtime is left behind
     assert docker.from_env().containers.list(all=True, filters={"label": f"{LABEL}=unfit-1"}) == []
-    outcome = error_outcome(type(refused.value).__name__, "prepare_runtime")
+    outcome = error_outcome(type(refused.value).__name__, "prepare")
     assert outcome.reason == InfraReason.IMAGE
 
 

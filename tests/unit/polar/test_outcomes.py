@@ -37,12 +37,12 @@ def result(status: str, **fields: object) -> SessionResult:
         # unserved calls the harness got over are no fault of the outcome
         ({"status": "completed", "unserved_calls": 3, "reward": 1.0}, OutcomeClass.OK, None),
         (
-            {"status": "error", "error_type": "RuntimeUnfit", "error_stage": "prepare_runtime"},
+            {"status": "error", "error_type": "RuntimeUnfit", "error_stage": "prepare"},
             OutcomeClass.INFRA_ERROR,
             InfraReason.IMAGE,
         ),
         (
-            {"status": "error", "error_type": HOST_LOST, "error_stage": "run_harness"},
+            {"status": "error", "error_type": HOST_LOST, "error_stage": "run"},
             OutcomeClass.INFRA_ERROR,
             InfraReason.LOST_HOST,
         ),
@@ -57,7 +57,7 @@ def result(status: str, **fields: object) -> SessionResult:
             InfraReason.EVALUATOR_HOST,
         ),
         (
-            {"status": "error", "error_type": "InvalidHarness", "error_stage": "run_harness"},
+            {"status": "error", "error_type": "InvalidHarness", "error_stage": "run"},
             OutcomeClass.TASK_ERROR,
             None,
         ),
@@ -94,7 +94,7 @@ def test_the_task_result_counts_sessions_per_class() -> None:
             result("completed", reward=1.0),
             result("completed", reward=0.0),
             result("harness_failed", harness_started=False),
-            result("error", error_type="ClientError", error_stage="score_traces"),
+            result("error", error_type="ClientError", error_stage="score"),
             result("cancelled"),
         ],
     )
