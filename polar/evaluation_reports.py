@@ -89,7 +89,9 @@ class EvaluationReport(ReportModel):
     rewards_clamped: list[str] = Field(default_factory=list)
     eval_runtime: Literal["prewarmed", "fresh"] | None = None
     rubric: RubricReport | None = Field(
-        default=None, description="the rubric judge's score, when the task has a rubric"
+        default=None,
+        exclude_if=lambda v: v is None,  # a report without a rubric dumps as it always did
+        description="the rubric judge's score, when the task has a rubric",
     )
 
 
