@@ -35,6 +35,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from polar import fastjson
 from polar.logs import log_context
+from polar.outcomes import UNSERVED_STATUS
 from polar.providers import APIError, CallContext, ProviderAPI, get_provider
 from polar.providers.base import dict_at
 from polar.providers.google_generate import split_action
@@ -172,6 +173,8 @@ class Gateway:
             finally:
                 elapsed = time.monotonic() - started
                 self.metrics.calls.labels(provider.name, str(status)).inc()
+                if status >= UNSERVED_STATUS:  # per session: an infra fault, not the policy's
+                    self.metrics.sessions.add(identity.session_id, identity.task_id, 0, 0, 1)
                 self.metrics.latency.labels(provider.name).observe(elapsed)
                 log.info(
                     "model call %s %s",

@@ -6,6 +6,9 @@ Per-session token counts would add a series per session forever, so they are
 kept for the `metrics_max_sessions` most recently active sessions only (an
 LRU, exported by a custom collector): a dashboard sees the live sessions, and
 a scrape never grows without bound. Totals per provider are exact counters.
+The same LRU counts each session's unserved calls (answered 5xx: an upstream
+error or timeout, no replica reachable, a completion it could not record):
+what makes a session's failed harness an infra error (polar/outcomes.py).
 """
 
 from __future__ import annotations
@@ -21,19 +24,26 @@ LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 
 
 class SessionTokens(Collector):
-    """Prompt/completion tokens of the N most recently active sessions."""
+    """Prompt/completion tokens and unserved calls of the N most recently active sessions."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self._sessions: OrderedDict[str, tuple[str, int, int]] = OrderedDict()
+        self._sessions: OrderedDict[str, tuple[str, int, int, int]] = OrderedDict()
 
-    def add(self, session_id: str, task_id: str, prompt: int, completion: int) -> None:
+    def add(
+        self, session_id: str, task_id: str, prompt: int, completion: int, unserved: int = 0
+    ) -> None:
         if self.limit <= 0:
             return
-        _, p, c = self._sessions.pop(session_id, (task_id, 0, 0))
-        self._sessions[session_id] = (task_id, p + prompt, c + completion)
+        _, p, c, u = self._sessions.pop(session_id, (task_id, 0, 0, 0))
+        self._sessions[session_id] = (task_id, p + prompt, c + completion, u + unserved)
         while len(self._sessions) > self.limit:
             self._sessions.popitem(last=False)
+
+    def unserved(self, session_id: str) -> int:
+        """The session's calls this gateway could not serve (0 once it left the LRU)."""
+        entry = self._sessions.get(session_id)
+        return entry[3] if entry else 0
 
     def collect(self) -> Iterator[Metric]:
         family = CounterMetricFamily(
@@ -41,10 +51,18 @@ class SessionTokens(Collector):
             "Tokens of recently active sessions (bounded LRU; see metrics_max_sessions)",
             labels=["session_id", "task_id", "kind"],
         )
-        for session_id, (task_id, prompt, completion) in list(self._sessions.items()):
+        unserved = CounterMetricFamily(
+            "polar_gateway_session_unserved_calls",
+            "Calls of recently active sessions answered 5xx (upstream error or timeout, no "
+            "replica reachable, not recordable); bounded LRU",
+            labels=["session_id", "task_id"],
+        )
+        for session_id, (task_id, prompt, completion, failed) in list(self._sessions.items()):
             family.add_metric([session_id, task_id, "prompt"], prompt)
             family.add_metric([session_id, task_id, "completion"], completion)
+            unserved.add_metric([session_id, task_id], failed)
         yield family
+        yield unserved
 
 
 class GatewayMetrics:

@@ -46,12 +46,20 @@ async def test_a_dead_backend_behind_the_gateway_counts_unserved_calls(
                 assert (await _call(relay)).status_code == 200
             assert (relay.forwarded, relay.unserved) == (1, 0)
         down = base_settings.model_copy(update={"upstream_urls": f"http://127.0.0.1:{dead}/v1"})
-        with serve_app(create_app(down, storage)) as url:
+        app = create_app(down, storage)
+        with serve_app(app) as url, serve_app(app.state.admin_app) as admin:
             async with GatewayRelay(tmp_path / "dead", url, key) as relay:
                 answers = [await _call(relay) for _ in range(3)]
+            metrics = httpx.get(f"{admin}/metrics").text
     assert [a.status_code for a in answers] == [502, 502, 502]
     assert answers[0].json()["error"]["code"] == "upstream_unreachable"
     assert (relay.forwarded, relay.unserved) == (3, 3)
+    # the gateway counts them per session too (its bounded per-session series)
+    series = (
+        f'polar_gateway_session_unserved_calls_total{{session_id="{identity.session_id}",'
+        f'task_id="task-unserved"}} 3.0'
+    )
+    assert series in metrics, metrics[-2000:]
     # the gateway recorded each failed call before answering it: the count holds without
     # the relay too (an unsealed runtime), per attempt
     records = storage.list_completions(identity.session_id)
