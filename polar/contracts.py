@@ -38,6 +38,11 @@ class SessionSpec(BaseModel):
     task: TaskSpec
     spec_ref: SpecRef | None = None
     """Set when `task` is a slim copy: the full spec (instruction, test patch) is in S3."""
+    fresh_eval_runtime: bool = False
+    """The task's evaluator grades in a fresh runtime, as the evaluator itself declares
+    (activities/evaluators: `needs_fresh_runtime`): the session prepares it while the harness
+    runs. The RolloutTask sets it from its worker's evaluators (workflows/rollout_task.py);
+    False: the evaluator prepares any runtime it needs itself."""
 
 
 NON_RETRYABLE_ERRORS: tuple[str, ...] = (

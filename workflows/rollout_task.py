@@ -8,12 +8,19 @@ theirs side by side. The task's progress then advances a batch at a time.
 
 A spec larger than `SPEC_INLINE_LIMIT` is stored once in S3 (`store_task_spec`)
 and the children get a slim copy plus its reference (polar/tasks/spec_ref.py).
+
+Whether the task's evaluator grades in a fresh runtime (so each session prepares it while
+its harness runs) is the evaluator's own declaration (activities/evaluators), which the
+worker hands to this workflow before it runs any (`RolloutTask.declare_evaluators`): the
+task writes the answer into each SessionSpec (`fresh_eval_runtime`), so a session's
+history holds what it was started with and no workflow names an evaluator kind.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, ClassVar
 
 from temporalio import workflow
 from temporalio.common import Priority, SearchAttributePair, TypedSearchAttributes
@@ -54,7 +61,12 @@ def batches(count: int, size: int = BATCH_SIZE) -> list[range]:
 
 
 async def run_session(
-    task: TaskSpec, index: int, session_id: str, spec_ref: SpecRef | None, stopping: Any
+    task: TaskSpec,
+    index: int,
+    session_id: str,
+    spec_ref: SpecRef | None,
+    fresh_eval_runtime: bool,
+    stopping: Any,
 ) -> SessionResult:
     """Run one Session child to its end; a failed or cancelled child becomes a result.
 
@@ -66,7 +78,11 @@ async def run_session(
             Session.run,
             # Session.run takes the raw dict (it validates it itself); same payload bytes
             SessionSpec(
-                session_id=session_id, index=index, task=task, spec_ref=spec_ref
+                session_id=session_id,
+                index=index,
+                task=task,
+                spec_ref=spec_ref,
+                fresh_eval_runtime=fresh_eval_runtime,
             ).model_dump(mode="json"),
             id=session_id,
             task_queue=workflow.info().task_queue,
@@ -108,15 +124,16 @@ class SessionBatch:
     """Start a slice of one task's sessions side by side and return their results in order.
 
     Input: {"task": TaskSpec, "first": index of the first session, "session_ids": [...],
-    "spec_ref": SpecRef | None}."""
+    "spec_ref": SpecRef | None, "fresh_eval_runtime": bool (SessionSpec's)}."""
 
     @workflow.run
     async def run(self, raw: dict[str, Any]) -> list[SessionResult]:
         task = parse_task_spec(raw.get("task"))
         ref = SpecRef.model_validate(raw["spec_ref"]) if raw.get("spec_ref") else None
         first = int(raw["first"])
+        fresh = bool(raw.get("fresh_eval_runtime", False))
         runs = [
-            run_session(task, first + k, sid, ref, lambda: False)
+            run_session(task, first + k, sid, ref, fresh, lambda: False)
             for k, sid in enumerate(raw["session_ids"])
         ]
         return list(await asyncio.gather(*runs))
@@ -126,11 +143,24 @@ class SessionBatch:
 class RolloutTask:
     """Roll out one task: start its sessions, wait for all, return their summaries."""
 
+    evaluators_with_fresh_runtime: ClassVar[frozenset[str]] = frozenset()
+    """The evaluator kinds that grade in a fresh runtime, as the worker's evaluators declare
+    (`declare_evaluators`); empty until then: every evaluator prepares its own runtime."""
+
+    @classmethod
+    def declare_evaluators(cls, fresh_runtime: Iterable[str]) -> None:
+        """The worker's evaluator kinds that grade in a fresh runtime
+        (activities/evaluators: `kinds_needing_fresh_runtime()`), given before it runs
+        workflows. The workflows module is passed through the sandbox (activities/worker.py),
+        so its workflows see it; each session gets the answer in its input."""
+        cls.evaluators_with_fresh_runtime = frozenset(fresh_runtime)
+
     def __init__(self) -> None:
         self._results: dict[str, SessionResult] = {}
         self._total = 0
         self._usable = 0
         self._stopping = False
+        self._fresh_eval_runtime = False
 
     @workflow.query(name="progress")
     def progress(self) -> dict[str, Any]:
@@ -146,6 +176,7 @@ class RolloutTask:
     async def run(self, spec: dict[str, Any]) -> TaskResult:
         task = parse_task_spec(spec)
         self._total = task.num_sessions
+        self._fresh_eval_runtime = task.evaluator.kind in self.evaluators_with_fresh_runtime
         workflow.upsert_search_attributes(
             [sa.TASK_ID.value_set(task.task_id), sa.HARNESS.value_set(task.harness.kind)]
         )
@@ -227,6 +258,7 @@ class RolloutTask:
             "first": part.start,
             "session_ids": ids[part.start : part.stop],
             "spec_ref": ref.model_dump(mode="json") if ref else None,
+            "fresh_eval_runtime": self._fresh_eval_runtime,
         }
         # the result type comes from SessionBatch.run's annotation
         return await workflow.execute_child_workflow(
@@ -276,6 +308,8 @@ class RolloutTask:
     async def _run_session(
         self, task: TaskSpec, index: int, session_id: str, ref: SpecRef | None = None
     ) -> SessionResult:
-        result = await run_session(task, index, session_id, ref, lambda: self._stopping)
+        result = await run_session(
+            task, index, session_id, ref, self._fresh_eval_runtime, lambda: self._stopping
+        )
         self._record(result)
         return result

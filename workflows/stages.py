@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import timedelta
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel
 from temporalio.common import RetryPolicy
@@ -71,15 +71,19 @@ Retry = Literal["session", "release", "storage", "once"]
 (S3 only, nothing to undo); `once`: a single attempt (the caller decides)."""
 STORAGE_ATTEMPTS = 10
 
+In = TypeVar("In", bound=BaseModel | None)
+Out = TypeVar("Out", bound=BaseModel | None)
+
 
 @dataclass(frozen=True)
-class StageActivity:
-    """One activity of the table (see the module docstring)."""
+class StageActivity(Generic[In, Out]):
+    """One activity of the table (see the module docstring): takes an `In`, returns an `Out`
+    (None: no argument, no result), so a stage call is typed by its entry."""
 
     activity: str
     stage: Stage | None
-    input: type[BaseModel] | None
-    output: type[BaseModel] | None
+    input: type[In] | None
+    output: type[Out] | None
     pool: Pool | None
     """None: the host's probe queue (`{queue}-host-{host_id}`)."""
     on_host: bool
@@ -115,15 +119,15 @@ def session_retry_policy(timeouts: Timeouts) -> RetryPolicy:
 def _stage(
     activity: str,
     stage: Stage | None,
-    input: type[BaseModel] | None,
-    output: type[BaseModel] | None,
+    input: type[In] | None,
+    output: type[Out] | None,
     pool: Pool | None,
     timeout: Callable[[Timeouts], float],
     *,
     on_host: bool = False,
     retry: Retry = "session",
     heartbeat: bool = True,
-) -> StageActivity:
+) -> StageActivity[In, Out]:
     return StageActivity(activity, stage, input, output, pool, on_host, timeout, retry, heartbeat)
 
 
@@ -191,7 +195,7 @@ TEARDOWN = _stage(
 )
 # a lost host's runtime, released (not awaited) in case the host comes back: teardown's rules
 RELEASE_RUNTIME = replace(TEARDOWN, activity="release_runtime")
-HOST_ALIVE = _stage(
+HOST_ALIVE: StageActivity[None, None] = _stage(
     "host_alive",
     None,
     None,
@@ -213,7 +217,7 @@ STORE_TASK_SPEC = _stage(
     heartbeat=False,
 )
 
-STAGE_ACTIVITIES: dict[str, StageActivity] = {
+STAGE_ACTIVITIES: dict[str, StageActivity[Any, Any]] = {
     s.activity: s
     for s in (
         PREPARE_RUNTIME,

@@ -66,11 +66,13 @@ class Call:
 
 @dataclass
 class Stubs:
-    """Every stage activity under its real name; what each did is in `calls`/`cancelled`."""
+    """Every stage activity under its real name; what each did is in `calls`/`cancelled`,
+    what each was asked in `requests` (activity name, request)."""
 
     script: dict[str, Behaviour] = field(default_factory=dict)
     calls: list[Call] = field(default_factory=list)
     cancelled: list[Call] = field(default_factory=list)
+    requests: list[tuple[str, Any]] = field(default_factory=list)
 
     def attempts(self, name: str, session_id: str | None = None) -> list[int]:
         return [
@@ -85,6 +87,7 @@ class Stubs:
     async def _answer(self, name: str, session_id: str, request: Any, default: Any) -> Any:
         call = Call(name, session_id, activity.info().attempt)
         self.calls.append(call)
+        self.requests.append((name, request))
         behaviour = self.script.get(name)
         if behaviour is None:
             return default
@@ -202,11 +205,16 @@ async def client(devstack: DevStack) -> Client:
 
 
 @asynccontextmanager
-async def serving(client: Client, stubs: Stubs) -> AsyncIterator[str]:
+async def serving(
+    client: Client, stubs: Stubs, fresh_runtime: frozenset[str] = frozenset({"command"})
+) -> AsyncIterator[str]:
     """The real workflows and `stubs` on a fresh task queue (every stub on every stage
-    queue, so a stage moved to another pool still finds its stub); yields the queue."""
+    queue, so a stage moved to another pool still finds its stub); yields the queue. The
+    evaluator kinds in `fresh_runtime` grade in a fresh runtime, as `polar worker` declares
+    its evaluators' (here: the `command` evaluator's, as activities/evaluators says)."""
     queue = f"branches-{uuid.uuid4().hex[:10]}"
     queues = Queues.for_workflow_queue(queue)
+    RolloutTask.declare_evaluators(fresh_runtime)
     async with AsyncExitStack() as stack:
         await stack.enter_async_context(
             Worker(
@@ -272,6 +280,25 @@ async def test_every_stage_runs_once_in_order_and_the_session_completes(client: 
     # the evaluator's fresh runtime was prepared and released with the session's
     assert stubs.sessions_of("prepare_eval_runtime") == {f"{session.session_id}-eval"}
     assert stubs.sessions_of("teardown") == {session.session_id, f"{session.session_id}-eval"}
+
+
+async def test_an_evaluator_declaring_no_fresh_runtime_gets_none_prepared(
+    client: Client,
+) -> None:
+    """The workflow prewarms by the evaluators' declaration, which the worker hands it: an
+    evaluator kind not declared to grade in a fresh runtime gets none prepared, its session
+    says so in its input, and `evaluate` is asked to prepare what it needs itself."""
+    stubs = Stubs()
+    async with serving(client, stubs, fresh_runtime=frozenset()) as queue:
+        session = only_session(await run_task(client, queue, task_spec("no-prewarm")))
+        started = await client.get_workflow_handle(session.session_id).fetch_history()
+    assert session.status == SessionStatus.COMPLETED
+    assert stubs.sessions_of("prepare_eval_runtime") == set()
+    assert stubs.sessions_of("teardown") == {session.session_id}
+    [evaluate] = [c for c in stubs.requests if c[0] == "evaluate"]
+    assert evaluate[1].eval_runtime is None
+    first = started.events[0].workflow_execution_started_event_attributes
+    assert b'"fresh_eval_runtime":false' in first.input.payloads[0].data.replace(b" ", b"")
 
 
 async def test_a_harness_out_of_budget_ends_timeout_and_is_still_built_and_scored(

@@ -17,7 +17,15 @@ from pathlib import Path
 
 from tests.support.paths import HISTORIES, REPO
 
-WORKFLOW_MODULES = ("inputs.py", "queues.py", "rollout_task.py", "session.py", "stages.py")
+WORKFLOW_MODULES = (
+    "inputs.py",
+    "placement.py",
+    "queues.py",
+    "rollout_task.py",
+    "session.py",
+    "stage_calls.py",
+    "stages.py",
+)
 """The modules whose code runs inside workflows (replay.py is the tool that checks them)."""
 FINGERPRINT = HISTORIES / "workflow-code.fingerprint"
 """JSON, beside the histories (not `*.json`: those are the histories replayed)."""

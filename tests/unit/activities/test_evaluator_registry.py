@@ -1,8 +1,8 @@
 """The evaluator registry (activities/evaluators) and the typed reports it writes
 (polar/evaluation_reports.py).
 
-The registry serves every `EvaluatorSpec.kind` but `none`; the workflow's
-prewarm patches are exactly the kinds whose evaluator needs a fresh runtime;
+The registry serves every `EvaluatorSpec.kind` but `none`; the kinds the
+workflows prewarm for are the evaluators' own declaration;
 an unknown kind is refused by the `evaluate` activity without a retry. Reports
 stored before the models (plain dicts, the same names) parse, and dump back
 under the same names.
@@ -37,7 +37,6 @@ from polar.evaluation_reports import (
 from polar.settings import Settings
 from polar.storage import Storage
 from polar.tasks.spec import EvaluatorSpec
-from workflows.session import EVALUATORS_WITH_FRESH_RUNTIME
 
 # a report as the swebench evaluator wrote it before it had a model (a resolved instance)
 LEGACY_SWEBENCH_REPORT = {
@@ -79,8 +78,11 @@ def test_the_registry_serves_every_evaluator_kind_but_none() -> None:
         assert REPORTS[kind] is evaluator.report_model
 
 
-def test_the_workflow_prewarms_exactly_the_evaluators_that_need_a_fresh_runtime() -> None:
-    assert kinds_needing_fresh_runtime() == EVALUATORS_WITH_FRESH_RUNTIME
+def test_the_fresh_runtime_kinds_are_the_evaluators_own_declaration() -> None:
+    """The worker hands this to the workflows (RolloutTask.declare_evaluators): no workflow
+    names an evaluator kind."""
+    declared = {kind for kind, e in EVALUATORS.items() if e.needs_fresh_runtime}
+    assert kinds_needing_fresh_runtime() == declared and "command" in declared
 
 
 def test_an_unknown_kind_is_named() -> None:
