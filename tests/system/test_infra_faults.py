@@ -3,25 +3,30 @@
 The prepare-time checks against a real Docker engine: a missing image and an
 image that lacks what the sandbox needs are refused at prepare (`RuntimeUnfit`,
 outcome `infra_error`: image), each missing tool named, never a harness exit 97.
+A container gone before the harness ran leaves no started marker (`sandbox_start`).
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
 import docker
 import pytest
+from docker.errors import NotFound
 
+from activities.runtimes import started_marker
 from activities.runtimes.base import RuntimeUnfit
 from activities.runtimes.docker import LABEL, DockerRuntime
-from polar.contracts import PrepareRequest
+from polar.contracts import PrepareRequest, SessionResult
 from polar.outcomes import error_outcome
-from polar.records import InfraReason
+from polar.records import InfraReason, SessionStatus
 from polar.tasks.spec import RuntimeSpec
 
 pytestmark = pytest.mark.slow
 
+SESSIONS = ("unfit-1", "unfit-2", "fit-1", "marker-1")
 BASE_IMAGE = "polar/base:bookworm"
 """The debootstrap minbase every Polar image is built on: bash and setsid, no git, no python3."""
 
@@ -31,9 +36,9 @@ def runtime(docker_image: str, tmp_path: Path) -> Iterator[DockerRuntime]:
     rt = DockerRuntime(tmp_path / "runtimes")
     yield rt
     client = docker.from_env()
-    for container in client.containers.list(all=True, filters={"label": LABEL}):
-        if container.name.startswith(rt.container_name("")):
-            container.remove(force=True)
+    for session_id in SESSIONS:  # only this module's: other tests share the engine
+        with contextlib.suppress(NotFound):
+            client.containers.get(rt.container_name(session_id)).remove(force=True)
 
 
 def _request(session_id: str, image: str) -> PrepareRequest:
@@ -66,3 +71,38 @@ async def test_a_missing_image_is_an_image_fault(runtime: DockerRuntime) -> None
 async def test_the_default_image_has_everything(runtime: DockerRuntime, docker_image: str) -> None:
     handle = await runtime.prepare(_request("fit-1", docker_image))
     await runtime.teardown(handle)
+
+
+async def test_a_container_that_is_gone_before_the_harness_leaves_no_marker(
+    runtime: DockerRuntime, docker_image: str
+) -> None:
+    """The sandbox did not start the harness (its container stopped under it, as an engine
+    restart or the wall-clock deadline does): the run fails without the started marker, so
+    the session is `infra_error` (sandbox_start), not the policy's timeout or failure. The
+    same command in a live container leaves the marker."""
+    handle = await runtime.prepare(_request("marker-1", docker_image))
+    try:
+        live = started_marker.new_nonce()
+        command = started_marker.with_marker("exit 3", live)
+        outcome = await runtime.run(handle, command, env={}, log_name="live", timeout_s=60)
+        assert outcome.exit_code == 3
+        assert started_marker.seen(runtime.log_paths(handle, "live")[1], live)
+
+        docker.from_env().containers.get(runtime.container_name("marker-1")).stop(timeout=0)
+        gone = started_marker.new_nonce()
+        command = started_marker.with_marker("exit 0", gone)
+        outcome = await runtime.run(handle, command, env={}, log_name="gone", timeout_s=60)
+        assert outcome.exit_code != 0
+        assert not started_marker.seen(runtime.log_paths(handle, "gone")[1], gone)
+        session = SessionResult(
+            session_id="marker-1",
+            task_id="t",
+            index=0,
+            status=SessionStatus.TIMEOUT if outcome.timed_out else SessionStatus.HARNESS_FAILED,
+            harness="command",
+            harness_started=False,
+        )
+        assert session.outcome is not None
+        assert session.outcome.reason == InfraReason.SANDBOX_START
+    finally:
+        await runtime.teardown(handle)
