@@ -5,7 +5,7 @@ activity attempt, and when the key expires (unix seconds); the mac is an
 HMAC-SHA256 over it with the secret the workers (which mint keys) and the
 gateways (which verify them) share. The gateway needs no registry, and a
 harness cannot write into another session. A session's key also stops working
-when the session closes (`proxy.sessions`).
+when the session closes (`proxy.session_gate`).
 The ids a key names are checked (`polar.ids.checked_id`) when it is minted
 and when it is verified: a key never names a path outside its session.
 """

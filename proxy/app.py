@@ -54,7 +54,7 @@ from proxy.pools import parse_pools, pool_for
 from proxy.quota import RecordLimits
 from proxy.recorder import PendingCall, Recorder
 from proxy.routing import route_key
-from proxy.sessions import SessionGate
+from proxy.session_gate import SessionGate
 from proxy.tokens import TokenCounter, chat_template_counter, count_tokens
 from proxy.upstream import Extracted, UpstreamClient, UpstreamError, strip_training_fields
 
