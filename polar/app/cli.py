@@ -450,8 +450,10 @@ def tasks_audit(
     `.polar-audit.json` beside PATH, where `polar submit` finds them."""
     from polar.client.sdk import PolarClient
     from polar.tasks import audit as au
+    from polar.tasks.harbor import task_id_of
     from polar.tasks.spec import RuntimeSpec
 
+    builds: dict[str, str] = {}
     try:
         if path.is_file() and path.suffix == ".jsonl":
             spec = RuntimeSpec(kind=runtime, **({"image": image} if image else {}))  # type: ignore[arg-type]
@@ -464,7 +466,8 @@ def tasks_audit(
             image_map = get_settings().harbor_image_map
             targets = au.harbor_targets(path, image_map)
             for built in ensure_images(path, image_map=image_map, log=console.print):
-                console.print(f"{built.task}: {built.image} ({built.how}, {built.seconds:g} s)")
+                builds[task_id_of(built.task)] = f"{built.how}, {built.seconds:g} s"
+                console.print(f"{built.task}: {built.image} ({builds[task_id_of(built.task)]})")
     except (OSError, ValueError, ImportError) as exc:
         console.print(f"cannot audit {path}: {exc}", style="red", markup=False)
         raise typer.Exit(2) from exc
@@ -477,13 +480,18 @@ def tasks_audit(
         return await au.run_audit(polar, targets, parallel=parallel, on_task=progress)
 
     report = asyncio.run(go())
-    header, rows = au.report_rows(report)
-    table = Table(title=f"audit of {path}")
-    for col in header:
-        table.add_column(col)
-    for row in rows:
-        table.add_row(*row)
-    console.print(table, markup=False)
+    for audit in report.tasks:
+        audit.build = builds.get(audit.task_id)
+    if sys.stdout.isatty():
+        header, rows = au.report_rows(report)
+        table = Table(title=f"audit of {path}")
+        for col in header:
+            table.add_column(col)
+        for row in rows:
+            table.add_row(*row)
+        console.print(table, markup=False)
+    else:  # a pipe or CI log: the Markdown table, never truncated
+        console.print(au.markdown_table(report), markup=False, soft_wrap=True)
     for t in report.flagged:
         console.print(f"{t.task_id}: {t.verdict}: {'; '.join(t.reasons)}", markup=False)
     saved = au.save_verdicts(report, path)

@@ -62,6 +62,8 @@ class Probe:
     name: str
     command: str
     expect: Expect
+    env: tuple[tuple[str, str], ...] = ()
+    """Added to the harness's environment (Harbor: the oracle gets `[solution].env`)."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,9 @@ class ProbeResult(BaseModel):
     ok: bool
     """The reward is what the probe must get (for a no-op or adversary: no reward counts)."""
     seconds: float
+    """From submit to result."""
+    stage_seconds: dict[str, float] = Field(default_factory=dict)
+    """The session's time in each stage (`evaluate`: grading)."""
     error: str | None = None
 
 
@@ -98,7 +103,12 @@ class TaskAudit(BaseModel):
     reasons: list[str] = Field(default_factory=list)
     probes: list[ProbeResult]
     seconds: float
-    """Wall time from the first probe's submit to the last probe's result."""
+    """Session-seconds: the probes' submit-to-result times added up (what auditing this task
+    alone, one session at a time, takes)."""
+    grading_seconds: float | None = None
+    """The longest `evaluate` stage of its probes (a fresh runtime, the changes, the tests)."""
+    build: str | None = None
+    """How its environment's image came to be (Harbor: built, cached or prebuilt, with time)."""
 
 
 class AuditReport(BaseModel):
@@ -126,9 +136,12 @@ def task_fingerprint(task: TaskSpec) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def standard_probes(oracle: str | None) -> tuple[Probe, ...]:
+def standard_probes(
+    oracle: str | None, oracle_env: Mapping[str, str] | None = None
+) -> tuple[Probe, ...]:
     """The oracle (when there is one), the no-op, and every built-in adversary."""
-    probes = [Probe(ORACLE, oracle, "top")] if oracle is not None else []
+    env = tuple(sorted((oracle_env or {}).items()))
+    probes = [Probe(ORACLE, oracle, "top", env)] if oracle is not None else []
     probes.append(Probe(NOOP, NOOP_COMMAND, "bottom"))
     probes.extend(Probe(name, adversary_command(name), "bottom") for name in ADVERSARIES)
     return tuple(probes)
@@ -144,7 +157,9 @@ def harbor_targets(path: Path, image_map: Mapping[str, str] | None = None) -> li
         (task,) = load_harbor_tasks(task_dir, image_map=image_map)
         solution = task_dir / "solution"
         oracle = oracle_command(solution) if (solution / "solve.sh").is_file() else None
-        targets.append(AuditTarget(task, standard_probes(oracle), str(task_dir)))
+        solution_env = task.metadata.get("harbor", {}).get("solution_env") or {}
+        env = {str(k): str(v) for k, v in solution_env.items()}
+        targets.append(AuditTarget(task, standard_probes(oracle, env), str(task_dir)))
     return targets
 
 
@@ -178,7 +193,10 @@ def probe_task(target: AuditTarget, probe: Probe) -> TaskSpec:
     """The target's task with `probe` as its only session's harness."""
     task = target.task
     harness = HarnessSpec(
-        kind="command", command=probe.command, model=task.harness.model, env=task.harness.env
+        kind="command",
+        command=probe.command,
+        model=task.harness.model,
+        env={**task.harness.env, **dict(probe.env)},
     )
     suffix = f".audit-{probe.name}"
     return task.model_copy(
@@ -213,11 +231,12 @@ async def run_probe(polar: PolarClient, target: AuditTarget, probe: Probe) -> Pr
         reward=reward,
         ok=ok,
         seconds=round(time.monotonic() - started, 1),
+        stage_seconds=session.stage_seconds,
         error=error or (session.evaluation if reward is None else None),
     )
 
 
-def judge(target: AuditTarget, results: list[ProbeResult], seconds: float) -> TaskAudit:
+def judge(target: AuditTarget, results: list[ProbeResult]) -> TaskAudit:
     """The task's verdict from its probes' results."""
     hacks = [r.probe for r in results if r.expect == "bottom" and not r.ok]
     reasons = [f"{r.probe} scored {r.reward:g}" for r in results if not r.ok]
@@ -240,7 +259,11 @@ def judge(target: AuditTarget, results: list[ProbeResult], seconds: float) -> Ta
         hacks=hacks,
         reasons=reasons,
         probes=results,
-        seconds=round(seconds, 1),
+        seconds=round(sum(r.seconds for r in results), 1),
+        grading_seconds=max(
+            (r.stage_seconds["evaluate"] for r in results if "evaluate" in r.stage_seconds),
+            default=None,
+        ),
     )
 
 
@@ -253,9 +276,7 @@ async def audit_target(
         async with slots:
             return await run_probe(polar, target, probe)
 
-    started = time.monotonic()
-    results = await asyncio.gather(*(one(p) for p in target.probes))
-    return judge(target, list(results), time.monotonic() - started)
+    return judge(target, list(await asyncio.gather(*(one(p) for p in target.probes))))
 
 
 async def run_audit(
@@ -343,14 +364,19 @@ def cell(result: ProbeResult | None) -> str:
 
 
 def report_rows(report: AuditReport) -> tuple[list[str], list[list[str]]]:
-    """The audit table: task, one column per probe, verdict (with the hacks), seconds."""
+    """The audit table: task, one column per probe, verdict (with the hacks), session-seconds,
+    grading seconds, and how the image came to be (when one was built)."""
     names = probe_names(report)
-    header = ["task", *names, "verdict", "seconds"]
+    images = any(t.build for t in report.tasks)
+    header = ["task", *names, "verdict", "session s", "grading s", *(["image"] if images else [])]
     rows = []
     for t in report.tasks:
         by_name = {r.probe: r for r in t.probes}
         verdict = t.verdict + (f" ({', '.join(t.hacks)})" if t.hacks else "")
-        rows.append([t.task_id, *(cell(by_name.get(n)) for n in names), verdict, f"{t.seconds:g}"])
+        grading = "-" if t.grading_seconds is None else f"{t.grading_seconds:.1f}"
+        cells = [cell(by_name.get(n)) for n in names]
+        image = [t.build or "-"] if images else []
+        rows.append([t.task_id, *cells, verdict, f"{t.seconds:g}", grading, *image])
     return header, rows
 
 

@@ -157,6 +157,7 @@ def _result(probe: str, reward: float | None, expect: str = "bottom") -> ProbeRe
         reward=reward,
         ok=ok,
         seconds=1.0,
+        stage_seconds={"run": 0.5, "evaluate": 0.25 if reward is None else 0.5},
     )
 
 
@@ -172,28 +173,33 @@ def test_probe_task_and_fingerprint() -> None:
     assert task_fingerprint(probe) == task_fingerprint(task)
     assert task_fingerprint(_task("other")) != task_fingerprint(task)
     assert [p.name for p in standard_probes(None)][0] == "no-op"
+    with_env = AuditTarget(task, standard_probes("./solve", {"B": "2"}), "here")
+    assert probe_task(with_env, with_env.probes[0]).harness.env == {"A": "1", "B": "2"}
+    assert probe_task(with_env, with_env.probes[1]).harness.env == {"A": "1"}
 
 
 def test_verdicts() -> None:
     target = AuditTarget(_task(), (), "here")
-    sound = judge(target, [_result("oracle", 1.0, "top"), _result("no-op", 0.0)], 2.0)
+    sound = judge(target, [_result("oracle", 1.0, "top"), _result("no-op", 0.0)])
     assert sound.verdict == "sound" and sound.hacks == []
-    errored = judge(target, [_result("oracle", 1.0, "top"), _result("delete-tests", None)], 2)
+    assert sound.seconds == 2.0 and sound.grading_seconds == 0.5
+    errored = judge(target, [_result("oracle", 1.0, "top"), _result("delete-tests", None)])
     assert errored.verdict == "sound"  # no reward handed out: no hack worked
     flagged = judge(
         target,
         [_result("oracle", 1.0, "top"), _result("no-op", 0.0), _result("empty-files", 1.0)],
-        2.0,
     )
     assert flagged.verdict == "flagged" and flagged.hacks == ["empty-files"]
     assert flagged.reasons == ["empty-files scored 1"]
-    broken = judge(target, [_result("oracle", 0.0, "top"), _result("no-op", 0.0)], 2.0)
+    broken = judge(target, [_result("oracle", 0.0, "top"), _result("no-op", 0.0)])
     assert broken.verdict == "broken" and broken.reasons == ["oracle scored 0"]
-    unproven = judge(target, [_result("no-op", 0.0)], 1.0)
+    unproven = judge(target, [_result("no-op", 0.0)])
     assert unproven.verdict == "sound" and "no oracle" in unproven.reasons[0]
     table = markdown_table(AuditReport(tasks=[sound, flagged]))
-    assert table.splitlines()[0] == "| task | oracle | no-op | empty-files | verdict | seconds |"
-    assert "| 1 ! | flagged (empty-files) |" in table
+    assert table.splitlines()[0] == (
+        "| task | oracle | no-op | empty-files | verdict | session s | grading s |"
+    )
+    assert "| 1 ! | flagged (empty-files) | 3 | 0.5 |" in table
 
 
 def test_verdicts_are_found_beside_the_task(tmp_path: Path) -> None:
@@ -201,7 +207,7 @@ def test_verdicts_are_found_beside_the_task(tmp_path: Path) -> None:
     (dataset / "one").mkdir(parents=True)
     task = _task()
     flagged = judge(
-        AuditTarget(task, (), "x"), [_result("oracle", 1.0, "top"), _result("no-op", 1.0)], 1
+        AuditTarget(task, (), "x"), [_result("oracle", 1.0, "top"), _result("no-op", 1.0)]
     )
     saved = save_verdicts(AuditReport(tasks=[flagged]), dataset)
     assert saved == dataset / AUDIT_FILE
