@@ -39,6 +39,7 @@ from activities.evaluators.fresh import carry_changes
 from activities.evaluators.protected import PROTECTED
 from polar import safe_files
 from polar.evaluation_reports import Baselines, EvaluationReport, HarborReport
+from polar.host_paths import outside_roots, resolved_problem, source_roots
 from polar.settings import get_settings
 from polar.tasks.spec import HarborVerifierSpec
 
@@ -144,6 +145,7 @@ class HarborEvaluator:
                 "the task's image?)"
             )
         tests = Path(spec.tests_dir)
+        _check_tests_dir(tests)
         if not (tests / spec.test_script).is_file():
             raise EvaluatorError(f"harbor task {spec.task}: {tests / spec.test_script} is missing")
         changes = await carry_changes(
@@ -236,6 +238,18 @@ class HarborEvaluator:
             path.name: safe_files.read_log_file(path, limit=limit)
             for path in runtime.log_paths(handle, TEST_LOG)
         }
+
+
+def _check_tests_dir(path: Path) -> None:
+    """The tests dir is a host path the worker reads: under a source root once resolved,
+    never in the stack's data dir nor a system dir (as init_activities checks a source)."""
+    settings = get_settings()
+    problem = resolved_problem(path) or outside_roots(path, source_roots(settings.source_roots))
+    real, state = path.resolve(), Path(settings.data_dir).resolve()
+    if problem is None and (real == state or real.is_relative_to(state)):
+        problem = f"resolves to {real}, inside the data dir {state}"
+    if problem is not None:
+        raise EvaluatorError(f"harbor.tests_dir {path} {problem}: a task may not read it")
 
 
 def _reward_file(scratch: Path, tag: str) -> tuple[str, bytes]:

@@ -13,6 +13,7 @@ reward, or a bad one, is an evaluator error, never a 0.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +24,7 @@ import pytest
 from activities.evaluators.base import Evaluation, EvaluatorError
 from activities.runtimes.docker import LABEL, DockerRuntime
 from polar.evaluation_reports import HarborReport
+from polar.settings import get_settings
 from polar.tasks.harbor import HarborTaskError, load_harbor_tasks
 from polar.tasks.harbor_images import ensure_images
 from polar.tasks.spec import TaskSpec
@@ -40,9 +42,23 @@ def runtime(docker_image: str, tmp_path: Path) -> Iterator[DockerRuntime]:
     rt = DockerRuntime(tmp_path / "runtimes")
     yield rt
     client = docker.from_env()
-    for container in client.containers.list(all=True, filters={"label": LABEL}):
-        if (container.name or "").startswith(rt.container_name("")):
-            container.remove(force=True)
+    prefix = rt.container_name("")
+    with contextlib.suppress(docker.errors.NotFound):  # other runs' containers come and go
+        for container in client.containers.list(
+            all=True, filters={"label": LABEL, "name": prefix}, ignore_removed=True
+        ):
+            if (container.name or "").startswith(prefix):
+                container.remove(force=True)
+
+
+@pytest.fixture
+def tmp_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """`tmp_path` a source root besides the checkout, for tasks copied there to be graded
+    (the evaluator reads tests/ from the host only under POLAR_SOURCE_ROOTS)."""
+    monkeypatch.setenv("POLAR_SOURCE_ROOTS", f"{tmp_path},{REPO}")
+    get_settings.cache_clear()
+    yield tmp_path
+    get_settings.cache_clear()
 
 
 def _task(path: Path) -> TaskSpec:
@@ -98,9 +114,9 @@ async def test_a_reward_the_agent_plants_never_counts(runtime: DockerRuntime) ->
 
 
 async def test_no_reward_or_a_bad_one_is_an_evaluator_error(
-    runtime: DockerRuntime, tmp_path: Path
+    runtime: DockerRuntime, tmp_root: Path
 ) -> None:
-    task = Path(shutil.copytree(EXAMPLES / "hello-file", tmp_path / "hello-file"))
+    task = Path(shutil.copytree(EXAMPLES / "hello-file", tmp_root / "hello-file"))
     spec = _task(task)
     script = task / "tests" / "test.sh"
     for body, why in (
@@ -112,6 +128,18 @@ async def test_no_reward_or_a_bad_one_is_an_evaluator_error(
         script.write_text(f"#!/bin/bash\n{body}\n")
         with pytest.raises(EvaluatorError, match=why):
             await _session(runtime, spec, "true", "hb-bad")
+
+
+async def test_tests_outside_the_source_roots_are_never_read(
+    runtime: DockerRuntime, tmp_path: Path
+) -> None:
+    """A task naming a tests dir outside POLAR_SOURCE_ROOTS (here: only the checkout) is an
+    evaluator error: the worker copies nothing of it into the runtime."""
+    task = Path(shutil.copytree(EXAMPLES / "hello-file", tmp_path / "hello-file"))
+    get_settings.cache_clear()
+    spec = _task(task)
+    with pytest.raises(EvaluatorError, match="outside the source roots"):
+        await _session(runtime, spec, "true", "hb-roots")
 
 
 def test_a_missing_image_is_named_with_the_map_and_a_mapped_one_builds(
