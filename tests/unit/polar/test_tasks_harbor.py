@@ -7,7 +7,9 @@ import shutil
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from polar.app.cli import app
 from polar.tasks.harbor import (
     HarborTaskError,
     base_images,
@@ -184,3 +186,19 @@ def test_the_tasks_own_image_map_wins(tmp_path: Path) -> None:
         "a:1": "task-a",
         "b:1": "dep-b",
     }
+
+
+def test_the_cli_writes_the_specs_and_refuses_by_name(tmp_path: Path) -> None:
+    runner = CliRunner()
+    out = tmp_path / "specs"
+    result = runner.invoke(app, ["tasks", "load", str(EXAMPLES), "--no-build", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    spec = TaskSpec.model_validate_json((out / "polar__fix-add.json").read_text())
+    assert spec.evaluator.kind == "harbor" and spec.harness.kind == "pi"
+    task = _copy(tmp_path)
+    toml = task / "task.toml"
+    toml.write_text(toml.read_text().replace("[agent]\n", '[agent]\nuser = "x"\n', 1))
+    for argv in (["tasks", "load", str(task), "--no-build"], ["submit", str(task), "--no-wait"]):
+        result = runner.invoke(app, argv)
+        assert result.exit_code == 2, result.output
+        assert "harbor task polar/hello-file: agent.user: not supported" in result.output
