@@ -429,7 +429,9 @@ def tasks_load(
 
 @tasks_app.command("audit")
 def tasks_audit(
-    path: Annotated[Path, typer.Argument(help="a Harbor task or dataset dir, or SWE-bench JSONL")],
+    path: Annotated[
+        Path, typer.Argument(help="a Harbor task or dataset dir, SWE-bench JSONL, TaskSpec JSON")
+    ],
     source_root: Annotated[
         Path | None,
         typer.Option(
@@ -439,6 +441,9 @@ def tasks_audit(
     ] = None,
     runtime: Annotated[str, typer.Option(help="SWE-bench: the sessions' runtime kind")] = "docker",
     image: Annotated[str | None, typer.Option(help="SWE-bench: the docker image")] = None,
+    oracle: Annotated[
+        str | None, typer.Option(help="TaskSpec JSON: the oracle's harness command")
+    ] = None,
     parallel: Annotated[int, typer.Option(min=1, help="sessions at once")] = 4,
     json_out: Annotated[
         Path | None, typer.Option("--json", help="also write the report as JSON here")
@@ -460,6 +465,8 @@ def tasks_audit(
             if source_root is None and (path.parent / "repos").is_dir():
                 source_root = path.parent / "repos"
             targets = au.swe_targets(path, source_root=source_root, runtime=spec)
+        elif path.is_file() and path.suffix == ".json":
+            targets = [au.taskspec_target(path, oracle)]
         else:
             from polar.tasks.harbor_images import ensure_images
 

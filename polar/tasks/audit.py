@@ -12,7 +12,8 @@ session), so it is graded exactly as training would grade it. Targets:
 * a Harbor task directory or a dataset of them (`task.toml`; `solution/solve.sh` is the
   oracle; polar.tasks.harbor);
 * a SWE-bench JSONL file (the gold patch is the oracle; the adversaries are the empty patch
-  and a test-edit patch, the `tamper-tests` program).
+  and a test-edit patch, the `tamper-tests` program);
+* a TaskSpec JSON file (its oracle a command given with it, if any).
 
 Verdicts are kept by task fingerprint (`task_fingerprint`: what grading depends on, not
 the harness) in `.polar-audit.json` beside the audited path, where `polar submit` looks.
@@ -161,6 +162,15 @@ def harbor_targets(path: Path, image_map: Mapping[str, str] | None = None) -> li
         env = {str(k): str(v) for k, v in solution_env.items()}
         targets.append(AuditTarget(task, standard_probes(oracle, env), str(task_dir)))
     return targets
+
+
+def taskspec_target(path: Path, oracle: str | None = None) -> AuditTarget:
+    """The TaskSpec of JSON file `path`, with `oracle` (a harness command) as its oracle."""
+    try:
+        task = TaskSpec.model_validate_json(path.read_bytes())
+    except ValueError as exc:
+        raise ValueError(f"invalid TaskSpec in {path}: {exc}") from exc
+    return AuditTarget(task, standard_probes(oracle), str(path))
 
 
 def swe_targets(

@@ -1,0 +1,63 @@
+"""`polar tasks audit TASK.json` on the dev stack (local runtime): the README's demo task,
+graded by `test -s answer.txt`, is flagged by the adversary that writes a plausible but
+wrong answer.txt, and its oracle (given with --oracle) scores 1."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from typer.testing import CliRunner
+
+from polar.app.cli import app
+from polar.client.sdk import PolarClient
+from polar.settings import get_settings
+from polar.tasks.adversaries import ADVERSARIES
+from polar.tasks.audit import AUDIT_FILE, NOOP, ORACLE, TaskAudit
+from tests.support.paths import REPO
+from tests.support.unprivileged import settings_env
+
+
+def invoke(args: list[str], env: dict[str, str]) -> Any:
+    try:
+        return CliRunner().invoke(app, args, env=env, catch_exceptions=False)
+    finally:
+        get_settings.cache_clear()
+
+
+async def test_demo_task_is_flagged_by_a_wrong_answer(polar: PolarClient, tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    shutil.copytree(REPO / "examples" / "demo" / "repo", repo)
+    spec = json.loads((REPO / "examples" / "demo" / "task.json").read_text())
+    spec["source"]["path"] = str(repo)
+    task_file = tmp_path / "demo.json"
+    task_file.write_text(json.dumps(spec))
+    report_file = tmp_path / "audit.json"
+    env = settings_env(polar.settings)
+    oracle = (
+        "printf 'rollouts run\\nmany agents try at once\\nrewards come back home\\n' > answer.txt"
+    )
+    args = ["tasks", "audit", str(task_file), "--oracle", oracle, "--json", str(report_file)]
+    result = await asyncio.to_thread(invoke, args, env)
+    assert result.exit_code == 1, result.output
+    (audit,) = (TaskAudit.model_validate(t) for t in json.loads(report_file.read_text())["tasks"])
+    rewards = {p.probe: p.reward for p in audit.probes}
+    assert rewards == {
+        ORACLE: 1.0,
+        NOOP: 0.0,
+        **{a: 0.0 for a in ADVERSARIES},
+        "wrong-outputs": 1.0,
+    }
+    assert audit.verdict == "flagged" and audit.hacks == ["wrong-outputs"]
+    assert "demo-haiku: flagged: wrong-outputs scored 1" in result.output
+    assert (tmp_path / AUDIT_FILE).is_file()
+    refused = await asyncio.to_thread(invoke, ["submit", "--strict", str(task_file)], env)
+    assert refused.exit_code == 3 and "refused (--strict)" in refused.output, refused.output
+
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"task_id": "x"}')
+    invalid = await asyncio.to_thread(invoke, ["tasks", "audit", str(bad)], env)
+    assert invalid.exit_code == 2 and "invalid TaskSpec" in invalid.output, invalid.output
