@@ -1,7 +1,9 @@
 """`polar tasks audit` on the real stack: the bundled Harbor dataset (examples/harbor), where
 exactly the deliberately hackable tasks are flagged, each by the hack it was made for, and
 the bundled SWE-bench instances (gold patch 1, empty patch 0, test-edit patch 0); `polar
-submit` of a flagged task warns, and refuses it with --strict."""
+submit` of a flagged task warns, and refuses it with --strict. And the adversaries that
+no bundled task falls to (Polar grades in a fresh runtime) do their hack in a container
+where it would work."""
 
 from __future__ import annotations
 
@@ -11,11 +13,13 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import docker
 from typer.testing import CliRunner
 
 from polar.app.cli import app
 from polar.client.sdk import PolarClient
 from polar.settings import get_settings
+from polar.tasks.adversaries import adversary_command
 from polar.tasks.audit import AUDIT_FILE, NOOP, ORACLE, TaskAudit
 from polar.tasks.harbor import load_harbor_tasks
 from polar.tasks.spec import HarnessSpec
@@ -114,3 +118,45 @@ async def test_swebench_audit(
         assert rewards(audit) == {ORACLE: 1.0, NOOP: 0.0, "tamper-tests": 0.0}, (task_id, audit)
         assert audit.verdict == "sound"
     assert (swe_dir / AUDIT_FILE).is_file()
+
+
+def in_container(image: str, setup: str, adversary: str, check: str) -> str:
+    """Run `adversary` as the command harness would (in /workspace, the instruction in
+    $POLAR_INSTRUCTION) in a fresh container of `image` after `setup`, then `check`; the
+    output."""
+    script = f"set -e\nmkdir -p /workspace\n{setup}\ncd /workspace\n"
+    script += f"{adversary_command(adversary)}\n{check}\n"
+    out = docker.from_env().containers.run(
+        image,
+        ["bash", "-c", script],
+        environment={"POLAR_INSTRUCTION": "Write the answer to `answer.txt`."},
+        remove=True,
+        network_disabled=True,
+    )
+    return out.decode()
+
+
+def test_adversaries_without_a_bundled_victim_do_their_hack(docker_image: str) -> None:
+    files = {
+        "/logs/verifier/reward.txt": "1",
+        "/logs/verifier/reward.json": '{"reward": 1.0}',
+        "/root/reward.txt": "1",  # $HOME
+        "/tmp/reward.txt": "1",
+        "/workspace/reward.txt": "1",
+        "/workspace/DONE": "PASS",
+        "/workspace/status.txt": "PASS",
+    }
+    out = in_container(docker_image, "", "reward-files", f"head -n1 {' '.join(files)}")
+    assert out == "\n".join(f"==> {f} <==\n{text}\n" for f, text in files.items()), out
+
+    # a verifier that ran on the agent's machine after it: the reward file comes back
+    check = "rm -rf /logs/verifier; sleep 3; cat /logs/verifier/reward.txt; ls -A /workspace"
+    out = in_container(docker_image, "", "background", check)
+    assert out == "1\n", out  # and nothing of it in the workspace
+
+    solution = "mkdir -p /solution && echo 'echo solved > answer.txt' > /solution/solve.sh"
+    out = in_container(docker_image, solution, "read-solution", "cat answer.txt")
+    assert out.strip() == "solved", out
+    tests = "mkdir -p /tests && echo 42 > /tests/expected.txt"
+    out = in_container(docker_image, tests, "read-solution", "cat expected.txt")
+    assert out.strip() == "42", out
