@@ -11,8 +11,8 @@ session), so it is graded exactly as training would grade it. Targets:
 
 * a Harbor task directory or a dataset of them (`task.toml`; `solution/solve.sh` is the
   oracle; polar.tasks.harbor);
-* a SWE-bench JSONL file (the gold patch is the oracle; the adversaries are the empty patch
-  and a test-edit patch, the `tamper-tests` program);
+* a SWE-bench JSONL file (the gold patch is the oracle; the adversaries are the empty patch,
+  a test-edit patch made from the instance's test ids, and the `tamper-tests` program);
 * a TaskSpec JSON file (its oracle a command given with it, if any).
 
 Verdicts are kept by task fingerprint (`task_fingerprint`: what grading depends on, not
@@ -40,6 +40,7 @@ from polar.tasks.adversaries import (
     describe,
     oracle_command,
     patch_command,
+    swe_test_edit_command,
 )
 from polar.tasks.spec import HarnessSpec, RuntimeSpec, TaskSpec
 
@@ -50,7 +51,10 @@ AUDIT_FILE = ".polar-audit.json"
 """Where an audit keeps its verdicts: in the audited directory, or beside the audited file."""
 ORACLE, NOOP = "oracle", "no-op"
 SWE_ADVERSARIES = ("tamper-tests",)
-"""SWE-bench's test-edit patch: the tests the instance names rewritten to pass."""
+"""The built-in adversaries a SWE-bench instance gets besides its own test-edit patch."""
+TEST_EDIT = "test-edit"
+"""SWE-bench's test-edit patch: each test file the instance's test ids name (re)written with
+a passing test under each id, and a pass-everything conftest.py."""
 
 Expect = Literal["top", "bottom"]
 Verdict = Literal["sound", "flagged", "broken"]
@@ -180,8 +184,8 @@ def swe_targets(
     runtime: RuntimeSpec,
     ids: Iterable[str] | None = None,
 ) -> list[AuditTarget]:
-    """One target per SWE-bench instance in JSONL `path`: gold patch, empty patch and the
-    test-edit patch."""
+    """One target per SWE-bench instance in JSONL `path`: gold patch, empty patch, the
+    test-edit patch and the generic `tamper-tests`."""
     from polar.tasks.swe import instance_to_task, load_instances
 
     targets = []
@@ -194,6 +198,8 @@ def swe_targets(
         )
         probes = [Probe(ORACLE, patch_command(instance.patch), "top")] if instance.patch else []
         probes.append(Probe(NOOP, NOOP_COMMAND, "bottom"))
+        test_ids = [*instance.FAIL_TO_PASS, *instance.PASS_TO_PASS]
+        probes.append(Probe(TEST_EDIT, swe_test_edit_command(test_ids), "bottom"))
         probes.extend(Probe(name, adversary_command(name), "bottom") for name in SWE_ADVERSARIES)
         targets.append(AuditTarget(task, tuple(probes), f"{path}#{instance.instance_id}"))
     return targets
@@ -361,7 +367,7 @@ def find_verdict(task: TaskSpec, near: Path) -> TaskAudit | None:
 def probe_names(report: AuditReport) -> list[str]:
     """The report's probe columns: oracle, no-op, then adversaries in their built-in order."""
     seen = {r.probe for t in report.tasks for r in t.probes}
-    order = [ORACLE, NOOP, *ADVERSARIES]
+    order = [ORACLE, NOOP, TEST_EDIT, *ADVERSARIES]
     return [n for n in order if n in seen] + sorted(seen - set(order))
 
 

@@ -20,7 +20,7 @@ from polar.app.cli import app
 from polar.client.sdk import PolarClient
 from polar.settings import get_settings
 from polar.tasks.adversaries import adversary_command
-from polar.tasks.audit import AUDIT_FILE, NOOP, ORACLE, TaskAudit
+from polar.tasks.audit import AUDIT_FILE, NOOP, ORACLE, TEST_EDIT, TaskAudit
 from polar.tasks.harbor import load_harbor_tasks
 from polar.tasks.spec import HarnessSpec
 from tests.support.paths import REPO
@@ -104,7 +104,8 @@ async def test_harbor_audit_flags_exactly_the_hackable_tasks(
 async def test_swebench_audit(
     polar: PolarClient, docker_image: str, swe_dir: Path, tmp_path: Path
 ) -> None:
-    """Gold patch 1, empty patch 0, test-edit patch 0 on every bundled instance."""
+    """Gold patch 1, empty patch 0, test-edit patch 0 (and tamper-tests 0) on every bundled
+    instance."""
     env = settings_env(polar.settings)
     report_file = tmp_path / "swe-audit.json"
     dataset = swe_dir / "instances.jsonl"  # its sibling repos/ is the default source root
@@ -115,7 +116,8 @@ async def test_swebench_audit(
     by_task = audits(report_file)
     assert len(by_task) == 3
     for task_id, audit in by_task.items():
-        assert rewards(audit) == {ORACLE: 1.0, NOOP: 0.0, "tamper-tests": 0.0}, (task_id, audit)
+        expected = {ORACLE: 1.0, NOOP: 0.0, TEST_EDIT: 0.0, "tamper-tests": 0.0}
+        assert rewards(audit) == expected, (task_id, audit)
         assert audit.verdict == "sound"
     assert (swe_dir / AUDIT_FILE).is_file()
 

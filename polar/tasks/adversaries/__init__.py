@@ -8,6 +8,7 @@ programs attack a Harbor task, a TaskSpec or a SWE-bench instance.
 
 from __future__ import annotations
 
+import re
 import secrets
 from importlib import resources
 from pathlib import Path
@@ -91,3 +92,54 @@ def patch_command(patch: str) -> str:
     """The harness command that applies a unified diff to the workspace (`git apply`)."""
     delimiter, body = _heredoc(patch, "POLAR_PATCH")
     return f"git apply <<'{delimiter}'\n{body}{delimiter}\n"
+
+
+PASS_ALL_CONFTEST = """import pytest
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    outcome.get_result().outcome = "passed"
+"""
+"""A conftest.py that reports every test as passed (as tamper-tests.sh writes it)."""
+
+
+def _stub_module(tests: dict[str | None, dict[str, list[str]]]) -> str:
+    """Python source with a passing test under each name: `{class or None: {name: [ids]}}`."""
+    lines = ["import pytest", ""]
+    for cls, names in tests.items():
+        indent = "    " if cls else ""
+        if cls:
+            lines += ["", f"class {cls}:"]
+        for name, params in names.items():
+            if params:
+                lines.append(f"{indent}@pytest.mark.parametrize('_p', {params!r}, ids={params!r})")
+            args = ", ".join([*(["self"] if cls else []), *(["_p"] if params else [])])
+            lines += [f"{indent}def {name}({args}):", f"{indent}    pass", ""]
+    return "\n".join(lines) + "\n"
+
+
+def swe_test_edit_command(test_ids: list[str]) -> str:
+    """The harness command of SWE-bench's test-edit patch: every test file the instance's test
+    ids name (re)written with a passing test under each id (`path::[Class::]name[param]`),
+    and a pass-everything conftest.py at the root."""
+    files: dict[str, dict[str | None, dict[str, list[str]]]] = {}
+    for test_id in test_ids:
+        path, _, rest = test_id.partition("::")
+        parts = rest.split("::") if rest else []
+        match = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)(?:\[(.*)\])?", parts[-1]) if parts else None
+        if not path.endswith(".py") or match is None or len(parts) > 2:
+            continue  # not a pytest id this can stand in for
+        cls = parts[0] if len(parts) == 2 else None
+        params = files.setdefault(path, {}).setdefault(cls, {}).setdefault(match.group(1), [])
+        if match.group(2) is not None:
+            params.append(match.group(2))
+    lines = []
+    for path, tests in {**files, "conftest.py": {}}.items():
+        text = PASS_ALL_CONFTEST if path == "conftest.py" else _stub_module(tests)
+        delimiter, body = _heredoc(text, "POLAR_TEST_EDIT")
+        quoted = "'" + path.replace("'", "'\\''") + "'"
+        lines.append(f'mkdir -p "$(dirname {quoted})"')
+        lines.append(f"cat > {quoted} <<'{delimiter}'\n{body}{delimiter}")
+    return "\n".join(lines) + "\n"

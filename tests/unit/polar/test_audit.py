@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from polar.tasks.adversaries import (
     describe,
     oracle_command,
     patch_command,
+    swe_test_edit_command,
 )
 from polar.tasks.audit import (
     AUDIT_FILE,
@@ -134,6 +136,28 @@ def test_patch_command_applies_a_diff(tmp_path: Path) -> None:
     (tmp_path / "a.py").write_text("x = 1\n")
     run(patch_command("--- a/a.py\n+++ b/a.py\n@@ -1 +1 @@\n-x = 1\n+x = 2\n"), tmp_path)
     assert (tmp_path / "a.py").read_text() == "x = 2\n"
+
+
+def test_test_edit_makes_each_named_test_pass(tmp_path: Path) -> None:
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_a.py").write_text("def test_x():\n    assert False\n")
+    ids = [
+        "tests/test_a.py::test_x",
+        "tests/test_a.py::test_p[1-a]",
+        "tests/test_a.py::test_p[2]",
+        "tests/test_a.py::TestC::test_y",
+        "tests/new/test_b.py::test_z",  # a file the test patch adds
+    ]
+    run(swe_test_edit_command([*ids, "not-a-test-id", "x.py::A::B::c"]), tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-rA", "-p", "no:cacheprovider", *ids],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("PASSED ") == len(ids), proc.stdout
+    assert "pytest_runtest_makereport" in (tmp_path / "conftest.py").read_text()
 
 
 def _task(instruction: str = "do it") -> TaskSpec:
