@@ -160,9 +160,11 @@ class Placement:
             return False
         return True
 
-    def give_up(self) -> None:
+    def give_up(self) -> bool:
         """Leave a lost host's runtimes behind: a release sent to its queue (not awaited) runs
-        if the host comes back while the session lives; its sweep removes them otherwise."""
+        if the host comes back while the session lives; its sweep removes them otherwise.
+        Whether the session may be prepared again elsewhere (fewer than `max_attempts`
+        placements so far); if not, teardown only closes the session."""
         if self.prewarm is not None and not self.prewarm.done():
             self.prewarm.cancel()
         if self.runtime is not None and self.host is not None:
@@ -172,10 +174,10 @@ class Placement:
             release = stages.RELEASE_RUNTIME
             for handle in (self.runtime, eval_handle):
                 self.calls.start_on(release, handle, self.host.of(release.pool))
-
-    def forget(self) -> None:
-        """Nothing left to release but the session itself (its host is lost for good)."""
+        if self.placements < self.spec.task.timeouts.max_attempts:
+            return True
         self.runtime = self.prewarm = None
+        return False
 
     def release_early(self) -> None:
         """Start releasing the session's runtime and its evaluator's (prewarm done: the

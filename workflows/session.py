@@ -121,8 +121,7 @@ class Session:
                 # the next placement's result carries these on (pydantic copied the lists)
                 hosts, warnings = result.hosts, result.warnings
                 warnings.append(f"host {lost.host_id} lost ({lost.detail})")
-                placement.give_up()
-                if placement.placements < spec.task.timeouts.max_attempts:
+                if placement.give_up():
                     workflow.logger.warning(
                         "session %s: %s; preparing it again elsewhere",
                         spec.session_id,
@@ -131,7 +130,6 @@ class Session:
                     continue
                 result.status = SessionStatus.ERROR
                 result.error = f"{lost.stage}: host {lost.host_id} lost ({lost.detail})"
-                placement.forget()  # only the session is closed
                 break
             except ActivityError as exc:
                 if is_cancelled_exception(exc):

@@ -49,7 +49,7 @@ from polar.records import SessionStatus
 from polar.tasks.spec import TaskSpec
 from polar.temporal_client import connect
 from tests.support.polling import wait_for
-from workflows.queues import Queues
+from workflows.queues import HostQueues, Queues, host_queue_prefix
 from workflows.rollout_task import RolloutTask, SessionBatch
 from workflows.session import Session
 
@@ -206,12 +206,16 @@ async def client(devstack: DevStack) -> Client:
 
 @asynccontextmanager
 async def serving(
-    client: Client, stubs: Stubs, fresh_runtime: frozenset[str] = frozenset({"command"})
+    client: Client,
+    stubs: Stubs,
+    fresh_runtime: frozenset[str] = frozenset({"command"}),
+    hosts: tuple[str, ...] = (),
 ) -> AsyncIterator[str]:
     """The real workflows and `stubs` on a fresh task queue (every stub on every stage
-    queue, so a stage moved to another pool still finds its stub); yields the queue. The
-    evaluator kinds in `fresh_runtime` grade in a fresh runtime, as `polar worker` declares
-    its evaluators' (here: the `command` evaluator's, as activities/evaluators says)."""
+    queue, so a stage moved to another pool still finds its stub), and on the probe and
+    stage queues of each host id in `hosts`; yields the queue. The evaluator kinds in
+    `fresh_runtime` grade in a fresh runtime, as `polar worker` declares its evaluators'
+    (here: the `command` evaluator's, as activities/evaluators says)."""
     queue = f"branches-{uuid.uuid4().hex[:10]}"
     queues = Queues.for_workflow_queue(queue)
     RolloutTask.declare_evaluators(fresh_runtime)
@@ -224,7 +228,11 @@ async def serving(
                 workflow_runner=workflow_runner(),
             )
         )
-        for stage_queue in (queues.init, queues.run, queues.postrun):
+        host_queues = [HostQueues.for_host(queue, host) for host in hosts]
+        for stage_queue in (
+            *(queues.init, queues.run, queues.postrun),
+            *(q for h in host_queues for q in (h.probe, h.init, h.run, h.postrun)),
+        ):
             await stack.enter_async_context(
                 Worker(client, task_queue=stage_queue, activities=stubs.all())
             )
@@ -246,14 +254,16 @@ def task_spec(name: str, **extra: Any) -> TaskSpec:
     )
 
 
-async def run_task(client: Client, queue: str, spec: TaskSpec) -> TaskResult:
+async def run_task(
+    client: Client, queue: str, spec: TaskSpec, limit: timedelta | None = None
+) -> TaskResult:
     return await client.execute_workflow(
         "RolloutTask",
         spec.model_dump(mode="json"),
         id=spec.task_id,
         task_queue=queue,
         result_type=TaskResult,
-        execution_timeout=_LIMIT,
+        execution_timeout=limit or _LIMIT,
     )
 
 
@@ -299,6 +309,43 @@ async def test_an_evaluator_declaring_no_fresh_runtime_gets_none_prepared(
     assert evaluate[1].eval_runtime is None
     first = started.events[0].workflow_execution_started_event_attributes
     assert b'"fresh_eval_runtime":false' in first.input.payloads[0].data.replace(b" ", b"")
+
+
+async def test_a_silent_host_is_given_up_and_the_session_placed_again_elsewhere(
+    client: Client,
+) -> None:
+    """The first placement lands on a host nobody serves: its run is not started within
+    the host wait (60 s), the host's probe goes unanswered (10 s), its runtimes get a release
+    on its own queue, and the session is prepared again, on a live host, where it completes;
+    its second run records under attempts of its own. (About 75 s: the waits are real.)"""
+    stubs = Stubs()
+    async with serving(client, stubs, hosts=("here",)) as queue:
+        placements = iter(["gone", "here"])
+
+        async def on_a_host(request: PrepareRequest, attempt: int) -> RuntimeHandle:
+            host = next(placements)
+            prefix = host_queue_prefix(queue, host)
+            return _handle(request).model_copy(update={"host_id": host, "host_queue": prefix})
+
+        stubs.script["prepare_runtime"] = on_a_host
+        spec = task_spec("lost-host")
+        session = only_session(await run_task(client, queue, spec, timedelta(seconds=180)))
+        history = await client.get_workflow_handle(session.session_id).fetch_history()
+    assert session.status == SessionStatus.COMPLETED and session.reward == 1.0
+    assert session.hosts == ["gone", "here"]
+    assert [w for w in session.warnings if w.startswith("host gone lost (")], session.warnings
+    [run] = [request for name, request in stubs.requests if name == "run_harness"]
+    assert run.runtime.host_id == "here"
+    assert run.attempt_base == spec.timeouts.max_attempts  # the first placement's were its own
+    assert stubs.sessions_of("teardown") == {session.session_id, f"{session.session_id}-eval"}
+    scheduled = [
+        (a.activity_type.name, a.task_queue.name)
+        for a in (e.activity_task_scheduled_event_attributes for e in history.events)
+        if a.activity_type.name
+    ]
+    gone = HostQueues.for_host(queue, "gone")
+    assert ("host_alive", gone.probe) in scheduled
+    assert scheduled.count(("release_runtime", gone.init)) == 2  # the runtime and the eval's
 
 
 async def test_a_harness_out_of_budget_ends_timeout_and_is_still_built_and_scored(
