@@ -29,12 +29,16 @@ import docker
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from activities.evaluators import EvaluationJob, get_evaluator  # noqa: E402
+from activities.evaluators.base import reap  # noqa: E402
+from activities.evaluators.baseline import record_baseline  # noqa: E402
+from activities.evaluators.fresh import eval_prepare_request, fresh_runtime  # noqa: E402
 from activities.runtimes.docker import DockerRuntime  # noqa: E402
 from polar.app.devstack import DevStack  # noqa: E402
+from polar.contracts import PrepareRequest  # noqa: E402
 from polar.settings import get_settings  # noqa: E402
 from polar.tasks.harbor import load_harbor_tasks, read_harbor_task  # noqa: E402
 from polar.tasks.harbor_images import ensure_image  # noqa: E402
-from tests.support.eval_runtimes import grade, prepare_session, run_harness  # noqa: E402
 
 EXAMPLES = REPO / "examples" / "harbor"
 SOUND = ("hello-file", "fix-add", "csv-sum")
@@ -51,11 +55,18 @@ async def one(name: str, runtime: DockerRuntime, client: docker.DockerClient) ->
     started = time.monotonic()
     cached = ensure_image(task, client)
     cached_s = time.monotonic() - started
-    handle = await prepare_session(runtime, spec.runtime, None, f"bench-{name}")
+    sid = f"bench-{name}"
+    prepare = PrepareRequest(session_id=sid, task_id=sid, runtime=spec.runtime)
+    handle = await record_baseline(runtime, await runtime.prepare(prepare))
     try:
-        await run_harness(runtime, handle, (EXAMPLES / name / "solution" / "solve.sh").read_text())
-        started = time.monotonic()
-        evaluation = await grade(runtime, spec.runtime, None, handle, spec.evaluator)
+        solve = (EXAMPLES / name / "solution" / "solve.sh").read_text()
+        await runtime.run(handle, solve, env={}, log_name="oracle", timeout_s=120)
+        await reap(runtime, handle)
+        started = time.monotonic()  # as `evaluate` without a prewarm: a cold fresh runtime
+        request = eval_prepare_request(sid, sid, None, spec.runtime, "docker", spec.evaluator)
+        async with fresh_runtime(runtime, request) as eval_handle:
+            job = EvaluationJob(runtime, handle, runtime, eval_handle, spec.evaluator, 300)
+            evaluation = await get_evaluator("harbor").evaluate(job)
         grade_s = time.monotonic() - started
     finally:
         await runtime.teardown(handle)
