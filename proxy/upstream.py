@@ -31,13 +31,14 @@ from polar.providers import CONTEXT_CODE, APIError, ContextOverflow
 from polar.records import SampledChoice
 from polar.session_keys import SessionIdentity
 from polar.settings import Settings
-from proxy.pools import PoolSpec
+from proxy.pools import POOL_KINDS, PoolSpec
 from proxy.routing import Router
 
 log = logging.getLogger("polar.gateway")
 
 KINDS = ("vllm", "sglang")
-POOL_KINDS = (*KINDS, "openai")
+"""The policy's upstream kinds (training fields asked for); a pool may also be `openai`
+(proxy/pools.py `POOL_KINDS`)."""
 JSON_HEADERS = {"content-type": "application/json"}
 ROUTING_HEADER = "x-session-id"
 """carries a call's routing key upstream, for a router in front of the servers"""
