@@ -85,20 +85,18 @@ async def test_harbor_audit_flags_exactly_the_hackable_tasks(
     refused = await asyncio.to_thread(invoke, ["submit", "--strict", str(task_file)], env)
     assert refused.exit_code == 3, refused.output
     assert "refused (--strict)" in refused.output and "empty-files scored 1" in refused.output
-    warned = await asyncio.to_thread(invoke, ["submit", "--no-wait", str(task_file)], env)
+    # submitted and followed in the CLI: the session is graded while the CLI's settings hold
+    # (the suite's worker is in this process)
+    warned = await asyncio.to_thread(invoke, ["submit", str(task_file)], env)
     assert warned.exit_code == 0, warned.output
     assert "warning: task polar__hackable-filename-only was flagged" in warned.output
-    workflow_id = warned.output.strip().splitlines()[-1]
-    (session,) = (await polar.wait(workflow_id, timeout_s=300)).sessions
-    assert session.reward == 0.0, session  # submitted as is: the no-op harness scored 0
+    assert "mean reward: 0.000" in warned.output  # submitted as is: the no-op harness scored 0
     (sound,) = load_harbor_tasks(dataset / "hello-file")
     sound_file = dataset / "sound.json"
     sound_file.write_text(sound.model_copy(update={"harness": noop.harness}).model_dump_json())
-    accepted = await asyncio.to_thread(
-        invoke, ["submit", "--strict", "--no-wait", str(sound_file)], env
-    )
+    accepted = await asyncio.to_thread(invoke, ["submit", "--strict", str(sound_file)], env)
     assert accepted.exit_code == 0 and "warning" not in accepted.output, accepted.output
-    await polar.wait(accepted.output.strip().splitlines()[-1], timeout_s=300)
+    assert "mean reward: 0.000" in accepted.output
 
 
 async def test_swebench_audit(
