@@ -13,7 +13,11 @@ With `metrics_port` set, a worker serves `GET /metrics` on
   schedule-to-start latencies, activity/workflow task counts), which the
   Temporal core exports through `Runtime(telemetry=TelemetryConfig(metrics=
   PrometheusConfig(...)))` on an internal loopback port and which are appended
-  to each scrape, so one scrape target covers both.
+  to each scrape, so one scrape target covers both;
+* among them, the sessions this worker's Session workflows ended, by outcome
+  class (polar/outcomes.py: `ok`, `policy_failure`, `timeout`, `infra_error`,
+  `task_error`) and infra reason (`polar_session_outcomes`, the workflow's
+  metric meter: workflows/session.py).
 
 The activity interceptor also puts the session and task ids of the running
 activity into the log context (`polar.logs`), so every log line of a stage is

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from temporalio import workflow
 from temporalio.exceptions import (
     ActivityError,
+    ApplicationError,
     TimeoutError,
     TimeoutType,
     is_cancelled_exception,
@@ -179,6 +180,29 @@ class Placement:
         self.runtime = self.prewarm = None
         return False
 
+    async def renew(self) -> list[str]:
+        """Give this placement's runtimes up for a fresh one: the session's run ended
+        `infra_error` on them (polar/outcomes.py). Each is released (`release_runtime`: the
+        session stays open for its next run) and awaited, since the next runtime has the same
+        id and may land on the same host; what could not be released, as warnings."""
+        notes: list[str] = []
+        if self.runtime is not None:
+            release = stages.RELEASE_RUNTIME
+            queue = self.calls.queue(release, self.host)
+            handles = [self.runtime]
+            if self.prewarm is not None:
+                handles.append(await self._eval_handle(self.prewarm))
+            wait = self.calls.host_wait if self.host is not None else None
+            for handle in handles:
+                try:
+                    await self.calls.start_on(release, handle, queue, schedule_to_start=wait)
+                except ActivityError as exc:
+                    if is_cancelled_exception(exc):
+                        raise
+                    notes.append(f"release of {handle.session_id} failed: {error_text(exc)}")
+        self.runtime, self.prewarm, self.releases = None, None, []
+        return notes
+
     def release_early(self) -> None:
         """Start releasing the session's runtime and its evaluator's (prewarm done: the
         evaluator has run) now, side by side; `release` awaits them. Build and score only
@@ -279,6 +303,17 @@ def error_text(exc: BaseException) -> str:
     while exc.__cause__ is not None:
         exc = exc.__cause__
     return f"{type(exc).__name__}: {exc}"
+
+
+def error_type(exc: ActivityError) -> str:
+    """The failed activity's error type: its ApplicationError's type (the exception's class
+    name, or a Polar type such as `RuntimeUnfit`), else the kind of timeout."""
+    cause = exc.cause
+    if isinstance(cause, ApplicationError) and cause.type:
+        return cause.type
+    if isinstance(cause, TimeoutError):
+        return f"Timeout{cause.type.name.title().replace('_', '')}" if cause.type else "Timeout"
+    return type(cause).__name__ if cause is not None else "ActivityError"
 
 
 def _silence(exc: ActivityError) -> TimeoutType | None:

@@ -17,6 +17,12 @@ as nothing needs them (after the run without an evaluator, else after evaluate, 
 stages that only touch S3) and, when the host is lost, giving it up so the session is
 prepared again elsewhere (its run attempts numbered on, so its records stay apart), up to
 `max_attempts` placements, else the session ends `error` naming the lost host.
+Every result carries its outcome class (polar/outcomes.py, from what the stages report:
+the harness's started marker, the gateway's unserved calls, the failing stage's error
+type), upserted as `PolarOutcome` and counted by the worker's metric meter. A run (or a
+prepare) that ends `infra_error` is run again on a fresh runtime under the task's
+`infra_errors` rule (`renew`: its runtimes released, the session left open); an
+`infra_error` session's grade is withheld: no reward, never 0.
 Activities are referenced by name only; all I/O lives in `activities/`.
 """
 
@@ -50,15 +56,20 @@ with workflow.unsafe.imports_passed_through():
         SessionSpec,
         Stage,
     )
+    from polar.outcomes import HOST_LOST
     from polar.records import SessionStatus
     from workflows import stages
     from workflows.inputs import parse_input
-    from workflows.placement import HostLost, Placement, error_text
+    from workflows.placement import HostLost, Placement, error_text, error_type
     from workflows.stage_calls import StageCalls
 
 # the long stages, whose PolarStage is worth a visibility update; the others' stage goes out
 # with the next of these (and the status and reward with the stage `done`)
 UPSERTED_STAGES = frozenset({Stage.PREPARE, Stage.RUN, Stage.EVALUATE})
+
+OUTCOMES_METRIC = "polar_session_outcomes"
+"""Sessions ended, by outcome class and infra reason: a counter of the workflow's metric meter,
+in the worker's Temporal metrics (activities/observability.py serves them)."""
 
 HARNESS_STATUS = {
     "completed": SessionStatus.COMPLETED,
@@ -104,6 +115,7 @@ class Session:
         placement = Placement(self._calls, spec)
         hosts: list[str] = []
         warnings: list[str] = []
+        infra_attempts: list[str] = []
         while True:
             result = SessionResult(
                 session_id=spec.session_id,
@@ -113,10 +125,17 @@ class Session:
                 harness=spec.task.harness.kind,
                 hosts=hosts,
                 warnings=warnings,
+                infra_attempts=infra_attempts,
             )
             try:
                 await self._stages(spec, result, placement)
                 break
+            except InfraFault:
+                # the next placement's result carries these on (pydantic copied the lists)
+                hosts, warnings = result.hosts, result.warnings
+                infra_attempts = result.infra_attempts
+                result.warnings.extend(await placement.renew())
+                continue
             except HostLost as lost:
                 # the next placement's result carries these on (pydantic copied the lists)
                 hosts, warnings = result.hosts, result.warnings
@@ -130,12 +149,19 @@ class Session:
                     continue
                 result.status = SessionStatus.ERROR
                 result.error = f"{lost.stage}: host {lost.host_id} lost ({lost.detail})"
+                result.error_type, result.error_stage = HOST_LOST, self._current.value
                 break
             except ActivityError as exc:
                 if is_cancelled_exception(exc):
                     return await self._cancelled(result, placement)
                 result.status = SessionStatus.ERROR
                 result.error = f"{self._current.value}: {error_text(exc)}"
+                result.error_type, result.error_stage = error_type(exc), self._current.value
+                if self._current == Stage.PREPARE and self._retry_infra(spec, result):
+                    hosts, warnings = result.hosts, result.warnings
+                    infra_attempts = result.infra_attempts
+                    result.warnings.extend(await placement.renew())
+                    continue
                 break
             except asyncio.CancelledError:
                 return await self._cancelled(result, placement)
@@ -150,6 +176,8 @@ class Session:
         evaluated = spec.task.evaluator.kind != "none"
         runtime = await self._prepare(spec, result, placement)
         harness = await self._run(spec, result, placement, runtime)
+        if self._retry_infra(spec, result):
+            raise InfraFault  # run again on a fresh runtime; nothing of this one is built
         if not evaluated:
             placement.release_early()
             if _recorded_nothing(harness):
@@ -208,6 +236,8 @@ class Session:
             harness = await placement.on_host(stages.RUN_HARNESS, request)
             result.status = HARNESS_STATUS[harness.status]
             result.harness_exit_code = harness.exit_code
+            result.harness_started = harness.harness_started
+            result.unserved_calls = harness.unserved_calls
         except ActivityError as exc:
             if is_cancelled_exception(exc):
                 raise
@@ -216,6 +246,7 @@ class Session:
             )
             result.status = SessionStatus.TIMEOUT if timed_out else SessionStatus.ERROR
             result.error = f"run_harness: {error_text(exc)}"
+            result.error_type, result.error_stage = error_type(exc), Stage.RUN.value
         self._lap(result, Stage.RUN)
         self._stop_if_cancelled()
         return harness
@@ -275,10 +306,13 @@ class Session:
 
         evaluation = await placement.on_host(stages.EVALUATE, request)
         result.evaluation = evaluation.detail
-        withheld = result.status == SessionStatus.ERROR
+        outcome = result.outcome
+        infra = outcome is not None and outcome.is_infra
+        withheld = result.status == SessionStatus.ERROR or infra
         if withheld:
+            why = outcome.label if outcome is not None else "error"
             result.warnings.append(
-                f"reward {evaluation.reward} withheld: the run stage ended in error, "
+                f"reward {evaluation.reward} withheld: the run ended {why}, "
                 "so the grade is no verdict on the policy"
             )
         else:
@@ -337,7 +371,32 @@ class Session:
         updates: list[SearchAttributeUpdate[Any]] = [sa.STATUS.value_set(result.status.value)]
         if result.reward is not None:
             updates.append(sa.REWARD.value_set(result.reward))
+        outcome = result.outcome
+        if outcome is not None:
+            updates.append(sa.OUTCOME.value_set(sa.outcome_values(outcome)))
+            workflow.metric_meter().create_counter(
+                OUTCOMES_METRIC, "Sessions ended, by outcome class and infra reason"
+            ).add(1, {"outcome": outcome.outcome.value, "reason": outcome.reason or ""})
         self._pending_upserts = updates  # sent with the stage `done`
+
+    @staticmethod
+    def _retry_infra(spec: SessionSpec, result: SessionResult) -> bool:
+        """Whether the placement that just ended `infra_error` is run again on fresh ground:
+        the task's `infra_errors.group` is `wait` and fewer than `retries` runs were given up
+        for it so far. If so, it is noted in `result.infra_attempts`."""
+        outcome = result.outcome
+        rule = spec.task.infra_errors
+        if outcome is None or not outcome.is_infra or rule.group != "wait":
+            return False
+        if len(result.infra_attempts) >= rule.retries:
+            return False
+        result.infra_attempts.append(f"{outcome.label}: {outcome.detail}")
+        workflow.logger.warning(
+            "session %s: %s; running it again on a fresh runtime",
+            spec.session_id,
+            result.infra_attempts[-1],
+        )
+        return True
 
     def _lap(self, result: SessionResult, stage: Stage) -> None:
         now = workflow.time()
@@ -351,3 +410,7 @@ class Session:
         it sees the cancel hands the workflow its result and the cancel is spent."""
         if workflow.cancellation_reason() is not None:
             raise asyncio.CancelledError("session cancelled between stages")
+
+
+class InfraFault(Exception):
+    """The placement's run ended `infra_error` and is run again on a fresh runtime."""
