@@ -70,6 +70,12 @@ async def test_worker_metrics_endpoint_after_a_real_task(
         key = ("polar_stage_seconds_count", (("stage", stage), ("status", "ok")))
         assert samples[key] == count, stage
     assert samples[("polar_stage_in_progress", (("stage", "run_harness"),))] == 0
+    # the sessions' outcome classes, from the Session workflows' metric meter (issue 22)
+    outcomes = {k: v for k, v in samples.items() if "polar_session_outcomes" in k[0]}
+    assert list(outcomes.values()) == [2], outcomes
+    [(name, labels)] = outcomes
+    assert name == "polar_session_outcomes_total"
+    assert (dict(labels)["outcome"], dict(labels)["reason"]) == ("ok", "")
     temporal = {name for name, _ in samples if name.startswith("temporal_")}
     assert any("activity" in n for n in temporal), sorted(temporal)[:20]
     assert any("workflow" in n for n in temporal), sorted(temporal)[:20]
