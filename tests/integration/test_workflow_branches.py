@@ -434,7 +434,10 @@ async def test_a_stage_past_its_timeout_is_retried_then_the_session_errors_namin
 
     stubs = Stubs(script={"prepare_runtime": too_slow})
     spec = task_spec(
-        "slow-prepare", timeouts={"prepare_s": 1, "heartbeat_s": 30, "max_attempts": 2}
+        "slow-prepare",
+        timeouts={"prepare_s": 1, "heartbeat_s": 30, "max_attempts": 2},
+        # the stage's own retries only: no second run on fresh ground (test_infra_retry.py)
+        infra_errors={"group": "shrink"},
     )
     async with serving(client, stubs) as queue:
         session = only_session(await run_task(client, queue, spec))
