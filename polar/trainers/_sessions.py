@@ -57,7 +57,7 @@ def absent_reason(session: SessionResult) -> str:
     if session.status not in GRADED:
         return f"status {session.status.value}"
     if not is_verdict(session) and session.outcome is not None:
-        return f"{session.outcome.label}: {session.outcome.detail}"
+        return session.outcome.label  # e.g. infra_error:inference_backend (a counter's key)
     if session.reward is None:
         return "no reward"
     return "no traces"

@@ -75,7 +75,14 @@ from polar.contracts import SessionResult, TaskResult
 from polar.records import Trace
 from polar.settings import Settings, get_settings
 from polar.tasks.spec import TaskSpec
-from polar.trainers._sessions import absent_reason, chains, last_user_text, task_with, trainable
+from polar.trainers._sessions import (
+    absent_reason,
+    chains,
+    last_user_text,
+    left_out,
+    task_with,
+    trainable,
+)
 from polar.trainers.weights import InPlaceReload, write_safetensors
 
 log = logging.getLogger("polar.trainers.trl")
@@ -120,6 +127,9 @@ class GroupRun:
     workflow_id: str
     result: TaskResult
     sessions: list[tuple[SessionResult, list[Trace]]] = field(default_factory=list)
+    left_out: dict[str, str] = field(default_factory=dict)
+    """Why a session does not train (`_sessions.left_out`: its own state, or its group
+    dropped by the task's `infra_errors.group` rule), by session id."""
 
 
 @dataclass
@@ -268,10 +278,13 @@ class PolarRolloutFunc:
             *(polar.wait(run, timeout_s=self.timeout_s) for run in runs)
         )
         out = []
+        rule = self.template.infra_errors.group
         for run, result in zip(runs, finished, strict=True):
             group = GroupRun(run.workflow_id, result)
+            why = left_out(result.sessions, rule)
+            group.left_out = {sid: reason for sid, reason in why.items() if reason is not None}
             for session in sorted(result.sessions, key=lambda s: s.index):
-                if trainable(session):
+                if why[session.session_id] is None:
                     traces = await asyncio.to_thread(polar.load_traces, session)
                 else:
                     traces = []
@@ -332,7 +345,9 @@ class PolarRolloutFunc:
                     self.stats.chains_left_out += len(rest)
                     self.stats.tokens_left_out += sum(sum(t.loss_mask) for t in rest)
                 else:
-                    reason = absent_reason(session) if not trainable(session) else "no traces"
+                    reason = group.left_out.get(session.session_id) or (
+                        absent_reason(session) if not trainable(session) else "no traces"
+                    )
                     self.stats.unscored_rows += 1
                     self.stats.unscored_reasons[reason] += 1
                     self._add(rows, **self._filler(trainer, session, group, filler_prompt))

@@ -76,10 +76,10 @@ def test_the_trainer_bridges_never_train_an_infra_error() -> None:
     ok, wrong, starved = results()
     assert trainable(ok) and trainable(wrong)
     assert not trainable(starved)  # a graded status and a reward, but the stack failed it
-    assert absent_reason(starved).startswith("infra_error:inference_backend: the harness ended")
+    assert absent_reason(starved) == "infra_error:inference_backend"
     never_started = session("x", SessionStatus.HARNESS_FAILED, 0.0, harness_started=False)
     assert not trainable(never_started)
-    assert absent_reason(never_started).startswith("infra_error:sandbox_start")
+    assert absent_reason(never_started) == "infra_error:sandbox_start"
     assert left_out(results(), "shrink") == {
         "ok": None,
         "wrong": None,
