@@ -10,6 +10,8 @@ from polar.client.export import collect_workflow
 from polar.contracts import SessionResult, TaskResult
 from polar.records import SessionStatus, Trace
 from polar.trainers._sessions import absent_reason, left_out, trainable
+from polar.trainers.trl import GroupRun, PolarRolloutFunc
+from tests.unit.polar import test_trainers_trl as trl_tests
 from tests.unit.polar.test_builders_rewards import scored_group
 
 # the harness of "starved" failed after 4 calls the gateway could not serve (a dead replica):
@@ -117,3 +119,26 @@ async def test_an_export_leaves_infra_error_sessions_out() -> None:
     assert polar.loaded == ["ok", "wrong"]  # starved's traces are never read
     assert set(collected.rewards) == {"ok", "wrong"}
     assert collected.source["left_out"]["starved"].startswith("infra_error:inference_backend")
+
+
+def test_the_trl_bridge_masks_an_infra_error_and_names_a_dropped_group() -> None:
+    rollout = PolarRolloutFunc(trl_tests.TEMPLATE, prefetch=False)
+    ok = trl_tests.session("s0", 0, SessionStatus.COMPLETED, 1.0)
+    starved = trl_tests.session("s1", 1, SessionStatus.HARNESS_FAILED, 0.0)
+    starved.harness_started, starved.unserved_calls = True, 2
+    group = GroupRun("wf", TaskResult(task_id="digits-1", sessions=[ok, starved]))
+    group.sessions = [
+        (ok, [trl_tests.trace("t0", "s0", 0, 100)]),
+        (starved, [trl_tests.trace("t1", "s1", 0, 200)]),  # traces, a 0: never trained
+    ]
+    rows = rollout.rows([group], trl_tests.fake_trainer())
+    assert rows["polar_trace_id"] == ["t0", None]
+    assert rows["polar_reward"] == [1.0, None]
+    assert rollout.stats.unscored_reasons == {"infra_error:inference_backend": 1}
+    # under `drop`, the group's other session is left out by name too
+    dropped = GroupRun("wf", group.result, [(ok, []), (starved, [])])
+    dropped.left_out = {k: v for k, v in left_out([ok, starved], "drop").items() if v}
+    rollout.rows([dropped], trl_tests.fake_trainer())
+    reasons = rollout.stats.unscored_reasons
+    assert reasons["infra_error:inference_backend"] == 2
+    assert [r for r in reasons if r.startswith("group dropped")] != []
