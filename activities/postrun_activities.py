@@ -136,6 +136,7 @@ class PostrunActivities(PoolActivities):
                         request.evaluator,
                         timeout_s=request.budget_s,
                         traces=traces,
+                        settings=self.settings,
                     )
                     evaluation, logs = await self._graded(evaluator, job)
         except PrepareFailed as exc:  # the task's prepare actions or the instance's install
@@ -205,6 +206,7 @@ class PostrunActivities(PoolActivities):
                 # the budget covers preparing the fresh runtime too
                 timeout_s=max(1.0, request.budget_s - (time.monotonic() - started)),
                 traces=traces,
+                settings=self.settings,
             )
             return await self._graded(evaluator, job)
 

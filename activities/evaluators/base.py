@@ -11,7 +11,7 @@ from activities.runtimes.base import Runtime
 from polar import safe_files
 from polar.contracts import RuntimeHandle
 from polar.evaluation_reports import EvaluationReport
-from polar.settings import get_settings
+from polar.settings import Settings, get_settings
 from polar.tasks.spec import EvaluatorSpec
 
 Tick = Callable[[float], Awaitable[None] | None] | None
@@ -60,6 +60,8 @@ class EvaluationJob:
     timeout_s: float
     traces: bytes | None = None
     on_tick: Tick = None
+    settings: Settings = field(default_factory=get_settings)
+    """The grading worker's settings (source roots, data dir, limits)."""
 
     def fresh(self) -> tuple[Runtime, RuntimeHandle]:
         """The evaluator's fresh runtime and handle (an evaluator that declares it needs one

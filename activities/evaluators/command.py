@@ -52,7 +52,6 @@ from activities.runtimes.base import Runtime
 from polar import safe_files
 from polar.contracts import RuntimeHandle
 from polar.evaluation_reports import Baselines, CommandReport, EvaluationReport
-from polar.settings import get_settings
 from polar.tasks.spec import EvaluatorSpec
 
 __all__ = ["CommandEvaluator", "Evaluation", "InvalidRewardFile", "evaluate_command"]
@@ -256,7 +255,7 @@ class CommandEvaluator:
         """The command's stdout and stderr (empty where it never ran), then the
         reward_command's where it ran."""
         eval_runtime, eval_handle = job.fresh()
-        limit = get_settings().max_log_bytes
+        limit = job.settings.max_log_bytes
         logs = {
             path.name: safe_files.read_log_file(path, limit=limit)
             for path in eval_runtime.log_paths(eval_handle, LOG_NAME)

@@ -40,7 +40,7 @@ from activities.evaluators.protected import PROTECTED
 from polar import safe_files
 from polar.evaluation_reports import Baselines, EvaluationReport, HarborReport
 from polar.host_paths import outside_roots, resolved_problem, source_roots
-from polar.settings import get_settings
+from polar.settings import Settings
 from polar.tasks.spec import HarborVerifierSpec
 
 __all__ = ["HarborEvaluator", "parse_reward"]
@@ -145,7 +145,7 @@ class HarborEvaluator:
                 "the task's image?)"
             )
         tests = Path(spec.tests_dir)
-        _check_tests_dir(tests)
+        _check_tests_dir(tests, job.settings)
         if not (tests / spec.test_script).is_file():
             raise EvaluatorError(f"harbor task {spec.task}: {tests / spec.test_script} is missing")
         changes = await carry_changes(
@@ -233,17 +233,16 @@ class HarborEvaluator:
     def logs(self, job: EvaluationJob, evaluation: Evaluation) -> dict[str, bytes]:
         """test.sh's stdout and stderr (empty where it never ran)."""
         runtime, handle = job.fresh()
-        limit = get_settings().max_log_bytes
+        limit = job.settings.max_log_bytes
         return {
             path.name: safe_files.read_log_file(path, limit=limit)
             for path in runtime.log_paths(handle, TEST_LOG)
         }
 
 
-def _check_tests_dir(path: Path) -> None:
+def _check_tests_dir(path: Path, settings: Settings) -> None:
     """The tests dir is a host path the worker reads: under a source root once resolved,
     never in the stack's data dir nor a system dir (as init_activities checks a source)."""
-    settings = get_settings()
     problem = resolved_problem(path) or outside_roots(path, source_roots(settings.source_roots))
     real, state = path.resolve(), Path(settings.data_dir).resolve()
     if problem is None and (real == state or real.is_relative_to(state)):
