@@ -236,16 +236,9 @@ class ScoreRequest(BaseModel):
     """Per-trace rewards the evaluator gave (trace id → reward); others follow the policy."""
 
 
-RewardRequest = ScoreRequest
-"""ScoreRequest's former name (the same model and payload), still imported by workflows/."""
-
-
 class ScoreResult(BaseModel):
     """What score_traces wrote: the rewards sidecar beside the traces, which stay as built
-    (polar/storage.py joins the two on reading).
-
-    Its JSON also decodes as a BuildResult (the stage table's former output type of
-    score_traces), and a stored BuildResult of score_traces decodes as a ScoreResult."""
+    (polar/storage.py joins the two on reading)."""
 
     traces_key: str
     rewards_key: str | None = None
@@ -255,8 +248,6 @@ class ScoreResult(BaseModel):
     num_response_tokens: int
     trace_bytes: int
     """The session's traces in S3: the traces object plus its rewards sidecar."""
-    num_completions: int = 0
-    """Always 0: scoring reads no completions (BuildResult requires the field)."""
 
 
 # ---------------------------------------------------------------- end of scoring

@@ -257,13 +257,6 @@ class Storage:
         self.put_bytes(key, encode_record(record.model_dump(mode="json")), CONTENT_TYPE)
         return key
 
-    async def put_completion_async(self, record: dict[str, Any]) -> str:
-        """Store a record given as its JSON dict (the gateway's hot path: no pydantic, no
-        thread); its key. The dict must validate as a CompletionRecord."""
-        key, data = self.encode_completion(record)
-        await self.put_encoded_async(key, data)
-        return key
-
     @staticmethod
     def encode_completion(record: dict[str, Any]) -> tuple[str, bytes]:
         """The key and stored bytes of a record given as its JSON dict (the gateway checks

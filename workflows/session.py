@@ -49,8 +49,8 @@ with workflow.unsafe.imports_passed_through():
         EvaluateResult,
         HarnessRequest,
         HarnessResult,
-        RewardRequest,
         RuntimeHandle,
+        ScoreRequest,
         SessionProgress,
         SessionResult,
         SessionSpec,
@@ -327,7 +327,7 @@ class Session:
         """score: the session's reward (and the evaluator's per-trace rewards) into its
         traces (shared queue: S3 only)."""
         self._enter(Stage.SCORE, f"scoring {build.num_traces} traces")
-        request = RewardRequest(
+        request = ScoreRequest(
             traces_key=build.traces_key,
             reward=result.reward,
             status=result.status,

@@ -35,8 +35,9 @@ from polar.contracts import (
     HarnessRequest,
     HarnessResult,
     PrepareRequest,
-    RewardRequest,
     RuntimeHandle,
+    ScoreRequest,
+    ScoreResult,
     SpecRef,
     Stage,
     TeardownResult,
@@ -177,8 +178,8 @@ EVALUATE = _stage(
 SCORE_TRACES = _stage(
     "score_traces",
     Stage.SCORE,
-    RewardRequest,
-    BuildResult,
+    ScoreRequest,
+    ScoreResult,
     Pool.POSTRUN,
     lambda t: t.build_s,
 )

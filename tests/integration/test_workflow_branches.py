@@ -39,8 +39,9 @@ from polar.contracts import (
     HarnessRequest,
     HarnessResult,
     PrepareRequest,
-    RewardRequest,
     RuntimeHandle,
+    ScoreRequest,
+    ScoreResult,
     SessionResult,
     TaskResult,
     TeardownResult,
@@ -137,10 +138,9 @@ class Stubs:
         return await self._answer("evaluate", request.session_id, request, graded)
 
     @activity.defn(name="score_traces")
-    async def score_traces(self, request: RewardRequest) -> BuildResult:
-        scored = BuildResult(
+    async def score_traces(self, request: ScoreRequest) -> ScoreResult:
+        scored = ScoreResult(
             traces_key=request.traces_key,
-            num_completions=2,
             num_traces=1,
             num_response_tokens=10,
             trace_bytes=120,

@@ -1,37 +1,15 @@
-"""score_traces' own request and result keep the payloads the workflow and its histories hold."""
+"""score_traces' own request and result: their payloads round-trip, and a result written
+before the rewards sidecar (no rewards_key) still reads."""
 
 from __future__ import annotations
 
-from polar.contracts import BuildResult, RewardRequest, ScoreRequest, ScoreResult
+from polar.contracts import ScoreRequest, ScoreResult
 from polar.records import SessionStatus
 
 
-def test_a_score_result_decodes_as_the_build_result_the_stage_table_expected() -> None:
-    scored = ScoreResult(
-        traces_key="sessions/s/traces/b.jsonl",
-        rewards_key="sessions/s/traces/b.rewards.json",
-        num_traces=3,
-        num_response_tokens=40,
-        trace_bytes=1234,
-    )
-    as_build = BuildResult.model_validate_json(scored.model_dump_json())
-    assert (as_build.traces_key, as_build.num_traces, as_build.trace_bytes) == (
-        "sessions/s/traces/b.jsonl",
-        3,
-        1234,
-    )
-    assert as_build.num_response_tokens == 40 and as_build.num_completions == 0
-
-
-def test_a_stored_build_result_of_score_traces_decodes_as_a_score_result() -> None:
-    stored = BuildResult(
-        traces_key="sessions/s/traces/b.jsonl",
-        num_completions=0,
-        num_traces=2,
-        num_response_tokens=7,
-        trace_bytes=99,
-        breaks={"prefix_mismatch": 1},
-    ).model_dump_json()
+def test_a_score_result_without_a_sidecar_reads_as_rewards_in_the_traces() -> None:
+    stored = '{"traces_key": "sessions/s/traces/b.jsonl", "num_traces": 2, '
+    stored += '"num_response_tokens": 7, "trace_bytes": 99}'
     scored = ScoreResult.model_validate_json(stored)
     assert (scored.traces_key, scored.num_traces, scored.trace_bytes) == (
         "sessions/s/traces/b.jsonl",
@@ -41,9 +19,16 @@ def test_a_stored_build_result_of_score_traces_decodes_as_a_score_result() -> No
     assert scored.rewards_key is None  # older code: the rewards are in the traces
 
 
-def test_the_request_keeps_its_former_name_and_payload() -> None:
-    assert RewardRequest is ScoreRequest
+def test_the_request_and_result_round_trip() -> None:
     request = ScoreRequest(
         traces_key="k", reward=None, status=SessionStatus.ERROR, trace_rewards={"t": 1.0}
     )
     assert ScoreRequest.model_validate_json(request.model_dump_json()) == request
+    result = ScoreResult(
+        traces_key="k",
+        rewards_key="k.rewards.json",
+        num_traces=1,
+        num_response_tokens=3,
+        trace_bytes=10,
+    )
+    assert ScoreResult.model_validate_json(result.model_dump_json()) == result
