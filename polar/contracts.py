@@ -17,7 +17,7 @@ from pydantic import (
 from temporalio.exceptions import ApplicationError
 
 from polar.ids import SessionId
-from polar.outcomes import SessionOutcome, classify, count_outcomes
+from polar.outcomes import TASK_ERRORS, SessionOutcome, classify, count_outcomes
 from polar.records import SessionStatus
 from polar.tasks.spec import BuilderSpec, EvaluatorSpec, HarnessSpec, RuntimeSpec, Source, TaskSpec
 
@@ -46,16 +46,7 @@ class SessionSpec(BaseModel):
 
 
 NON_RETRYABLE_ERRORS: tuple[str, ...] = (
-    "InvalidSessionSpec",
-    "InvalidTaskSpec",
-    "InvalidSource",
-    "InvalidRuntime",
-    "InvalidHarness",
-    "InvalidBuilder",
-    "UnknownEvaluator",
-    "InvalidRewardFile",
-    "InvalidReward",
-    "PrepareFailed",
+    *TASK_ERRORS,
     "EvaluatorError",
     "WrongHost",
     "RuntimeNotFound",

@@ -35,21 +35,20 @@ unreachable (the channel's 502)."""
 HOST_LOST = "HostLost"
 """The error type the Session workflow gives a session whose host stopped answering."""
 
-TASK_ERRORS = frozenset(
-    {
-        "InvalidSessionSpec",
-        "InvalidTaskSpec",
-        "InvalidSource",
-        "InvalidRuntime",
-        "InvalidHarness",
-        "InvalidBuilder",
-        "UnknownEvaluator",
-        "InvalidRewardFile",
-        "InvalidReward",
-        "PrepareFailed",
-    }
+TASK_ERRORS: tuple[str, ...] = (
+    "InvalidSessionSpec",
+    "InvalidTaskSpec",
+    "InvalidSource",
+    "InvalidRuntime",
+    "InvalidHarness",
+    "InvalidBuilder",
+    "UnknownEvaluator",
+    "InvalidRewardFile",
+    "InvalidReward",
+    "PrepareFailed",
 )
-"""Error types that mean the task cannot work, whatever runs it (never retried)."""
+"""Error types that mean the task cannot work, whatever runs it (never retried: the first
+of polar.contracts.NON_RETRYABLE_ERRORS)."""
 
 INFRA_ERRORS: dict[str, InfraReason] = {
     HOST_LOST: InfraReason.LOST_HOST,

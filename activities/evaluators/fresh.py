@@ -92,6 +92,24 @@ class Changes:
     def applied(self) -> bool:
         return self.extract_error is None and (self.empty or self.strategy is not None)
 
+    def extract_problem(self) -> str | None:
+        """Why the session's changes could not be read, or None."""
+        if self.extract_error is None:
+            return None
+        return (
+            "the session's changes could not be read from its workspace (was its git "
+            f"removed or broken?): {self.extract_error[:300]}"
+        )
+
+    def unusable(self) -> str | None:
+        """Why the changes cannot be graded (unreadable, or applied by no strategy), or None."""
+        if not self.applied:
+            return self.extract_problem() or (
+                "the session's changes did not apply in a fresh runtime "
+                f"({len(self.attempts)} strategies tried)"
+            )
+        return None
+
     def fill(self, report: EvaluationReport) -> None:
         """Write what became of the changes into `report`."""
         report.patch_files = list(self.files)

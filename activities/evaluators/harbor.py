@@ -165,17 +165,9 @@ class HarborEvaluator:
         )
         changes.fill(report)
         evaluation = Evaluation(0.0, "", report=report, patch=changes.patch)
-        if changes.extract_error is not None:
-            evaluation.detail = (
-                "the session's changes could not be read from its workspace (was its git "
-                f"removed or broken?): {changes.extract_error[:300]}"
-            )
-            return evaluation
-        if not changes.applied:
-            evaluation.detail = (
-                f"the session's changes did not apply in a fresh runtime "
-                f"({len(changes.attempts)} strategies tried)"
-            )
+        unusable = changes.unusable()
+        if unusable is not None:
+            evaluation.detail = unusable
             return evaluation
 
         scratch = runtime.scratch(handle)

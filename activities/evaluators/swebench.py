@@ -610,11 +610,9 @@ async def evaluate_swebench(
         )
         result.patch = changes.patch
         changes.fill(report)
-        if changes.extract_error is not None:
-            return done(
-                "the session's changes could not be read from its workspace (was its git "
-                f"removed or broken?): {changes.extract_error[:300]}"
-            )
+        unreadable = changes.extract_problem()
+        if unreadable is not None:
+            return done(unreadable)
         if changes.empty:
             report.empty_patch = True
             kept = changes.protected_dropped
