@@ -8,7 +8,8 @@ only mount), served by the worker's relay and reached through a forwarder on
 the container's own loopback (activities/runtimes/channel.py). It has the
 CPU, memory (no extra swap), pids and disk limits of the RuntimeSpec (on by
 default); the source goes in with `put_archive` (a dir copy, or a git clone at
-the task's ref made on the worker), into `/workspace`.
+the task's ref made on the worker), into the workspace: the spec's `workdir`
+(default `/workspace`), made if the image lacks it.
 
 Its main process sleeps until the session's wall-clock deadline under
 docker-init, so the whole container stops when the budget is spent, even if
@@ -77,7 +78,6 @@ from polar.tasks.spec import RuntimeSpec
 
 log = logging.getLogger("polar.worker")
 
-WORKSPACE = "/workspace"
 LABEL = "polar.session"
 NAMESPACE_LABEL = "polar.namespace"
 HOST_LABEL = "polar.host"
@@ -184,14 +184,15 @@ class DockerRuntime:
         handle = RuntimeHandle(
             kind=self.kind,
             session_id=request.session_id,
-            workdir=WORKSPACE,
+            workdir=spec.workdir,
             host=self.host_id,
         )
+        self._check_workdir(handle)
         try:
             container = await asyncio.to_thread(self._create, request.session_id, spec)
             # an image that lacks what the sandbox needs is refused now, naming it
             await asyncio.to_thread(self._check_sandbox_tools, container, spec.image)
-            mkdirs = [WORKSPACE, str(self.home(handle)), str(self.scratch(handle))]
+            mkdirs = [handle.workdir, str(self.home(handle)), str(self.scratch(handle))]
             await asyncio.to_thread(self._exec_checked, container, ["mkdir", "-p", *mkdirs])
             # a dir copy or a git clone (up to GIT_TIMEOUT_S) made on the worker
             await heartbeating(
@@ -202,7 +203,7 @@ class DockerRuntime:
                 self,
                 handle,
                 spec.prepare,
-                lambda src, dest: self._upload(container, src, dest),
+                lambda src, dest: self._upload(container, handle.workdir, src, dest),
                 forbidden=(self.root,),
             )
         except BaseException:
@@ -210,6 +211,18 @@ class DockerRuntime:
                 await self._remove_container(request.session_id)
             raise
         return handle
+
+    def _check_workdir(self, handle: RuntimeHandle) -> None:
+        """InvalidRuntime where the workspace would be at, in or above the session's home or
+        scratch (the worker's paths, mirrored into the container)."""
+        workdir = PurePosixPath(handle.workdir)
+        for name, path in (("home", self.home(handle)), ("scratch", self.scratch(handle))):
+            mirrored = PurePosixPath(path)
+            if workdir.is_relative_to(mirrored) or mirrored.is_relative_to(workdir):
+                raise InvalidRuntime(
+                    f"workdir {handle.workdir!r} overlaps the session's {name} {mirrored}: "
+                    "choose a workspace outside the worker's data dir"
+                )
 
     def _create(self, session_id: str, spec: RuntimeSpec) -> Any:
         try:
@@ -396,10 +409,10 @@ class DockerRuntime:
             workspace = Path(tmp) / "workspace"
             # dir copy or git clone at ref
             materialise_source(request.source, workspace, forbidden=(self.root,))
-            _put_dir_contents(container, workspace, WORKSPACE)
+            _put_dir_contents(container, workspace, request.runtime.workdir)
 
-    async def _upload(self, container: Any, src: Path, dest: str) -> None:
-        target = PurePosixPath(dest) if dest.startswith("/") else PurePosixPath(WORKSPACE) / dest
+    async def _upload(self, container: Any, workdir: str, src: Path, dest: str) -> None:
+        target = PurePosixPath(dest) if dest.startswith("/") else PurePosixPath(workdir) / dest
         await asyncio.to_thread(self._exec_checked, container, ["mkdir", "-p", str(target.parent)])
         await asyncio.to_thread(_put_path, container, src, target)
 

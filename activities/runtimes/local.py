@@ -69,7 +69,7 @@ from polar.host_paths import local_git_path, resolved_problem
 from polar.ids import InvalidId, checked_id
 from polar.processes import kill_pids, pids_with_env
 from polar.settings import get_settings
-from polar.tasks.spec import DirSource, GitSource, RuntimeSpec, Source
+from polar.tasks.spec import DEFAULT_WORKDIR, DirSource, GitSource, RuntimeSpec, Source
 
 log = logging.getLogger("polar.worker")
 
@@ -254,6 +254,11 @@ class LocalRuntime:
             raise sandbox_needs.refuse(f"host {self.host_id!r}", missing)
 
     async def prepare(self, request: PrepareRequest) -> RuntimeHandle:
+        if request.runtime.workdir != DEFAULT_WORKDIR:
+            raise InvalidRuntime(
+                f"workdir {request.runtime.workdir!r} is for container runtimes (docker, "
+                f"podman): the {self.kind} runtime's workspace is a fresh dir on the worker host"
+            )
         self._check_host_tools()
         base = self._session_dir(request.session_id)
         if base.exists():  # a retried prepare starts clean

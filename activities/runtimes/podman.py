@@ -3,7 +3,8 @@
 For clusters that forbid a Docker daemon (the paper uses rootless Apptainer
 there; Debian ships `podman`). Everything a session sees is the Docker
 runtime's (activities/runtimes/docker.py, which this subclasses): one
-container per session from the task's image, `/workspace` filled by copying,
+container per session from the task's image, its workspace (the spec's `workdir`,
+default `/workspace`) filled by copying,
 no network (the session's gateway channel dir is the only mount), default
 CPU, memory, pids and disk limits, a sleep until the wall-clock deadline under
 an init as the main process, `reap` by killing and restarting the container,

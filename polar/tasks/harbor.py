@@ -24,7 +24,10 @@ import hashlib
 import json
 import math
 import os
+import posixpath
 import re
+import shutil
+import subprocess
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -53,8 +56,6 @@ __all__ = [
     "read_harbor_task",
 ]
 
-WORKSPACE = "/workspace"
-"""Where Polar's container runtimes run the agent and from where its changes are carried."""
 IMAGE_REPO = "polar/harbor-env"
 """Images built from a task's environment/ are `{IMAGE_REPO}:{content hash}`."""
 EVALUATE_MARGIN_S = 300.0
@@ -448,14 +449,6 @@ def _check_network(
 def _check_environment(task: HarborTask, env_cfg: dict[str, Any], verifier: dict[str, Any]) -> None:
     if str(env_cfg.get("os", "linux")).lower() != "linux":
         raise HarborTaskError(task.name, "environment.os", "only linux containers are run")
-    workdir = env_cfg.get("workdir")
-    if workdir not in (None, WORKSPACE):
-        raise HarborTaskError(
-            task.name,
-            "environment.workdir",
-            f"is {workdir!r}: Polar runs the agent in {WORKSPACE} and carries only its "
-            "changes there into grading",
-        )
     mode = verifier.get("environment_mode")
     if mode not in (None, "shared", "separate"):
         raise HarborTaskError(task.name, "verifier.environment_mode", f"unknown mode {mode!r}")
@@ -464,25 +457,90 @@ def _check_environment(task: HarborTask, env_cfg: dict[str, Any], verifier: dict
             raise HarborTaskError(
                 task.name, f"environment/{name}", "compose environments: Polar runs one container"
             )
+
+
+def _workdir(task: HarborTask, env_cfg: dict[str, Any], image: str) -> str | None:
+    """Where the task's agent works and from where its changes are graded: `[environment]
+    .workdir`, else the Dockerfile's final stage's WORKDIR, else (a prebuilt `docker_image`)
+    the image's own when `docker image inspect` reads it here; None: the runtime's default."""
+    if env_cfg.get("workdir") is not None:
+        return str(env_cfg["workdir"])
     dockerfile = task.environment_dir / "Dockerfile"
-    if env_cfg.get("docker_image") or not dockerfile.is_file():
-        return
-    workdirs = [
-        line.split(None, 1)[1].strip()
-        for line in _dockerfile_lines(dockerfile)
-        if line.split(None, 1)[0:1] and line.split(None, 1)[0].upper() == "WORKDIR"
-    ]
-    if workdirs and workdirs[-1] != WORKSPACE:
-        raise HarborTaskError(
-            task.name,
-            "environment/Dockerfile WORKDIR",
-            f"is {workdirs[-1]!r}: Polar runs the agent in {WORKSPACE} and carries only its "
-            f"changes there into grading (use WORKDIR {WORKSPACE})",
+    if env_cfg.get("docker_image"):
+        return _image_workdir(image)
+    if dockerfile.is_file():
+        return _dockerfile_workdir(task, dockerfile)
+    return None
+
+
+def _dockerfile_workdir(task: HarborTask, dockerfile: Path) -> str | None:
+    """The final stage's WORKDIR (a relative one joined to the one before, a stage built
+    `FROM` an earlier one starting from its), or None where the stage sets none."""
+    stages: dict[str, str | None] = {}
+    current: str | None = None
+    last_stage: str | None = None
+    for line in _dockerfile_lines(dockerfile):
+        words = line.split()
+        if not words:
+            continue
+        if words[0].upper() == "FROM":
+            args = [w for w in words[1:] if not w.startswith("--")]
+            current = stages.get(args[0]) if args else None
+            last_stage = args[2] if len(args) >= 3 and args[1].upper() == "AS" else None
+            if last_stage is not None:
+                stages[last_stage] = current
+            continue
+        if words[0].upper() != "WORKDIR" or len(words) < 2:
+            continue
+        value = line.split(None, 1)[1].strip().strip("\"'")
+        if "$" in value:
+            raise HarborTaskError(
+                task.name,
+                "environment/Dockerfile WORKDIR",
+                f"{value!r} uses a variable: Polar reads the workspace from the Dockerfile "
+                "without building it (set [environment].workdir)",
+            )
+        current = posixpath.normpath(posixpath.join(current or "/", value))
+        if last_stage is not None:
+            stages[last_stage] = current
+    return current
+
+
+def _image_workdir(image: str) -> str | None:
+    """The local image's WORKDIR (`docker image inspect`, offline), or None where docker or
+    the image is not here or it sets none."""
+    docker = shutil.which("docker")
+    if docker is None:
+        return None
+    try:
+        proc = subprocess.run(
+            [docker, "image", "inspect", "--format", "{{.Config.WorkingDir}}", "--", image],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
         )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    workdir = proc.stdout.strip()
+    return workdir if proc.returncode == 0 and workdir else None
 
 
 def _runtime(task: HarborTask, env_cfg: dict[str, Any], image: str) -> RuntimeSpec:
     values: dict[str, Any] = {"kind": "docker", "image": image}
+    workdir = _workdir(task, env_cfg, image)
+    if workdir is not None:
+        try:
+            values["workdir"] = RuntimeSpec(kind="docker", workdir=workdir).workdir
+        except ValidationError as exc:
+            where = (
+                "environment.workdir"
+                if env_cfg.get("workdir") is not None
+                else "environment.docker_image"
+                if env_cfg.get("docker_image")
+                else "environment/Dockerfile WORKDIR"
+            )
+            raise HarborTaskError(task.name, where, _first_error(exc)) from exc
     if env_cfg.get("cpus") is not None:
         values["cpus"] = env_cfg["cpus"]
     for field, legacy, key in (

@@ -8,6 +8,7 @@ build activity, never while a workflow decodes its input.
 from __future__ import annotations
 
 import math
+import posixpath
 import re
 import shlex
 from typing import Annotated, Any, Literal
@@ -20,7 +21,7 @@ from pydantic import (
     model_validator,
 )
 
-from polar.host_paths import checked_host_path
+from polar.host_paths import FORBIDDEN_HOST_DIRS, checked_host_path
 from polar.ids import TaskId
 from polar.rubric import FormulaError, parse_formula
 
@@ -145,6 +146,35 @@ def parse_size(text: str) -> int:
     return int(match.group(1)) * _SIZE_UNITS[match.group(2).lower()]
 
 
+DEFAULT_WORKDIR = "/workspace"
+"""Where a container session's workspace is unless its RuntimeSpec says otherwise."""
+FORBIDDEN_WORKDIRS = (*FORBIDDEN_HOST_DIRS, "/tmp", "/var/tmp", "/tests", "/logs", "/solution")
+"""Container paths a workspace may not be at or under: system dirs (the sandbox's channel is
+in /run), scratch space, and where a Harbor verifier's tests and logs go."""
+TOO_BROAD_WORKDIRS = frozenset({"/home", "/var", "/opt", "/srv", "/mnt", "/media"})
+"""Top-level dirs that may be above a workspace but never be one."""
+
+
+def workdir_problem(path: str) -> str | None:
+    """Why `path` may not be a container's workspace, or None: absolute, normalised (no
+    `.`, `..`, `//` or trailing `/`), printable, not `/` nor at or under FORBIDDEN_WORKDIRS,
+    not one of TOO_BROAD_WORKDIRS."""
+    if not path.startswith("/"):
+        return "is not absolute"
+    if any(ord(c) < 32 or ord(c) == 127 for c in path) or len(path) > 255:
+        return "has control characters or is over 255 characters"
+    if path == "/":
+        return "is the root directory"
+    if posixpath.normpath(path) != path or path.startswith("//"):
+        return f"is not normalised (write {posixpath.normpath(path)!r})"
+    for top in FORBIDDEN_WORKDIRS:
+        if path == top or path.startswith(top + "/"):
+            return f"is in the system or reserved directory {top}"
+    if path in TOO_BROAD_WORKDIRS:
+        return "is a whole top-level directory (use a folder in it)"
+    return None
+
+
 class RuntimeSpec(StrictModel):
     """Where a session runs.
 
@@ -186,6 +216,14 @@ class RuntimeSpec(StrictModel):
         description="docker: the container's whole lifetime",
     )
     prepare: list[PrepareAction] = Field(default_factory=list)
+    workdir: str = Field(
+        default=DEFAULT_WORKDIR,
+        # left out at the default: older workers read the spec
+        exclude_if=lambda v: v == DEFAULT_WORKDIR,
+        description="containers: the workspace's absolute path in the container (the source "
+        "goes there, the harness runs there, its changes there are graded); not `/` nor a "
+        "system directory",
+    )
 
     @field_validator("memory", "disk")
     @classmethod
@@ -193,6 +231,23 @@ class RuntimeSpec(StrictModel):
         if v is not None and not MIN_SIZE <= parse_size(v) <= MAX_SIZE:
             raise ValueError(f"{v!r} is not between 16m and {MAX_SIZE >> 30}g")
         return v
+
+    @field_validator("workdir")
+    @classmethod
+    def _allowed_workdir(cls, v: str) -> str:
+        problem = workdir_problem(v)
+        if problem is not None:
+            raise ValueError(f"workdir {v!r:.80} {problem}")
+        return v
+
+    @model_validator(mode="after")
+    def _workdir_for_containers(self) -> RuntimeSpec:
+        if self.kind == "local" and self.workdir != DEFAULT_WORKDIR:
+            raise ValueError(
+                f"workdir {self.workdir!r} is for container runtimes (docker, podman): a "
+                "'local' session's workspace is a fresh dir on the worker host"
+            )
+        return self
 
 
 class HarnessSpec(StrictModel):

@@ -10,7 +10,8 @@ from typing import Any
 from polar.client.sdk import PolarClient
 from polar.contracts import SessionResult
 from polar.records import SessionStatus
-from polar.tasks.spec import TaskSpec
+from polar.tasks.spec import DirSource, EvaluatorSpec, RuntimeSpec, TaskSpec
+from tests.support.eval_runtimes import grade, prepare_session, run_harness
 
 
 def small_repo(tmp_path: Path) -> Path:
@@ -84,3 +85,37 @@ def skip_without_disk_watchdog(kind: str) -> None:
         driver = proc.stdout.strip()
     if driver not in ("overlay2", "overlay"):
         pytest.skip(f"{kind} storage driver {driver!r} has no overlay upper dir to watch")
+
+
+async def graded_in_a_moved_workspace(runtime: Any, kind: str, tmp_path: Path) -> None:
+    """A RuntimeSpec `workdir` other than /workspace: the source, a relative upload and the
+    harness's cwd are there, and the command evaluator's fresh runtime grades the session's
+    changes there (a fix rewards 1, nothing 0)."""
+    extra = tmp_path / "note.txt"
+    extra.write_text("uploaded\n")
+    spec = RuntimeSpec.model_validate(
+        {
+            "kind": kind,
+            "workdir": "/srv/app",
+            "prepare": [{"type": "upload", "src": str(extra), "dest": "docs/note.txt"}],
+        }
+    )
+    source = DirSource(path=str(small_repo(tmp_path)))
+    evaluator = EvaluatorSpec(
+        kind="command",
+        command='test "$PWD" = /srv/app && grep -q fixed hello.txt && test -f docs/note.txt',
+    )
+    for sid, script, reward in (
+        ("moved-fix", 'test "$PWD" = /srv/app && cat docs/note.txt && echo fixed >> hello.txt', 1),
+        ("moved-noop", "true", 0),
+    ):
+        handle = await prepare_session(runtime, spec, source, sid)
+        try:
+            assert handle.workdir == "/srv/app"
+            await run_harness(runtime, handle, script)
+            evaluation = await grade(runtime, spec, source, handle, evaluator)
+            assert evaluation.reward == reward, (sid, evaluation.detail)
+            if reward:
+                assert evaluation.report.patch_files == ["hello.txt"], evaluation.report
+        finally:
+            await runtime.teardown(handle)

@@ -28,6 +28,7 @@ from polar.contracts import PrepareRequest, RuntimeHandle
 from polar.tasks.spec import DirSource, GitSource, RuntimeSpec
 from tests.support.container_sessions import (
     fixed_and_wrong_sessions,
+    graded_in_a_moved_workspace,
     skip_without_disk_watchdog,
     small_repo,
 )
@@ -437,3 +438,9 @@ async def test_odd_files_in_home_are_skipped_with_a_note_never_fatal(
         assert _read(runtime.log_paths(handle, "again")[0]) == "cached\n"
     finally:
         await runtime.teardown(handle)
+
+
+async def test_a_moved_workspace_is_where_the_session_works_and_is_graded(
+    runtime: DockerRuntime, tmp_path: Path
+) -> None:
+    await graded_in_a_moved_workspace(runtime, "docker", tmp_path)

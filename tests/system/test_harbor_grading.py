@@ -34,7 +34,7 @@ from tests.support.paths import REPO
 pytestmark = pytest.mark.slow
 
 EXAMPLES = REPO / "examples" / "harbor"
-SOUND = ("hello-file", "fix-add", "csv-sum")
+SOUND = ("hello-file", "fix-add", "csv-sum", "app-workdir")
 
 
 @pytest.fixture
@@ -82,6 +82,8 @@ async def test_the_oracle_scores_1_and_doing_nothing_0(runtime: DockerRuntime, n
     assert built[0].how in ("built", "cached")
     assert ensure_images(EXAMPLES / name)[0].how == "cached"  # keyed on the content
     spec = _task(EXAMPLES / name)
+    # app-workdir's image has WORKDIR /app: the agent works there, its changes graded there
+    assert spec.runtime.workdir == ("/app" if name == "app-workdir" else "/workspace")
     solve = (EXAMPLES / name / "solution" / "solve.sh").read_text()
     oracle = await _session(runtime, spec, solve, f"hb-{name}-oracle")
     assert oracle.reward == 1.0, oracle.detail
@@ -176,3 +178,17 @@ def test_a_missing_image_is_named_with_the_map_and_a_mapped_one_builds(
     )
     (prebuilt,) = ensure_images(task)
     assert (prebuilt.how, prebuilt.image) == ("prebuilt", docker_image)
+
+
+def test_a_prebuilt_images_workdir_is_the_workspace(docker_image: str, tmp_path: Path) -> None:
+    """A `docker_image` task runs in the image's own WORKDIR, read offline from the engine."""
+    (app_image,) = ensure_images(EXAMPLES / "app-workdir")
+    task = Path(shutil.copytree(EXAMPLES / "hello-file", tmp_path / "hello-file"))
+    toml = task / "task.toml"
+    text = toml.read_text()
+    for image, workdir in ((app_image.image, "/app"), (docker_image, "/workspace")):
+        toml.write_text(
+            text.replace("[environment]\n", f'[environment]\ndocker_image = "{image}"\n')
+        )
+        (spec,) = load_harbor_tasks(task)
+        assert (spec.runtime.image, spec.runtime.workdir) == (image, workdir)

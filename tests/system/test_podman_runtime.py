@@ -37,7 +37,11 @@ from polar.app.devstack import free_port
 from polar.client.sdk import PolarClient
 from polar.contracts import PrepareRequest, RuntimeHandle
 from polar.tasks.spec import DirSource, RuntimeSpec
-from tests.support.container_sessions import fixed_and_wrong_sessions, small_repo
+from tests.support.container_sessions import (
+    fixed_and_wrong_sessions,
+    graded_in_a_moved_workspace,
+    small_repo,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -287,3 +291,9 @@ async def test_session_end_to_end_in_podman(
         )
         assert listed.stdout.strip() == b""
         assert not (Path(polar.settings.data_dir) / "runtimes" / session.session_id).exists()
+
+
+async def test_a_moved_workspace_is_where_the_session_works_and_is_graded(
+    runtime: PodmanRuntime, tmp_path: Path
+) -> None:
+    await graded_in_a_moved_workspace(runtime, "podman", tmp_path)

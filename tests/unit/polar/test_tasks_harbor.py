@@ -137,11 +137,44 @@ def test_harbors_default_network_is_refused_with_the_reason(tmp_path: Path) -> N
         load_harbor_tasks(task)
 
 
-def test_a_workdir_other_than_the_workspace_is_refused(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("dockerfile", "workdir"),
+    [
+        ("FROM polar/runtime:py311\nWORKDIR /app\n", "/app"),
+        ("FROM polar/runtime:py311\nWORKDIR /srv\nWORKDIR app/src\n", "/srv/app/src"),
+        ('FROM polar/runtime:py311\nWORKDIR "/opt/project"\nRUN true\n', "/opt/project"),
+        # the final stage's: a stage built from an earlier one starts in its WORKDIR
+        ("FROM polar/runtime:py311 AS b\nWORKDIR /build\nFROM b\nRUN true\n", "/build"),
+        ("FROM polar/runtime:py311 AS b\nWORKDIR /build\nFROM polar/runtime:py311\n", None),
+        ("FROM polar/runtime:py311\n", None),
+    ],
+)
+def test_the_dockerfiles_workdir_is_the_sessions_workspace(
+    tmp_path: Path, dockerfile: str, workdir: str | None
+) -> None:
     task = _copy(tmp_path)
-    (task / "environment" / "Dockerfile").write_text("FROM polar/runtime:py311\nWORKDIR /app\n")
-    with pytest.raises(HarborTaskError, match="Dockerfile WORKDIR.*'/app'"):
+    (task / "environment" / "Dockerfile").write_text(dockerfile)
+    (spec,) = load_harbor_tasks(task)
+    assert spec.runtime.workdir == (workdir or "/workspace")
+    assert ("workdir" in spec.runtime.model_dump()) == (workdir is not None)
+
+
+def test_environment_workdir_wins_and_a_bad_workdir_is_named(tmp_path: Path) -> None:
+    task = _copy(tmp_path)
+    toml = task / "task.toml"
+    toml.write_text(
+        toml.read_text().replace("[environment]\n", '[environment]\nworkdir = "/srv/x"\n')
+    )
+    (spec,) = load_harbor_tasks(task)
+    assert spec.runtime.workdir == "/srv/x"
+    toml.write_text(toml.read_text().replace('workdir = "/srv/x"\n', 'workdir = "/etc"\n'))
+    with pytest.raises(HarborTaskError, match="environment.workdir.*system or reserved"):
         load_harbor_tasks(task)
+    toml.write_text(toml.read_text().replace('workdir = "/etc"\n', ""))
+    for line, why in (("WORKDIR /", "root directory"), ("WORKDIR $HOME/app", "uses a variable")):
+        (task / "environment" / "Dockerfile").write_text(f"FROM polar/runtime:py311\n{line}\n")
+        with pytest.raises(HarborTaskError, match=f"Dockerfile WORKDIR.*{why}"):
+            load_harbor_tasks(task)
 
 
 def test_a_missing_verifier_and_a_non_task_dir_are_named(tmp_path: Path) -> None:

@@ -1,0 +1,5 @@
+"""URL slugs."""
+
+
+def slugify(text):
+    return text.replace(" ", "-")
