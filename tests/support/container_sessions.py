@@ -1,9 +1,15 @@
-"""Shared scenario of the container runtimes' tests (Docker and podman alike)."""
+"""Shared builders and scenarios of the runtime tests (tests/system/test_runtime_contract.py
+and what is particular to docker and podman in their own files)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
+import shutil
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +18,80 @@ from polar.contracts import SessionResult
 from polar.records import SessionStatus
 from polar.tasks.spec import DirSource, EvaluatorSpec, RuntimeSpec, TaskSpec
 from tests.support.eval_runtimes import grade, prepare_session, run_harness
+
+
+@contextlib.contextmanager
+def runtime_root(prefix: str) -> Iterator[Path]:
+    """A runtimes root every sandbox user reaches (rootless podman's runner, the local
+    runtime's harness user: pytest's 0700 tmp dirs forbid it), removed after."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    root.chmod(0o711)
+    try:
+        yield root / "runtimes"
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def docker_runtime(root: Path) -> Iterator[Any]:
+    """A DockerRuntime under `root`; its containers removed after."""
+    import docker
+
+    from activities.runtimes.docker import LABEL, DockerRuntime
+
+    rt = DockerRuntime(root)
+    yield rt
+    client = docker.from_env()
+    for container in client.containers.list(all=True, filters={"label": LABEL}):
+        if (container.name or "").startswith(rt.container_name("")):
+            container.remove(force=True)
+
+
+def podman_modes() -> list[str]:
+    """The podman modes the tests run: rootless, and root when the tests run as root."""
+    import os
+
+    return ["rootless", "root"] if os.geteuid() == 0 else ["rootless"]
+
+
+def podman_runtime(root: Path, mode: str) -> Iterator[Any]:
+    """A PodmanRuntime in `mode` under `root`, its containers removed after. A rootless run on
+    a host that cannot support it (`rootless_support`) is skipped with that reason, unless
+    rootless is what `auto` picks here: the default mode is never skipped."""
+    import pytest
+
+    from activities.runtimes.podman import PodmanRuntime, resolve_mode, rootless_support
+
+    if mode == "rootless" and resolve_mode()[0] != "rootless":
+        supported, why = rootless_support()
+        if not supported:
+            pytest.skip(f"rootless podman is not supported here: {why}")
+    rt = PodmanRuntime(root, mode=mode)
+    print(f"podman mode: {rt.mode}; auto here: {resolve_mode('auto')}")
+    yield rt
+    listed = rt.podman.run("ps", "--all", "--format", "{{.Names}}", check=False)
+    for name in listed.stdout.decode().split():
+        if name.startswith(rt.container_name("")):
+            rt.podman.run("rm", "--force", "--ignore", "--time", "0", name, check=False)
+
+
+def container_attrs(runtime: Any, session_id: str) -> dict[str, Any] | None:
+    """The engine's inspect record of a session's container (docker and podman share its
+    shape: HostConfig, Mounts, Config), or None when there is no such container."""
+    name = runtime.container_name(session_id)
+    if runtime.kind == "docker":
+        import docker
+        from docker.errors import NotFound
+
+        try:
+            attrs: dict[str, Any] = docker.from_env().containers.get(name).attrs
+        except NotFound:
+            return None
+        return attrs
+    inspect = runtime.podman.run("container", "inspect", name, check=False)
+    if inspect.returncode != 0:
+        return None
+    [attrs] = json.loads(inspect.stdout)
+    return attrs
 
 
 def small_repo(tmp_path: Path) -> Path:

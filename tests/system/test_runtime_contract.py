@@ -1,0 +1,433 @@
+"""The runtime contract: what every runtime kind honours, one suite run over each kind.
+
+Kinds: `local` (the worker's sealed sandbox, activities/runtimes/local.py), `bwrap`
+(the local runtime of a worker that is not root), `docker` and the `podman` modes
+(`rootless`, and `root` when the tests run as root). `local` and `docker` are never
+skipped. `bwrap` runs where this process is not root and detects it, else is skipped
+naming why (a root worker seals with its own sandbox; tests/system/test_bwrap_sandbox.py
+runs that mode as an unprivileged user); a rootless podman the host cannot support is
+skipped with `rootless_support`'s reason unless it is what `auto` picks here. Cases that
+only hold for containers (images, the wall-clock budget, a moved workspace, the engine's
+inspect record) run over the container kinds. What is particular to one kind stays in its
+file: test_docker_runtime.py, test_podman_runtime.py, test_bwrap_sandbox.py and the
+local runtime's unit tests (tests/unit/activities/test_local_*.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import http.server
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from activities.runtimes import InvalidRuntime, PrepareFailed, bwrap, get_runtime
+from activities.runtimes.channel import SANDBOX_DIR
+from activities.runtimes.docker import LABEL
+from activities.runtimes.local import LocalRuntime
+from activities.runtimes.local_sandbox import detect_sandbox
+from polar.app.devstack import free_port
+from polar.client.sdk import PolarClient
+from polar.contracts import PrepareRequest, RuntimeHandle
+from polar.tasks.spec import DirSource, RuntimeSpec
+from tests.support.container_sessions import (
+    container_attrs,
+    docker_runtime,
+    fixed_and_wrong_sessions,
+    graded_in_a_moved_workspace,
+    podman_modes,
+    podman_runtime,
+    runtime_root,
+    small_repo,
+)
+
+pytestmark = pytest.mark.slow
+
+CONTAINER_KINDS = ["docker", *(f"podman-{mode}" for mode in podman_modes())]
+KINDS = ["local", "bwrap", *CONTAINER_KINDS]
+
+
+def _local(root: Path, kind: str) -> Iterator[LocalRuntime]:
+    if kind == "bwrap":
+        if os.geteuid() == 0:
+            pytest.skip(
+                "the bwrap mode is a non-root worker's; this one is root and seals with its "
+                "own sandbox (tests/system/test_bwrap_sandbox.py runs bwrap unprivileged)"
+            )
+        sandbox = detect_sandbox()
+        if sandbox.mode != bwrap.MODE:
+            pytest.skip(f"no bwrap sandbox here: {sandbox.mode} ({sandbox.reason})")
+    rt = LocalRuntime(root)
+    print(f"{kind}: local runtime in the {rt.sandbox.mode} sandbox")
+    yield rt
+
+
+def _runtime(kind: str, request: pytest.FixtureRequest) -> Iterator[Any]:
+    with runtime_root(f"polar-{kind}-") as root:
+        if kind in ("local", "bwrap"):
+            yield from _local(root, kind)
+        elif kind == "docker":
+            request.getfixturevalue("docker_image")
+            yield from docker_runtime(root)
+        else:
+            request.getfixturevalue("podman_image")
+            yield from podman_runtime(root, kind.removeprefix("podman-"))
+
+
+@pytest.fixture(params=KINDS)
+def runtime(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """Each runtime kind, built as a worker builds it, under a root its sandbox reaches."""
+    yield from _runtime(request.param, request)
+
+
+@pytest.fixture(params=CONTAINER_KINDS)
+def container_runtime(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """The container kinds only: for cases about images and the engine."""
+    yield from _runtime(request.param, request)
+
+
+def _request(
+    runtime: Any, session_id: str, source: DirSource | None = None, **spec: object
+) -> PrepareRequest:
+    return PrepareRequest(
+        session_id=session_id,
+        task_id="t",
+        runtime=RuntimeSpec.model_validate({"kind": runtime.kind, **spec}),
+        source=source,
+    )
+
+
+def _read(path: Path) -> str:
+    return path.read_text() if path.exists() else ""
+
+
+def _inside(runtime: Any, session_id: str) -> str:
+    """A command that succeeds only inside this kind's sandbox of `session_id`."""
+    return {
+        "docker": "test -f /.dockerenv",
+        "podman": "test -e /run/.containerenv",
+        "local": f'test "$POLAR_SANDBOX" = {session_id}',
+    }[runtime.kind]
+
+
+def _is_container(runtime: Any) -> bool:
+    return runtime.kind in ("docker", "podman")
+
+
+def _fast_ticks(runtime: Any) -> dict[str, float]:
+    """The containers' own `tick_s` knob (the local runtime ticks every 2 s)."""
+    return {"tick_s": 0.5} if _is_container(runtime) else {}
+
+
+async def test_dir_source_command_output_exit_code_and_scratch(
+    runtime: Any, tmp_path: Path
+) -> None:
+    started = time.monotonic()
+    handle = await runtime.prepare(
+        _request(runtime, "dir-1", DirSource(path=str(small_repo(tmp_path))), cpus=1, memory="512m")
+    )
+    prepare_s = time.monotonic() - started
+    try:
+        assert handle.kind == runtime.kind
+        if _is_container(runtime):
+            assert handle.workdir == "/workspace"
+        (runtime.scratch(handle) / "input.txt").write_text("from the worker\n")
+        command = (
+            f"{_inside(runtime, 'dir-1')} && pwd && cat hello.txt pkg/mod.py && "
+            'cat "$SCRATCH/input.txt" && echo "$HOME" && echo "$SECRET" && echo to-stderr >&2 && '
+            'echo result > "$SCRATCH/out.txt" && echo cfg > "$HOME/native.log" && exit 3'
+        )
+        env = {"SCRATCH": str(runtime.scratch(handle)), "SECRET": "s3cret value"}
+        started = time.monotonic()
+        outcome = await runtime.run(handle, command, env=env, log_name="cmd", timeout_s=60)
+        run_s = time.monotonic() - started
+        assert outcome.exit_code == 3 and not outcome.timed_out
+        out, err = (_read(p) for p in runtime.log_paths(handle, "cmd"))
+        assert out.splitlines() == [
+            handle.workdir,
+            "hello",
+            "X = 1",
+            "from the worker",
+            str(runtime.home(handle)),
+            "s3cret value",
+        ]
+        assert err == "to-stderr\n"
+        # what the command wrote in scratch and home is on the worker after `run`
+        assert (runtime.scratch(handle) / "out.txt").read_text() == "result\n"
+        assert (runtime.home(handle) / "native.log").read_text() == "cfg\n"
+        # a file removed on the worker is gone for the next command too
+        (runtime.scratch(handle) / "out.txt").unlink()
+        again = await runtime.run(
+            handle,
+            f"test ! -e {runtime.scratch(handle)}/out.txt",
+            env={},
+            log_name="again",
+            timeout_s=60,
+        )
+        assert again.exit_code == 0
+        # the source on the host was copied, not mounted
+        assert (tmp_path / "repo" / "hello.txt").read_text() == "hello\n"
+    finally:
+        await runtime.teardown(handle)
+    print(f"{runtime.kind}: prepare {prepare_s:.2f}s, one command {run_s:.2f}s")
+    assert prepare_s < 30
+
+
+def _assert_container_record(runtime: Any, attrs: dict[str, Any], handle: RuntimeHandle) -> None:
+    """The engine's record of a container prepared with cpus=1.5, memory=256m."""
+    from activities.runtimes.podman import cgroup_v2
+
+    host = attrs["HostConfig"]
+    assert host["NetworkMode"] == "none"
+    assert host["Init"] is True
+    # the only mount: the session's channel dir, read-only
+    assert [(m["Destination"], m["RW"]) for m in attrs["Mounts"]] == [(SANDBOX_DIR, False)]
+    assert attrs["Mounts"][0]["Source"] == str(runtime.channel_dir(handle))
+    assert attrs["Config"]["Labels"][LABEL] == "limits-1"
+    if runtime.kind == "podman" and runtime.mode == "rootless" and not cgroup_v2():
+        # podman: "Resource limits are not supported and ignored on cgroups V1 rootless"
+        print("podman rootless on cgroup v1: CPU/memory/pids limits are not enforced")
+        assert host["NanoCpus"] == 0
+        return
+    assert host["NanoCpus"] == 1_500_000_000
+    assert host["Memory"] == host["MemorySwap"] == 256 * 1024 * 1024
+    assert host["PidsLimit"] == 1024  # the default
+    if runtime.kind == "docker":
+        assert {u["Name"]: u["Hard"] for u in host["Ulimits"]}["fsize"] == 10 * 1024**3
+
+
+async def test_limits_no_network_and_teardown(runtime: Any, tmp_path: Path) -> None:
+    """No way out but the channel: a server on the worker's loopback (like Temporal or S3) is
+    unreachable; a container's record shows the limits and the channel as its one mount;
+    teardown removes everything, is idempotent and works from a bare handle."""
+    handle = await runtime.prepare(
+        _request(
+            runtime, "limits-1", DirSource(path=str(small_repo(tmp_path))), cpus=1.5, memory="256m"
+        )
+    )
+    try:
+        if _is_container(runtime):
+            attrs = container_attrs(runtime, "limits-1")
+            assert attrs is not None
+            _assert_container_record(runtime, attrs, handle)
+        port = free_port()
+        server = http.server.HTTPServer(("127.0.0.1", port), http.server.SimpleHTTPRequestHandler)
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            fetch = (
+                "import urllib.request; "
+                f"urllib.request.urlopen('http://127.0.0.1:{port}/', timeout=5)"
+            )
+            outcome = await runtime.run(
+                handle, f'python3 -c "{fetch}"', env={}, log_name="net", timeout_s=60
+            )
+            ifaces = await runtime.run(
+                handle, "cat /proc/net/dev", env={}, log_name="ifaces", timeout_s=60
+            )
+        finally:
+            server.shutdown()
+        assert outcome.exit_code != 0
+        assert "Connection refused" in _read(runtime.log_paths(handle, "net")[1])
+        assert ifaces.exit_code == 0
+        interfaces = [
+            line.split(":")[0].strip()
+            for line in _read(runtime.log_paths(handle, "ifaces")[0]).splitlines()[2:]
+        ]
+        assert interfaces == ["lo"]
+    finally:
+        await runtime.teardown(handle)
+    assert not (runtime.root / "limits-1").exists()
+    if _is_container(runtime):
+        assert container_attrs(runtime, "limits-1") is None
+    await runtime.teardown(handle)  # idempotent
+    # a bare handle (prepare never ran)
+    await runtime.teardown(
+        RuntimeHandle(kind=runtime.kind, session_id="never", workdir="", host="")
+    )
+
+
+async def test_reap_kills_what_a_command_left_behind(runtime: Any) -> None:
+    """A detached writer outlives its command's shell; after `reap` nothing of it runs, the
+    files stay and the sandbox works (a container keeps its wall-clock deadline)."""
+    handle = await runtime.prepare(_request(runtime, "reap-1"))
+    try:
+        before = container_attrs(runtime, "reap-1") if _is_container(runtime) else None
+        writer = "setsid nohup bash -c 'while :; do date +%s%N >> beat; sleep 0.1; done' "
+        started = f"echo x > kept && {writer} >/dev/null 2>&1 & echo started"
+        outcome = await runtime.run(handle, started, env={}, log_name="w", timeout_s=30)
+        assert outcome.exit_code == 0
+        await asyncio.sleep(1)
+        await runtime.reap(handle)
+        count = "cat kept; cat beat 2>/dev/null | wc -l"
+        ps = await runtime.run(handle, f"ps -eo args; {count}", env={}, log_name="ps", timeout_s=30)
+        assert ps.exit_code == 0, _read(runtime.log_paths(handle, "ps")[1])
+        listing = _read(runtime.log_paths(handle, "ps")[0])
+        assert "while :" not in listing
+        *_, kept, lines = listing.split()
+        assert kept == "x"  # the file system survived the reap
+        await asyncio.sleep(1)
+        again = await runtime.run(handle, count, env={}, log_name="ps2", timeout_s=30)
+        assert again.exit_code == 0
+        assert _read(runtime.log_paths(handle, "ps2")[0]).split() == ["x", lines]  # none writes
+        if before is not None:
+            after = container_attrs(runtime, "reap-1")
+            assert after is not None
+            assert after["Config"]["Env"] == before["Config"]["Env"]  # same POLAR_DEADLINE
+    finally:
+        await runtime.teardown(handle)
+
+
+async def test_timeout_kills_the_whole_command(runtime: Any) -> None:
+    handle = await runtime.prepare(_request(runtime, "timeout-1"))
+    try:
+        ticks: list[float] = []
+        outcome = await runtime.run(
+            handle,
+            "sleep 300 & sleep 301",
+            env={},
+            log_name="slow",
+            timeout_s=3,
+            on_tick=ticks.append,
+            **_fast_ticks(runtime),
+        )
+        assert outcome.timed_out and outcome.exit_code is None
+        assert outcome.duration_s < 15
+        assert ticks  # heartbeats while it ran
+        ps = await runtime.run(handle, "ps -eo args", env={}, log_name="ps", timeout_s=30)
+        assert ps.exit_code == 0
+        assert "sleep 30" not in _read(runtime.log_paths(handle, "ps")[0])
+    finally:
+        await runtime.teardown(handle)
+
+
+async def test_cancellation_kills_the_command(runtime: Any) -> None:
+    handle = await runtime.prepare(_request(runtime, "cancel-1"))
+    try:
+        task = asyncio.create_task(
+            runtime.run(handle, "sleep 302", env={}, log_name="c", timeout_s=120)
+        )
+        await asyncio.sleep(2)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        ps = await runtime.run(handle, "ps -eo args", env={}, log_name="ps", timeout_s=30)
+        assert ps.exit_code == 0
+        assert "sleep 302" not in _read(runtime.log_paths(handle, "ps")[0])
+    finally:
+        await runtime.teardown(handle)
+
+
+async def test_prepare_actions_upload_and_retry(runtime: Any, tmp_path: Path) -> None:
+    """Uploads (a dir, and for a container a file at an absolute path) and a retried command;
+    a command that keeps failing fails prepare and leaves nothing behind."""
+    extra = tmp_path / "extra"
+    (extra / "sub").mkdir(parents=True)
+    (extra / "sub" / "data.txt").write_text("payload\n")
+    (tmp_path / "one.cfg").write_text("k=v\n")
+    flaky = (
+        'test -e "${TMPDIR:-/tmp}/tried" || { touch "${TMPDIR:-/tmp}/tried"; exit 1; }; '
+        "echo ok > prepared.txt"
+    )
+    actions: list[dict[str, object]] = [
+        {"type": "upload", "src": str(extra), "dest": "vendor/extra"}
+    ]
+    expected = "payload\n"
+    reads = "vendor/extra/sub/data.txt"
+    if _is_container(runtime):  # the local runtime refuses uploads outside the workspace
+        cfg: dict[str, object] = {
+            "type": "upload",
+            "src": str(tmp_path / "one.cfg"),
+            "dest": "/etc/polar/one.cfg",
+        }
+        actions.append(cfg)
+        expected += "k=v\n"
+        reads += " /etc/polar/one.cfg"
+    actions.append({"type": "run", "command": flaky, "retries": 1})
+    handle = await runtime.prepare(
+        _request(runtime, "actions-1", DirSource(path=str(small_repo(tmp_path))), prepare=actions)
+    )
+    try:
+        outcome = await runtime.run(
+            handle, f"cat {reads} prepared.txt", env={}, log_name="check", timeout_s=60
+        )
+        assert outcome.exit_code == 0, _read(runtime.log_paths(handle, "check")[1])
+        assert _read(runtime.log_paths(handle, "check")[0]) == expected + "ok\n"
+    finally:
+        await runtime.teardown(handle)
+    with pytest.raises(PrepareFailed, match="exited 7 after 2 attempt"):
+        await runtime.prepare(
+            _request(
+                runtime, "actions-2", prepare=[{"type": "run", "command": "exit 7", "retries": 1}]
+            )
+        )
+    with pytest.raises(PrepareFailed, match="exited 7 after 1 attempt"):
+        await runtime.prepare(
+            _request(runtime, "actions-3", prepare=[{"type": "run", "command": "exit 7"}])
+        )
+    if _is_container(runtime):  # no container is left; the session dir (its logs) stays
+        for session_id in ("actions-2", "actions-3"):
+            assert container_attrs(runtime, session_id) is None
+
+
+async def test_missing_image_and_wall_clock_budget(container_runtime: Any) -> None:
+    runtime = container_runtime
+    with pytest.raises(InvalidRuntime, match="not found"):
+        await runtime.prepare(_request(runtime, "img-1", image="polar/no-such-image:1"))
+    handle = await runtime.prepare(_request(runtime, "wall-1", wall_clock_s=6))
+    try:
+        await asyncio.sleep(7)  # the container's whole lifetime is spent
+        outcome = await runtime.run(handle, "true", env={}, log_name="late", timeout_s=30)
+        assert outcome.timed_out
+        assert "wall-clock" in _read(runtime.log_paths(handle, "late")[1])
+    finally:
+        await runtime.teardown(handle)
+
+
+async def test_a_moved_workspace_is_where_the_session_works_and_is_graded(
+    container_runtime: Any, tmp_path: Path
+) -> None:
+    await graded_in_a_moved_workspace(container_runtime, container_runtime.kind, tmp_path)
+
+
+def _labelled(runtime: Any, session_id: str) -> list[str]:
+    """The containers labelled with the session, whatever their name."""
+    label = f"{LABEL}={session_id}"
+    if runtime.kind == "docker":
+        import docker
+
+        return [
+            str(c.id) for c in docker.from_env().containers.list(all=True, filters={"label": label})
+        ]
+    listed = runtime.podman.run("ps", "--all", "--filter", f"label={label}", "--format", "{{.ID}}")
+    return listed.stdout.decode().split()
+
+
+@pytest.mark.parametrize("kind", ["docker", "podman"])
+async def test_session_end_to_end_in_a_container(
+    kind: str, polar: PolarClient, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """A Temporal task whose sessions run in containers (the worker's `get_runtime(kind)`;
+    podman in its `auto` mode): the harness edits, the evaluator grades, teardown removes
+    each container and host dir."""
+    image = request.getfixturevalue(f"{kind}_image")
+    in_container = {"docker": "test -f /.dockerenv", "podman": "test -e /run/.containerenv"}
+    fixed, wrong = await fixed_and_wrong_sessions(
+        polar,
+        small_repo(tmp_path),
+        {"kind": kind, "image": image, "cpus": 1, "memory": "1g"},
+        in_container=in_container[kind],
+        label=kind,
+    )
+    rt = get_runtime(kind, Path(polar.settings.data_dir))
+    if kind == "podman":
+        print(f"podman end to end in {rt.mode} mode")  # type: ignore[attr-defined]
+    for session in (fixed, wrong):  # whatever the worker's namespace named them
+        assert _labelled(rt, session.session_id) == []
+        assert not (Path(polar.settings.data_dir) / "runtimes" / session.session_id).exists()
