@@ -134,11 +134,8 @@ async def evaluate_command(
         # equal when both runtimes were prepared alike (fixed author and dates)
         baselines=Baselines(session=session_handle.baseline, eval=eval_handle.baseline)
     )
-    changes.fill(report)
-    evaluation = Evaluation(0.0, "", report=report, patch=changes.patch)
-    unusable = changes.unusable()
-    if unusable is not None:
-        evaluation.detail = unusable
+    evaluation = changes.evaluation(report)
+    if not changes.applied:
         return evaluation
 
     outcome = await eval_runtime.run(

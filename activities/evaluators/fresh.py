@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from activities.evaluators.base import Tick
+from activities.evaluators.base import Evaluation, Tick
 from activities.evaluators.baseline import record_baseline
 from activities.evaluators.patches import (
     ExtractionFailed,
@@ -109,6 +109,12 @@ class Changes:
                 f"({len(self.attempts)} strategies tried)"
             )
         return None
+
+    def evaluation(self, report: EvaluationReport) -> Evaluation:
+        """A zero-reward Evaluation of these changes, `report` filled; its detail says why they
+        cannot be graded (empty: they can, see `applied`)."""
+        self.fill(report)
+        return Evaluation(0.0, self.unusable() or "", report=report, patch=self.patch)
 
     def fill(self, report: EvaluationReport) -> None:
         """Write what became of the changes into `report`."""

@@ -163,11 +163,8 @@ class HarborEvaluator:
             verifier_user=spec.user,
             baselines=Baselines(session=session_handle.baseline, eval=handle.baseline),
         )
-        changes.fill(report)
-        evaluation = Evaluation(0.0, "", report=report, patch=changes.patch)
-        unusable = changes.unusable()
-        if unusable is not None:
-            evaluation.detail = unusable
+        evaluation = changes.evaluation(report)
+        if not changes.applied:
             return evaluation
 
         scratch = runtime.scratch(handle)
