@@ -32,7 +32,7 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
@@ -42,6 +42,7 @@ from polar.tasks.spec import (
     EvaluatorSpec,
     HarborVerifierSpec,
     HarnessSpec,
+    NetworkSpec,
     RuntimeSpec,
     TaskSpec,
     Timeouts,
@@ -61,6 +62,12 @@ IMAGE_REPO = "polar/harbor-env"
 EVALUATE_MARGIN_S = 300.0
 """The evaluate stage's time beyond the verifier's: the fresh runtime, the changes applied."""
 NO_NETWORK = "no-network"
+_NETWORK_MODES: dict[str, Literal["none", "public", "allowlist"]] = {
+    NO_NETWORK: "none",
+    "public": "public",
+    "allowlist": "allowlist",
+}
+"""Harbor's network modes and Polar's (RuntimeSpec.network, HarborVerifierSpec.network)."""
 _ENV_TEMPLATE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 # every key harbor 0.25 reads, by section; anything else is refused, never ignored
@@ -126,18 +133,15 @@ _UNSUPPORTED: dict[str, str] = {
     "multi_step_reward_strategy": "multi-step tasks: a Polar session is one harness run",
     "artifacts": "artifact collection: Polar keeps the session's changes, logs and traces",
     "agent.user": "the agent runs as the image's user in Polar's container runtimes",
-    "agent.allowed_hosts": "sessions are sealed (no network but the gateway)",
     "verifier.environment": "a separate verifier image: Polar grades in a fresh runtime of "
     "the task's own environment",
     "verifier.collect": "collect hooks (compose services): Polar runs one container",
-    "verifier.allowed_hosts": "sessions are sealed (no network but the gateway)",
     "environment.gpus": "GPUs in the task's container",
     "environment.gpu_types": "GPUs in the task's container",
     "environment.tpu": "TPUs in the task's container",
     "environment.mcp_servers": "MCP servers for the agent",
     "environment.skills_dir": "agent skills directories",
     "environment.healthcheck": "environment healthchecks (no long-running services)",
-    "environment.allowed_hosts": "sessions are sealed (no network but the gateway)",
 }
 
 
@@ -271,10 +275,10 @@ def task_spec(
         task.section("agent"),
         task.section("verifier"),
     )
-    _check_network(task, env_cfg, agent, verifier)
+    agent_network, verifier_network = _phase_networks(task, env_cfg, agent, verifier)
     _check_environment(task, env_cfg, verifier)
     image = environment_image(task, image_map)
-    runtime = _runtime(task, env_cfg, image)
+    runtime = _runtime(task, env_cfg, image).model_copy(update={"network": agent_network})
     task_env = _resolved_env(task, "environment.env", env_cfg.get("env"), environ)
     verifier_env = _resolved_env(task, "verifier.env", verifier.get("env"), environ)
     test_script = task.tests_dir / "test.sh"
@@ -306,6 +310,7 @@ def task_spec(
                     user=None if user is None else str(user),
                     env={**task_env, **verifier_env},
                     timeout_s=verifier_timeout,
+                    network=verifier_network,
                 ),
             ),
             timeouts=Timeouts(**timeouts),
@@ -415,35 +420,66 @@ def _check_known_and_supported(task: HarborTask) -> None:
             raise HarborTaskError(task.name, field, f"not supported: {reason}")
 
 
-def _effective_mode(section: dict[str, Any], default: str) -> str:
-    mode = section.get("network_mode")
-    if mode is None and section.get("allow_internet") is not None:
-        mode = "public" if section["allow_internet"] else NO_NETWORK
-    return str(mode) if mode is not None else default
+def _baseline_policy(task: HarborTask, env_cfg: dict[str, Any]) -> tuple[str, Any]:
+    """`[environment]`'s (network_mode, allowed_hosts): Harbor's default `public`; the
+    deprecated `allow_internet` only where neither is set (as Harbor applies it)."""
+    mode = env_cfg.get("network_mode")
+    hosts = env_cfg.get("allowed_hosts")
+    if mode is None and hosts is None and env_cfg.get("allow_internet") is not None:
+        mode = "public" if env_cfg["allow_internet"] else NO_NETWORK
+    return (str(mode) if mode is not None else "public"), hosts
 
 
-def _check_network(
-    task: HarborTask, env_cfg: dict[str, Any], agent: dict[str, Any], verifier: dict[str, Any]
-) -> None:
-    """Only `no-network` (Polar's sealed session) is honoured: `public` (Harbor's default when
-    unset) and `allowlist` need an egress policy Polar does not have."""
-    base = _effective_mode(env_cfg, "public")
-    for field, mode in (
-        ("environment.network_mode", base),
-        ("agent.network_mode", _effective_mode(agent, base)),
-        ("verifier.network_mode", _effective_mode(verifier, base)),
+def _network(task: HarborTask, field: str, mode: str, hosts: Any, *, explicit: bool) -> NetworkSpec:
+    """One phase's Harbor policy as Polar's NetworkSpec (HarborTaskError naming `field`)."""
+    if mode not in _NETWORK_MODES:
+        raise HarborTaskError(task.name, f"{field}.network_mode", f"unknown network mode {mode!r}")
+    if hosts is not None and not (
+        isinstance(hosts, list) and all(isinstance(h, str) for h in hosts)
     ):
-        if mode not in ("public", "allowlist", NO_NETWORK):
-            raise HarborTaskError(task.name, field, f"unknown network mode {mode!r}")
-        if mode != NO_NETWORK:
-            unset = " (Harbor's default when unset)" if mode == "public" else ""
-            raise HarborTaskError(
-                task.name,
-                field,
-                f"is {mode!r}{unset}: Polar seals every session (no network but the "
-                "gateway) and has no egress policy to grant it; set "
-                '[environment].network_mode = "no-network" if the task needs no network',
+        raise HarborTaskError(task.name, f"{field}.allowed_hosts", "must be a list of strings")
+    if hosts is not None and mode != "allowlist" and (hosts or explicit):
+        raise HarborTaskError(
+            task.name,
+            f"{field}.allowed_hosts",
+            f"is only valid when network_mode = 'allowlist' (it is {mode!r})",
+        )
+    try:
+        return NetworkSpec(mode=_NETWORK_MODES[mode], allowed_hosts=list(hosts or []))
+    except ValidationError as exc:
+        raise HarborTaskError(task.name, f"{field}.allowed_hosts", _first_error(exc)) from exc
+
+
+def _phase_networks(
+    task: HarborTask, env_cfg: dict[str, Any], agent: dict[str, Any], verifier: dict[str, Any]
+) -> tuple[NetworkSpec, NetworkSpec]:
+    """The agent's and the verifier's network, as Harbor resolves them: a phase's own
+    `network_mode` (with its `allowed_hosts`) when set, else `[environment]`'s. `public` and
+    `allowlist` are served by the worker's egress proxy where the deployment turns it on
+    (POLAR_EGRESS=proxy); a worker without it refuses the session at its start."""
+    base_mode, base_hosts = _baseline_policy(task, env_cfg)
+    baseline = _network(task, "environment", base_mode, base_hosts, explicit=False)
+    phases = []
+    for name, section in (("agent", agent), ("verifier", verifier)):
+        if section.get("network_mode") is None:
+            if section.get("allowed_hosts") is not None:
+                raise HarborTaskError(
+                    task.name,
+                    f"{name}.allowed_hosts",
+                    f"is only valid with {name}.network_mode = 'allowlist'",
+                )
+            phases.append(baseline)
+            continue
+        phases.append(
+            _network(
+                task,
+                name,
+                str(section["network_mode"]),
+                section.get("allowed_hosts"),
+                explicit=True,
             )
+        )
+    return phases[0], phases[1]
 
 
 def _check_environment(task: HarborTask, env_cfg: dict[str, Any], verifier: dict[str, Any]) -> None:
@@ -625,7 +661,7 @@ def _metadata(task: HarborTask, env_cfg: dict[str, Any]) -> dict[str, Any]:
         "solution_env": solution.get("env", {}),
         "build_timeout_s": float(env_cfg.get("build_timeout_sec", 600.0)),
         "docker_image": env_cfg.get("docker_image"),
-        "network_mode": NO_NETWORK,
+        "network_mode": _baseline_policy(task, env_cfg)[0],
         "verifier_environment_mode": task.section("verifier").get("environment_mode"),
     }
 

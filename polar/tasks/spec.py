@@ -23,6 +23,7 @@ from pydantic import (
 
 from polar.host_paths import FORBIDDEN_HOST_DIRS, checked_host_path
 from polar.ids import TaskId
+from polar.network_policy import normalize_allowed_host
 from polar.rubric import FormulaError, parse_formula
 
 
@@ -175,6 +176,37 @@ def workdir_problem(path: str) -> str | None:
     return None
 
 
+class NetworkSpec(StrictModel):
+    """What a session may reach besides its gateway channel (docs/runtimes.md, Egress).
+
+    `none` (default): the sealed session, no network at all. `public`: anything but the
+    deployment's blocked networks (loopback, private, link-local, metadata...). `allowlist`:
+    only `allowed_hosts` (host names, `*.domain` wildcards, IP addresses or CIDR networks,
+    each with an optional `:port`). Either is served by the worker's egress proxy
+    (activities/runtimes/egress.py) and only where the deployment turns it on
+    (`POLAR_EGRESS=proxy`); elsewhere the session is refused at its start.
+    """
+
+    mode: Literal["none", "public", "allowlist"] = "none"
+    allowed_hosts: list[str] = Field(default_factory=list, max_length=256)
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _valid_hosts(cls, v: list[str]) -> list[str]:
+        return list(dict.fromkeys(normalize_allowed_host(entry) for entry in v))
+
+    @model_validator(mode="after")
+    def _hosts_for_allowlist(self) -> NetworkSpec:
+        if self.allowed_hosts and self.mode != "allowlist":
+            raise ValueError(f"allowed_hosts is for mode 'allowlist', not {self.mode!r}")
+        return self
+
+    @property
+    def sealed(self) -> bool:
+        """No network at all: nothing to open."""
+        return self.mode == "none"
+
+
 class RuntimeSpec(StrictModel):
     """Where a session runs.
 
@@ -223,6 +255,13 @@ class RuntimeSpec(StrictModel):
         description="containers: the workspace's absolute path in the container (the source "
         "goes there, the harness runs there, its changes there are graded); not `/` nor a "
         "system directory",
+    )
+    network: NetworkSpec = Field(
+        default_factory=NetworkSpec,
+        # left out while sealed: older workers read the spec
+        exclude_if=lambda v: v.sealed,
+        description="what the session may reach besides the gateway (default: nothing); "
+        "`public` and `allowlist` need a worker with POLAR_EGRESS=proxy",
     )
 
     @field_validator("memory", "disk")
@@ -409,6 +448,11 @@ class HarborVerifierSpec(StrictModel):
     user: str | None = Field(default=None, pattern=r"^[a-z_][a-z0-9_-]*$|^[0-9]+$")
     env: dict[str, str] = Field(default_factory=dict)
     timeout_s: float = Field(default=600, gt=0, le=MAX_TIMEOUT_S, allow_inf_nan=False)
+    network: NetworkSpec = Field(
+        default_factory=NetworkSpec,
+        exclude_if=lambda v: v.sealed,  # left out while sealed: older workers read the spec
+        description="what test.sh may reach (as `runtime.network`; default: nothing)",
+    )
 
     @field_validator("tests_dir")
     @classmethod

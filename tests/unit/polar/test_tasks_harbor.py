@@ -105,8 +105,12 @@ def test_env_templates_resolve_from_the_host(tmp_path: Path) -> None:
         ('[verifier.environment]\ndocker_image = "x"', "verifier.environment"),
         ('[[verifier.collect]]\ncommand = "true"', "verifier.collect"),
         ('[environment.healthcheck]\ncommand = "true"', "environment.healthcheck"),
-        ('[agent]\nnetwork_mode = "public"', "agent.network_mode"),
-        ('[verifier]\nnetwork_mode = "allowlist"', "verifier.network_mode"),
+        ('[agent]\nnetwork_mode = "dial-up"', "agent.network_mode"),
+        ('[verifier]\nallowed_hosts = ["pypi.org"]', "verifier.allowed_hosts"),
+        (
+            '[agent]\nnetwork_mode = "allowlist"\nallowed_hosts = ["http://x/"]',
+            "agent.allowed_hosts",
+        ),
         ("[agent]\nsurprise = 1", "agent.surprise"),
     ],
 )
@@ -129,12 +133,69 @@ def test_what_polar_cannot_honour_is_refused_by_name(tmp_path: Path, edit: str, 
     assert f"polar/hello-file: {field}" in str(info.value)
 
 
-def test_harbors_default_network_is_refused_with_the_reason(tmp_path: Path) -> None:
+def test_harbors_default_network_loads_as_public(tmp_path: Path) -> None:
+    """Unset, Harbor's network is `public`: the agent and the verifier both get it (served
+    by the worker's egress proxy where the deployment turns it on, refused elsewhere)."""
     task = _copy(tmp_path)
     toml = task / "task.toml"
     toml.write_text(toml.read_text().replace('network_mode = "no-network"\n', ""))
-    with pytest.raises(HarborTaskError, match="Harbor's default when unset.*no-network"):
-        load_harbor_tasks(task)
+    (spec,) = load_harbor_tasks(task)
+    assert spec.runtime.network.mode == "public" and spec.runtime.network.allowed_hosts == []
+    assert spec.evaluator.harbor is not None and spec.evaluator.harbor.network.mode == "public"
+    assert spec.metadata["harbor"]["network_mode"] == "public"
+    dumped = spec.model_dump(mode="json")
+    assert dumped["runtime"]["network"] == {"mode": "public", "allowed_hosts": []}
+
+
+def test_a_sealed_task_leaves_network_out_of_its_json() -> None:
+    """`no-network` is the sealed session: the field stays out of the JSON (older workers)."""
+    spec = next(s for s in load_harbor_tasks(EXAMPLES) if s.task_id == "polar__hello-file")
+    assert spec.runtime.network.sealed
+    assert "network" not in spec.runtime.model_dump()
+    assert spec.evaluator.harbor is not None and "network" not in spec.evaluator.harbor.model_dump()
+
+
+def test_allowlist_and_phase_overrides_load_as_harbor_resolves_them(tmp_path: Path) -> None:
+    task = _copy(tmp_path)
+    toml = task / "task.toml"
+    toml.write_text(
+        toml.read_text().replace(
+            'network_mode = "no-network"',
+            'network_mode = "allowlist"\nallowed_hosts = ["PyPI.org.", "*.pythonhosted.org", '
+            '"10.1.0.0/16"]',
+        )
+    )
+    (spec,) = load_harbor_tasks(task)
+    hosts = ["pypi.org", "*.pythonhosted.org", "10.1.0.0/16"]
+    assert spec.runtime.network.mode == "allowlist"
+    assert spec.runtime.network.allowed_hosts == hosts
+    assert spec.evaluator.harbor is not None
+    assert spec.evaluator.harbor.network == spec.runtime.network  # the verifier inherits it
+    assert TaskSpec.model_validate_json(spec.model_dump_json()) == spec
+    # a phase's own mode wins, with its own hosts
+    text = toml.read_text()
+    text = text.replace("[agent]\n", '[agent]\nnetwork_mode = "no-network"\n', 1)
+    text = text.replace(
+        "[verifier]\n", '[verifier]\nnetwork_mode = "allowlist"\nallowed_hosts = ["a.test"]\n', 1
+    )
+    toml.write_text(text)
+    (spec,) = load_harbor_tasks(task)
+    assert spec.runtime.network.sealed
+    assert spec.evaluator.harbor is not None
+    assert spec.evaluator.harbor.network.allowed_hosts == ["a.test"]
+
+
+@pytest.mark.parametrize(("allow", "mode"), [("true", "public"), ("false", "none")])
+def test_the_deprecated_allow_internet_sets_the_baseline(
+    tmp_path: Path, allow: str, mode: str
+) -> None:
+    task = _copy(tmp_path)
+    toml = task / "task.toml"
+    toml.write_text(
+        toml.read_text().replace('network_mode = "no-network"', f"allow_internet = {allow}")
+    )
+    (spec,) = load_harbor_tasks(task)
+    assert spec.runtime.network.mode == mode
 
 
 @pytest.mark.parametrize(
