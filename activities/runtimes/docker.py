@@ -13,11 +13,13 @@ the task's ref made on the worker), into the workspace: the spec's `workdir`
 
 Its main process sleeps until the session's wall-clock deadline under
 docker-init, so the whole container stops when the budget is spent, even if
-the worker died. Commands run with `docker exec` in their own session.
-`reap` kills every process in the container (SIGKILL to its init: the kernel
-takes the rest of its PID namespace) and starts it again with the same
-file system: the harness stage reaps after every harness exit, so nothing the
-harness left running touches its work once it is read. A timeout or a
+the worker died. Commands run with `docker exec` in their own session, under
+the exit sweep (activities/runtimes/exit_sweep.py: what a command detached is
+killed the moment it exits, from inside). `reap` kills every process in the
+container (SIGKILL to its init: the kernel takes the rest of its PID
+namespace) and starts it again with the same file system: the harness stage
+reaps after every harness exit, so nothing the harness left running touches
+its work once it is read. A timeout or a
 cancellation reaps the same way. The disk limit is the file-size rlimit for a
 single file plus a watchdog over the container's writable layer, checked on
 every tick of a running command (the engine's `--storage-opt size` needs an
@@ -70,6 +72,7 @@ from activities.runtimes import sandbox_needs
 from activities.runtimes.actions import run_prepare_actions
 from activities.runtimes.base import InvalidRuntime, RuntimeUnfit
 from activities.runtimes.channel import SANDBOX_DIR
+from activities.runtimes.exit_sweep import with_exit_sweep
 from activities.runtimes.local import materialise_source, session_dir, session_dirs
 from activities.runtimes.resource_limits import DISK_LABEL, ContainerLimits, writable_layer_bytes
 from activities.shell_command import ProcessOutcome
@@ -331,7 +334,8 @@ class DockerRuntime:
             return ProcessOutcome(None, True, time.monotonic() - started)
         await asyncio.to_thread(self._sync_in, container, handle)
         full_env = {"HOME": str(self.home(handle))} | env
-        argv = ["setsid", "-w", "bash", "-c", command]
+        # nothing the command detached outlives it (the reap below comes seconds later)
+        argv = ["setsid", "-w", "bash", "-c", with_exit_sweep(command)]
         pump = await asyncio.to_thread(
             self._start_exec, container, argv, full_env, handle.workdir, stdout, stderr
         )

@@ -253,29 +253,54 @@ async def test_limits_no_network_and_teardown(runtime: Any, tmp_path: Path) -> N
     )
 
 
-async def test_reap_kills_what_a_command_left_behind(runtime: Any) -> None:
-    """A detached writer outlives its command's shell; after `reap` nothing of it runs, the
-    files stay and the sandbox works (a container keeps its wall-clock deadline)."""
+async def test_nothing_a_command_detached_outlives_it(runtime: Any) -> None:
+    """A detached writer (its own session, reparented to the init) dies when its command
+    exits, before any reap: containers by the exit sweep (activities/runtimes/exit_sweep.py),
+    `local` and `bwrap` with the PID namespace whose init the command is."""
+    handle = await runtime.prepare(_request(runtime, "detach-1"))
+    try:
+        writer = "setsid nohup bash -c 'while :; do date +%s%N >> beat; sleep 0.1; done' "
+        started = f"echo x > kept; {writer} >/dev/null 2>&1 & sleep 1; echo started"
+        outcome = await runtime.run(handle, started, env={}, log_name="w", timeout_s=30)
+        assert outcome.exit_code == 0
+        count = "cat kept; cat beat | wc -l; ps -eo args"
+        first = await runtime.run(handle, count, env={}, log_name="c1", timeout_s=30)
+        await asyncio.sleep(1.5)
+        second = await runtime.run(handle, count, env={}, log_name="c2", timeout_s=30)
+        assert first.exit_code == 0 and second.exit_code == 0
+        listing, again = (
+            _read(runtime.log_paths(handle, name)[0]).splitlines() for name in ("c1", "c2")
+        )
+        assert listing[0] == "x" and int(listing[1]) > 0, listing  # it ran, then stopped
+        assert again[:2] == listing[:2], (listing, again)
+        assert not any("while :" in line for line in again[2:]), again
+    finally:
+        await runtime.teardown(handle)
+
+
+async def test_reap_kills_what_runs(runtime: Any) -> None:
+    """`reap` kills a command still running (the last attempt's, its worker gone): the files
+    stay and the sandbox works (a container keeps its wall-clock deadline)."""
     handle = await runtime.prepare(_request(runtime, "reap-1"))
     try:
         before = container_attrs(runtime, "reap-1") if _is_container(runtime) else None
-        writer = "setsid nohup bash -c 'while :; do date +%s%N >> beat; sleep 0.1; done' "
-        started = f"echo x > kept && {writer} >/dev/null 2>&1 & echo started"
-        outcome = await runtime.run(handle, started, env={}, log_name="w", timeout_s=30)
-        assert outcome.exit_code == 0
-        await asyncio.sleep(1)
+        writer = "echo x > kept; while :; do date +%s%N >> beat; sleep 0.1; done"
+        running = asyncio.create_task(
+            runtime.run(handle, writer, env={}, log_name="w", timeout_s=120)
+        )
+        await asyncio.sleep(3)  # it writes
         await runtime.reap(handle)
-        count = "cat kept; cat beat 2>/dev/null | wc -l"
-        ps = await runtime.run(handle, f"ps -eo args; {count}", env={}, log_name="ps", timeout_s=30)
-        assert ps.exit_code == 0, _read(runtime.log_paths(handle, "ps")[1])
-        listing = _read(runtime.log_paths(handle, "ps")[0])
-        assert "while :" not in listing
-        *_, kept, lines = listing.split()
-        assert kept == "x"  # the file system survived the reap
+        await asyncio.wait_for(running, timeout=60)  # the exec ended with its processes
+        count = "cat kept; cat beat | wc -l"
+        first = await runtime.run(handle, count, env={}, log_name="c1", timeout_s=30)
         await asyncio.sleep(1)
-        again = await runtime.run(handle, count, env={}, log_name="ps2", timeout_s=30)
-        assert again.exit_code == 0
-        assert _read(runtime.log_paths(handle, "ps2")[0]).split() == ["x", lines]  # none writes
+        second = await runtime.run(handle, count, env={}, log_name="c2", timeout_s=30)
+        assert first.exit_code == 0 and second.exit_code == 0
+        listing, again = (
+            _read(runtime.log_paths(handle, name)[0]).split() for name in ("c1", "c2")
+        )
+        assert listing[0] == "x" and int(listing[1]) > 0, listing  # the file system survived
+        assert again == listing  # none writes
         if before is not None:
             after = container_attrs(runtime, "reap-1")
             assert after is not None
