@@ -14,10 +14,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from polar.assets import checkout_root
+from polar.network_policy import DEFAULT_BLOCKED_NETWORKS, blocked_networks, parse_allowed_host
 
 
 def checkout_path(relative: str) -> Path:
@@ -287,6 +288,27 @@ class Settings(BaseSettings):
     channel_max_header_bytes: int = Field(
         default=64 * 1024, ge=1024, description="most bytes of one request's headers (431 past it)"
     )
+    # egress: what a task asking for network gets (activities/runtimes/egress.py)
+    egress: Literal["off", "proxy"] = Field(
+        default="off",
+        description="`off`: every session is sealed, and a task whose runtime.network is "
+        "`public` or `allowlist` is refused at its start; `proxy`: such a task's harness gets "
+        "a worker-side HTTP proxy enforcing its network (docs/threat-model.md, Egress)",
+    )
+    egress_blocked_networks: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_BLOCKED_NETWORKS),
+        description="networks no egress reaches, whatever the task asks, checked on the "
+        "address each name resolves to (JSON list; default: loopback, private, link-local, "
+        "CGNAT, multicast, reserved, the metadata addresses)",
+    )
+    egress_exempt: list[str] = Field(
+        default_factory=list,
+        description="addresses or networks, each with an optional :port, that pass "
+        "egress_blocked_networks (JSON list; e.g. an internal package mirror)",
+    )
+    egress_max_connections: int = Field(
+        default=64, ge=1, description="most egress connections one session holds at once"
+    )
     max_record_bytes: int = Field(
         default=8 * 1024 * 1024,
         description="largest stored completion record (compressed); a call past it is refused "
@@ -304,6 +326,18 @@ class Settings(BaseSettings):
         "forced tool choice, per-request templates...): refuse it (400), or answer and record "
         "it marked untrainable (no builder trains on it)",
     )
+
+    @field_validator("egress_blocked_networks", "egress_exempt")
+    @classmethod
+    def _valid_networks(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        for entry in value:
+            if info.field_name == "egress_exempt":
+                parsed = parse_allowed_host(entry)
+                if parsed.network is None:
+                    raise ValueError(f"egress_exempt {entry!r}: an address or network, not a name")
+            else:
+                blocked_networks([entry])
+        return value
 
     @field_validator("host_id")
     @classmethod

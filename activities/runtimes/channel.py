@@ -528,17 +528,23 @@ class GatewayRelay:
         )
 
 
-def with_forwarder(command: str, channel_in_sandbox: str, port: int = SANDBOX_PORT) -> str:
+def with_forwarder(
+    command: str,
+    channel_in_sandbox: str,
+    port: int = SANDBOX_PORT,
+    socket_name: str = SOCKET_NAME,
+) -> str:
     """A bash command line that runs `command` behind the in-sandbox forwarder: `python3`
     binds 127.0.0.1:{port}, forks the forwarder (`{channel}/forwarder.py`, spliced to
-    `{channel}/gateway.sock`, its stderr in `$TMPDIR/polar-forwarder-{port}.log`) and execs
+    `{channel}/{socket_name}`, its stderr in `$TMPDIR/polar-forwarder-{port}.log`) and execs
     `bash -c command` in its place, so the port listens before the command starts and the
     command's exit code is the result. Without `python3` or the script, or when the port
-    cannot be bound, the command never runs: exit 97 and a line on stderr saying why."""
+    cannot be bound, the command never runs: exit 97 and a line on stderr saying why. Nests:
+    the egress proxy's forwarder (activities/runtimes/egress.py) wraps the gateway's."""
     channel = channel_in_sandbox.rstrip("/") or "/"
     script = shlex.quote(f"{channel}/{FORWARDER_NAME}")
-    sock = shlex.quote(f"{channel}/{SOCKET_NAME}")
-    failed = f"polar: the gateway forwarder did not start on 127.0.0.1:{port}"
+    sock = shlex.quote(f"{channel}/{socket_name}")
+    failed = f"polar: the forwarder did not start on 127.0.0.1:{port}"
     return (
         f"if ! command -v python3 >/dev/null || [ ! -r {script} ]; then "
         f"echo {shlex.quote(failed + ': no python3 or no ' + channel + '/' + FORWARDER_NAME)} >&2; "
