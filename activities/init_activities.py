@@ -13,6 +13,7 @@ from activities.evaluators.baseline import record_baseline
 from activities.heartbeat import Heartbeater, heartbeat
 from activities.pool_activities import PoolActivities
 from activities.runtimes import InvalidRuntime, InvalidSource, PrepareFailed
+from activities.runtimes.egress import egress_refusal
 from polar.contracts import PrepareRequest, RuntimeHandle, TeardownResult, invalid_input
 from polar.host_paths import local_git_path, outside_roots, source_roots
 from polar.tasks.spec import DirSource, GitSource, UploadAction
@@ -72,9 +73,14 @@ class InitActivities(PoolActivities):
                     source_roots(self.settings.source_roots),
                     Path(self.settings.data_dir),
                 )
+                refusal = egress_refusal(request.runtime.network, self.settings)
+                if refusal is not None:  # a task asking for network, on a worker without egress
+                    raise invalid_input(refusal, "InvalidTaskSpec")
                 handle = await runtime.prepare(request)
             except (InvalidSource, InvalidRuntime, PrepareFailed) as exc:
                 raise invalid_input(str(exc), type(exc).__name__) from exc
+            if not request.runtime.network.sealed:  # admitted: the run serves it
+                handle = handle.model_copy(update={"network": request.runtime.network})
             # the commit the session's changes are diffed against (git init for a plain folder)
             hb.update(step="recording the workspace baseline")
             handle = await record_baseline(runtime, handle)

@@ -19,7 +19,15 @@ from temporalio.exceptions import ApplicationError
 from polar.ids import SessionId
 from polar.outcomes import TASK_ERRORS, SessionOutcome, classify, count_outcomes
 from polar.records import SessionStatus
-from polar.tasks.spec import BuilderSpec, EvaluatorSpec, HarnessSpec, RuntimeSpec, Source, TaskSpec
+from polar.tasks.spec import (
+    BuilderSpec,
+    EvaluatorSpec,
+    HarnessSpec,
+    NetworkSpec,
+    RuntimeSpec,
+    Source,
+    TaskSpec,
+)
 
 
 class SpecRef(BaseModel):
@@ -47,7 +55,6 @@ class SessionSpec(BaseModel):
 
 NON_RETRYABLE_ERRORS: tuple[str, ...] = (
     *TASK_ERRORS,
-    "EvaluatorError",
     "WrongHost",
     "RuntimeNotFound",
     "RuntimeUnfit",
@@ -94,6 +101,9 @@ class RuntimeHandle(BaseModel):
     host_queue: str | None = None
     """That host's queue prefix (`{queue}-host-{host_id}`): later stages that touch the
     runtime go to its `-init`/`-run`/`-postrun` queues. None: the shared queues."""
+    network: NetworkSpec | None = Field(default=None, exclude_if=lambda v: v is None)
+    """The task's network, admitted by the worker that prepared the runtime (its egress on):
+    the run serves it through the egress proxy. None: sealed (left out of the JSON)."""
 
 
 class TeardownResult(BaseModel):
@@ -167,6 +177,10 @@ class BuildRequest(BaseModel):
     harness: str
     builder: BuilderSpec
     policy_version: int | None = None
+    after_attempt: int = 0
+    """Only records of run attempts above this become traces: the runs of placements given
+    up for an infra error (run again on fresh ground) keep their records in S3, left out of
+    training as `earlier_placement` (their partial work never earned the final reward)."""
 
 
 class BuildResult(BaseModel):
@@ -182,7 +196,7 @@ class BuildResult(BaseModel):
     unseen_completions: dict[str, int] = Field(
         default_factory=dict,
         description="records left out of training, by reason (client_disconnected, "
-        "untrainable, resent)",
+        "untrainable, resent, earlier_placement)",
     )
 
 
