@@ -8,12 +8,15 @@ logs and what it left under $POLAR_ARTIFACTS_DIR. What the run's outcome class n
 (polar/outcomes.py) comes back with it: whether the harness really started (the
 started marker, activities/runtimes/started_marker.py) and how many of its calls the
 gateway could not serve (the relay's count; an unsealed run's failed records).
+A task whose network the worker admitted (RuntimeHandle.network) gets its egress proxy
+beside the channel (activities/runtimes/egress.py), its attempts kept as `egress.jsonl`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -30,6 +33,7 @@ from activities.runtimes.channel import (
     GatewayRelay,
     with_forwarder,
 )
+from activities.runtimes.egress import EGRESS_LOG, EgressDoor, EgressRefused, open_egress
 from activities.shell_command import ProcessOutcome
 from polar import safe_files
 from polar.contracts import HarnessRequest, HarnessResult, invalid_input
@@ -37,6 +41,7 @@ from polar.outcomes import count_unserved
 from polar.session_keys import EXPIRY_MARGIN_S, SessionIdentity, mint_session_key
 from polar.settings import Settings
 from polar.storage import Storage, artifact_key
+from polar.tasks.spec import NetworkSpec
 
 CALL_COUNT_EVERY_S = 15.0
 """How often a running harness's heartbeat re-counts its recorded calls in S3."""
@@ -125,6 +130,8 @@ class HarnessLaunch:
         self.channel = runtime.channel_in_sandbox(self.handle)
         self.adapter = get_adapter(request.harness.kind)
         self.log_name = f"harness-attempt{attempt}"
+        self.egress: EgressDoor | None = None
+        """The run's egress (its proxy's log), where the task's network asked for one."""
 
     def context(self) -> HarnessContext:
         """What the harness's adapter writes its config from."""
@@ -181,10 +188,15 @@ class HarnessLaunch:
                         limits=ChannelLimits.from_settings(self.settings),
                     )
                     await stack.enter_async_context(relay)
+                env = launch.env
+                self.egress = await stack.enter_async_context(self._open_egress())
+                if self.egress is not None:  # its forwarder outermost: it starts first
+                    command = self.egress.wrap(command)
+                    env = {**env, **self.egress.env}
                 running = self.runtime.run(
                     self.handle,
                     command,
-                    env=launch.env,
+                    env=env,
                     log_name=self.log_name,
                     timeout_s=self.request.budget_s,
                     on_tick=CallCounter(self.storage, self.request.session_id).tick,
@@ -203,6 +215,26 @@ class HarnessLaunch:
         elif run.status != "completed":  # unsealed: the gateway's failed records of this run
             run.unserved_calls = await self._unserved_in_records()
         return run
+
+    @contextlib.asynccontextmanager
+    async def _open_egress(self) -> AsyncIterator[EgressDoor | None]:
+        """The egress proxy the task's admitted network gets (None: sealed); a runtime that
+        cannot give it refuses the task (non-retryable InvalidTaskSpec)."""
+        network = self.handle.network or NetworkSpec()
+        try:
+            async with open_egress(self.runtime, self.handle, network, self.settings) as door:
+                yield door
+        except EgressRefused as exc:
+            raise invalid_input(str(exc), "InvalidTaskSpec") from exc
+
+    async def upload_egress_log(self) -> list[str]:
+        """The run's egress attempts (`egress.jsonl`), where it had egress: its key."""
+        if self.egress is None:
+            return []
+        key = artifact_key(self.request.session_id, f"{self.log_name}/{EGRESS_LOG}")
+        data = self.egress.proxy.log.jsonl()
+        await asyncio.to_thread(self.storage.put_bytes, key, data, "application/x-ndjson")
+        return [key]
 
     async def _unserved_in_records(self) -> int:
         """This attempt's recorded calls the gateway could not serve (0 if S3 cannot say)."""
@@ -267,6 +299,7 @@ class HarnessLaunch:
             key = artifact_key(session_id, f"{self.log_name}/artifacts/{name}")
             await asyncio.to_thread(self.storage.put_bytes, key, data)
             keys.append(key)
+        keys += await self.upload_egress_log()
         return keys, kept.notes()
 
     def result(

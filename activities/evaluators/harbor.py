@@ -37,7 +37,10 @@ from typing import ClassVar
 from activities.evaluators.base import Evaluation, EvaluationJob, EvaluatorError, reap, run_in
 from activities.evaluators.fresh import carry_changes
 from activities.evaluators.protected import PROTECTED
+from activities.runtimes import Runtime
+from activities.runtimes.egress import EGRESS_LOG, EgressDoor, EgressRefused, open_egress
 from polar import safe_files
+from polar.contracts import RuntimeHandle, invalid_input
 from polar.evaluation_reports import Baselines, EvaluationReport, HarborReport
 from polar.host_paths import outside_roots, resolved_problem, source_roots
 from polar.settings import Settings
@@ -186,14 +189,27 @@ class HarborEvaluator:
             raise EvaluatorError(f"cannot put the tests in place: {log.strip()[-500:]}")
 
         started = time.monotonic()
-        outcome = await runtime.run(
-            handle,
-            _test_command(spec),
-            env=dict(spec.env),
-            log_name=TEST_LOG,
-            timeout_s=spec.timeout_s,
-            on_tick=job.on_tick,
-        )
+        egress: EgressDoor | None = None
+        try:  # test.sh's network, where the task's verifier asks for one (egress.py)
+            async with open_egress(
+                runtime, handle, spec.network, job.settings, "evaluator.harbor"
+            ) as egress:
+                command, env = _test_command(spec), dict(spec.env)
+                if egress is not None:
+                    command, env = egress.wrap(command), {**env, **egress.env}
+                outcome = await runtime.run(
+                    handle,
+                    command,
+                    env=env,
+                    log_name=TEST_LOG,
+                    timeout_s=spec.timeout_s,
+                    on_tick=job.on_tick,
+                )
+        except EgressRefused as exc:
+            raise invalid_input(str(exc), "InvalidTaskSpec") from exc
+        finally:
+            if egress is not None:
+                _egress_log_path(runtime, handle).write_bytes(egress.proxy.log.jsonl())
         await reap(runtime, handle)  # nothing test.sh (or the code it ran) left runs on
         report.duration_s = round(time.monotonic() - started, 3)
         report.test_exit_code = outcome.exit_code
@@ -223,10 +239,19 @@ class HarborEvaluator:
         """test.sh's stdout and stderr (empty where it never ran)."""
         runtime, handle = job.fresh()
         limit = job.settings.max_log_bytes
-        return {
+        logs = {
             path.name: safe_files.read_log_file(path, limit=limit)
             for path in runtime.log_paths(handle, TEST_LOG)
         }
+        egress = _egress_log_path(runtime, handle)
+        if egress.is_file():  # written by the worker: test.sh's egress attempts
+            logs[egress.name] = egress.read_bytes()
+        return logs
+
+
+def _egress_log_path(runtime: Runtime, handle: RuntimeHandle) -> Path:
+    """Where the worker keeps test.sh's egress log, beside its logs (`harbor-egress.jsonl`)."""
+    return runtime.log_paths(handle, TEST_LOG)[0].with_name(f"harbor-{EGRESS_LOG}")
 
 
 def _check_tests_dir(path: Path, settings: Settings) -> None:
