@@ -409,6 +409,8 @@ class DevStack:
                 continue
             if isinstance(value, Path):
                 value = value.resolve()
+            elif isinstance(value, (list, dict)):  # pydantic-settings reads them as JSON
+                value = json.dumps(value)
             out[f"POLAR_{name.upper()}"] = str(value)
         return out
 
