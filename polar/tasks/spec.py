@@ -177,7 +177,7 @@ def workdir_problem(path: str) -> str | None:
 
 
 class NetworkSpec(StrictModel):
-    """What a session may reach besides its gateway channel (docs/runtimes.md, Egress).
+    """What a session may reach besides its gateway channel (docs/threat-model.md, Egress).
 
     `none` (default): the sealed session, no network at all. `public`: anything but the
     deployment's blocked networks (loopback, private, link-local, metadata...). `allowlist`:

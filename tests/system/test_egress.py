@@ -1,7 +1,7 @@
 """Egress for a task that asks for network: granted only where the deployment turns it on.
 
-On the real stack (Temporal, SeaweedFS, Docker, an in-process worker): a docker
-session (`--network none`) whose `command` harness fetches, through the
+On the real stack (Temporal, SeaweedFS, Docker, an in-process worker): a docker,
+podman and local session (no network of their own) whose `command` harness fetches, through the
 HTTP_PROXY it is given, an allowed URL (a loopback server standing in for the
 internet, reachable only because this module's deployment exempts its one port)
 and a disallowed one. The first answers, the second is refused 403 by the
@@ -93,18 +93,18 @@ async def egress_polar(
         yield await PolarClient.connect(settings)
 
 
-def fetching_task(task_id: str, repo: Path, internet: int, image: str) -> TaskSpec:
+def fetching_task(
+    task_id: str, repo: Path, internet: int, image: str, kind: str = "docker"
+) -> TaskSpec:
     (repo / "fetch.py").write_text(FETCH)
     allowed = f"http://localhost:{internet}/allowed"
+    network = {"mode": "allowlist", "allowed_hosts": ["localhost"]}
+    runtime = {"kind": kind, "network": network} | ({"image": image} if kind != "local" else {})
     return TaskSpec.model_validate(
         {
             "task_id": task_id,
             "source": {"type": "dir", "path": str(repo)},
-            "runtime": {
-                "kind": "docker",
-                "image": image,
-                "network": {"mode": "allowlist", "allowed_hosts": ["localhost"]},
-            },
+            "runtime": runtime,
             "harness": {
                 "kind": "command",
                 "command": f"python3 fetch.py {allowed} http://not-allowed.example/x",
@@ -114,11 +114,21 @@ def fetching_task(task_id: str, repo: Path, internet: int, image: str) -> TaskSp
     )
 
 
-async def test_a_docker_session_reaches_only_its_allowed_hosts(
-    egress_polar: PolarClient, storage: Storage, docker_image: str, internet: int, tmp_path: Path
+@pytest.mark.parametrize("kind", ["docker", "podman", "local"])
+async def test_a_session_reaches_only_its_allowed_hosts(
+    kind: str,
+    egress_polar: PolarClient,
+    storage: Storage,
+    docker_image: str,
+    internet: int,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> None:
+    """docker and podman (`--network none`) and the sealed local sandbox (its own network
+    namespace): the same door, the same policy."""
+    image = request.getfixturevalue("podman_image") if kind == "podman" else docker_image
     spec = fetching_task(
-        f"egress-ok-{uuid.uuid4().hex[:6]}", small_repo(tmp_path), internet, docker_image
+        f"egress-{kind}-{uuid.uuid4().hex[:6]}", small_repo(tmp_path), internet, image, kind
     )
     result = await egress_polar.wait(await egress_polar.submit(spec), timeout_s=180)
     [session] = result.sessions
