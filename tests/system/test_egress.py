@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import shutil
 import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -168,3 +169,92 @@ async def test_a_task_asking_for_network_is_refused_where_egress_is_off(
     assert "POLAR_EGRESS=off" in (session.error or "")
     assert "runtime.network.mode is 'allowlist'" in (session.error or "")
     assert session.error_stage == "prepare"
+
+
+VERIFIER_FETCH = """#!/bin/bash
+# reward 1 when the allowed URL answers and the other is refused by the egress proxy
+python3 - "$@" <<'PY'
+import os, urllib.error, urllib.request
+os.environ.pop("NO_PROXY"); os.environ.pop("no_proxy")
+def status(url):
+    try:
+        with urllib.request.urlopen(url, timeout=20) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+ok = status("http://localhost:PORT/verifier") == 200
+no = status("http://not-allowed.example/") == 403
+open("/logs/verifier/reward.txt", "w").write("1\\n" if ok and no else "0\\n")
+PY
+"""
+
+
+@pytest.fixture
+def docker_runtime(docker_image: str, tmp_path: Path) -> Iterator[Any]:
+    from tests.support.container_sessions import docker_runtime as runtimes
+
+    yield from runtimes(tmp_path / "runtimes")
+
+
+async def test_a_harbor_verifier_gets_its_own_network(
+    docker_runtime: Any, internet: int, tmp_path: Path
+) -> None:
+    """A Harbor task whose agent is sealed and whose verifier's network is an allowlist:
+    test.sh reaches its allowed host through the egress proxy (reward 1) on a worker with
+    egress on, its attempts kept as harbor-egress.jsonl; where egress is off, grading is
+    refused (InvalidTaskSpec), never a 0."""
+    from temporalio.exceptions import ApplicationError
+
+    from activities.evaluators import get_evaluator
+    from activities.evaluators.base import EvaluationJob
+    from activities.evaluators.fresh import eval_prepare_request, fresh_runtime
+    from polar.settings import get_settings
+    from polar.tasks.harbor import load_harbor_tasks
+    from polar.tasks.harbor_images import ensure_images
+    from tests.support.eval_runtimes import prepare_session, run_harness
+    from tests.support.paths import REPO
+
+    task = Path(shutil.copytree(REPO / "examples" / "harbor" / "hello-file", tmp_path / "t"))
+    (task / "tests" / "test.sh").write_text(VERIFIER_FETCH.replace("PORT", str(internet)))
+    toml = task / "task.toml"
+    toml.write_text(
+        toml.read_text().replace(
+            "[verifier]\n",
+            '[verifier]\nnetwork_mode = "allowlist"\nallowed_hosts = ["localhost"]\n',
+        )
+    )
+    ensure_images(task)
+    (spec,) = load_harbor_tasks(task)
+    assert spec.runtime.network.sealed and spec.evaluator.harbor is not None
+    assert spec.evaluator.harbor.network.mode == "allowlist"
+    base = get_settings().model_copy(update={"source_roots": f"{tmp_path},{REPO}"})
+    on = base.model_copy(update={"egress": "proxy", "egress_exempt": [f"127.0.0.1:{internet}"]})
+    runtime = docker_runtime
+    evaluator = get_evaluator("harbor")
+    for settings in (on, base):
+        handle = await prepare_session(runtime, spec.runtime, None, f"eg-v-{settings.egress}")
+        try:
+            await run_harness(runtime, handle, "true")
+            prepare = eval_prepare_request(
+                handle.session_id, "t", None, spec.runtime, "docker", spec.evaluator
+            )
+            async with fresh_runtime(runtime, prepare, None) as eval_handle:
+                job = EvaluationJob(
+                    runtime, handle, runtime, eval_handle, spec.evaluator, 300, settings=settings
+                )
+                if settings.egress == "off":
+                    with pytest.raises(ApplicationError) as info:
+                        await evaluator.evaluate(job)
+                    assert info.value.type == "InvalidTaskSpec" and info.value.non_retryable
+                    assert "evaluator.harbor.network.mode is 'allowlist'" in str(info.value)
+                    continue
+                evaluation = await evaluator.evaluate(job)
+                logs = evaluator.logs(job, evaluation)
+        finally:
+            await runtime.teardown(handle)
+        assert evaluation.reward == 1.0, (evaluation.detail, logs)
+        entries = [json.loads(line) for line in logs["harbor-egress.jsonl"].splitlines()]
+        assert [(e["host"], e["allowed"]) for e in entries] == [
+            ("localhost", True),
+            ("not-allowed.example", False),
+        ]
