@@ -69,6 +69,11 @@ class PostrunActivities(PoolActivities):
             # a sample the harness never saw (caller hung up, or resent because its answer
             # never arrived) is no training data, whatever the builder
             unseen = unseen_records(records)
+            unseen |= {  # a placement given up for an infra error: its run earned nothing
+                r.record_id: "earlier_placement"
+                for r in records
+                if r.attempt <= request.after_attempt and r.record_id not in unseen
+            }
             seen = [r for r in records if r.record_id not in unseen]
             hb.update(step="building", completions=len(seen), unseen=len(unseen))
             ctx = BuildContext(

@@ -14,8 +14,12 @@ marker, the gateway's unserved calls, the failing stage's error type) into one
   S3 failed a stage, the inference backend left calls unserved before the harness
   failed, the evaluator failed on the worker's side, the host was lost). Such a
   session gets no reward, is retried on fresh ground and is never trained on;
-* `task_error`: the task itself cannot run (an invalid spec, an unknown evaluator,
-  a prepare action of the task's that fails): no verdict and no retry.
+* `task_error`: the task itself cannot run or be graded (an invalid spec, an unknown
+  evaluator, a prepare action of the task's that fails, an `EvaluatorError`: its test
+  patch does not apply, its test ids match no test, its verifier writes no reward): no
+  verdict and no retry. The evaluator failing on the worker's side (an engine or S3
+  error, a full disk: any other error of the evaluate stage) is `infra_error`
+  (`evaluator_host`), retried.
 
 A cancelled session has no outcome (None). Pure functions: the workflow sandbox
 imports this module.
@@ -46,6 +50,7 @@ TASK_ERRORS: tuple[str, ...] = (
     "InvalidRewardFile",
     "InvalidReward",
     "PrepareFailed",
+    "EvaluatorError",
 )
 """Error types that mean the task cannot work, whatever runs it (never retried: the first
 of polar.contracts.NON_RETRYABLE_ERRORS)."""
@@ -56,7 +61,6 @@ INFRA_ERRORS: dict[str, InfraReason] = {
     "RuntimeNotFound": InfraReason.ENGINE,
     "RuntimeUnfit": InfraReason.IMAGE,
     "ImageNotFound": InfraReason.IMAGE,
-    "EvaluatorError": InfraReason.EVALUATOR_HOST,
     "SandboxStartFailed": InfraReason.SANDBOX_START,
     # the Docker SDK's and the tar stream's
     "APIError": InfraReason.ENGINE,

@@ -19,9 +19,10 @@ prepared again elsewhere (its run attempts numbered on, so its records stay apar
 `max_attempts` placements, else the session ends `error` naming the lost host.
 Every result carries its outcome class (polar/outcomes.py, from what the stages report:
 the harness's started marker, the gateway's unserved calls, the failing stage's error
-type), upserted as `PolarOutcome` and counted by the worker's metric meter. A run (or a
-prepare) that ends `infra_error` is run again on a fresh runtime under the task's
-`infra_errors` rule (`renew`: its runtimes released, the session left open); an
+type), upserted as `PolarOutcome` and counted by the worker's metric meter. A session
+whose stage (prepare, run, build, evaluate or score) ends `infra_error` is run again from
+prepare on a fresh runtime under the task's `infra_errors` rule (`renew`: its runtimes
+released, the session left open, its next run's records under attempts of its own); an
 `infra_error` session's grade is withheld: no reward, never 0.
 Activities are referenced by name only; all I/O lives in `activities/`.
 """
@@ -94,6 +95,8 @@ class Session:
         self._status: SessionStatus | None = None
         self._detail = ""
         self._run_issued = 0  # run stages issued so far: each gets attempts of its own
+        self._run_base = 0  # the attempt base of the last run issued (earlier ones' records
+        # belong to placements given up, never this session's traces)
         self._started = 0.0
         self._pending_upserts: list[Any] = []  # status and reward, sent with the last stage
 
@@ -157,7 +160,7 @@ class Session:
                 result.status = SessionStatus.ERROR
                 result.error = f"{self._current.value}: {error_text(exc)}"
                 result.error_type, result.error_stage = error_type(exc), self._current.value
-                if self._current == Stage.PREPARE and self._retry_infra(spec, result):
+                if self._current != Stage.TEARDOWN and self._retry_infra(spec, result):
                     hosts, warnings = result.hosts, result.warnings
                     infra_attempts = result.infra_attempts
                     result.warnings.extend(await placement.renew())
@@ -220,6 +223,7 @@ class Session:
         def request(issue: int) -> HarnessRequest:
             base = self._run_issued * t.max_attempts
             self._run_issued += 1
+            self._run_base = base
             return HarnessRequest(
                 session_id=spec.session_id,
                 task_id=task.task_id,
@@ -261,6 +265,7 @@ class Session:
             harness=task.harness.kind,
             builder=task.builder,
             policy_version=task.policy_version,
+            after_attempt=self._run_base,
         )
         build = await self._calls.execute(stages.BUILD_TRAJECTORY, request)
         result.traces_key = build.traces_key

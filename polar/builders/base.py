@@ -15,7 +15,7 @@ from polar.records import CompletionRecord, ReconstructionStats, Trace, TracePro
 from polar.tasks.spec import StrictModel
 
 RewardPolicy = Literal["broadcast", "session_normalized"]
-UnseenReason = Literal["client_disconnected", "untrainable", "resent"]
+UnseenReason = Literal["client_disconnected", "untrainable", "resent", "earlier_placement"]
 
 
 @dataclass(frozen=True)

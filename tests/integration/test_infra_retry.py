@@ -8,7 +8,10 @@ test_workflow_branches scripted to fail the way the stack fails.
   to `infra_errors.retries`, then ends `infra_error` with no reward (never the 1.0 its
   evaluator gave, never 0);
 * `infra_errors.group: shrink` runs nothing again;
-* an image refused at prepare (`RuntimeUnfit`) is `infra_error` (image), retried too.
+* an image refused at prepare (`RuntimeUnfit`) is `infra_error` (image), retried too;
+* the evaluator failing on the worker's side (after the stage's own retries) runs the
+  session again from prepare, and only the new run's records become traces; a task that
+  cannot be graded (`EvaluatorError`) is a `task_error`, run once.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
 from polar.app.devstack import DevStack
-from polar.contracts import HarnessRequest, HarnessResult, PrepareRequest
+from polar.contracts import EvaluateRequest, HarnessRequest, HarnessResult, PrepareRequest
 from polar.records import InfraReason, OutcomeClass, SessionStatus
 from polar.temporal_client import connect
 from tests.integration.test_workflow_branches import (
@@ -138,3 +141,49 @@ async def test_an_image_refused_at_prepare_is_an_image_fault(client: Client) -> 
     assert session.outcome is not None and session.outcome.reason == InfraReason.IMAGE
     assert len(stubs.attempts("prepare_runtime", session.session_id)) == 2
     assert session.reward is None
+
+
+async def test_an_evaluator_failing_on_the_host_runs_the_session_again(client: Client) -> None:
+    stubs = Stubs()
+
+    async def host_side_on_the_first_ground(request: EvaluateRequest, attempt: int) -> None:
+        if len(stubs.attempts("prepare_runtime", request.session_id)) < 2:  # every try there
+            raise ApplicationError("[Errno 28] No space left on device", type="OSError")
+
+    stubs.script["evaluate"] = host_side_on_the_first_ground
+    async with serving(client, stubs) as queue:
+        spec = task_spec(
+            "infra-eval",
+            infra_errors={"group": "wait", "retries": 1},
+            timeouts={"max_attempts": 2},
+        )
+        session = only_session(await run_task(client, queue, spec))
+    assert session.status == SessionStatus.COMPLETED and session.reward == 1.0, session
+    [earlier] = session.infra_attempts
+    assert earlier.startswith("infra_error:evaluator_host"), earlier
+    assert len(stubs.attempts("prepare_runtime", session.session_id)) == 2
+    assert len(stubs.attempts("run_harness", session.session_id)) == 2
+    assert len(stubs.attempts("evaluate", session.session_id)) == 3  # 2 tries, then 1
+    # the second build reads only the second placement's run
+    builds = [r for name, r in stubs.requests if name == "build_trajectory"]
+    runs = [r for name, r in stubs.requests if name == "run_harness"]
+    assert [b.after_attempt for b in builds] == [r.attempt_base for r in runs]
+    assert builds[1].after_attempt > 0
+
+
+async def test_a_task_that_cannot_be_graded_is_a_task_error_run_once(client: Client) -> None:
+    stubs = Stubs()
+
+    async def ungradable(request: EvaluateRequest, attempt: int) -> None:
+        raise ApplicationError(
+            "the test patch does not apply", type="EvaluatorError", non_retryable=True
+        )
+
+    stubs.script["evaluate"] = ungradable
+    async with serving(client, stubs) as queue:
+        spec = task_spec("eval-task-error", infra_errors={"group": "wait", "retries": 2})
+        session = only_session(await run_task(client, queue, spec))
+    assert session.status == SessionStatus.ERROR and session.reward is None
+    assert session.outcome is not None and session.outcome.outcome == OutcomeClass.TASK_ERROR
+    assert session.infra_attempts == []
+    assert len(stubs.attempts("evaluate", session.session_id)) == 1

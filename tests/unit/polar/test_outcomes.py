@@ -61,6 +61,11 @@ def result(status: str, **fields: object) -> SessionResult:
             OutcomeClass.TASK_ERROR,
             None,
         ),
+        (  # the task cannot be graded (a test patch that does not apply): no verdict, no retry
+            {"status": "error", "error_type": "EvaluatorError", "error_stage": "evaluate"},
+            OutcomeClass.TASK_ERROR,
+            None,
+        ),
     ],
 )
 def test_each_end_gets_its_class(
