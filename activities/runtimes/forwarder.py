@@ -1,5 +1,8 @@
 """The in-sandbox end of a session's gateway channel: TCP on loopback -> the relay's Unix socket.
 
+(The egress proxy's socket, activities/runtimes/egress.py, is served the same way on its
+own port: one more forwarder, nested.)
+
 Runs inside the session's image (or the local sandbox) with the system
 `python3`, so it uses only the standard library (Python 3.9+). Each TCP
 connection gets its own Unix-socket connection and bytes are spliced both
@@ -140,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         server = listen(host, port)
     except OSError as exc:
         print(
-            f"polar: the gateway forwarder did not start on {host}:{port}: {exc}",
+            f"polar: the forwarder did not start on {host}:{port}: {exc}",
             file=sys.stderr,
             flush=True,
         )

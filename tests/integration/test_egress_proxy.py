@@ -20,16 +20,21 @@ import signal
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import cast
 
 import pytest
 
+from activities.runtimes.base import Runtime
 from activities.runtimes.channel import with_forwarder
 from activities.runtimes.egress import (
     EGRESS_SOCKET,
     EgressPolicy,
     EgressProxy,
+    EgressRefused,
     egress_refusal,
+    open_egress,
 )
+from polar.contracts import RuntimeHandle
 from polar.settings import Settings
 from polar.tasks.spec import NetworkSpec
 
@@ -216,3 +221,32 @@ async def test_the_forwarders_nest_for_one_command(tmp_path: Path, internet: int
     assert "path=/via-forwarder" in stdout, stderr
     assert stdout.rstrip().endswith("403"), stdout
     assert [e.allowed for e in proxy.log.entries] == [True, False]
+
+
+class _UnsealedRuntime:
+    """What open_egress asks of a runtime, as an unsealed `local` one answers it (no
+    channel in the sandbox: its commands are on the host's network)."""
+
+    kind = "local"
+
+    def channel_in_sandbox(self, handle: RuntimeHandle) -> str | None:
+        return None
+
+    def channel_dir(self, handle: RuntimeHandle) -> Path:
+        raise AssertionError("no proxy may be opened for an unsealed runtime")
+
+
+async def test_an_unsealed_runtime_or_egress_off_refuses_rather_than_opening(
+    tmp_path: Path,
+) -> None:
+    handle = RuntimeHandle(kind="local", session_id="s", workdir=str(tmp_path), host="h")
+    runtime = cast(Runtime, _UnsealedRuntime())
+    public = NetworkSpec(mode="public")
+    with pytest.raises(EgressRefused, match="not sealed .*POLAR_ALLOW_UNSEALED"):
+        async with open_egress(runtime, handle, public, Settings(egress="proxy")):
+            pass
+    with pytest.raises(EgressRefused, match="POLAR_EGRESS=off"):
+        async with open_egress(runtime, handle, public, Settings()):
+            pass
+    async with open_egress(runtime, handle, NetworkSpec(), Settings()) as door:
+        assert door is None  # sealed: nothing to open, nothing asked of the runtime
