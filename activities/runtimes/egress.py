@@ -129,8 +129,11 @@ class EgressPolicy:
             return None
         if self.mode != "allowlist":
             return f"the session's network is {self.mode!r}"
-        if any(e.network is not None or e.matches(host, port, None) for e in self.allowed):
-            return None
+        for entry in self.allowed:
+            if entry.network is None and entry.matches(host, port, None):
+                return None
+            if entry.network is not None and entry.port in (None, port):
+                return None  # its address decides (address_refusal)
         return f"{host}:{port} is not in the task's allowed_hosts"
 
     def address_refusal(self, host: str, port: int, ip: IPAddress) -> str | None:

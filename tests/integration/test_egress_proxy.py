@@ -250,3 +250,15 @@ async def test_an_unsealed_runtime_or_egress_off_refuses_rather_than_opening(
             pass
     async with open_egress(runtime, handle, NetworkSpec(), Settings()) as door:
         assert door is None  # sealed: nothing to open, nothing asked of the runtime
+
+
+async def test_a_network_entry_admits_a_name_by_its_address(tmp_path: Path, internet: int) -> None:
+    """An IP or CIDR entry holds the address a name resolves to, as a firewall would; the
+    blocked networks still apply (the port is exempt here, another is not)."""
+    other = await free_port()
+    network = NetworkSpec(mode="allowlist", allowed_hosts=["127.0.0.0/8"])
+    async with proxy_for(tmp_path, network, deployment(internet)) as proxy:
+        ok = await ask(proxy, f"GET http://localhost:{internet}/ HTTP/1.1\r\n\r\n".encode())
+        blocked = await ask(proxy, f"GET http://localhost:{other}/ HTTP/1.1\r\n\r\n".encode())
+    assert ok.startswith(b"HTTP/1.1 200") and blocked.startswith(b"HTTP/1.1 403")
+    assert "blocked network 127.0.0.0/8" in proxy.log.entries[1].reason
