@@ -90,6 +90,8 @@ class HarnessRun:
     """The started marker was seen: the sandbox reached the harness command."""
     unserved_calls: int = 0
     """Calls of this run the gateway could not serve."""
+    unserved_by_gateway: int = 0
+    """Of those, the calls the gateway itself failed (unreachable, or could not record)."""
 
     def check_reaped(self) -> None:
         """Its work cannot be trusted if a process may still run: the attempt fails."""
@@ -212,6 +214,7 @@ class HarnessLaunch:
         run = HarnessRun(outcome, reap_error, relayed, started)
         if relay is not None:
             run.unserved_calls = relay.unserved
+            run.unserved_by_gateway = relay.unserved_by_gateway
         elif run.status != "completed":  # unsealed: the gateway's failed records of this run
             run.unserved_calls = await self._unserved_in_records()
         return run
@@ -324,6 +327,7 @@ class HarnessLaunch:
             relayed_calls=run.relayed_calls,
             harness_started=run.started,
             unserved_calls=run.unserved_calls,
+            unserved_by_gateway=run.unserved_by_gateway,
         )
 
 

@@ -169,6 +169,11 @@ class HarnessResult(BaseModel):
         description="this attempt's model calls the gateway could not serve (5xx: upstream "
         "errors, timeouts, no replica reachable), from its failed records",
     )
+    unserved_by_gateway: int = Field(
+        default=0,
+        description="of those, the calls the gateway itself failed: unreachable, or a "
+        "completion it could not record (infra reason `gateway`)",
+    )
 
 
 class BuildRequest(BaseModel):
@@ -292,6 +297,8 @@ class SessionResult(BaseModel):
     """The run's started marker was seen (False: the sandbox never reached the harness)."""
     unserved_calls: int = 0
     """Model calls of the last run the gateway could not serve."""
+    unserved_by_gateway: int = 0
+    """Of those, the calls the gateway itself failed (unreachable, or could not record)."""
     error_type: str | None = None
     """The failing stage's error type (an ApplicationError type, `HostLost`), with `error`."""
     error_stage: str | None = None
@@ -309,6 +316,7 @@ class SessionResult(BaseModel):
             reward=self.reward,
             harness_started=self.harness_started,
             unserved_calls=self.unserved_calls,
+            unserved_by_gateway=self.unserved_by_gateway,
             error_type=self.error_type,
             error_stage=self.error_stage,
         )

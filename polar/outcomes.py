@@ -36,6 +36,12 @@ UNSERVED_STATUS = 500
 timeout, no replica reachable, a completion the gateway could not record, the gateway itself
 unreachable (the channel's 502)."""
 
+GATEWAY_FAULT_HEADER = "x-polar-gateway-fault"
+"""Set (to the error's code) on a 5xx the gateway answers for its own failure, not the
+inference backend's: the session's channel relay counts those apart (reason `gateway`)."""
+GATEWAY_FAULT_CODES = frozenset({"recording_failed", "internal_error"})
+"""The gateway's own failures: a completion it could not record (S3), a bug."""
+
 HOST_LOST = "HostLost"
 """The error type the Session workflow gives a session whose host stopped answering."""
 
@@ -127,13 +133,16 @@ def classify(
     reward: float | None = None,
     harness_started: bool | None = None,
     unserved_calls: int = 0,
+    unserved_by_gateway: int = 0,
     error_type: str | None = None,
     error_stage: str | None = None,
 ) -> SessionOutcome | None:
     """The outcome of a session (see the module docstring); None for a cancelled one.
 
     `harness_started`: whether the run's started marker was seen (None: not known, trust the
-    status); `unserved_calls`: the calls of that run the gateway could not serve.
+    status); `unserved_calls`: the calls of that run the gateway could not serve;
+    `unserved_by_gateway`: of those, the ones the gateway itself failed (unreachable, or a
+    completion it could not record): the reason is then `gateway`, not the backend.
     """
     if status == SessionStatus.CANCELLED:
         return None
@@ -145,6 +154,12 @@ def classify(
             f"the harness never started (its run ended {status.value} before the marker)",
         )
     if status in (SessionStatus.HARNESS_FAILED, SessionStatus.TIMEOUT) and unserved_calls > 0:
+        if unserved_by_gateway > 0:
+            return infra(
+                InfraReason.GATEWAY,
+                f"the harness ended {status.value} after {unserved_by_gateway} model call(s) "
+                "the gateway itself failed (unreachable, or it could not record them)",
+            )
         return infra(
             InfraReason.INFERENCE_BACKEND,
             f"the harness ended {status.value} after {unserved_calls} model call(s) the "

@@ -17,6 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from polar.outcomes import GATEWAY_FAULT_CODES, GATEWAY_FAULT_HEADER
 from polar.providers import APIError, ProviderAPI, detect
 
 log = logging.getLogger("polar.gateway")
@@ -32,6 +33,8 @@ def error_response(
 ) -> JSONResponse:
     """`exc` as a JSON response in the shape of the request's provider API."""
     status, body = provider_for(request).render_error(exc)
+    if exc.code in GATEWAY_FAULT_CODES:
+        headers = {**(headers or {}), GATEWAY_FAULT_HEADER: exc.code or ""}
     return JSONResponse(body, status_code=status, headers=headers)
 
 

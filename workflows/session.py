@@ -242,6 +242,7 @@ class Session:
             result.harness_exit_code = harness.exit_code
             result.harness_started = harness.harness_started
             result.unserved_calls = harness.unserved_calls
+            result.unserved_by_gateway = harness.unserved_by_gateway
         except ActivityError as exc:
             if is_cancelled_exception(exc):
                 raise

@@ -45,7 +45,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from activities.shell_command import ProcessOutcome
-from polar.outcomes import UNSERVED_STATUS
+from polar.outcomes import GATEWAY_FAULT_HEADER, UNSERVED_STATUS
 from polar.providers import APIError, detect
 from polar.settings import Settings
 
@@ -347,6 +347,9 @@ class GatewayRelay:
         timeout, no replica reachable, a completion it could not record) or never answered
         (the gateway unreachable). What makes a failed harness an infra error
         (polar/outcomes.py: inference_backend)."""
+        self.unserved_by_gateway = 0
+        """Of those, the ones the gateway itself failed: unreachable, or answered a 5xx for
+        its own fault (`x-polar-gateway-fault`: a completion it could not record)."""
 
     @property
     def breach(self) -> str | None:
@@ -509,10 +512,13 @@ class GatewayRelay:
             return Response(status_code=CLIENT_CLOSED)
         except httpx.TransportError as exc:
             self.unserved += 1
+            self.unserved_by_gateway += 1
             message = f"the gateway is unreachable: {type(exc).__name__}: {exc}"
             return _error(request, 502, message, "gateway_unreachable")
         if answer.status_code >= UNSERVED_STATUS:
             self.unserved += 1
+            if GATEWAY_FAULT_HEADER in answer.headers:
+                self.unserved_by_gateway += 1
 
         async def body() -> AsyncIterator[bytes]:
             try:

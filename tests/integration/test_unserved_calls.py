@@ -10,7 +10,8 @@ from pathlib import Path
 import httpx
 
 from activities.runtimes.channel import GatewayRelay
-from polar.outcomes import count_unserved
+from polar.outcomes import GATEWAY_FAULT_HEADER, classify, count_unserved
+from polar.records import InfraReason, SessionStatus
 from polar.session_keys import SessionIdentity, mint_session_key
 from polar.settings import Settings
 from polar.storage import Storage
@@ -54,6 +55,7 @@ async def test_a_dead_backend_behind_the_gateway_counts_unserved_calls(
     assert [a.status_code for a in answers] == [502, 502, 502]
     assert answers[0].json()["error"]["code"] == "upstream_unreachable"
     assert (relay.forwarded, relay.unserved) == (3, 3)
+    assert relay.unserved_by_gateway == 0  # the backend's fault, not the gateway's
     # the gateway counts them per session too (its bounded per-session series)
     series = (
         f'polar_gateway_session_unserved_calls_total{{session_id="{identity.session_id}",'
@@ -76,4 +78,30 @@ async def test_a_gateway_that_is_gone_counts_as_unserved(
             answer = await _call(relay)
     assert answer.status_code == 502
     assert answer.json()["error"]["code"] == "gateway_unreachable"
-    assert relay.unserved == 1
+    assert relay.unserved == 1 and relay.unserved_by_gateway == 1
+
+
+async def test_a_gateway_that_cannot_record_is_its_own_fault(
+    base_settings: Settings, tmp_path: Path
+) -> None:
+    """S3 gone: the gateway answers 503 `recording_failed` (never an unrecorded answer), marked
+    as its own fault, which the relay counts apart from the backend's."""
+    with scripted_backend([text("served")]) as backend, refusing_port() as s3_gone:
+        settings = base_settings.model_copy(
+            update={"upstream_urls": backend.url, "s3_endpoint": f"http://127.0.0.1:{s3_gone}"}
+        )
+        _, key = _session(settings)
+        with serve_app(create_app(settings, Storage(settings))) as url:
+            async with GatewayRelay(tmp_path / "s3", url, key) as relay:
+                answer = await _call(relay)
+    assert answer.status_code == 503, answer.text
+    assert answer.json()["error"]["code"] == "recording_failed"
+    assert answer.headers[GATEWAY_FAULT_HEADER] == "recording_failed"
+    assert (relay.unserved, relay.unserved_by_gateway) == (1, 1)
+    outcome = classify(
+        SessionStatus.HARNESS_FAILED,
+        harness_started=True,
+        unserved_calls=relay.unserved,
+        unserved_by_gateway=relay.unserved_by_gateway,
+    )
+    assert outcome is not None and outcome.reason == InfraReason.GATEWAY

@@ -34,6 +34,17 @@ def result(status: str, **fields: object) -> SessionResult:
             OutcomeClass.INFRA_ERROR,
             InfraReason.INFERENCE_BACKEND,
         ),
+        # of which the gateway itself failed some (unreachable, could not record)
+        (
+            {
+                "status": "harness_failed",
+                "harness_started": True,
+                "unserved_calls": 3,
+                "unserved_by_gateway": 1,
+            },
+            OutcomeClass.INFRA_ERROR,
+            InfraReason.GATEWAY,
+        ),
         # unserved calls the harness got over are no fault of the outcome
         ({"status": "completed", "unserved_calls": 3, "reward": 1.0}, OutcomeClass.OK, None),
         (
