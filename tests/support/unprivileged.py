@@ -9,6 +9,7 @@ same ABI) from PYTHONPATH, with this checkout first.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pwd
 import shutil
@@ -116,6 +117,8 @@ def settings_env(settings: Settings) -> dict[str, str]:
     for name, value in settings.model_dump().items():
         if isinstance(value, Path):
             value = value.resolve()
+        elif isinstance(value, list | dict):  # pydantic-settings reads them as JSON
+            value = json.dumps(value)
         if value is not None:
             out[f"POLAR_{name.upper()}"] = str(value)
     return out
