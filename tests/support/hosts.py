@@ -22,6 +22,7 @@ from pathlib import Path
 
 import docker
 import pytest
+from temporalio.api.enums.v1 import PendingActivityState
 
 from polar.client.sdk import PolarClient
 from polar.contracts import SessionResult, TaskResult
@@ -271,11 +272,21 @@ def placements(runs: list[tuple[str, str]]) -> list[tuple[str, set[str]]]:
 
 
 async def runs_harness(polar: PolarClient, run: object, on_host: Callable[[str], bool]) -> bool:
-    """Whether a worker whose identity `on_host` accepts has started a run_harness of the task."""
+    """Whether a worker whose identity `on_host` accepts runs a run_harness of the task now.
+    History holds an activity's started event only once it closed (so a run read from it has
+    often ended already), so a running one is read from the sessions' pending activities
+    (the worker that picked it up)."""
     for progress in (await polar.status(run)).sessions:  # type: ignore[arg-type]
-        with contextlib.suppress(Exception):  # not started yet
-            runs = await activity_runs(polar.client, progress.session_id)
-            if any(r.activity == "run_harness" and on_host(r.identity) for r in runs):
+        try:
+            described = await polar.client.get_workflow_handle(progress.session_id).describe()
+        except Exception:  # noqa: BLE001 - its workflow not started yet
+            continue
+        for pending in described.raw_description.pending_activities:
+            if (
+                pending.activity_type.name == "run_harness"
+                and pending.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+                and on_host(pending.last_worker_identity)
+            ):
                 return True
     return False
 

@@ -27,7 +27,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from temporalio.api.enums.v1 import EventType, PendingActivityState
+from temporalio.api.enums.v1 import EventType
 
 from polar.app.devstack import DevStack
 from polar.client.sdk import PolarClient
@@ -41,6 +41,7 @@ from tests.support.hosts import (
     AGENT,
     check_stayed_on_their_hosts,
     placements,
+    runs_harness,
     stage_hosts,
 )
 from tests.support.polling import wait_for
@@ -215,25 +216,6 @@ async def harness_runs(polar: PolarClient, session_id: str) -> list[HarnessRun]:
     return runs
 
 
-async def harness_open_on(polar: PolarClient, run: object, node: str) -> bool:
-    """Whether a run_harness of the task is running on `node` now. History holds an
-    activity's started event only once it closed, so a running one is read from the
-    workflow's pending activities (the worker that picked it up)."""
-    for progress in (await polar.status(run)).sessions:  # type: ignore[arg-type]
-        try:
-            described = await polar.client.get_workflow_handle(progress.session_id).describe()
-        except Exception:  # noqa: BLE001 - its workflow not started yet
-            continue
-        for pending in described.raw_description.pending_activities:
-            if (
-                pending.activity_type.name == "run_harness"
-                and pending.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
-                and host_of(pending.last_worker_identity) == node
-            ):
-                return True
-    return False
-
-
 def wait_for_sync(check: object, timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -281,7 +263,7 @@ async def test_a_cancelled_worker_job_is_survived_and_nothing_leaks(polar_on_slu
     polar = PolarClient(await connect(p.settings), p.settings)
     run = await polar.submit(_task("slurm-cancel", p.source, sessions=12, pause_s=4.0))
     await wait_for(
-        lambda: harness_open_on(polar, run, lost),
+        lambda: runs_harness(polar, run, lambda identity: host_of(identity) == lost),
         300,
         f"node {lost} running a harness",
         every_s=2,
