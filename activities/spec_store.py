@@ -47,7 +47,10 @@ class TaskSpecActivities:
         if request.spec_ref is None:
             return request
         task = await self.load(request.spec_ref)
-        return request.model_copy(update={"evaluator": task.evaluator, "spec_ref": None})
+        instruction = task.instruction if task.evaluator.rubric is not None else None
+        return request.model_copy(
+            update={"evaluator": task.evaluator, "instruction": instruction, "spec_ref": None}
+        )
 
 
 @functools.lru_cache(maxsize=64)

@@ -222,6 +222,9 @@ class EvaluateRequest(BaseModel):
     evaluator prepares it itself. Used by the first attempt only (a retry starts fresh)."""
     spec_ref: SpecRef | None = None
     """Set when `evaluator` is slim (no test patch): the activity reads the stored spec's."""
+    instruction: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    """The task's instruction, for a `rubric` judge (which reads the task); None without a
+    rubric, or when `spec_ref` is set (the activity reads the stored spec's)."""
 
 
 class EvaluateResult(BaseModel):

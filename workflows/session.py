@@ -294,6 +294,8 @@ class Session:
         task = spec.task
         self._enter(Stage.EVALUATE, f"evaluating with {task.evaluator.kind}")
         eval_runtime = await placement.prewarmed()
+        judged = task.evaluator.rubric is not None and spec.spec_ref is None
+        rubric_instruction = task.instruction if judged else None
 
         def request(issue: int) -> EvaluateRequest:
             return EvaluateRequest(
@@ -308,6 +310,8 @@ class Session:
                 # issued again: it may have started, so it prepares a fresh one
                 eval_runtime=eval_runtime if issue == 0 else None,
                 spec_ref=spec.spec_ref,  # the test patch is in S3 when it is set
+                # a rubric judge reads the task (from the stored spec when it is slim)
+                instruction=rubric_instruction,
             )
 
         evaluation = await placement.on_host(stages.EVALUATE, request)

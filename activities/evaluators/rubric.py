@@ -321,5 +321,6 @@ async def judge_evaluation(
         request.evaluator.rubric,
         access,
         traces=traces,
+        instruction=request.instruction,
         budget_s=max(MIN_BUDGET_S, request.budget_s - elapsed_s),
     )

@@ -98,6 +98,7 @@ async def test_a_rubric_graded_session_shows_outcome_rubric_reward_and_reason(
     # the judge read the task as the harness gave it, the rubric and the session's answers
     prompt = stack.judged[-1]["messages"][1]["content"]
     assert RUBRIC in prompt and "Write a haiku about rollouts" in prompt
+    assert "# Task\nWrite a haiku about rollouts to answer.txt." in prompt  # given to it
     assert "Rollouts turn" in prompt and "answer.txt" in prompt
 
     # the judge's call: recorded under the session, attempt 0, untrainable; in no trace
