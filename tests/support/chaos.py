@@ -531,8 +531,7 @@ class Soak:
         hit.unlink(missing_ok=True)
         arm.touch()
         for _ in range(240):
-            if hit.exists():
-                injection.at = time.time()
+            if hit.exists():  # claimed since the arm: the window is [arm, seen]
                 injection.note = "one harness's unshare failed"
                 return
             await asyncio.sleep(0.25)
