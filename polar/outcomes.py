@@ -82,6 +82,11 @@ INFRA_ERRORS: dict[str, InfraReason] = {
     "ConnectTimeoutError": InfraReason.STORAGE,
     "S3UploadFailedError": InfraReason.STORAGE,
     "NoSuchKey": InfraReason.STORAGE,
+    # obstore's (Storage's reads, writes and listings): S3 down is a GenericError
+    "GenericError": InfraReason.STORAGE,
+    "NotFoundError": InfraReason.STORAGE,
+    "PermissionDeniedError": InfraReason.STORAGE,
+    "UnauthenticatedError": InfraReason.STORAGE,
 }
 """Error types (an ApplicationError's type: the exception's class name) that name the part
 of the stack that failed."""

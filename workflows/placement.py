@@ -180,6 +180,12 @@ class Placement:
         self.runtime = self.prewarm = None
         return False
 
+    @property
+    def renewable(self) -> bool:
+        """Whether the session may still be run again on fresh ground: not once its runtimes'
+        early teardown started (`release_early`), which closes the session at the gateway."""
+        return not self.releases
+
     async def renew(self) -> list[str]:
         """Give this placement's runtimes up for a fresh one: the session's run ended
         `infra_error` on them (polar/outcomes.py). Each is released (`release_runtime`: the

@@ -160,7 +160,13 @@ class Session:
                 result.status = SessionStatus.ERROR
                 result.error = f"{self._current.value}: {error_text(exc)}"
                 result.error_type, result.error_stage = error_type(exc), self._current.value
-                if self._current != Stage.TEARDOWN and self._retry_infra(spec, result):
+                if result.reward is not None:  # one status, one reward: an error has none
+                    result.warnings.append(
+                        f"reward {result.reward} withheld: {self._current.value} failed after "
+                        "the grade"
+                    )
+                    result.reward = None
+                if placement.renewable and self._retry_infra(spec, result):
                     hosts, warnings = result.hosts, result.warnings
                     infra_attempts = result.infra_attempts
                     result.warnings.extend(await placement.renew())

@@ -11,7 +11,8 @@ test_workflow_branches scripted to fail the way the stack fails.
 * an image refused at prepare (`RuntimeUnfit`) is `infra_error` (image), retried too;
 * the evaluator failing on the worker's side (after the stage's own retries) runs the
   session again from prepare, and only the new run's records become traces; a task that
-  cannot be graded (`EvaluatorError`) is a `task_error`, run once.
+  cannot be graded (`EvaluatorError`) is a `task_error`, run once;
+* a stage failing after the runtimes' early teardown closed the session is not run again.
 """
 
 from __future__ import annotations
@@ -23,7 +24,13 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
 from polar.app.devstack import DevStack
-from polar.contracts import EvaluateRequest, HarnessRequest, HarnessResult, PrepareRequest
+from polar.contracts import (
+    EvaluateRequest,
+    HarnessRequest,
+    HarnessResult,
+    PrepareRequest,
+    ScoreRequest,
+)
 from polar.records import InfraReason, OutcomeClass, SessionStatus
 from polar.temporal_client import connect
 from tests.integration.test_workflow_branches import (
@@ -120,6 +127,7 @@ async def test_shrink_runs_nothing_again(client: Client) -> None:
     assert session.outcome is not None and session.outcome.is_infra
     assert session.infra_attempts == []
     assert len(stubs.attempts("run_harness", session.session_id)) == 1
+    assert any("withheld" in w for w in session.warnings)  # its grade was 1.0
 
 
 async def test_an_image_refused_at_prepare_is_an_image_fault(client: Client) -> None:
@@ -187,3 +195,33 @@ async def test_a_task_that_cannot_be_graded_is_a_task_error_run_once(client: Cli
     assert session.outcome is not None and session.outcome.outcome == OutcomeClass.TASK_ERROR
     assert session.infra_attempts == []
     assert len(stubs.attempts("evaluate", session.session_id)) == 1
+
+
+async def test_a_stage_failing_after_the_session_closed_is_not_run_again(
+    client: Client,
+) -> None:
+    """Score fails on S3 after the runtimes' early teardown closed the session at the gateway:
+    a rerun's harness would be refused (403 session_closed), so it ends infra_error (storage),
+    no reward, nothing run again."""
+    stubs = Stubs()
+
+    async def s3_down(request: ScoreRequest, attempt: int) -> None:
+        raise ApplicationError("Generic S3 error: connection refused", type="GenericError")
+
+    stubs.script["score_traces"] = s3_down
+    async with serving(client, stubs) as queue:
+        spec = task_spec(
+            "infra-closed",
+            infra_errors={"group": "wait", "retries": 2},
+            timeouts={"max_attempts": 2},
+        )
+        session = only_session(await run_task(client, queue, spec))
+    assert session.status == SessionStatus.ERROR and session.reward is None
+    assert session.outcome is not None
+    assert (session.outcome.outcome, session.outcome.reason) == (
+        OutcomeClass.INFRA_ERROR,
+        InfraReason.STORAGE,
+    )
+    assert session.infra_attempts == []
+    assert len(stubs.attempts("run_harness", session.session_id)) == 1
+    assert any("withheld" in w for w in session.warnings)  # its grade was 1.0

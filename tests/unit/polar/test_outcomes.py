@@ -62,6 +62,11 @@ def result(status: str, **fields: object) -> SessionResult:
             OutcomeClass.INFRA_ERROR,
             InfraReason.STORAGE,
         ),
+        (  # obstore's error when S3 is down, in any stage: storage, not the stage's part
+            {"status": "error", "error_type": "GenericError", "error_stage": "evaluate"},
+            OutcomeClass.INFRA_ERROR,
+            InfraReason.STORAGE,
+        ),
         (
             {"status": "error", "error_type": "RuntimeError", "error_stage": "evaluate"},
             OutcomeClass.INFRA_ERROR,
