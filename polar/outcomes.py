@@ -68,6 +68,7 @@ INFRA_ERRORS: dict[str, InfraReason] = {
     "RuntimeUnfit": InfraReason.IMAGE,
     "ImageNotFound": InfraReason.IMAGE,
     "SandboxStartFailed": InfraReason.SANDBOX_START,
+    "BaselineFailed": InfraReason.ENGINE,
     # the Docker SDK's and the tar stream's
     "APIError": InfraReason.ENGINE,
     "DockerException": InfraReason.ENGINE,

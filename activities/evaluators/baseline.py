@@ -27,7 +27,6 @@ nothing. Junk (caches, virtualenvs, node_modules) stays out of the commit.
 from __future__ import annotations
 
 import hashlib
-import logging
 import os
 import re
 import shlex
@@ -39,8 +38,6 @@ from activities.evaluators.base import GIT, NO_GIT_ABOVE, Tick, run_in
 from activities.evaluators.patches import junk_excludes
 from activities.runtimes.base import Runtime
 from polar.contracts import RuntimeHandle
-
-log = logging.getLogger("polar.worker")
 
 BASELINE_REF = "refs/polar/baseline"
 MESSAGE = "polar: workspace after prepare"
@@ -145,8 +142,10 @@ def write_empty_repo(workspace: Path) -> str:
 async def record_baseline(
     runtime: Runtime, handle: RuntimeHandle, *, timeout_s: float = 600, on_tick: Tick = None
 ) -> RuntimeHandle:
-    """`handle` with its `baseline` set; unchanged (baseline None) where the workspace cannot
-    have one (no git in the runtime): evaluators then say so."""
+    """`handle` with its `baseline` set. `BaselineFailed` where it cannot be recorded: every
+    runtime has git (refused at prepare otherwise: activities/runtimes/sandbox_needs.py), so
+    a failure is the host's (a full disk, the engine), never the task's; prepare fails and
+    is retried rather than leaving a workspace its evaluator would blame on the task."""
     made = await runtime.init_empty_workspace(handle, write_empty_repo)
     if made is not None:
         return handle.model_copy(update={"baseline": made})
@@ -156,8 +155,12 @@ async def record_baseline(
     )
     found = _MARK.search(output)
     if code != 0 or found is None:
-        log.warning(
-            "no git baseline for %s (exit %s): %s", handle.session_id, code, output.strip()[-500:]
+        raise BaselineFailed(
+            f"recording the workspace baseline of {handle.session_id} failed (exit {code}): "
+            f"{output.strip()[-500:]}"
         )
-        return handle
     return handle.model_copy(update={"baseline": found.group(1)})
+
+
+class BaselineFailed(RuntimeError):
+    """The workspace's baseline commit could not be made (infra: the host or engine)."""

@@ -15,6 +15,7 @@ from activities.evaluators.base import run_in
 from activities.evaluators.baseline import (
     BASELINE_REF,
     IDENTITY,
+    BaselineFailed,
     baseline_script,
     empty_baseline_commit,
     record_baseline,
@@ -105,3 +106,17 @@ def test_write_empty_repo_refuses_a_folder_with_files(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="not empty"):
         write_empty_repo(tmp_path)
     assert not (tmp_path / ".git").exists()
+
+
+async def test_a_baseline_git_cannot_make_fails_prepare(tmp_path: Path) -> None:
+    """Git is in every runtime (checked at prepare), so a baseline that cannot be made is the
+    host's fault (a full disk, say): prepare fails, never a workspace the evaluator would
+    later blame on the task."""
+    runtime = LocalRuntime(tmp_path / "runtimes")
+    broken = "echo x > out.txt && echo 'gitdir: /nonexistent/polar' > .git"
+    handle = await _prepare(runtime, [{"type": "run", "command": broken}])
+    try:
+        with pytest.raises(BaselineFailed, match="baseline"):
+            await record_baseline(runtime, handle)
+    finally:
+        await runtime.teardown(handle)
