@@ -1,6 +1,6 @@
 """The chaos soak, short (issue 22, item 3): every fault once on a small task.
 
-The same engine as `bench/chaos_soak.py` (tests/support/chaos.py) on the suite's
+The same engine as `python -m tests.support.chaos_soak` (tests/support/chaos.py) on the suite's
 Temporal and SeaweedFS: a gateway and a worker process in front of two fake
 inference replicas, 36 fault-agent sessions in the `local` runtime, each fault
 injected once at a seeded random point of the first 15% of the task's progress

@@ -1,6 +1,6 @@
 """The chaos soak (issue 22, item 3): a long task on the real stack while faults hit it.
 
-    nice .venv/bin/python bench/chaos_soak.py --sessions 300 --minutes 40 --seed 0
+    nice .venv/bin/python -m tests.support.chaos_soak --sessions 300 --minutes 40 --seed 0
 
 Starts a Temporal dev server and SeaweedFS of its own (state in a temp dir), then runs
 tests/support/chaos.py's soak: a gateway and a worker process in front of two fake
@@ -9,6 +9,10 @@ runtime, every fault injected once at a seeded random point of its progress. Pri
 the markdown table (fault, times injected, sessions affected, their outcomes, retries,
 lost / duplicated records, leaked runtimes) and writes it with the details to
 bench/results/chaos_soak.json. Exits 1 when an invariant does not hold.
+
+It lives beside its engine, under tests/support (benchmarks import no test module, and the
+soak is built of the test suite's real-stack parts: nodes, scripted backends, the fault
+agent); its results go to bench/results like every benchmark's.
 """
 
 from __future__ import annotations
@@ -21,11 +25,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.support.chaos import FAULTS, SoakConfig, bench_stack, soak
+from tests.support.paths import REPO
 
-from tests.support.chaos import FAULTS, SoakConfig, bench_stack, soak  # noqa: E402
-
-RESULTS = Path(__file__).resolve().parent / "results" / "chaos_soak.json"
+RESULTS = REPO / "bench" / "results" / "chaos_soak.json"
 
 
 def main() -> int:
