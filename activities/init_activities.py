@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from activities.evaluators.baseline import record_baseline
 from activities.heartbeat import Heartbeater, heartbeat
@@ -64,6 +65,15 @@ class InitActivities(PoolActivities):
 
     @activity.defn(name="prepare_runtime")
     async def prepare_runtime(self, request: PrepareRequest) -> RuntimeHandle:
+        if (
+            self.settings.host_id in request.avoid_hosts
+            and activity.info().attempt <= request.avoid_tries
+        ):  # this host's own fault ended the last placement: let another host take it
+            raise ApplicationError(
+                f"host {self.settings.host_id!r} ended an earlier placement of "
+                f"{request.session_id} by its own fault: left to another host",
+                type="AvoidedHost",
+            )
         runtime = self._runtime(request.runtime.kind)
         # a container start, a clone or a big copy must not look like a dead worker
         async with Heartbeater(step="preparing", runtime=request.runtime.kind) as hb:

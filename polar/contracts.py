@@ -119,6 +119,12 @@ class PrepareRequest(BaseModel):
     task_id: str
     runtime: RuntimeSpec
     source: Source | None = None
+    avoid_hosts: list[str] = Field(default_factory=list, exclude_if=lambda v: not v)
+    """Hosts whose own fault ended an earlier placement of the session (polar/outcomes.py:
+    `HOST_REASONS`). A worker there declines the first `avoid_tries` tries (`AvoidedHost`,
+    retried on the shared queue, where another host's worker can take it) and takes a later
+    one, so a deployment of one host still serves the session."""
+    avoid_tries: int = Field(default=0, ge=0, exclude_if=lambda v: v == 0)
 
 
 class HarnessRequest(BaseModel):

@@ -104,6 +104,20 @@ STAGE_REASONS: dict[str, InfraReason] = {
 session's PolarStage) leans on."""
 
 
+HOST_REASONS = frozenset(
+    {
+        InfraReason.SANDBOX_START,
+        InfraReason.IMAGE,
+        InfraReason.ENGINE,
+        InfraReason.EVALUATOR_HOST,
+        InfraReason.LOST_HOST,
+    }
+)
+"""Infra reasons that are the host's own (its engine, disk, images, sandbox tools), not a
+shared service's (S3, the gateway, the inference backend): a session run again after one
+is placed on another host where one answers."""
+
+
 class SessionOutcome(BaseModel):
     """A session's outcome class; `reason` names the part of the stack for `infra_error`."""
 
@@ -119,6 +133,11 @@ class SessionOutcome(BaseModel):
     @property
     def is_infra(self) -> bool:
         return self.outcome == OutcomeClass.INFRA_ERROR
+
+    @property
+    def host_fault(self) -> bool:
+        """An infra error of the host itself (`HOST_REASONS`)."""
+        return self.is_infra and self.reason in HOST_REASONS
 
 
 def infra(reason: InfraReason, detail: str) -> SessionOutcome:

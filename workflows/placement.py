@@ -53,6 +53,10 @@ class HostLost(Exception):
         self.host_id, self.stage, self.detail = host_id, stage, detail
 
 
+AVOID_TRIES = 2
+"""Tries of a renewed placement's prepare that a host to avoid declines (`AvoidedHost`)."""
+
+
 @dataclass
 class _Release:
     """A teardown started early: the runtime, the queue it went to, its activity."""
@@ -74,6 +78,8 @@ class Placement:
     host: HostQueues | None = None
     prewarm: workflow.ActivityHandle[RuntimeHandle] | None = None
     releases: list[_Release] = field(default_factory=list)
+    avoid: list[str] = field(default_factory=list)
+    """Hosts whose own fault ended an earlier placement: the next prepare avoids them."""
 
     @property
     def host_id(self) -> str:
@@ -92,6 +98,9 @@ class Placement:
             task_id=task.task_id,
             runtime=task.runtime,
             source=task.source,
+            avoid_hosts=list(self.avoid),
+            # declined there at most twice, and never on the last try
+            avoid_tries=min(AVOID_TRIES, task.timeouts.max_attempts - 1) if self.avoid else 0,
         )
         runtime = await self.calls.execute(stages.PREPARE_RUNTIME, request)
         self.runtime = runtime
@@ -168,6 +177,8 @@ class Placement:
         placements so far); if not, teardown only closes the session."""
         if self.prewarm is not None and not self.prewarm.done():
             self.prewarm.cancel()
+        if self.runtime is not None and self.host_id not in self.avoid:
+            self.avoid.append(self.host_id)  # back or not, the next placement goes elsewhere
         if self.runtime is not None and self.host is not None:
             eval_handle = self.runtime.model_copy(
                 update={"session_id": f"{self.spec.session_id}-eval", "workdir": ""}
@@ -186,12 +197,15 @@ class Placement:
         early teardown started (`release_early`), which closes the session at the gateway."""
         return not self.releases
 
-    async def renew(self) -> list[str]:
+    async def renew(self, host_fault: bool = False) -> list[str]:
         """Give this placement's runtimes up for a fresh one: the session's run ended
         `infra_error` on them (polar/outcomes.py). Each is released (`release_runtime`: the
         session stays open for its next run) and awaited, since the next runtime has the same
-        id and may land on the same host; what could not be released, as warnings."""
+        id and may land on the same host; what could not be released, as warnings. A
+        `host_fault` (the host's own) makes the next prepare avoid this host."""
         notes: list[str] = []
+        if host_fault and self.runtime is not None and self.host_id not in self.avoid:
+            self.avoid.append(self.host_id)
         if self.runtime is not None:
             release = stages.RELEASE_RUNTIME
             queue = self.calls.queue(release, self.host)

@@ -137,7 +137,7 @@ class Session:
                 # the next placement's result carries these on (pydantic copied the lists)
                 hosts, warnings = result.hosts, result.warnings
                 infra_attempts = result.infra_attempts
-                result.warnings.extend(await placement.renew())
+                result.warnings.extend(await placement.renew(_host_fault(result)))
                 continue
             except HostLost as lost:
                 # the next placement's result carries these on (pydantic copied the lists)
@@ -169,7 +169,7 @@ class Session:
                 if placement.renewable and self._retry_infra(spec, result):
                     hosts, warnings = result.hosts, result.warnings
                     infra_attempts = result.infra_attempts
-                    result.warnings.extend(await placement.renew())
+                    result.warnings.extend(await placement.renew(_host_fault(result)))
                     continue
                 break
             except asyncio.CancelledError:
@@ -430,3 +430,9 @@ class Session:
 
 class InfraFault(Exception):
     """The placement's run ended `infra_error` and is run again on a fresh runtime."""
+
+
+def _host_fault(result: SessionResult) -> bool:
+    """Whether the placement just given up failed by its host's own fault."""
+    outcome = result.outcome
+    return outcome is not None and outcome.host_fault

@@ -84,6 +84,9 @@ async def test_a_run_that_never_reached_the_harness_runs_again_on_fresh_ground(
     assert stubs.sessions_of("release_runtime") >= {session.session_id}
     bases = [r.attempt_base for name, r in stubs.requests if name == "run_harness"]
     assert len(bases) == 2 and bases[1] > bases[0]
+    # the host's own fault: the next prepare avoids it (declined there twice of its 3 tries)
+    prepares = [r for name, r in stubs.requests if name == "prepare_runtime"]
+    assert [(p.avoid_hosts, p.avoid_tries) for p in prepares] == [([], 0), (["stub"], 2)]
     assert stubs.sessions_of("build_trajectory") == {session.session_id}  # built once
 
 
@@ -110,6 +113,9 @@ async def test_an_infra_error_that_stays_ends_infra_error_without_a_reward(
     assert len(session.infra_attempts) == 1
     assert len(stubs.attempts("run_harness", session.session_id)) == 2
     assert result.outcome_counts == {"infra_error": 1, "infra_error:inference_backend": 1}
+    # a shared service's fault (the backend): no host is avoided
+    prepares = [r for name, r in stubs.requests if name == "prepare_runtime"]
+    assert all(p.avoid_hosts == [] for p in prepares)
     [score] = [r for name, r in stubs.requests if name == "score_traces"]
     assert score.reward is None
 
