@@ -13,10 +13,14 @@ from temporalio.exceptions import ApplicationError
 from activities.evaluators.baseline import record_baseline
 from activities.heartbeat import Heartbeater, heartbeat
 from activities.pool_activities import PoolActivities
+from activities.runtime_claims import RuntimeClaims
 from activities.runtimes import InvalidRuntime, InvalidSource, PrepareFailed
 from activities.runtimes.egress import egress_refusal
 from polar.contracts import PrepareRequest, RuntimeHandle, TeardownResult, invalid_input
 from polar.host_paths import local_git_path, outside_roots, source_roots
+from polar.ids import InvalidId
+from polar.settings import Settings
+from polar.storage import Storage
 from polar.tasks.spec import DirSource, GitSource, UploadAction
 from workflows.queues import host_queue_prefix
 
@@ -54,6 +58,10 @@ def check_source_roots(
 class InitActivities(PoolActivities):
     """The init pool (`{queue}-init`, and this host's `-init` queue for its runtimes)."""
 
+    def __init__(self, settings: Settings, storage: Storage) -> None:
+        super().__init__(settings, storage)
+        self.claims = RuntimeClaims(Path(settings.data_dir))
+
     def _on_this_host(self, handle: RuntimeHandle) -> RuntimeHandle:
         """`handle` stamped with this host's id and queue prefix: where later stages go."""
         return handle.model_copy(
@@ -86,7 +94,10 @@ class InitActivities(PoolActivities):
                 refusal = egress_refusal(request.runtime.network, self.settings)
                 if refusal is not None:  # a task asking for network, on a worker without egress
                     raise invalid_input(refusal, "InvalidTaskSpec")
+                # first: an earlier placement's late release leaves what follows alone
+                claim = await self.claims.claim(request.session_id)
                 handle = await runtime.prepare(request)
+                handle = handle.model_copy(update={"runtime_id": claim})
             except (InvalidSource, InvalidRuntime, PrepareFailed) as exc:
                 raise invalid_input(str(exc), type(exc).__name__) from exc
             if not request.runtime.network.sealed:  # admitted: the run serves it
@@ -121,8 +132,27 @@ class InitActivities(PoolActivities):
         return await self._remove_runtime(handle)
 
     async def _remove_runtime(self, handle: RuntimeHandle) -> TeardownResult:
-        """Tear `handle` down; a prepared runtime (it has a workdir) that is not here is a
-        non-retryable `RuntimeNotFound`, never a quiet success."""
+        """Tear `handle` down while its claim holds the runtime (a newer placement's runtime
+        of the same session is left alone: found False); a prepared runtime (it has a
+        workdir) that is not here is a non-retryable `RuntimeNotFound`, never a quiet
+        success."""
+        if handle.runtime_id is None:
+            return await self._removed(handle)
+        try:
+            async with self.claims.held(handle.session_id, handle.runtime_id) as mine:
+                if not mine:
+                    activity.logger.warning(
+                        "%s: a newer placement holds its runtime here; left alone",
+                        handle.session_id,
+                    )
+                    return TeardownResult(
+                        session_id=handle.session_id, host_id=self.settings.host_id, found=False
+                    )
+                return await self._removed(handle)
+        except InvalidId as exc:
+            raise invalid_input(str(exc), "InvalidRuntime") from exc
+
+    async def _removed(self, handle: RuntimeHandle) -> TeardownResult:
         try:
             found = await self._runtime(handle.kind).teardown(handle)
         except InvalidRuntime as exc:  # e.g. a session id that is not a safe path

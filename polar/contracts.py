@@ -101,6 +101,11 @@ class RuntimeHandle(BaseModel):
     host_queue: str | None = None
     """That host's queue prefix (`{queue}-host-{host_id}`): later stages that touch the
     runtime go to its `-init`/`-run`/`-postrun` queues. None: the shared queues."""
+    runtime_id: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    """This placement's claim on the session's runtime on its host (activities/runtime_claims.py):
+    a release or teardown removes the runtime only while the claim is still its own, so an
+    earlier placement's late release never removes a newer one's. None: a bare handle, or
+    older code."""
     network: NetworkSpec | None = Field(default=None, exclude_if=lambda v: v is None)
     """The task's network, admitted by the worker that prepared the runtime (its egress on):
     the run serves it through the egress proxy. None: sealed (left out of the JSON)."""
