@@ -199,7 +199,8 @@ class SoakReport:
 
 def serve_replica(port: int, log: Path, name: str) -> None:
     """A fake vLLM replica (a process of its own, so it can be SIGKILLed): answers every chat
-    completion with a text whose id names the replica, and logs each id it answered."""
+    completion with a text whose id names the replica and its process, and logs each id it
+    answered."""
     import uvicorn
 
     from bench.fake_vllm import json_asgi_app, vllm_answer
@@ -215,7 +216,9 @@ def serve_replica(port: int, log: Path, name: str) -> None:
         if path.endswith("/chat/completions"):
             count += 1
             answer = vllm_answer(json.loads(body), count, prompt_ids=[1, 2], response_ids=[3])
-            answer["id"] = f"chatcmpl-{name}-{count}"
+            # the pid too: a replica killed and started again counts from 1 again, and two
+            # answers sharing an id would read as one answer recorded twice
+            answer["id"] = f"chatcmpl-{name}-{os.getpid()}-{count}"
             with log.open("a") as fh:
                 fh.write(answer["id"] + "\n")
             return 200, answer
