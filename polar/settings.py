@@ -7,6 +7,7 @@ AWS S3 and a vLLM/SGLang fleet.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -326,6 +327,20 @@ class Settings(BaseSettings):
         "forced tool choice, per-request templates...): refuse it (400), or answer and record "
         "it marked untrainable (no builder trains on it)",
     )
+
+    def as_env(self) -> dict[str, str]:
+        """The `POLAR_*` environment that gives a child process these settings (paths
+        resolved, lists and dicts as JSON, as pydantic-settings reads them; None left out)."""
+        out: dict[str, str] = {}
+        for name, value in self.model_dump().items():
+            if value is None:
+                continue
+            if isinstance(value, Path):
+                value = value.resolve()
+            elif isinstance(value, list | dict):
+                value = json.dumps(value)
+            out[f"POLAR_{name.upper()}"] = str(value)
+        return out
 
     @field_validator("egress_blocked_networks", "egress_exempt")
     @classmethod

@@ -403,16 +403,7 @@ class DevStack:
 
     def env(self) -> dict[str, str]:
         """The POLAR_* environment that makes child processes use these settings."""
-        out: dict[str, str] = {}
-        for name, value in self.settings.model_dump().items():
-            if value is None:
-                continue
-            if isinstance(value, Path):
-                value = value.resolve()
-            elif isinstance(value, (list, dict)):  # pydantic-settings reads them as JSON
-                value = json.dumps(value)
-            out[f"POLAR_{name.upper()}"] = str(value)
-        return out
+        return self.settings.as_env()
 
     # ------------------------------------------------------------------ process control
     def _pidfile(self, name: str) -> Path:

@@ -473,11 +473,7 @@ def test_session_normalized_rewards_still_resolve_the_session(
 
 def polar_env(settings: Settings) -> dict[str, str]:
     """The POLAR_* environment that makes the CLI's settings equal `settings`."""
-    return {
-        f"POLAR_{name.upper()}": str(value)
-        for name, value in settings.model_dump().items()
-        if value is not None and not isinstance(value, dict | list)
-    }
+    return settings.as_env()
 
 
 def invoke(args: list[str], env: dict[str, str] | None = None) -> Any:

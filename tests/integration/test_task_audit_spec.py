@@ -18,7 +18,6 @@ from polar.settings import get_settings
 from polar.tasks.adversaries import ADVERSARIES
 from polar.tasks.audit import AUDIT_FILE, NOOP, ORACLE, TaskAudit
 from tests.support.paths import REPO
-from tests.support.unprivileged import settings_env
 
 
 def invoke(args: list[str], env: dict[str, str]) -> Any:
@@ -36,7 +35,7 @@ async def test_demo_task_is_flagged_by_a_wrong_answer(polar: PolarClient, tmp_pa
     task_file = tmp_path / "demo.json"
     task_file.write_text(json.dumps(spec))
     report_file = tmp_path / "audit.json"
-    env = settings_env(polar.settings)
+    env = polar.settings.as_env()
     oracle = (
         "printf 'rollouts run\\nmany agents try at once\\nrewards come back home\\n' > answer.txt"
     )

@@ -9,7 +9,6 @@ same ABI) from PYTHONPATH, with this checkout first.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import pwd
 import shutil
@@ -111,19 +110,6 @@ def user_dir(prefix: str) -> Path:
     return path
 
 
-def settings_env(settings: Settings) -> dict[str, str]:
-    """The POLAR_* environment that gives a child process `settings`."""
-    out: dict[str, str] = {}
-    for name, value in settings.model_dump().items():
-        if isinstance(value, Path):
-            value = value.resolve()
-        elif isinstance(value, list | dict):  # pydantic-settings reads them as JSON
-            value = json.dumps(value)
-        if value is not None:
-            out[f"POLAR_{name.upper()}"] = str(value)
-    return out
-
-
 @contextlib.contextmanager
 def user_worker(
     settings: Settings, work: Path, queues: str = "workflow,init,run,postrun"
@@ -132,7 +118,7 @@ def user_worker(
     user_dir), until the block ends; its log is `work/worker.log`."""
     ready = work / "worker.ready"
     env = python_env(
-        settings_env(settings.model_copy(update={"data_dir": work / "data"}))
+        settings.model_copy(update={"data_dir": work / "data"}).as_env()
         | {"POLAR_WORKER_READY_FILE": str(ready)}
     )
     argv = [SYSTEM_PYTHON, "-m", "polar.app.cli", "worker", "--queues", queues]

@@ -136,7 +136,7 @@ def polar_on_slurm(devstack: DevStack) -> Iterator[Polar]:
                 "shutdown_grace_s": GRACE_S,
             }
         )
-        env = unprivileged.python_env(unprivileged.settings_env(remote))
+        env = unprivileged.python_env(remote.as_env())
         env.pop("POLAR_DATA_DIR", None)  # the template's: node-local, per job
         env.pop("POLAR_HOST_ID", None)  # the template's: SLURMD_NODENAME
         env |= {

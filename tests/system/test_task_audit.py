@@ -24,7 +24,6 @@ from polar.tasks.audit import AUDIT_FILE, NOOP, ORACLE, TEST_EDIT, TaskAudit
 from polar.tasks.harbor import load_harbor_tasks
 from polar.tasks.spec import HarnessSpec
 from tests.support.paths import REPO
-from tests.support.unprivileged import settings_env
 
 HARBOR = REPO / "examples" / "harbor"
 HACKS = {
@@ -56,7 +55,7 @@ async def test_harbor_audit_flags_exactly_the_hackable_tasks(
 ) -> None:
     dataset = tmp_path / "harbor"
     shutil.copytree(HARBOR, dataset)
-    env = settings_env(polar.settings)
+    env = polar.settings.as_env()
     report_file = tmp_path / "audit.json"
     args = ["tasks", "audit", str(dataset), "--parallel", "4", "--json", str(report_file)]
     result = await asyncio.to_thread(invoke, args, env)
@@ -104,7 +103,7 @@ async def test_swebench_audit(
 ) -> None:
     """Gold patch 1, empty patch 0, test-edit patch 0 (and tamper-tests 0) on every bundled
     instance."""
-    env = settings_env(polar.settings)
+    env = polar.settings.as_env()
     report_file = tmp_path / "swe-audit.json"
     dataset = swe_dir / "instances.jsonl"  # its sibling repos/ is the default source root
     args = ["tasks", "audit", str(dataset), "--image", docker_image, "--json", str(report_file)]
