@@ -209,7 +209,8 @@ class HarborEvaluator:
             raise invalid_input(str(exc), "InvalidTaskSpec") from exc
         finally:
             if egress is not None:
-                _egress_log_path(runtime, handle).write_bytes(egress.proxy.log.jsonl())
+                egress_log = _egress_log_path(runtime, handle)  # no-follow: never a link
+                safe_files.write_bytes(egress_log.parent, egress_log.name, egress.proxy.log.jsonl())
         await reap(runtime, handle)  # nothing test.sh (or the code it ran) left runs on
         report.duration_s = round(time.monotonic() - started, 3)
         report.test_exit_code = outcome.exit_code
