@@ -15,12 +15,13 @@ command -v "$PY" >/dev/null || PY=python3
 # rootless podman needs: uidmap (newuidmap), slirp4netns, fuse-overlayfs and catatonit (--init);
 # iproute2 (`ip`: the namespace hosts of tests/system/test_multi_host_netns.py); bubblewrap (`bwrap`:
 # the local runtime's sealed sandbox for a worker that is not root, activities/runtimes/bwrap.py);
-# slurm-wlm and munge (the Slurm cluster of tests/system/test_slurm_cluster.py)
+# slurm-wlm and munge (the Slurm cluster of tests/system/test_slurm_cluster.py); busybox-static
+# (a container's main process is Polar's own static busybox: activities/runtimes/toolbox.py)
 missing=()
 for pair in git:git strace:strace dockerd:docker.io debootstrap:debootstrap patch:patch \
     podman:podman newuidmap:uidmap slirp4netns:slirp4netns fuse-overlayfs:fuse-overlayfs \
     /usr/libexec/podman/catatonit:catatonit ip:iproute2 bwrap:bubblewrap \
-    slurmctld:slurmctld slurmd:slurmd sbatch:slurm-client munged:munge; do
+    slurmctld:slurmctld slurmd:slurmd sbatch:slurm-client munged:munge busybox:busybox-static; do
   command -v "${pair%%:*}" >/dev/null || PATH=$PATH:/usr/sbin command -v "${pair%%:*}" >/dev/null \
     || missing+=("${pair#*:}")
 done

@@ -4,13 +4,15 @@
   temporary index (`git add -A`), so new files, deletions, commits the harness
   made and binary files are all in it; junk (caches, `__pycache__`, harness
   config folders, `node_modules`, `*.pyc`) is left out, at `git add` and again
-  on the diff. Git runs there with nothing the repository controls: a git dir
+  on the diff. It runs on the worker, over a copy of the workspace the runtime made
+  without running anything in the sandbox, with the worker's own git and a `PATH` of the
+  worker's system dirs only (the trusted base: the harness may have replaced the
+  sandbox's git, bash or python). Git runs there with nothing the repository controls: a git dir
   of the extraction's own (the workspace's objects read through `alternates`,
   the workspace its work tree), no system, global or repository config, no
   hooks, no attributes file, no external diff or textconv, so a `filter.<x>.clean`,
   a hook or an `attr` the harness left never runs. A patch over
-  `POLAR_MAX_PATCH_BYTES` is refused, measured before the worker reads any of it
-  (read no-follow: the scratch dir was the harness's).
+  `POLAR_MAX_PATCH_BYTES` is refused, measured before the worker reads any of it.
 * `drop_protected`: the harness's changes to task-owned paths (globs) are taken
   out of the patch, so the fresh runtime keeps its own copy of them (and files
   the harness added there never appear).
@@ -20,16 +22,22 @@
 
 from __future__ import annotations
 
+import asyncio
 import codecs
 import fnmatch
 import functools
 import re
 import shlex
+import shutil
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from activities.evaluators.base import GIT, EvaluatorError, Tick, run_in
+from activities.heartbeat import heartbeating
 from activities.runtimes.base import Runtime
+from activities.shell_command import run_shell
 from polar import safe_files
 from polar.contracts import RuntimeHandle, invalid_input
 from polar.settings import get_settings
@@ -278,6 +286,16 @@ def patch_files(patch: str) -> list[str]:
 # --------------------------------------------------------------------------- runtime steps
 
 
+TRUSTED_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+"""The PATH of what the worker runs over a session's work: the worker host's own system dirs,
+never a dir of the session's (its venv, its HOME, its image)."""
+
+
+def trusted_env(home: Path) -> dict[str, str]:
+    """The whole environment of a worker-side command over a session's work."""
+    return {"PATH": TRUSTED_PATH, "HOME": str(home), "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+
+
 async def extract_patch(
     runtime: Runtime,
     handle: RuntimeHandle,
@@ -289,29 +307,51 @@ async def extract_patch(
 ) -> tuple[bytes, list[str], list[str]]:
     """(patch, files, dropped junk files): the workspace against `base_commit`, binary-safe.
 
-    Raises ExtractionFailed when the workspace's git cannot produce it, and the
+    Nothing runs in the session's runtime, whose binaries, venv and PATH the harness could
+    have replaced: the runtime copies its workspace out to the worker (`copy_workspace`, no
+    process in the sandbox), and the worker's own git diffs the copy, with `TRUSTED_PATH`
+    and an environment of its own, in a folder of the worker's that no sandbox can reach.
+    Raises ExtractionFailed when the copy's git cannot produce the patch, and the
     non-retryable EvaluatorError for a `base_commit` git would read as an option."""
     checked_base_commit(base_commit)
-    limit = get_settings().max_patch_bytes
-    scratch = runtime.scratch(handle)
-    safe_files.remove(scratch, "model.patch")
-    out, gitdir = scratch / "model.patch", scratch / "extract.git"
-    command = extract_command(base_commit, str(gitdir), str(out), exclude)
-    code, timed_out, log = await run_in(runtime, handle, command, "extract", timeout_s, on_tick)
-    patch = None
-    if not timed_out and code == 0:
-        try:  # scratch was the harness's: never through a link it left, never past the cap
-            patch = safe_files.read_bytes(scratch, "model.patch", max_size=limit)
-        except safe_files.TooLarge as exc:
+    settings = get_settings()
+    limit = settings.max_patch_bytes
+    parent = settings.data_dir / "extract"
+    parent.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix=f"{handle.session_id}-", dir=parent))  # 0700
+    try:
+        copy = folder / "workspace"
+        copy.mkdir()
+        await heartbeating(
+            runtime.copy_workspace(handle, copy, JUNK_DIRS - {".git"}),
+            step="copying the workspace out",
+        )
+        out, gitdir = folder / "model.patch", folder / "extract.git"
+        logs = folder / "extract.stdout", folder / "extract.stderr"
+        outcome = await run_shell(
+            extract_command(base_commit, str(gitdir), str(out), exclude),
+            cwd=copy,
+            env=trusted_env(folder),
+            stdout=logs[0],
+            stderr=logs[1],
+            timeout_s=timeout_s,
+            on_tick=on_tick,
+        )
+        if outcome.timed_out or outcome.exit_code != 0:
+            why = "timed out" if outcome.timed_out else f"exited {outcome.exit_code}"
+            log = b"".join(safe_files.read_log_file(p, limit=4000) for p in logs)
+            raise ExtractionFailed(
+                f"extracting the patch {why}: {log.decode(errors='replace').strip()[-2000:]}"
+            )
+        size = out.stat().st_size
+        if size > limit:
             raise ExtractionFailed(
                 f"the session's patch is larger than the limit of {limit} bytes "
-                f"(POLAR_MAX_PATCH_BYTES): not graded ({exc.size}+ bytes)"
-            ) from None
-        except safe_files.UnsafePath as exc:
-            raise ExtractionFailed(f"extracting the patch: {exc}") from None
-    if patch is None:
-        why = "timed out" if timed_out else f"exited {code}"
-        raise ExtractionFailed(f"extracting the patch {why}: {log.strip()[-2000:]}")
+                f"(POLAR_MAX_PATCH_BYTES): not graded ({size} bytes)"
+            )
+        patch = out.read_bytes()
+    finally:
+        await asyncio.to_thread(shutil.rmtree, folder, True)
     return filter_patch(patch, exclude)
 
 

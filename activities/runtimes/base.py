@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from pathlib import Path
 from typing import Protocol
 
@@ -103,6 +103,16 @@ class Runtime(Protocol):
         """If the workspace is empty and on the worker's own disk: `make_repo(workspace)` run
         in the worker (no process), what it wrote given to the sandbox's user, its result.
         None, with nothing done, otherwise (containers; a workspace with files)."""
+        ...
+
+    async def copy_workspace(
+        self, handle: RuntimeHandle, dest: Path, junk: Collection[str] = ()
+    ) -> list[str]:
+        """Copy the workspace into the worker's empty dir `dest` without running anything in
+        the sandbox (activities/runtimes/workspace_copy.py): dirs, regular files and links
+        (never followed); of `.git` only its objects (no alternates) and index; folders
+        named in `junk` may be skipped. The relative paths left out (a FIFO, a device, a
+        link out of the copy)."""
         ...
 
     async def reap(self, handle: RuntimeHandle) -> None:

@@ -12,7 +12,8 @@ the task's ref made on the worker), into the workspace: the spec's `workdir`
 (default `/workspace`), made if the image lacks it.
 
 Its main process sleeps until the session's wall-clock deadline under
-docker-init, so the whole container stops when the budget is spent, even if
+docker-init, and is Polar's own read-only busybox (activities/runtimes/toolbox.py), never a
+program of the image's, so the whole container stops when the budget is spent, even if
 the worker died. Commands run with `docker exec` in their own session, under
 the exit sweep (activities/runtimes/exit_sweep.py: what a command detached is
 killed the moment it exits, from inside). `reap` kills every process in the
@@ -60,7 +61,7 @@ import tarfile
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
@@ -68,13 +69,14 @@ import docker
 from docker.errors import APIError, ImageNotFound, NotFound
 
 from activities.heartbeat import heartbeating
-from activities.runtimes import sandbox_needs
+from activities.runtimes import sandbox_needs, toolbox
 from activities.runtimes.actions import run_prepare_actions
 from activities.runtimes.base import InvalidRuntime, RuntimeUnfit
 from activities.runtimes.channel import SANDBOX_DIR
 from activities.runtimes.exit_sweep import with_exit_sweep
 from activities.runtimes.local import materialise_source, session_dir, session_dirs
 from activities.runtimes.resource_limits import DISK_LABEL, ContainerLimits, writable_layer_bytes
+from activities.runtimes.workspace_copy import drop_alternates
 from activities.shell_command import ProcessOutcome
 from polar.contracts import PrepareRequest, RuntimeHandle
 from polar.tasks.spec import RuntimeSpec
@@ -86,8 +88,9 @@ NAMESPACE_LABEL = "polar.namespace"
 HOST_LABEL = "polar.host"
 DEPLOYMENT_LABEL = "polar.deployment"
 DEADLINE_ENV = "POLAR_DEADLINE"
-# the main process: sleep until the wall-clock deadline (survives a reap's restart)
-MAIN_COMMAND = ["sh", "-c", f'exec sleep "$(( ${DEADLINE_ENV} - $(date +%s) ))"']
+# the main process: sleep until the wall-clock deadline (survives a reap's restart), Polar's
+# own read-only busybox, never a program of the image's (which the harness may have replaced)
+MAIN_COMMAND = toolbox.main_command(DEADLINE_ENV)
 
 
 def _safe(text: str) -> str:
@@ -245,7 +248,8 @@ class DockerRuntime:
             detach=True,
             init=True,
             network_mode="none",
-            volumes={str(channel): {"bind": SANDBOX_DIR, "mode": "ro"}},
+            volumes={str(channel): {"bind": SANDBOX_DIR, "mode": "ro"}}
+            | toolbox.docker_volumes(self.root),
             working_dir="/",
             security_opt=["no-new-privileges"],
             pids_limit=limits.pids,
@@ -448,22 +452,54 @@ class DockerRuntime:
                     time.sleep(0.5 * 2**attempt)
 
     def _sync_dir_out(self, container: Any, path: Path) -> None:
-        stream, _ = container.get_archive(str(path))
-        with tempfile.TemporaryFile() as buf:
-            for chunk in stream:
-                buf.write(chunk)
-            _check_whole(buf)
-            buf.seek(0)
-            fresh = path.with_name(path.name + ".incoming")
-            shutil.rmtree(fresh, ignore_errors=True)
-            fresh.mkdir()
-            with tarfile.open(fileobj=buf) as tar:
-                skipped = _extract_within(tar, fresh)
-            if skipped:
-                note = "".join(f"{name}: {why}\n" for name, why in skipped)
-                (fresh / SKIPPED_NOTE).write_text(note, errors="replace")
-            shutil.rmtree(path)
-            fresh.rename(path)
+        fresh = path.with_name(path.name + ".incoming")
+        shutil.rmtree(fresh, ignore_errors=True)
+        fresh.mkdir()
+        skipped = _archive_into(container, str(path), fresh)
+        if skipped:
+            note = "".join(f"{name}: {why}\n" for name, why in skipped)
+            (fresh / SKIPPED_NOTE).write_text(note, errors="replace")
+        shutil.rmtree(path)
+        fresh.rename(path)
+
+    async def copy_workspace(
+        self, handle: RuntimeHandle, dest: Path, junk: Collection[str] = ()
+    ) -> list[str]:
+        """The workspace, from the engine's archive of it (nothing runs in the container),
+        unpacked into the worker's empty `dest` under tarfile's `data` filter; what was left
+        out, by relative path. `junk` is not skipped here (the archive holds it all)."""
+
+        def copy() -> list[str]:
+            container = self._container(handle)
+            for attempt in range(SYNC_TRIES):
+                try:
+                    skipped = _archive_into(container, handle.workdir, dest)
+                    break
+                except (tarfile.ReadError, EOFError, OSError) as exc:
+                    if isinstance(exc, OSError) and not _transient(exc):
+                        raise
+                    if attempt == SYNC_TRIES - 1:
+                        raise
+                    shutil.rmtree(dest)
+                    dest.mkdir()
+                    time.sleep(0.5 * 2**attempt)
+            drop_alternates(dest)
+            return [name for name, _ in skipped]
+
+        return await asyncio.to_thread(copy)
+
+
+def _archive_into(container: Any, path: str, dest: Path) -> list[tuple[str, str]]:
+    """The engine's archive of the container's dir `path`, whole, extracted into `dest`
+    (`_extract_within`); what was skipped, and why."""
+    stream, _ = container.get_archive(path)
+    with tempfile.TemporaryFile() as buf:
+        for chunk in stream:
+            buf.write(chunk)
+        _check_whole(buf)
+        buf.seek(0)
+        with tarfile.open(fileobj=buf) as tar:
+            return _extract_within(tar, dest)
 
 
 SYNC_TRIES = 3

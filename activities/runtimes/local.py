@@ -43,7 +43,7 @@ import socket
 import stat
 import subprocess
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator
 from pathlib import Path
 
 from activities.heartbeat import heartbeating
@@ -63,6 +63,7 @@ from activities.runtimes.local_sandbox import (
     pool_user,
 )
 from activities.runtimes.resource_limits import ContainerLimits, DirsWatchdog, watching_disk
+from activities.runtimes.workspace_copy import copy_workspace_dir
 from activities.shell_command import ProcessOutcome, run_shell
 from polar.contracts import PrepareRequest, RuntimeHandle
 from polar.host_paths import local_git_path, resolved_problem
@@ -517,6 +518,14 @@ class LocalRuntime:
                 sorted(set(killed)),
             )
         await asyncio.to_thread(_drop_symlinks, [base / "home", base / "scratch"])
+
+    async def copy_workspace(
+        self, handle: RuntimeHandle, dest: Path, junk: Collection[str] = ()
+    ) -> list[str]:
+        """The workspace copied by the worker itself into its empty `dest` (nothing runs in
+        the sandbox; activities/runtimes/workspace_copy.py); what was left out."""
+        workspace = self._handle_dir(handle) / "workspace"
+        return await asyncio.to_thread(copy_workspace_dir, workspace, dest, junk)
 
     async def teardown(self, handle: RuntimeHandle) -> bool:
         """Remove the session dir (its processes first); whether there was one."""

@@ -53,6 +53,7 @@ from typing import IO, Any
 
 from docker.errors import APIError, NotFound
 
+from activities.runtimes import toolbox
 from activities.runtimes.base import InvalidRuntime, RuntimeUnfit
 from activities.runtimes.channel import SANDBOX_DIR
 from activities.runtimes.docker import (
@@ -301,6 +302,7 @@ class PodmanRuntime(DockerRuntime):
             "none",
             "--volume",
             f"{channel}:{SANDBOX_DIR}:ro",
+            *toolbox.volume_args(self.root),
             "--workdir",
             "/",
             "--security-opt",

@@ -309,6 +309,63 @@ async def test_reap_kills_what_runs(runtime: Any) -> None:
         await runtime.teardown(handle)
 
 
+PLANT = r"""
+ws=$(pwd -P)
+for dir in $(echo "$PATH" | tr ':' ' ') /usr/bin /bin; do
+  [ -d "$dir" ] && [ -w "$dir" ] || continue
+  for tool in git bash sh sleep date cp rm mkdir printf python3 cat; do
+    real=$(command -v "$tool" 2>/dev/null) || continue
+    [ -e "$dir/$tool.real" ] || cp -L "$real" "$dir/$tool.real" 2>/dev/null || continue
+    printf '#!%s/sh.real\n[ -e %s/.cache/armed ] && echo "$0 $*" >> %s/ran-%s\nexec %s/%s.real "$@"\n' \
+      "$dir" "$ws" "$ws" "$tool" "$dir" "$tool" > "$dir/$tool.new" && chmod 755 "$dir/$tool.new" \
+      && mv -f "$dir/$tool.new" "$dir/$tool" && echo "planted $dir/$tool"
+  done
+done
+echo fixed > hello.txt
+mkdir -p .cache && : > .cache/armed  # from here on, each run of a planted program is noted
+"""
+"""A harness that replaces every program on its PATH it can write (the session's venv on
+`local` and `bwrap`, the image's /usr/bin and /bin in a container) with a wrapper that notes
+each run in the workspace once the harness is done, then makes its fix."""
+
+
+async def test_after_the_harness_nothing_it_wrote_runs(runtime: Any, tmp_path: Path) -> None:
+    """The trusted base (docs/threat-model.md): from the harness's exit on, nothing the worker
+    runs comes from where the session could write. The harness replaces the programs on its
+    PATH; the reap (which restarts a container's main process) and the extraction of its
+    changes then run none of them: the patch is its fix alone, no `ran-*` note appears in
+    the workspace, even seconds later, and a container's main process is Polar's toolbox."""
+    from activities.evaluators.baseline import record_baseline
+    from activities.evaluators.patches import extract_patch
+    from activities.runtimes.toolbox import BUSYBOX
+
+    source = DirSource(path=str(small_repo(tmp_path)))
+    handle = await runtime.prepare(_request(runtime, "trusted-1", source))
+    try:
+        handle = await record_baseline(runtime, handle)
+        planted = await runtime.run(handle, PLANT, env={}, log_name="plant", timeout_s=60)
+        out = _read(runtime.log_paths(handle, "plant")[0])
+        assert planted.exit_code == 0, _read(runtime.log_paths(handle, "plant")[1])
+        assert "planted" in out and "/git" in out, out  # the attack reached its PATH's git
+        await runtime.reap(handle)  # what the run stage does after every harness exit
+        await asyncio.sleep(4)  # a restarted main process of the harness's would write now
+        assert handle.baseline
+        patch, files, _ = await extract_patch(runtime, handle, handle.baseline)
+        assert files == ["hello.txt"], (files, patch[:2000])
+        copy = tmp_path / "copy"
+        copy.mkdir()
+        await runtime.copy_workspace(handle, copy)
+        assert (copy / "hello.txt").read_text() == "fixed\n"
+        assert not sorted(p.name for p in copy.glob("ran-*")), (copy / "ran-sleep").exists()
+        if _is_container(runtime):
+            attrs = container_attrs(runtime, "trusted-1")
+            assert attrs is not None
+            main = [attrs["Path"], *attrs["Args"]]
+            assert BUSYBOX in main[:3] and "sleep" in " ".join(main), main
+    finally:
+        await runtime.teardown(handle)
+
+
 async def test_timeout_kills_the_whole_command(runtime: Any) -> None:
     handle = await runtime.prepare(_request(runtime, "timeout-1"))
     try:
