@@ -316,7 +316,8 @@ for dir in $(echo "$PATH" | tr ':' ' ') /usr/bin /bin; do
   for tool in git bash sh sleep date cp rm mkdir printf python3 cat; do
     real=$(command -v "$tool" 2>/dev/null) || continue
     [ -e "$dir/$tool.real" ] || cp -L "$real" "$dir/$tool.real" 2>/dev/null || continue
-    printf '#!%s/sh.real\n[ -e %s/.cache/armed ] && echo "$0 $*" >> %s/ran-%s\nexec %s/%s.real "$@"\n' \
+    note='[ -e %s/.cache/armed ] && echo "$0 $*" >> %s/ran-%s'
+    printf "#!%s/sh.real\\n$note\\nexec %s/%s.real \"\$@\"\\n" \
       "$dir" "$ws" "$ws" "$tool" "$dir" "$tool" > "$dir/$tool.new" && chmod 755 "$dir/$tool.new" \
       && mv -f "$dir/$tool.new" "$dir/$tool" && echo "planted $dir/$tool"
   done
