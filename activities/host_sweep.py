@@ -27,7 +27,17 @@ from polar.settings import Settings
 
 log = logging.getLogger("polar.worker")
 
-EVAL_SUFFIX = "-eval"
+FRESH_SUFFIXES = ("-eval", "-reward", "-control")
+"""The id suffixes of a session's fresh runtimes (the evaluator's, a reward_command's, a
+control grading's): each belongs to the session its id names without it."""
+
+
+def owning_session(runtime_id: str) -> str:
+    """The session a runtime id belongs to (its own id, or one of `FRESH_SUFFIXES` off)."""
+    for suffix in FRESH_SUFFIXES:
+        if runtime_id.endswith(suffix):
+            return runtime_id.removesuffix(suffix)
+    return runtime_id
 
 
 @dataclass
@@ -57,7 +67,7 @@ async def sweep_host(
     engine does not answer is skipped (and said so in the report)."""
 
     async def closed(session_id: str) -> bool:
-        return not await session_running(client, session_id.removesuffix(EVAL_SUFFIX))
+        return not await session_running(client, owning_session(session_id))
 
     report = await _remove_runtimes(settings, kinds, closed)
     if report.removed:

@@ -17,7 +17,7 @@ from activities.evaluators import (
     UnknownEvaluator,
     get_evaluator,
 )
-from activities.evaluators.command import InvalidRewardFile
+from activities.evaluators.control import ControlGrade, control_grading
 from activities.evaluators.fresh import eval_prepare_request, fresh_runtime
 from activities.evaluators.reward_checks import InvalidReward, check_rewards
 from activities.evaluators.rubric import judge_evaluation
@@ -38,7 +38,11 @@ from polar.contracts import (
     ScoreResult,
     invalid_input,
 )
+from polar.evaluation_reports import ControlReport
 from polar.storage import TraceRewards, artifact_key, read_traces, rewards_key, traces_key
+
+CONTROL_MARGIN_S = 20.0
+"""Of the evaluate stage's time, what a control grading leaves for uploading the report."""
 
 
 class PostrunActivities(PoolActivities):
@@ -150,8 +154,6 @@ class PostrunActivities(PoolActivities):
             ) from None  # the session's error says this, not only the prepare action's
         except (InvalidSource, InvalidRuntime) as exc:
             raise invalid_input(str(exc), type(exc).__name__) from exc
-        except InvalidRewardFile as exc:
-            raise invalid_input(str(exc), "InvalidRewardFile") from exc
         if evaluator.needs_fresh_runtime:
             evaluation.report.eval_runtime = "prewarmed" if prewarmed else "fresh"
         if request.evaluator.rubric is not None and not evaluation.report.evaluator_error:
@@ -168,6 +170,10 @@ class PostrunActivities(PoolActivities):
             except InvalidReward as exc:
                 evaluation.report.invalid_reward = str(exc)
                 failure = ("InvalidReward", str(exc))
+        if failure is not None and evaluator.needs_fresh_runtime:
+            failure = await self._failure_of_the_task(
+                failure, evaluator, request, evaluation, started
+            )
         log_keys = await self._upload_eval_logs(request.session_id, logs)
         report_key = await self._upload_evaluation(request.session_id, kind, evaluation)
         if failure is not None:
@@ -212,8 +218,62 @@ class PostrunActivities(PoolActivities):
                 timeout_s=max(1.0, request.budget_s - (time.monotonic() - started)),
                 traces=traces,
                 settings=self.settings,
+                prepare=prepare,
             )
             return await self._graded(evaluator, job)
+
+    async def _failure_of_the_task(
+        self,
+        failure: tuple[str, str],
+        evaluator: Evaluator,
+        request: EvaluateRequest,
+        evaluation: Evaluation,
+        started: float,
+    ) -> tuple[str, str] | None:
+        """`failure` (a task_error) where the control grading of the untouched task fails
+        too; None where it grades, or does not finish in the stage's time: the failure is
+        not shown to lie outside the session, so `evaluation` becomes the policy's zero
+        (activities/evaluators/control.py)."""
+        error_type, message = failure
+        kind = eval_prepare_request(
+            request.session_id,
+            request.task_id,
+            request.source,
+            request.runtime_spec,
+            request.runtime.kind,
+            request.evaluator,
+        ).runtime.kind
+        timeout = activity.info().start_to_close_timeout
+        left = (timeout.total_seconds() if timeout else request.budget_s) - CONTROL_MARGIN_S
+        left -= time.monotonic() - started
+        try:
+            control = await asyncio.wait_for(
+                control_grading(
+                    evaluator,
+                    request,
+                    self._runtime(kind),
+                    self.storage,
+                    self.settings,
+                    timeout_s=max(1.0, min(request.budget_s, left)),
+                ),
+                timeout=max(1.0, left),
+            )
+        except TimeoutError:
+            control = ControlGrade(True, "not done in the stage's time: not shown to be the task's")
+        evaluation.report.control = ControlReport(
+            graded=control.graded, detail=control.detail, failure=message[:1000]
+        )
+        if not control.graded:
+            why = f"the untouched task fails to grade too: {control.detail[:300]}"
+            return error_type, f"{message}; {why}"
+        evaluation.report.evaluator_error = None
+        evaluation.report.invalid_reward = None
+        evaluation.reward, evaluation.trace_rewards = 0.0, {}
+        evaluation.detail = (
+            f"grading the session's work failed ({message[:300]}) while the untouched task "
+            f"grades ({control.detail[:200]}): the session's failure, reward 0"
+        )
+        return None
 
     @staticmethod
     async def _graded(

@@ -27,6 +27,15 @@ class ReportModel(BaseModel):
         return self.model_dump_json(indent=2).encode()
 
 
+class ControlReport(ReportModel):
+    """The control grading of the untouched task (activities/evaluators/control.py): made
+    when grading the session failed, to tell the session's fault from the task's."""
+
+    graded: bool = Field(description="the untouched task grades: the failure is the session's")
+    detail: str = ""
+    failure: str = Field(default="", description="how grading the session failed")
+
+
 class ApplyAttempt(ReportModel):
     """One way of applying the session's patch that was tried (`git apply`, ...)."""
 
@@ -86,6 +95,11 @@ class EvaluationReport(ReportModel):
         default=None, description="the task cannot be graded: the session fails"
     )
     invalid_reward: str | None = None
+    control: ControlReport | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="the control grading of the untouched task, run when grading failed",
+    )
     rewards_clamped: list[str] = Field(default_factory=list)
     eval_runtime: Literal["prewarmed", "fresh"] | None = None
     rubric: RubricReport | None = Field(

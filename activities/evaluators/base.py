@@ -9,7 +9,7 @@ from typing import ClassVar, Protocol
 
 from activities.runtimes.base import Runtime
 from polar import safe_files
-from polar.contracts import RuntimeHandle
+from polar.contracts import PrepareRequest, RuntimeHandle
 from polar.evaluation_reports import EvaluationReport
 from polar.settings import Settings, get_settings
 from polar.tasks.spec import EvaluatorSpec
@@ -62,6 +62,13 @@ class EvaluationJob:
     on_tick: Tick = None
     settings: Settings = field(default_factory=get_settings)
     """The grading worker's settings (source roots, data dir, limits)."""
+    prepare: PrepareRequest | None = None
+    """How the fresh runtime was prepared: an evaluator that needs another runtime where the
+    code under test never ran (a `reward_command`'s) prepares one alike."""
+    control: bool = False
+    """A control grading of the untouched task (activities/evaluators/control.py): grade in
+    full even when there are no changes (an evaluator that stops early on an empty patch
+    runs its tests all the same)."""
 
     def fresh(self) -> tuple[Runtime, RuntimeHandle]:
         """The evaluator's fresh runtime and handle (an evaluator that declares it needs one

@@ -11,21 +11,24 @@ workspace's git) or do not apply gets reward 0, with the reason in the detail.
 
 `command` runs the code under test, so nothing of the reward is named in its
 environment: its exit code is the reward. An optional `reward_command` runs
-after it, once every process the command left is killed, with its working
-directory outside the workspace and `PYTHONSAFEPATH=1`; it alone sees
-`POLAR_COMMAND_EXIT_CODE`, `POLAR_WORKSPACE` (to read what the command left
-there by explicit path), `POLAR_TRACES_FILE` (the session's traces, JSONL, one
-Trace a line) and `POLAR_REWARD_FILE`, where it may write a JSON object
-overriding the exit-code reward and giving per-trace rewards:
+after it, once every process the command left is killed, where the code under
+test never ran: a second fresh runtime of the untouched task (id
+`{session}-reward`, its own interpreter, venv and HOME), with a copy of the graded
+workspace, its working directory outside it, `PYTHONSAFEPATH=1` and
+`PYTHONNOUSERSITE=1`; it alone sees `POLAR_COMMAND_EXIT_CODE`, `POLAR_WORKSPACE`
+(the copy of the graded workspace, to read what the command left there by explicit
+path), `POLAR_TRACES_FILE` (the session's traces, JSONL, one Trace a line) and
+`POLAR_REWARD_FILE`, where it must write a JSON object (a run that writes none is
+an evaluator error, never the exit-code reward) overriding the exit-code reward
+and giving per-trace rewards:
 
     {"reward": 0.5, "trace_rewards": {"<trace_id>": 1.0}, "detail": "why"}
 
 Traces it names get their own reward; the others get the session reward under
 the builder's reward policy. Both files are in the evaluator runtime's scratch
 folder under names drawn afresh for the run (written and read no-follow,
-polar/safe_files.py). A reward_command runs in the same runtime after the code
-under test: it must not trust what that code could have written there
-(docs/threat-model.md).
+polar/safe_files.py). What the copy holds was written by the code under test: a
+reward_command must not trust it beyond what it checks (docs/threat-model.md).
 """
 
 from __future__ import annotations
@@ -45,12 +48,12 @@ from activities.evaluators.base import (
     reap,
     run_in,
 )
-from activities.evaluators.fresh import carry_changes
-from activities.evaluators.patches import revision
+from activities.evaluators.fresh import carry_changes, fresh_runtime
+from activities.evaluators.patches import JUNK_DIRS, revision
 from activities.evaluators.protected import PROTECTED, command_path_candidates
 from activities.runtimes.base import Runtime
 from polar import safe_files
-from polar.contracts import RuntimeHandle
+from polar.contracts import PrepareRequest, RuntimeHandle
 from polar.evaluation_reports import Baselines, CommandReport, EvaluationReport
 from polar.tasks.spec import EvaluatorSpec
 
@@ -63,7 +66,7 @@ REWARD_LOG_NAME = "evaluate-reward"
 MAX_REWARD_FILE_BYTES = 16 << 20
 
 
-class InvalidRewardFile(ValueError):
+class InvalidRewardFile(EvaluatorError, ValueError):
     """The reward_command wrote a reward file that is not the documented JSON object."""
 
 
@@ -108,9 +111,11 @@ async def evaluate_command(
     timeout_s: float,
     traces: bytes | None = None,
     on_tick: Tick = None,
+    prepare: PrepareRequest | None = None,
 ) -> Evaluation:
     """Grade the session's changes with the evaluator command in the (fresh, prepared)
-    evaluator runtime. Raises EvaluatorError where the task cannot be graded at all."""
+    evaluator runtime (`prepare`: how it was prepared, for the reward_command's runtime).
+    Raises EvaluatorError where the task cannot be graded at all."""
     assert spec.command
     if session_handle.baseline is None:
         raise EvaluatorError(
@@ -159,6 +164,7 @@ async def evaluate_command(
         await _reward_command(
             eval_runtime,
             eval_handle,
+            prepare,
             spec.reward_command,
             outcome.exit_code,
             traces,
@@ -170,9 +176,14 @@ async def evaluate_command(
     return evaluation
 
 
+REWARD_SUFFIX = "-reward"
+"""The id suffix of a reward_command's runtime (`{session}-reward`)."""
+
+
 async def _reward_command(
     runtime: Runtime,
     handle: RuntimeHandle,
+    prepare: PrepareRequest | None,
     command: str,
     exit_code: int | None,
     traces: bytes | None,
@@ -181,41 +192,71 @@ async def _reward_command(
     timeout_s: float,
     on_tick: Tick,
 ) -> None:
-    """Run the reward_command (the command's processes are gone) and apply its reward file."""
-    scratch = runtime.scratch(handle)
-    tag = secrets.token_hex(16)  # names the code under test could not know in advance
-    reward_name, traces_name = f"reward-{tag}.json", f"traces-{tag}.jsonl"
-    safe_files.write_bytes(scratch, traces_name, traces or b"")
-    env = {
-        "POLAR_REWARD_FILE": str(scratch / reward_name),
-        "POLAR_TRACES_FILE": str(scratch / traces_name),
-        "POLAR_COMMAND_EXIT_CODE": "" if exit_code is None else str(exit_code),
-        "POLAR_WORKSPACE": handle.workdir,
-        "PYTHONSAFEPATH": "1",
-    }
-    outside = 'cd "$(mktemp -d)" || exit 1\n'
-    outcome = await runtime.run(
-        handle,
-        outside + command,
-        env=env,
-        log_name=REWARD_LOG_NAME,
-        timeout_s=timeout_s,
-        on_tick=on_tick,
+    """Run the reward_command where the code under test never ran, and apply its reward file.
+
+    The command's runtime is not trusted once the code under test has run there (it may have
+    replaced the interpreter, planted a `usercustomize.py` under its HOME, or rewritten the
+    venv). So the graded workspace is copied out (no process of it runs) into the scratch of
+    a second fresh runtime, prepared like the first from the untouched task (`prepare`),
+    whose interpreter, HOME and venv nothing of the session touched; the reward_command runs
+    there with `POLAR_WORKSPACE` naming that copy, `PYTHONNOUSERSITE=1`, its working
+    directory outside it. A run that writes no reward file is an EvaluatorError, never the
+    command's exit-code reward."""
+    if prepare is None:
+        raise EvaluatorError("a reward_command needs a fresh runtime to run in, and got none")
+    reward_prepare = prepare.model_copy(
+        update={"session_id": prepare.session_id.removesuffix("-eval") + REWARD_SUFFIX}
     )
-    await reap(runtime, handle)
-    report.reward_command_exit_code = outcome.exit_code
-    try:
-        data = safe_files.read_bytes(scratch, reward_name, limit=MAX_REWARD_FILE_BYTES)
-    except safe_files.UnsafePath as exc:
-        raise InvalidRewardFile(f"reward file: {exc}") from exc
-    safe_files.remove(scratch, reward_name)
-    safe_files.remove(scratch, traces_name)
+    async with fresh_runtime(runtime, reward_prepare, on_tick=on_tick) as reward_handle:
+        scratch = runtime.scratch(reward_handle)
+        tag = secrets.token_hex(16)  # names the code under test could not know in advance
+        graded = scratch / f"graded-{tag}"
+        graded.mkdir()
+        await runtime.copy_workspace(handle, graded, JUNK_DIRS)
+        reward_name, traces_name = f"reward-{tag}.json", f"traces-{tag}.jsonl"
+        safe_files.write_bytes(scratch, traces_name, traces or b"")
+        env = {
+            "POLAR_REWARD_FILE": str(scratch / reward_name),
+            "POLAR_TRACES_FILE": str(scratch / traces_name),
+            "POLAR_COMMAND_EXIT_CODE": "" if exit_code is None else str(exit_code),
+            "POLAR_WORKSPACE": str(graded),
+            "PYTHONSAFEPATH": "1",
+            "PYTHONNOUSERSITE": "1",
+        }
+        outside = 'cd "$(mktemp -d)" || exit 1\n'
+        outcome = await runtime.run(
+            reward_handle,
+            outside + command,
+            env=env,
+            log_name=REWARD_LOG_NAME,
+            timeout_s=timeout_s,
+            on_tick=on_tick,
+        )
+        await reap(runtime, reward_handle)
+        report.reward_command_exit_code = outcome.exit_code
+        try:
+            data = safe_files.read_bytes(scratch, reward_name, limit=MAX_REWARD_FILE_BYTES)
+        except safe_files.UnsafePath as exc:
+            raise InvalidRewardFile(f"reward file: {exc}") from exc
+        # its logs go where `logs` reads them, beside the command's (the worker's own dir)
+        moved = zip(
+            runtime.log_paths(reward_handle, REWARD_LOG_NAME),
+            runtime.log_paths(handle, REWARD_LOG_NAME),
+            strict=True,
+        )
+        for src, dst in moved:
+            data_log = safe_files.read_log_file(src, limit=MAX_REWARD_FILE_BYTES)
+            safe_files.write_bytes(dst.parent, dst.name, data_log)
     if outcome.timed_out or outcome.exit_code != 0:
         why = "timed out" if outcome.timed_out else f"exited {outcome.exit_code}"
         raise EvaluatorError(f"the evaluator's reward_command {why}")
-    if data is not None:
-        _apply_reward_file(evaluation, data)
-        report.reward_file = True
+    if data is None:
+        raise EvaluatorError(
+            "the evaluator's reward_command wrote no reward file ($POLAR_REWARD_FILE): no "
+            "reward is given from the command's exit code alone when a reward_command is set"
+        )
+    _apply_reward_file(evaluation, data)
+    report.reward_file = True
 
 
 class CommandEvaluator:
@@ -238,6 +279,7 @@ class CommandEvaluator:
             timeout_s=job.timeout_s,
             traces=job.traces,
             on_tick=job.on_tick,
+            prepare=job.prepare,
         )
 
     def logs(self, job: EvaluationJob, evaluation: Evaluation) -> dict[str, bytes]:

@@ -566,9 +566,11 @@ async def evaluate_swebench(
     timeout_s: float,
     protected: Sequence[str] = (),
     on_tick: Tick = None,
+    control: bool = False,
 ) -> SweEvaluation:
     """Grade the session's workspace in the (fresh, prepared) evaluator runtime; the
-    non-retryable EvaluatorError for a `base_commit` git would read as an option."""
+    non-retryable EvaluatorError for a `base_commit` git would read as an option. A
+    `control` grading runs the tests even on an empty patch."""
     checked_base_commit(spec.base_commit)
     clock = _Clock(timeout_s)
     started = time.monotonic()
@@ -613,12 +615,12 @@ async def evaluate_swebench(
         unreadable = changes.extract_problem()
         if unreadable is not None:
             return done(unreadable)
-        if changes.empty:
+        if changes.empty and not control:
             report.empty_patch = True
             kept = changes.protected_dropped
             why = f" (changes to protected files dropped: {_names(kept)})" if kept else ""
             return done(f"empty patch: the session changed nothing (junk aside){why}")
-        if changes.strategy is None:
+        if changes.strategy is None and not changes.empty:
             report.apply_log = changes.attempts[-1]["log"] if changes.attempts else ""
             return done(f"patch did not apply ({len(changes.attempts)} strategies tried)")
         report.protected_files_dropped += await _restore_pytest_sections(
@@ -797,6 +799,7 @@ class SweBenchEvaluator:
             timeout_s=job.timeout_s,
             protected=job.spec.protected,
             on_tick=job.on_tick,
+            control=job.control,
         )
 
     def logs(self, job: EvaluationJob, evaluation: Evaluation) -> dict[str, bytes]:

@@ -87,7 +87,14 @@ async def grade(
     prepare = eval_prepare_request(session.session_id, "t", source, spec, spec.kind, evaluator)
     async with fresh_runtime(runtime, prepare, prewarmed) as eval_handle:
         job = EvaluationJob(
-            runtime, session, runtime, eval_handle, evaluator, timeout_s=timeout_s, traces=traces
+            runtime,
+            session,
+            runtime,
+            eval_handle,
+            evaluator,
+            timeout_s=timeout_s,
+            traces=traces,
+            prepare=prepare,
         )
         evaluation = await get_evaluator(evaluator.kind).evaluate(job)
     if evaluation.report.evaluator_error:

@@ -73,6 +73,14 @@ def cases(sha: str) -> dict[str, tuple[dict[str, Any], dict[str, str]]]:
         "results_rewrite (swebench)": (swe, {"ATTACK_GRADING": "results_rewrite"}),
         "iniconfig_shadow (swebench)": (swe, {"ATTACK_GRADING": "iniconfig_shadow"}),
         "reports_monkeypatch (swebench)": (swe, {"ATTACK_GRADING": "reports_monkeypatch"}),
+        "interpreter_swap (command)": (
+            command_evaluator(ADD_CHECK),
+            {"ATTACK_GRADING": "interpreter_swap"},
+        ),
+        "usercustomize (command)": (
+            command_evaluator(ADD_CHECK),
+            {"ATTACK_GRADING": "usercustomize"},
+        ),
         "grade_view (swebench)": (swe, {"ATTACK_GRADING": "grade_view"}),
         "grade_view (command)": (command_evaluator(ADD_CHECK), {"ATTACK_GRADING": "grade_view"}),
         "command_unprotected (command)": (

@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 
 from activities.evaluators import swebench as swebench_module
-from activities.evaluators.base import Evaluation
+from activities.evaluators.base import Evaluation, EvaluatorError
 from activities.evaluators.patches import drop_protected, glob_match
 from activities.evaluators.reward_checks import InvalidReward, check_rewards
 from activities.evaluators.statuses import parse_results, verify_results
@@ -567,7 +567,21 @@ async def test_evaluator_reward_file_is_checked_and_clamped(
         await _command_session(rt, source, nan, "true", "c-nan")
 
 
+async def test_a_reward_command_that_writes_no_reward_file_gives_no_reward(
+    rt: tuple[Runtime, RuntimeSpec], tmp_path: Path
+) -> None:
+    """The command exits 0 and the reward_command writes nothing: an evaluator error, never
+    the command's exit-code reward of 1 (which TRL once trained as its group's best)."""
+    source = _check_repo(tmp_path)
+    evaluator = EvaluatorSpec(kind="command", command="true", reward_command="true")
+    with pytest.raises(EvaluatorError, match="wrote no reward file"):
+        await _command_session(rt, source, evaluator, "true", "c-silent")
+
+
 # --------------------------------------------------------------------------- on the stack
+
+POISONABLE = 'test ! -e "$POLAR_WORKSPACE/poison" && echo \'{"reward": 1}\' > "$POLAR_REWARD_FILE"'
+"""A reward_command that the session's work can break (it exits 1 where `poison` is)."""
 
 
 def _command_task(task_id: str, repo: DirSource, harness: str, evaluator: dict) -> TaskSpec:
@@ -604,6 +618,15 @@ async def test_command_sessions_on_the_stack(
     tasks = [
         _command_task("honest-plant", repo, plant, check),
         _command_task("honest-1000", repo, "true", {"command": "true", "reward_command": where}),
+        # the session's own work breaks the task's reward_command: its zero, not a task error
+        _command_task(
+            "honest-poison",
+            repo,
+            "touch poison",
+            {"command": "true", "reward_command": POISONABLE},
+        ),
+        # a reward_command that never writes its file: the task's error (the control agrees)
+        _command_task("honest-silent", repo, "true", {"command": "true", "reward_command": "true"}),
         _command_task(
             "honest-nan",
             repo,
@@ -616,13 +639,24 @@ async def test_command_sessions_on_the_stack(
     ]
     runs = [await polar.submit(t) for t in tasks]
     results = await asyncio.gather(*(polar.wait(r, timeout_s=180) for r in runs))
-    (plant_s,), (big_s,), (nan_s,) = (r.sessions for r in results)
+    (plant_s,), (big_s,), (poison_s,), (silent_s,), (nan_s,) = (r.sessions for r in results)
     assert plant_s.status == SessionStatus.COMPLETED and plant_s.reward == 0.0, plant_s
     report = json.loads(storage.get_bytes(artifact_key(plant_s.session_id, "command-report.json")))
     assert report["protected_files_dropped"] == ["tests/check.sh"]
     assert report["eval_runtime"] == "prewarmed"
     assert big_s.reward == 1.0 and "clamped to 1" in (big_s.evaluation or ""), big_s
-    assert f"{big_s.session_id}-eval/scratch/reward-" in (big_s.evaluation or "")
+    # the reward_command ran in a runtime of its own, where the code under test never ran
+    assert f"{big_s.session_id}-reward/scratch/reward-" in (big_s.evaluation or "")
+    assert poison_s.status == SessionStatus.COMPLETED and poison_s.reward == 0.0, poison_s
+    assert "the session's failure" in (poison_s.evaluation or ""), poison_s
+    control = CommandReport.model_validate_json(
+        storage.get_bytes(artifact_key(poison_s.session_id, "command-report.json"))
+    ).control
+    assert control is not None and control.graded and "exited 1" in control.failure, control
+    assert storage.list_keys("tasks/honest-poison/control/"), "the control is kept per task"
+    assert silent_s.status == SessionStatus.ERROR and silent_s.reward is None, silent_s
+    assert silent_s.error and "wrote no reward file" in silent_s.error, silent_s.error
+    assert "the untouched task fails to grade too" in silent_s.error
     assert nan_s.status == SessionStatus.ERROR and nan_s.reward is None, nan_s
     assert nan_s.error and "reward is not finite" in nan_s.error
     history = await polar.client.get_workflow_handle(big_s.session_id).fetch_history()
@@ -633,9 +667,9 @@ async def test_command_sessions_on_the_stack(
     ]
     assert scheduled.count("prepare_eval_runtime") == 1 and scheduled.count("teardown") == 2
     runtimes = Path(polar.settings.data_dir) / "runtimes"
-    for s in (plant_s, big_s, nan_s):
-        assert not (runtimes / s.session_id).exists()
-        assert not (runtimes / f"{s.session_id}-eval").exists()
+    for s in (plant_s, big_s, poison_s, silent_s, nan_s):
+        for suffix in ("", "-eval", "-reward", "-control"):
+            assert not (runtimes / f"{s.session_id}{suffix}").exists(), suffix
 
 
 async def test_swebench_attacks_on_the_stack_in_docker(

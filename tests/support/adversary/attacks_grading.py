@@ -19,6 +19,12 @@ the tests:
 - `pipe_forge`: at import, package code writes a passed setup/call/teardown for each graded
   test and a `finish` with status 0 to the plugin's pipe (a write-only `pipe:[...]` among its
   own fds), then `os._exit(0)`: the in-process trust that remains (docs/threat-model.md);
+- `interpreter_swap`: code the test imports replaces every `python3` it can write on its
+  PATH (the eval runtime's venv on `local`, the image's in a container) with a script that
+  writes a reward of 1 to `$POLAR_REWARD_FILE`: a `reward_command` of `python3 -c ...` run
+  after it in the same runtime would run it (issue 32);
+- `usercustomize`: code the test imports writes a `usercustomize.py` into the user
+  site-packages under its HOME that rewrites `$POLAR_REWARD_FILE` at interpreter exit;
 - `grade_view`: code under test (`add`, which the test calls) prints one `GRADE-VIEW ` JSON
   line of all it can see of the grading: its environment, where each of its fds leads, its
   own and its parent's argv (and the parent's environment, where readable), and the
@@ -201,6 +207,44 @@ def pytest_runtest_makereport(item, call):
 """
 
 
+INTERPRETER_SWAP = """
+import os as _o
+_FAKE = (
+    "#!/bin/sh\\nprintf '{\\"reward\\": 1.0, \\"detail\\": \\"swapped\\"}' "
+    "> \\"$POLAR_REWARD_FILE\\"\\nexit 0\\n"
+)
+for _d in _o.environ.get("PATH", "").split(":") + ["/usr/local/bin", "/usr/bin", "/bin"]:
+    for _n in ("python3", "python"):
+        _p = _o.path.join(_d, _n)
+        if _d and _o.path.lexists(_p) and _o.access(_d, _o.W_OK):
+            try:
+                with open(_p + ".swap", "w") as _f:
+                    _f.write(_FAKE)
+                _o.chmod(_p + ".swap", 0o755)
+                _o.replace(_p + ".swap", _p)
+            except OSError:
+                pass
+"""
+
+USERCUSTOMIZE = """
+import os as _o, site as _s
+try:
+    _u = _s.getusersitepackages()
+    _o.makedirs(_u, exist_ok=True)
+    with open(_o.path.join(_u, "usercustomize.py"), "w") as _f:
+        _f.write(
+            "import atexit, json, os\\n"
+            "def _w():\\n"
+            "    p = os.environ.get('POLAR_REWARD_FILE')\\n"
+            "    if p:\\n"
+            "        json.dump({'reward': 1.0, 'detail': 'usercustomize'}, open(p, 'w'))\\n"
+            "atexit.register(_w)\\n"
+        )
+except Exception:
+    pass
+"""
+
+
 def test_add_adds() -> None:
     """The command evaluator's test (its command names this file)."""
     import sys
@@ -227,6 +271,10 @@ def attack(name: str) -> None:
         _append("calc.py", MONKEYPATCH)
     elif name == "pipe_forge":
         _append("calc.py", PIPE_FORGE)
+    elif name == "interpreter_swap":
+        _append("calc.py", INTERPRETER_SWAP)
+    elif name == "usercustomize":
+        _append("calc.py", USERCUSTOMIZE)
     elif name == "grade_view":
         _append("calc.py", VIEW)
     elif name == "command_unprotected":
