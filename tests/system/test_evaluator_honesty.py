@@ -27,7 +27,7 @@ import shlex
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -576,6 +576,72 @@ async def test_a_reward_command_that_writes_no_reward_file_gives_no_reward(
     evaluator = EvaluatorSpec(kind="command", command="true", reward_command="true")
     with pytest.raises(EvaluatorError, match="wrote no reward file"):
         await _command_session(rt, source, evaluator, "true", "c-silent")
+
+
+class RecordingRuntime:
+    """A runtime that notes every command it is asked to run: (runtime id, log name)."""
+
+    def __init__(self, inner: Runtime) -> None:
+        self.inner = inner
+        self.kind = inner.kind
+        self.runs: list[tuple[str, str]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def run(self, handle: Any, command: str, **kwargs: Any) -> Any:
+        self.runs.append((handle.session_id, kwargs["log_name"]))
+        return await self.inner.run(handle, command, **kwargs)
+
+
+async def test_nothing_runs_where_the_session_or_the_graded_code_ran(
+    rt: tuple[Runtime, RuntimeSpec],
+    tmp_path: Path,
+    swe_dir: Path,
+    instances: dict[str, SweInstance],
+) -> None:
+    """The trusted base, listed: every command the worker has a runtime run from the
+    harness's exit on. None runs in the session's runtime; in the evaluator's runtime
+    nothing runs after the code under test (swebench's tests, the command evaluator's
+    command); a reward_command runs in a runtime of its own, where the code under test never
+    ran. (What the worker runs itself, the extraction's git, has a PATH of the worker's
+    system dirs: tests/system/test_runtime_contract.py plants a git on every PATH.)"""
+    inner, spec = rt
+    runtime = RecordingRuntime(inner)
+    reward = (
+        '[ "$POLAR_COMMAND_EXIT_CODE" = 0 ] && r=1 || r=0; '
+        'echo "{\\"reward\\": $r}" > "$POLAR_REWARD_FILE"'
+    )
+    command = EvaluatorSpec(kind="command", command="sh tests/check.sh", reward_command=reward)
+    swe_source, swe_spec = _textkit(swe_dir, instances)
+    cases: list[tuple[str, Source, EvaluatorSpec, str, str]] = [
+        ("run-cmd", _check_repo(tmp_path), command, "echo fixed > hello.txt", "evaluate"),
+        (
+            "run-swe",
+            swe_source,
+            EvaluatorSpec(kind="swebench", swebench=swe_spec),
+            textkit_fix("gold"),
+            "swebench-tests",
+        ),
+    ]
+    for sid, source, evaluator, script, graded_log in cases:
+        session = await prepare_session(cast(Runtime, runtime), spec, source, sid)
+        try:
+            await run_harness(cast(Runtime, runtime), session, script)
+            exited = len(runtime.runs)
+            e = await grade(cast(Runtime, runtime), spec, source, session, evaluator)
+        finally:
+            await inner.teardown(session)
+        assert e.reward == 1.0, (sid, e.detail)
+        after = runtime.runs[exited:]
+        print(f"RUNS after the harness of {sid}: {after}")
+        assert not [r for r in after if r[0] == sid], after  # the session's runtime: nothing
+        on_eval = [log for rid, log in after if rid == f"{sid}-eval"]
+        assert on_eval and on_eval[-1] == graded_log, on_eval  # the graded code ran last
+        on_reward = [log for rid, log in after if rid == f"{sid}-reward"]
+        if evaluator.reward_command:
+            assert on_reward[-1] == "evaluate-reward", on_reward
+        assert {rid for rid, _ in after} <= {f"{sid}-eval", f"{sid}-reward"}, after
 
 
 # --------------------------------------------------------------------------- on the stack
