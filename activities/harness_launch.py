@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import functools
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -25,7 +26,7 @@ from activities.harnesses import HarnessContext, HarnessNotInstalled, get_adapte
 from activities.harnesses.artifacts import ARTIFACTS_SUBDIR, collect_artifacts
 from activities.harnesses.base import Launch
 from activities.heartbeat import heartbeat, heartbeating
-from activities.runtimes import Runtime, started_marker
+from activities.runtimes import LocalRuntime, Runtime, started_marker
 from activities.runtimes.channel import (
     PLACEHOLDER_KEY,
     SANDBOX_GATEWAY_URL,
@@ -172,10 +173,19 @@ class HarnessLaunch:
         relay: GatewayRelay | None = None
         nonce = started_marker.new_nonce()
         stderr = self.runtime.log_paths(self.handle, self.log_name)[1]
+        start: Callable[..., Awaitable[ProcessOutcome]] = self.runtime.run
+        pipe: started_marker.Pipe | None = None
         try:
             async with contextlib.AsyncExitStack() as stack:
-                # the marker line comes first inside the sandbox (after its forwarder)
-                command = started_marker.with_marker(launch.command, nonce)
+                # the marker line comes first inside the sandbox (after its forwarder): by a
+                # pipe of the worker's where it starts the sandbox itself, which the harness
+                # cannot truncate as it can its stderr log; else on stderr (the engine's)
+                if isinstance(self.runtime, LocalRuntime):
+                    pipe = started_marker.Pipe(nonce)
+                    start = functools.partial(self.runtime.run, pass_fds=pipe.fds)
+                    command = pipe.wrap(launch.command)
+                else:
+                    command = started_marker.with_marker(launch.command, nonce)
                 if self.channel:  # served from the sandbox's own loopback, or by its forwarder
                     listener = await stack.enter_async_context(
                         self.runtime.open_channel(self.handle)
@@ -195,7 +205,7 @@ class HarnessLaunch:
                 if self.egress is not None:  # its forwarder outermost: it starts first
                     command = self.egress.wrap(command)
                     env = {**env, **self.egress.env}
-                running = self.runtime.run(
+                running = start(
                     self.handle,
                     command,
                     env=env,
@@ -208,9 +218,13 @@ class HarnessLaunch:
                     relay.run_guarded(running, stderr) if relay is not None else running
                 )
         finally:
+            piped = pipe.close() if pipe is not None else None
             reap_error = await self._reap_and_close()
         relayed = relay.forwarded if relay is not None else None
-        started = await asyncio.to_thread(started_marker.seen, stderr, nonce)
+        if piped is None:
+            started = await asyncio.to_thread(started_marker.seen, stderr, nonce)
+        else:
+            started = piped
         run = HarnessRun(outcome, reap_error, relayed, started)
         if relay is not None:
             run.unserved_calls = relay.unserved

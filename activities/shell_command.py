@@ -41,9 +41,11 @@ async def run_shell(
     on_tick: Callable[[float], Awaitable[None] | None] | None = None,
     tick_s: float = 2.0,
     wrap: Sequence[str] = (),
+    pass_fds: Sequence[int] = (),
 ) -> ProcessOutcome:
     """Run `command` with bash (after the argv prefix `wrap`); kill its process group at
-    `timeout_s` or on cancellation, ticking all the while."""
+    `timeout_s` or on cancellation, ticking all the while. `pass_fds`: descriptors of the
+    worker's the command inherits, at the same numbers (every other one is closed in it)."""
     stdout.parent.mkdir(parents=True, exist_ok=True)
     stderr.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -56,6 +58,7 @@ async def run_shell(
             stderr=err,
             stdin=asyncio.subprocess.DEVNULL,
             start_new_session=True,
+            pass_fds=tuple(pass_fds),
         )
 
         async def tick() -> None:

@@ -31,7 +31,9 @@ makes them per command:
   (those with the same cap); with one, the rlimit is left out;
 - the disk limit past one file: the local runtime's watchdog over the
   session's dirs (activities/runtimes/resource_limits.py). The sandbox's own
-  /tmp is a tmpfs of TMPFS_BYTES (memory, not disk).
+  /tmp and /dev/shm are tmpfs (memory, not disk: gone when the command ends),
+  each at most half the disk limit and TMPFS_BYTES (`tmpfs_bytes`), so the
+  two together stay within the limit; /var is not in the sandbox.
 
 Where the host forbids unprivileged user namespaces (`userns_forbidden`), or
 `bwrap` is missing, this mode is skipped with the reason; the worker then
@@ -122,9 +124,15 @@ def _system_args() -> list[str]:
     return args
 
 
-def bwrap_argv(bwrap: str, mounts: Mounts, cwd: Path) -> list[str]:
+def tmpfs_bytes(limits: ContainerLimits) -> int:
+    """The size of each of a sandbox's tmpfs (/tmp, /dev/shm): TMPFS_BYTES, and at most half
+    the session's disk limit."""
+    return max(1 << 20, min(TMPFS_BYTES, limits.disk_bytes // 2))
+
+
+def bwrap_argv(bwrap: str, mounts: Mounts, cwd: Path, tmpfs_size: int = TMPFS_BYTES) -> list[str]:
     """The `bwrap ... -- bash -c INIT polar-init` prefix of one sandboxed command (before
-    `bash -c COMMAND`)."""
+    `bash -c COMMAND`); its /tmp and /dev/shm are tmpfs of `tmpfs_size` bytes each."""
     bash = tool("bash") or "/bin/bash"
     args = [
         bwrap,
@@ -142,10 +150,15 @@ def bwrap_argv(bwrap: str, mounts: Mounts, cwd: Path) -> list[str]:
         "/proc",
         "--dev",
         "/dev",
+        # --dev's /dev/shm is on a /dev tmpfs of the kernel's default size (half the RAM)
+        "--size",
+        str(tmpfs_size),
+        "--tmpfs",
+        "/dev/shm",
         # a small /tmp of its own (TMPDIR is the session's tmp, on disk); first, so that
         # session dirs under /tmp are bound over it
         "--size",
-        str(TMPFS_BYTES),
+        str(tmpfs_size),
         "--tmpfs",
         "/tmp",
     ]

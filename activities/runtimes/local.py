@@ -3,6 +3,8 @@
 Layout under `{data_dir}/runtimes/{session_id}/` (the session dir, root's,
 mode 0711): `workspace/` (the task's source), `home/` (a fresh HOME),
 `scratch/`, `tmp/` (TMPDIR), all owned by the unprivileged harness user;
+`private/` (root's: the root sandbox's own /tmp, /var/tmp and /dev/shm, counted by
+the disk watchdog; activities/runtimes/local_sandbox.py);
 `logs/` (written by the worker through its own file descriptors) and
 `channel/` (the channel dir of the Runtime interface, read-only for the
 sandbox: the sealed sandbox's channel is no file but the worker's socket in
@@ -43,7 +45,7 @@ import socket
 import stat
 import subprocess
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator, Sequence
 from pathlib import Path
 
 from activities.heartbeat import heartbeating
@@ -54,6 +56,7 @@ from activities.runtimes.channel import SANDBOX_DIR, SANDBOX_PORT
 from activities.runtimes.local_sandbox import (
     HARNESS_USER,
     POOL_USER_PREFIX,
+    PRIVATE_MODES,
     SYSTEM_PATH,
     Loopback,
     Sandbox,
@@ -61,6 +64,7 @@ from activities.runtimes.local_sandbox import (
     new_loopback,
     parse_uid_pool,
     pool_user,
+    private_dirs,
 )
 from activities.runtimes.resource_limits import ContainerLimits, DirsWatchdog, watching_disk
 from activities.runtimes.workspace_copy import copy_workspace_dir
@@ -79,6 +83,9 @@ SANDBOX_ENV = "POLAR_SANDBOX"
 OWNED_DIRS = ("home", "scratch", "tmp", "venv")
 """The session dir's subdirs (beside the workspace) that belong to the harness user."""
 REAP_ROUNDS = 50  # most scans `reap` makes (a process may fork while it kills)
+PRIVATE_DIR = "private"
+"""The session dir's (root's) dir of the sandbox's own /tmp, /var/tmp and /dev/shm (root's
+sandbox: local_sandbox.PrivateDirs); counted by the disk watchdog, removed with the session."""
 LIMITS_FILE = "limits.json"
 """The session's RuntimeSpec limits, in its dir (the worker's): what `run` applies (bwrap)."""
 CHANNEL_CLOSE_WAIT_S = 30.0
@@ -424,7 +431,10 @@ class LocalRuntime:
         log_name: str,
         timeout_s: float,
         on_tick: Callable[[float], Awaitable[None] | None] | None = None,
+        pass_fds: Sequence[int] = (),
     ) -> ProcessOutcome:
+        """`pass_fds`: descriptors of the worker's the command inherits (the started
+        marker's pipe, activities/runtimes/started_marker.py)."""
         stdout, stderr = self.log_paths(handle, log_name)
         opened = self._channels.get(handle.session_id)
 
@@ -444,7 +454,8 @@ class LocalRuntime:
         sandbox, user, own_net, limits = await asyncio.to_thread(ready)
         base = self._handle_dir(handle)
         watchdog = DirsWatchdog(
-            (Path(handle.workdir), *(base / sub for sub in OWNED_DIRS)), limits.disk_bytes
+            (Path(handle.workdir), *(base / sub for sub in (*OWNED_DIRS, PRIVATE_DIR))),
+            limits.disk_bytes,
         )
         async with contextlib.AsyncExitStack() as stack:
             if own_net is not None:
@@ -453,7 +464,11 @@ class LocalRuntime:
             if sandbox.mode == bwrap.MODE:
                 wrap = await asyncio.to_thread(self._bwrap_wrap, handle, stack)
             else:
-                wrap = list(sandbox.wrap(net))
+                private = None
+                if sandbox.mode in PRIVATE_MODES:  # its own /tmp, /var/tmp, /dev/shm
+                    keep = (base, self.python_dir.parent, self.bin_dir.parent)
+                    private = await asyncio.to_thread(private_dirs, base / PRIVATE_DIR, keep)
+                wrap = list(sandbox.wrap(net, private))
                 if user is not None:  # a uid of the session's own: RLIMIT_NPROC is per session
                     prlimit = bwrap.tool("prlimit") or "prlimit"
                     wrap = [*bwrap.rlimit_argv(prlimit, limits, data=False), *wrap]
@@ -467,6 +482,7 @@ class LocalRuntime:
                     timeout_s=timeout_s,
                     on_tick=tick,
                     wrap=wrap,
+                    pass_fds=pass_fds,
                 ),
                 watchdog,
                 stderr,
@@ -495,7 +511,7 @@ class LocalRuntime:
         return [
             *prefix,
             *bwrap.rlimit_argv(prlimit, limits, nproc=not cgroup_pids),
-            *bwrap.bwrap_argv(sandbox_bin, mounts, Path(handle.workdir)),
+            *bwrap.bwrap_argv(sandbox_bin, mounts, Path(handle.workdir), bwrap.tmpfs_bytes(limits)),
         ]
 
     async def reap(self, handle: RuntimeHandle) -> None:

@@ -18,7 +18,14 @@ the harness): bound before the command starts, served by the worker's relay,
 with no in-sandbox forwarder. The command never gets that descriptor
 (`nsenter` opens the worker's through /proc) nor the listener.
 
-That outer bash is the PID namespace's init: it exits when the command does,
+That outer bash, still root, is the PID namespace's init. In the mount namespace
+`unshare` makes with it (private propagation: nothing reaches the host) it
+first covers the dirs every user of the host may write, `/tmp`, `/var/tmp` and
+`/dev/shm`, with the session's own (`PrivateDirs`: root's, mode 1777, under the
+session dir, so the local runtime's disk watchdog counts them and teardown
+removes them); a session dir that lies under one of them is bound back at its
+own path first, on a skeleton of root's dirs the sticky bit keeps from the
+harness. It exits when the command does,
 the kernel then kills everything else in the namespace (detached or not) and
 `unshare` returns only once they are gone. `--kill-child` and the worker's
 PR_SET_PDEATHSIG tie the namespace to the worker. The command reaches nothing
@@ -47,14 +54,17 @@ import functools
 import logging
 import os
 import pwd
+import shlex
 import shutil
 import socket
+import stat
 import struct
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from activities.runtimes import bwrap
 
@@ -147,6 +157,84 @@ def new_loopback(port: int | None = None) -> Loopback:
     return made[0]
 
 
+PRIVATE_DIRS = (("tmp", "/tmp"), ("vartmp", "/var/tmp"), ("shm", "/dev/shm"))
+"""(the session's own dir, the host's dir it covers): what any user of the host may write,
+given each command of a root sandbox as a dir of its session's."""
+PRIVATE_MODES = ("sealed", "pidns")
+"""The modes whose init is root in a mount namespace of its own: those that cover them."""
+SKELETON_MODE = 0o711
+"""A skeleton dir: traversable, not listable (as the runtimes root is)."""
+
+
+@dataclass(frozen=True)
+class PrivateDirs:
+    """The bind mounts, in order, that the root init of a command makes before it drops to
+    the session's user: each kept host path under a covered dir bound onto its place in the
+    skeleton of the session's own dir, then that dir bound (recursively: with what was just
+    bound in it) over the host's. Made by `private_dirs`."""
+
+    binds: tuple[tuple[str, str], ...] = ()
+
+    def init(self) -> str:
+        """The init script: the mounts, then the command (none ran if a mount failed)."""
+        mount = _tool("mount")
+        steps = [f"{mount} -n --rbind -- {shlex.quote(a)} {shlex.quote(b)}" for a, b in self.binds]
+        return " && ".join([*steps, PLAIN_INIT])
+
+
+def _covered() -> list[tuple[str, Path]]:
+    """PRIVATE_DIRS whose host dir exists here, each resolved (a link to another counts
+    once)."""
+    found: dict[Path, str] = {}
+    for name, host in PRIVATE_DIRS:
+        path = Path(host)
+        if path.is_dir():
+            found.setdefault(path.resolve(), name)
+    return [(name, path) for path, name in found.items()]
+
+
+def _skeleton_dir(path: Path) -> None:
+    """`path` a dir of root's (made when missing) and no link: else OSError."""
+    made = True
+    try:
+        path.mkdir(mode=SKELETON_MODE)
+    except FileExistsError:
+        made = False
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        raise OSError(f"{path} is not a dir of the worker's: not a mount point for it")
+    if made:
+        path.chmod(SKELETON_MODE)
+
+
+def private_dirs(top: Path, keep: Sequence[Path]) -> PrivateDirs:
+    """The session's own dirs under `top` (its session dir's `private/`: root's, 0700; each
+    dir of PRIVATE_DIRS in it root's, 1777 like the host's), made when missing, and the binds
+    that put them over the host's. `keep`: the host paths a command must still reach (the
+    session dir, the harnesses' venv); one under a covered dir gets a skeleton of root's dirs
+    down to its place (the sticky bit keeps the harness from renaming them) and is bound
+    there first. OSError where a skeleton dir is not root's (made by someone else first)."""
+    if not top.is_dir():
+        top.mkdir(mode=0o700)
+    top.chmod(0o700)
+    binds: list[tuple[str, str]] = []
+    for name, host in _covered():
+        own = top / name
+        if not own.is_dir():
+            own.mkdir()
+        own.chmod(0o1777)
+        for path in dict.fromkeys(p.resolve() for p in keep if p.is_absolute()):
+            if not path.is_relative_to(host) or path == host or not path.is_dir():
+                continue
+            spot = own
+            for part in path.relative_to(host).parts:
+                spot = spot / part
+                _skeleton_dir(spot)
+            binds.append((str(path), str(spot)))
+        binds.append((str(own), str(host)))
+    return PrivateDirs(tuple(binds))
+
+
 @dataclass(frozen=True)
 class Sandbox:
     """One way of running a command: an argv prefix before `bash -c COMMAND`; a sealed
@@ -170,19 +258,28 @@ class Sandbox:
         has a network of its own per command, the channel a socket bound in."""
         return self.mode == "sealed"
 
-    def wrap(self, net: Loopback | None = None) -> tuple[str, ...]:
+    def wrap(
+        self, net: Loopback | None = None, private: PrivateDirs | None = None
+    ) -> tuple[str, ...]:
         """The argv before `bash -c COMMAND`; a sealed sandbox needs the `Loopback` its
-        command joins (`bwrap`'s argv is per command: the local runtime builds it)."""
+        command joins (`bwrap`'s argv is per command: the local runtime builds it). `private`:
+        the session's own dirs over the host's /tmp, /var/tmp and /dev/shm (PRIVATE_MODES)."""
         if self.mode == bwrap.MODE:
             raise ValueError("a bwrap sandbox's argv is built per command (bwrap.bwrap_argv)")
+        prefix = self.prefix
+        if private is not None and self.mode in PRIVATE_MODES:
+            at = prefix.index("polar-init")  # `bash -c INIT polar-init`: its INIT
+            prefix = (*prefix[: at - 1], private.init(), *prefix[at:])
         if not self.sealed:
-            return self.prefix
+            return prefix
         if net is None:
             raise ValueError("a sealed sandbox runs its commands in a Loopback")
-        return (_tool("nsenter"), f"--net={net.nsenter_path}", "--", *self.prefix)
+        return (_tool("nsenter"), f"--net={net.nsenter_path}", "--", *prefix)
 
-    def argv(self, command: str, net: Loopback | None = None) -> list[str]:
-        return [*self.wrap(net), "bash", "-c", command]
+    def argv(
+        self, command: str, net: Loopback | None = None, private: PrivateDirs | None = None
+    ) -> list[str]:
+        return [*self.wrap(net, private), "bash", "-c", command]
 
     def as_user(self, uid: int, gid: int) -> Sandbox:
         """The same mode, its commands run as `uid`/`gid` (a session's own pool user); a
