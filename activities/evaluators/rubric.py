@@ -22,9 +22,21 @@ the judge's calls are recorded under the session, attributable to it, and
 `untrainable` (a pool that is not the policy): no builder trains on them, and
 the session's traces were built before the judge was called.
 
-A judge that fails (the gateway's error, a timeout, an answer that is not the
-score's JSON, a formula without a finite value) leaves the outcome reward as
-it was; the report's `rubric.judge_error` and the detail say why.
+The session's text reaches the judge as untrusted data it cannot break out
+of, and the judge's answer must end with exactly one verdict (polar/rubric.py).
+
+A judge call that fails (the gateway's error, a timeout, an answer that is not
+exactly one verdict) is asked once more, with a fresh boundary. A unit that
+fails both times is the session's doing or the judge's, and a control tells
+which: the judge is asked once, with the same task and rubric and none of the
+session's text. Where it grades the control, the failure came from what the
+policy wrote (a verdict it planted and the judge quoted, text that blows the
+judge's context, ...), and a policy must never gain by making its judge fail:
+the session is a policy failure, reward 0 (every per-trace reward 0 too).
+Where the control fails too, the judge itself is broken, and the outcome
+reward stays as it was. A formula without a finite value, traces that do not
+parse, or the evaluate budget running out also keep the outcome reward. The
+report's `rubric.judge_error` and the detail say why.
 """
 
 from __future__ import annotations
@@ -63,6 +75,15 @@ class JudgeError(RuntimeError):
     """The judge gave no usable score: the outcome reward stays."""
 
 
+class AnswerRefused(JudgeError):
+    """The judge answered, but not exactly one verdict ending its answer."""
+
+
+class SessionFault(JudgeError):
+    """The judge failed on the session's text but graded a control without it: the
+    session's doing, a policy failure with reward 0."""
+
+
 @dataclass(frozen=True)
 class JudgeAccess:
     """How the worker reaches the judge: the gateway, and the session its calls belong to."""
@@ -87,6 +108,7 @@ class Judged:
 
     answer: rubric_text.JudgeAnswer | None
     error: str | None = None
+    calls: int = 1
 
 
 def _error_text(response: httpx.Response) -> str:
@@ -141,7 +163,7 @@ async def ask_judge(
     try:
         return rubric_text.parse_answer(content)
     except rubric_text.JudgeAnswerError as exc:
-        raise JudgeError(str(exc)) from None
+        raise AnswerRefused(str(exc)) from None
 
 
 def load_traces(data: bytes | None) -> list[Trace]:
@@ -163,14 +185,40 @@ def conversation(trace: Trace) -> list[dict[str, Any]]:
 
 
 Ask = Callable[[list[dict[str, str]]], Awaitable[rubric_text.JudgeAnswer]]
+Prompt = Callable[[bool], list[dict[str, str]]]
+"""A judged unit's messages, each call's with a fresh boundary (True: after a refused
+answer, the judge told so)."""
+ASKS = 2
+"""Calls per judged unit: a failed one is asked once more."""
 
 
-async def _judged(ask: Ask, messages: list[dict[str, str]], gate: asyncio.Semaphore) -> Judged:
+async def _judged(ask: Ask, prompt: Prompt, gate: asyncio.Semaphore) -> Judged:
+    """One judged unit: its answer, asked up to `ASKS` times; or why each call failed."""
+    errors: list[str] = []
+    refused = False
     async with gate:
-        try:
-            return Judged(await ask(messages))
-        except JudgeError as exc:
-            return Judged(None, str(exc))
+        for _ in range(ASKS):
+            try:
+                return Judged(await ask(prompt(refused)), calls=len(errors) + 1)
+            except JudgeError as exc:
+                errors.append(str(exc))
+                refused = isinstance(exc, AnswerRefused)
+    return Judged(None, "; asked again: ".join(errors), calls=len(errors))
+
+
+async def _control(ask: Ask, prompt: Prompt, failed: str, report: RubricReport) -> str:
+    """After a judged unit failed (`failed`, why): SessionFault where the judge grades the
+    control (the task and the rubric, none of the session's text), so the session's text
+    made it fail; otherwise the note to add to each failure: the judge is at fault."""
+    report.judge_calls += 1
+    try:
+        await ask(prompt(False))
+    except JudgeError as exc:
+        return f"(a control without the session's text failed too: {exc})"
+    raise SessionFault(
+        f"the judge failed on the session's text ({failed}) but graded a control without "
+        "it: the session's doing"
+    )
 
 
 def _fmt(value: float) -> str:
@@ -188,29 +236,33 @@ async def judge_session(
 ) -> dict[str, float]:
     """Judge the session into `report` (its `outcome` set); the per-trace rewards it makes
     (`per_trace`: every trace's, a trace the judge failed keeping its outcome; otherwise the
-    outcome evaluator's per-trace rewards, combined with the session's score). JudgeError
-    where the judge gave no score."""
+    outcome evaluator's per-trace rewards, combined with the session's score). A unit the
+    judge fails twice is followed by a control: SessionFault where the judge grades it (any
+    trace of `per_trace`), JudgeError where it does not and the judge gave no score."""
     assert report.outcome is not None
     outcome = report.outcome
     conversations = [conversation(t) for t in traces]
     task = instruction or None
 
-    def messages_for(convs: list[list[dict[str, Any]]]) -> list[dict[str, str]]:
-        return rubric_text.judge_messages(
-            task=task,
-            rubric=spec.rubric,
-            diff=diff,
-            session=rubric_text.transcript(convs),
-            max_chars=spec.max_input_chars,
-        )
+    def prompt_for(convs: list[list[dict[str, Any]]], unit_diff: str = diff) -> Prompt:
+        def prompt(retry: bool) -> list[dict[str, str]]:
+            return rubric_text.judge_messages(
+                task=task,
+                rubric=spec.rubric,
+                diff=unit_diff,
+                session=rubric_text.transcript_items(convs),
+                max_chars=spec.max_input_chars,
+                retry=retry,
+            )
 
+        return prompt
+
+    control = prompt_for([], "")
     gate = asyncio.Semaphore(JUDGE_CONCURRENCY)
     trace_rewards: dict[str, float] = {}
     if spec.per_trace and traces:
-        judged = await asyncio.gather(
-            *(_judged(ask, messages_for([c]), gate) for c in conversations)
-        )
-        report.judge_calls = len(judged)
+        judged = await asyncio.gather(*(_judged(ask, prompt_for([c]), gate) for c in conversations))
+        report.judge_calls = sum(one.calls for one in judged)
         scores = []
         for trace, one in zip(traces, judged, strict=True):
             own_outcome = outcome_traces.get(trace.trace_id, outcome)
@@ -225,21 +277,35 @@ async def judge_session(
             assert entry.reward is not None
             trace_rewards[trace.trace_id] = entry.reward
             report.traces[trace.trace_id] = entry
+        unjudged = [
+            report.traces[t.trace_id]
+            for t, one in zip(traces, judged, strict=True)
+            if one.answer is None
+        ]
+        if unjudged:  # any trace: making the judge fail the bad ones must not lift the mean
+            note = await _control(ask, control, str(unjudged[0].judge_error), report)
+            for entry in unjudged:
+                entry.judge_error = f"{entry.judge_error} {note}"
         if not scores:
             first = next((e.judge_error for e in report.traces.values() if e.judge_error), None)
             raise JudgeError(f"the judge scored none of the {len(traces)} traces: {first}")
         report.score = sum(scores) / len(scores)
-        failed = len(traces) - len(scores)
+        not_scored = len(traces) - len(scores)
         report.reason = (
             f"mean of {len(scores)} trace scores"
-            + (f" ({failed} trace(s) not scored: their outcome reward kept)" if failed else "")
+            + (
+                f" ({not_scored} trace(s) not scored: their outcome reward kept)"
+                if not_scored
+                else ""
+            )
             + f"; first: {next(e.reason for e in report.traces.values() if e.reason)}"
         )
     else:
-        one = await _judged(ask, messages_for(conversations), gate)
-        report.judge_calls = 1
+        one = await _judged(ask, prompt_for(conversations), gate)
+        report.judge_calls = one.calls
         if one.answer is None:
-            raise JudgeError(one.error or "the judge gave no answer")
+            note = await _control(ask, control, str(one.error), report)
+            raise JudgeError(f"{one.error} {note}")
         report.score, report.reason = one.answer.score, one.answer.reason
         for trace_id, own_outcome in outcome_traces.items():
             trace_rewards[trace_id] = rubric_text.combine(spec.formula, own_outcome, report.score)
@@ -259,12 +325,16 @@ async def apply_rubric(
 ) -> Evaluation:
     """`evaluation` (the outcome evaluator's) with the judge's part, in place: its reward the
     formula of the outcome and the judge's score, its report's `rubric` filled in and its
-    detail saying both. A judge that fails or runs past `budget_s` leaves the outcome reward
-    and per-trace rewards as they were, and the report and detail say why."""
+    detail saying both. A judge that fails on the session's text but grades a control
+    without it makes the reward 0, every per-trace reward too (the session's doing: see the
+    module docstring); one that fails otherwise or runs past `budget_s` leaves the outcome
+    reward and per-trace rewards as they were. The report and detail say why."""
     outcome = evaluation.reward
     started = time.monotonic()
     diff = evaluation.patch.decode("utf-8", errors="replace")
     report = RubricReport(model=spec.model, formula=spec.formula, outcome=outcome)
+    session_fault = False
+    trace_ids: list[str] = []
     async with httpx.AsyncClient(timeout=httpx.Timeout(spec.timeout_s)) as client:
 
         async def through_gateway(messages: list[dict[str, str]]) -> rubric_text.JudgeAnswer:
@@ -272,12 +342,14 @@ async def apply_rubric(
 
         try:
             async with asyncio.timeout(budget_s):
+                loaded = load_traces(traces)
+                trace_ids = [t.trace_id for t in loaded]
                 trace_rewards = await judge_session(
                     ask or through_gateway,
                     spec,
                     report,
                     dict(evaluation.trace_rewards),
-                    load_traces(traces),
+                    loaded,
                     diff,
                     instruction,
                 )
@@ -287,8 +359,21 @@ async def apply_rubric(
             )
         except (JudgeError, rubric_text.FormulaError) as exc:
             report.judge_error = str(exc)
+            session_fault = isinstance(exc, SessionFault)
     report.duration_s = round(time.monotonic() - started, 3)
     evaluation.report.rubric = report
+    if session_fault:
+        assert report.judge_error is not None
+        report.score, report.reason, report.reward = None, None, 0.0
+        for scored in report.traces.values():
+            scored.reward = 0.0
+        evaluation.reward = 0.0
+        evaluation.trace_rewards = dict.fromkeys([*evaluation.trace_rewards, *trace_ids], 0.0)
+        evaluation.detail += (
+            "; rubric judge failed on the session's text but graded a control without it: "
+            f"reward 0 (the session's doing): {report.judge_error[:300]}"
+        )
+        return evaluation
     if report.judge_error is not None:
         evaluation.detail += f"; rubric judge failed, outcome reward {_fmt(outcome)} kept: "
         evaluation.detail += report.judge_error[:300]
