@@ -213,6 +213,8 @@ class HarnessLaunch:
                     timeout_s=self.request.budget_s,
                     on_tick=CallCounter(self.storage, self.request.session_id).tick,
                 )
+                if self.egress is not None:  # so is one past its egress socket's caps
+                    running = self.egress.proxy.run_guarded(running, stderr)
                 # a session past its channel's caps is ended there, its neighbours untouched
                 outcome = await (
                     relay.run_guarded(running, stderr) if relay is not None else running

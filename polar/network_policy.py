@@ -8,6 +8,13 @@ An allowlist entry is Harbor's (harbor 0.25 `allowed_hosts`): an exact host name
 itself), an IP address or an IP network in CIDR form; Polar also takes any of the names
 with a port (`pypi.org:443`, `[2001:db8::1]:443`), which then matches that port only.
 Entries are normalised as Harbor does: lower case, no trailing dot.
+
+What no egress reaches, whatever the task's mode (`not_global`): an address that is not on
+the public internet. IPv4: `is_global` and not multicast. IPv6: `is_global` within IANA's
+global unicast space (2000::/3), and never an IPv6 spelling of an IPv4 address
+(`embedded_ipv4`: IPv4-mapped, IPv4-compatible, SIIT, NAT64, 6to4, Teredo) unless both the
+spelling's range and the IPv4 address it carries are global (only the well-known NAT64
+prefix 64:ff9b::/96 is). The deployment's blocked networks are extra blocks on top.
 """
 
 from __future__ import annotations
@@ -42,7 +49,24 @@ DEFAULT_BLOCKED_NETWORKS: tuple[str, ...] = (
     "ff00::/8",  # multicast
     "fd00:ec2::254/128",  # the IPv6 metadata address
 )
-"""Networks a `public` session never reaches (POLAR_EGRESS_BLOCKED_NETWORKS' default)."""
+"""Networks a `public` session never reaches (POLAR_EGRESS_BLOCKED_NETWORKS' default), named
+in the refusal; `not_global` refuses every other non-global address too."""
+
+GLOBAL_UNICAST_V6 = ipaddress.IPv6Network("2000::/3")
+"""IANA's global unicast space: an IPv6 address outside it is never on the internet, whatever
+an older `is_global` says (Python 3.11 calls ::7f00:1, ::ffff:0:7f00:1 and fec0::1 global)."""
+NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+"""The well-known NAT64 prefix (RFC 6052): global, the IPv4 address in its last 32 bits."""
+IPV4_EMBEDDINGS: tuple[tuple[ipaddress.IPv6Network, str], ...] = (
+    (ipaddress.IPv6Network("::ffff:0:0/96"), "IPv4-mapped"),
+    (ipaddress.IPv6Network("::ffff:0:0:0/96"), "SIIT IPv4-translated"),
+    (ipaddress.IPv6Network("::/96"), "IPv4-compatible"),
+    (NAT64, "NAT64"),
+    (ipaddress.IPv6Network("64:ff9b:1::/48"), "local-use NAT64"),
+    (ipaddress.IPv6Network("2002::/16"), "6to4"),
+    (ipaddress.IPv6Network("2001::/32"), "Teredo"),
+)
+"""IPv6 ranges that carry an IPv4 address, and their names."""
 
 
 @dataclass(frozen=True)
@@ -162,3 +186,36 @@ def blocking_network(ip: IPAddress, networks: tuple[IPNetwork, ...]) -> IPNetwor
             if candidate.version == network.version and candidate in network:
                 return network
     return None
+
+
+def embedded_ipv4(ip: ipaddress.IPv6Address) -> tuple[str, tuple[ipaddress.IPv4Address, ...]]:
+    """The IPv4 embedding `ip` is (its name, the IPv4 addresses it carries: Teredo's server
+    and client, 6to4's router, the last 32 bits of the others; a local-use NAT64 prefix may
+    be longer than /96, its last 32 bits are then a guess), or ("", ())."""
+    for network, kind in IPV4_EMBEDDINGS:
+        if ip in network:
+            if ip.teredo is not None:
+                return kind, ip.teredo
+            if ip.sixtofour is not None:
+                return kind, (ip.sixtofour,)
+            return kind, (ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF),)
+    return "", ()
+
+
+def not_global(ip: IPAddress) -> str | None:
+    """Why `ip` is not a global unicast address (one on the public internet), or None."""
+    if isinstance(ip, ipaddress.IPv4Address):
+        if ip.is_global and not ip.is_multicast:
+            return None
+        return f"{ip} is not a global unicast address"
+    kind, carried = embedded_ipv4(ip)
+    for v4 in carried:
+        if not_global(v4) is not None:
+            return f"{ip} is {kind} for {v4}, not a global unicast address"
+    if ip in NAT64:
+        return None  # what it reaches is its IPv4 address, a global one
+    if kind:
+        return f"{ip} is {kind} (for {', '.join(map(str, carried))}), never reached"
+    if ip in GLOBAL_UNICAST_V6 and ip.is_global and not ip.is_multicast:
+        return None
+    return f"{ip} is not a global unicast address"

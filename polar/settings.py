@@ -300,15 +300,21 @@ class Settings(BaseSettings):
         default_factory=lambda: list(DEFAULT_BLOCKED_NETWORKS),
         description="networks no egress reaches, whatever the task asks, checked on the "
         "address each name resolves to (JSON list; default: loopback, private, link-local, "
-        "CGNAT, multicast, reserved, the metadata addresses)",
+        "CGNAT, multicast, reserved, the metadata addresses); extra blocks: an address that "
+        "is not global unicast (or an IPv6 spelling of one), or the worker host's own, is "
+        "refused whatever this list says",
     )
     egress_exempt: list[str] = Field(
         default_factory=list,
         description="addresses or networks, each with an optional :port, that pass "
-        "egress_blocked_networks (JSON list; e.g. an internal package mirror)",
+        "the egress blocks (JSON list; e.g. an internal package mirror); an address of the "
+        "worker host's own passes only by an entry naming it, never by a network holding it",
     )
     egress_max_connections: int = Field(
-        default=64, ge=1, description="most egress connections one session holds at once"
+        default=64,
+        ge=1,
+        description="most egress connections one session holds at once; one more ends the "
+        "session (its harness is killed, the reason in its log)",
     )
     max_record_bytes: int = Field(
         default=8 * 1024 * 1024,

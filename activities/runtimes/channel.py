@@ -110,18 +110,25 @@ class _Guard:
     """The count of one relay's open connections, and its breach: the first connection past
     `max_connections` ends the session (`on_breach`); from then on every one is refused."""
 
-    def __init__(self, limits: ChannelLimits, on_breach: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        limits: ChannelLimits,
+        on_breach: Callable[[str], None],
+        door: str = "gateway channel",
+        setting: str = "POLAR_CHANNEL_MAX_CONNECTIONS",
+    ) -> None:
         self.limits = limits
         self.open = 0
         self.header_timeouts = 0
         self.breach: str | None = None
         self._on_breach = on_breach
+        self._door = f"its {door} ({setting})"
 
     def admit(self) -> bool:
         if self.breach is None and self.open >= self.limits.max_connections:
             self.breach = (
                 f"the session opened more than {self.limits.max_connections} connections at "
-                "once on its gateway channel (POLAR_CHANNEL_MAX_CONNECTIONS)"
+                f"once on {self._door}"
             )
             self._on_breach(self.breach)
         if self.breach is not None:
@@ -367,30 +374,10 @@ class GatewayRelay:
                 connection.transport.abort()
 
     async def run_guarded(self, run: Awaitable[ProcessOutcome], stderr: Path) -> ProcessOutcome:
-        """`run` (the harness), ended if its channel is shut first: then it is cancelled (the
-        runtime kills its processes) and the outcome says why, as does a line on `stderr`."""
-        started = time.monotonic()
-        running = asyncio.ensure_future(run)
-        shut = asyncio.ensure_future(self._breached.wait())
-        try:
-            await asyncio.wait({running, shut}, return_when=asyncio.FIRST_COMPLETED)
-            if running.done():
-                return running.result()
-            running.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await running
-        except BaseException:
-            running.cancel()
-            with contextlib.suppress(BaseException):
-                await running
-            raise
-        finally:
-            shut.cancel()
-        reason = f"the gateway channel was shut: {self.breach}"
-        stderr.parent.mkdir(parents=True, exist_ok=True)
-        with open(stderr, "a") as err:
-            err.write(f"polar: {reason}; every process of the session killed\n")
-        return ProcessOutcome(None, False, time.monotonic() - started, reason)
+        """`run` (the harness), ended if its channel is shut first (`run_until_shut`)."""
+        return await run_until_shut(
+            run, self._breached, lambda: f"the gateway channel was shut: {self.breach}", stderr
+        )
 
     @property
     def socket_path(self) -> Path:
@@ -532,6 +519,36 @@ class GatewayRelay:
             status_code=answer.status_code,
             headers=dict(_clean_headers(answer.headers, answer.headers.get("connection", ""))),
         )
+
+
+async def run_until_shut(
+    run: Awaitable[ProcessOutcome], shut: asyncio.Event, why: Callable[[], str], stderr: Path
+) -> ProcessOutcome:
+    """`run` (a harness), ended if `shut` is set first (a door of its session passed a cap):
+    then it is cancelled (the runtime kills its processes) and the outcome says `why()`, as
+    does a line on `stderr`."""
+    started = time.monotonic()
+    running = asyncio.ensure_future(run)
+    shutting = asyncio.ensure_future(shut.wait())
+    try:
+        await asyncio.wait({running, shutting}, return_when=asyncio.FIRST_COMPLETED)
+        if running.done():
+            return running.result()
+        running.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await running
+    except BaseException:
+        running.cancel()
+        with contextlib.suppress(BaseException):
+            await running
+        raise
+    finally:
+        shutting.cancel()
+    reason = why()
+    stderr.parent.mkdir(parents=True, exist_ok=True)
+    with open(stderr, "a") as err:
+        err.write(f"polar: {reason}; every process of the session killed\n")
+    return ProcessOutcome(None, False, time.monotonic() - started, reason)
 
 
 def with_forwarder(

@@ -13,13 +13,21 @@ The proxy takes `CONNECT host:port` (HTTPS and any TLS: the bytes are spliced, n
 read) and absolute-form plain HTTP (`GET http://host/path`: sent on as origin-form,
 `Connection: close`, one request per connection). Each attempt is decided by
 `EgressPolicy`: `allowlist` only the task's hosts; `public` anything; in both,
-the name is resolved on the worker and each address checked against the
-deployment's blocked networks (loopback, private, link-local, CGNAT, multicast,
-metadata: POLAR_EGRESS_BLOCKED_NETWORKS), so a name that resolves (or rebinds)
-to 127.0.0.1 is refused; the proxy connects to the address it checked, never
-resolving again. POLAR_EGRESS_EXEMPT lists `address:port` pairs (an internal
-package mirror, a test's server) that pass the blocked networks. A refused
-attempt gets `403` with the reason (header `x-polar-egress: refused`).
+the name is resolved on the worker and each address checked: never the worker
+host's own (every address of its interfaces and its local routes, read from
+the kernel at each attempt: `host_networks`), never one that is not global
+unicast nor an IPv6 spelling of one (polar/network_policy.py `not_global`:
+IPv4-mapped, -compatible, SIIT, NAT64, 6to4, Teredo), never one in the
+deployment's blocked networks (POLAR_EGRESS_BLOCKED_NETWORKS, extra blocks), so
+a name that resolves (or rebinds) to 127.0.0.1 is refused; the proxy connects
+to the address it checked, never resolving again. POLAR_EGRESS_EXEMPT lists
+`address:port` pairs (an internal package mirror, a test's server) that pass
+those blocks; a network entry never opens an address of the host's own. A
+refused attempt gets `403` with the reason (header `x-polar-egress: refused`).
+
+The socket is bounded as the gateway channel is (`EgressProxy`): connections
+counted at the accept, at most POLAR_EGRESS_MAX_CONNECTIONS at once, a request
+head within HEAD_TIMEOUT_S; the first connection past the cap ends the session.
 
 Every attempt is logged (`EgressLog`: host, port, resolved address, allowed or
 refused and why, bytes each way, duration); the run uploads it as the session's
@@ -33,15 +41,26 @@ import contextlib
 import ipaddress
 import json
 import logging
+import os
 import shutil
 import socket
+import struct
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from activities.runtimes.base import Runtime
-from activities.runtimes.channel import FORWARDER_NAME, FORWARDER_SCRIPT, _bind_unix, with_forwarder
+from activities.runtimes.channel import (
+    FORWARDER_NAME,
+    FORWARDER_SCRIPT,
+    ChannelLimits,
+    _bind_unix,
+    _Guard,
+    run_until_shut,
+    with_forwarder,
+)
+from activities.shell_command import ProcessOutcome
 from polar.contracts import RuntimeHandle
 from polar.network_policy import (
     AllowedHost,
@@ -49,7 +68,9 @@ from polar.network_policy import (
     IPNetwork,
     blocked_networks,
     blocking_network,
+    embedded_ipv4,
     normal_host,
+    not_global,
     parse_allowed_host,
 )
 from polar.settings import Settings
@@ -61,7 +82,9 @@ EGRESS_PORT = 3128
 EGRESS_LOG = "egress.jsonl"
 MAX_HEAD_BYTES = 64 * 1024
 CONNECT_TIMEOUT_S = 10.0
-HEAD_TIMEOUT_S = 30.0
+HEAD_TIMEOUT_S = 5.0
+"""How long a connection's request head may take from its accept (a client sends its
+CONNECT or GET at once): a slow one is answered 408 and closed."""
 MAX_LOG_ENTRIES = 10_000
 CHUNK = 64 * 1024
 log = logging.getLogger("polar.worker")
@@ -102,6 +125,10 @@ class Exempt:
             ip.version == self.network.version and ip in self.network
         )
 
+    def names(self, ip: IPAddress) -> bool:
+        """Whether this entry is `ip` itself (not a network that holds it)."""
+        return self.network.num_addresses == 1 and ip == self.network.network_address
+
 
 @dataclass(frozen=True)
 class EgressPolicy:
@@ -136,16 +163,122 @@ class EgressPolicy:
                 return None  # its address decides (address_refusal)
         return f"{host}:{port} is not in the task's allowed_hosts"
 
-    def address_refusal(self, host: str, port: int, ip: IPAddress) -> str | None:
-        """Why a connection to `host:port` at `ip` is refused, or None."""
+    def address_refusal(
+        self, host: str, port: int, ip: IPAddress, own: frozenset[IPNetwork] = frozenset()
+    ) -> str | None:
+        """Why a connection to `host:port` at `ip` is refused, or None. `own`: what the
+        worker's host answers as itself (`host_networks`), never reached but through an
+        exemption naming the address itself (an exempt network never opens it)."""
         if self.mode == "allowlist" and not any(e.matches(host, port, ip) for e in self.allowed):
             return f"{host}:{port} ({ip}) is not in the task's allowed_hosts"
-        if any(e.holds(ip, port) for e in self.exempt):
+        mine = own_network(ip, own)
+        exempt = [e for e in self.exempt if e.holds(ip, port)]
+        if exempt and (mine is None or any(e.names(ip) for e in exempt)):
             return None
         network = blocking_network(ip, self.blocked)
         if network is not None:
             return f"{host} resolves to {ip}, in the blocked network {network}"
+        if mine is not None:
+            return f"{host} resolves to {ip}, the worker host's own ({mine})"
+        why = not_global(ip)
+        if why is not None:
+            return f"{host} resolves to {why}"
         return None
+
+
+def own_network(ip: IPAddress, own: frozenset[IPNetwork]) -> IPNetwork | None:
+    """The one of `own` that holds `ip`, or an IPv4 address it embeds; None if none does."""
+    candidates: list[IPAddress] = [ip]
+    if isinstance(ip, ipaddress.IPv6Address):
+        candidates += embedded_ipv4(ip)[1]
+    for candidate in candidates:
+        for network in own:
+            if candidate.version == network.version and candidate in network:
+                return network
+    return None
+
+
+_NLMSG = struct.Struct("=IHHII")  # nlmsghdr: length, type, flags, sequence, port id
+_IFADDRMSG = struct.Struct("=BBBBI")  # family, prefix length, flags, scope, interface index
+_RTMSG = struct.Struct("=BBBBBBBBI")  # family, dst_len, src_len, tos, table, protocol,
+#                                       scope, type, flags
+NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300
+NLMSG_ERROR, NLMSG_DONE = 2, 3
+RTM_NEWADDR, RTM_GETADDR, RTM_NEWROUTE, RTM_GETROUTE = 20, 22, 24, 26
+IFA_ADDRESS, IFA_LOCAL = 1, 2
+RTA_DST, RTA_TABLE = 1, 15
+RT_TABLE_LOCAL = 255
+RTN_LOCAL, RTN_BROADCAST, RTN_ANYCAST = 2, 3, 4
+
+
+def _netlink_dump(request: int, body: bytes) -> Iterator[tuple[int, bytes]]:
+    """Each message (type, payload) the kernel's answer to a NETLINK_ROUTE dump holds."""
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE) as sock:
+        sock.settimeout(5.0)
+        sock.bind((0, 0))
+        flags = NLM_F_REQUEST | NLM_F_DUMP
+        sock.send(_NLMSG.pack(_NLMSG.size + len(body), request, flags, 1, 0) + body)
+        while True:
+            data = sock.recv(1 << 16)  # a dump's datagrams are at most 32 KiB
+            offset = 0
+            while offset + _NLMSG.size <= len(data):
+                length, kind = _NLMSG.unpack_from(data, offset)[:2]
+                if length < _NLMSG.size:
+                    raise OSError("netlink: a malformed answer")
+                if kind == NLMSG_DONE:
+                    return
+                if kind == NLMSG_ERROR:
+                    (error,) = struct.unpack_from("=i", data, offset + _NLMSG.size)
+                    raise OSError(-error, f"netlink: {os.strerror(-error)}")
+                yield kind, data[offset + _NLMSG.size : offset + length]
+                offset += (length + 3) & ~3
+
+
+def _attributes(payload: bytes, offset: int) -> dict[int, bytes]:
+    found: dict[int, bytes] = {}
+    while offset + 4 <= len(payload):
+        length, kind = struct.unpack_from("=HH", payload, offset)
+        if length < 4:
+            break
+        found.setdefault(kind, payload[offset + 4 : offset + length])
+        offset += (length + 3) & ~3
+    return found
+
+
+def _address(family: int, raw: bytes | None) -> IPAddress | None:
+    if family == socket.AF_INET and raw is not None and len(raw) == 4:
+        return ipaddress.IPv4Address(raw)
+    if family == socket.AF_INET6 and raw is not None and len(raw) == 16:
+        return ipaddress.IPv6Address(raw)
+    return None
+
+
+def host_networks() -> frozenset[IPNetwork]:
+    """What the worker's host answers as itself, read from its kernel now (netlink, in the
+    worker's network namespace): every address of its interfaces, and every destination its
+    local routing table delivers to it (the whole loopback range, subnet broadcasts, anycast
+    and AnyIP routes). OSError where the kernel cannot say."""
+    found: set[IPNetwork] = set()
+    for kind, msg in _netlink_dump(RTM_GETADDR, _IFADDRMSG.pack(socket.AF_UNSPEC, 0, 0, 0, 0)):
+        if kind == RTM_NEWADDR and len(msg) >= _IFADDRMSG.size:
+            attrs = _attributes(msg, _IFADDRMSG.size)
+            for raw in (attrs.get(IFA_ADDRESS), attrs.get(IFA_LOCAL)):
+                address = _address(msg[0], raw)
+                if address is not None:
+                    found.add(ipaddress.ip_network(address))
+    for kind, msg in _netlink_dump(RTM_GETROUTE, _RTMSG.pack(socket.AF_UNSPEC, *[0] * 8)):
+        if kind != RTM_NEWROUTE or len(msg) < _RTMSG.size:
+            continue
+        family, dst_len, _, _, table, _, _, route_type, _ = _RTMSG.unpack_from(msg)
+        attrs = _attributes(msg, _RTMSG.size)
+        if len(attrs.get(RTA_TABLE, b"")) == 4:
+            (table,) = struct.unpack("=I", attrs[RTA_TABLE])
+        if table != RT_TABLE_LOCAL or route_type not in (RTN_LOCAL, RTN_BROADCAST, RTN_ANYCAST):
+            continue
+        address = _address(family, attrs.get(RTA_DST))
+        if address is not None:
+            found.add(ipaddress.ip_network((address, dst_len), strict=False))
+    return frozenset(found)
 
 
 @dataclass
@@ -170,6 +303,8 @@ class EgressLog:
 
     entries: list[EgressEntry] = field(default_factory=list)
     dropped: int = 0
+    shut: str | None = None
+    """Why the proxy stopped serving its session (it passed a cap), if it did."""
 
     def add(self, entry: EgressEntry) -> None:
         if len(self.entries) < MAX_LOG_ENTRIES:
@@ -181,6 +316,8 @@ class EgressLog:
         lines = [json.dumps(asdict(e), sort_keys=True) for e in self.entries]
         if self.dropped:
             lines.append(json.dumps({"dropped": self.dropped}))
+        if self.shut:
+            lines.append(json.dumps({"shut": self.shut}))
         return ("\n".join(lines) + "\n").encode() if lines else b""
 
 
@@ -236,22 +373,91 @@ async def _pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter, count: lis
         dst.transport.abort()
 
 
+class _Admitted(asyncio.StreamReaderProtocol):
+    """asyncio's stream protocol for one connection the proxy admitted: its end frees its
+    place under the cap."""
+
+    def __init__(self, proxy: EgressProxy, reader: asyncio.StreamReader) -> None:
+        super().__init__(reader)
+        self._proxy = proxy
+        self._transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        self._proxy._transports.add(transport)
+        super().connection_made(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._transport is not None:
+            self._proxy._transports.discard(self._transport)
+            self._transport = None
+            self._proxy.guard.open -= 1
+        super().connection_lost(exc)
+
+
 class EgressProxy:
     """The worker side of one session's egress: an HTTP proxy on `channel_dir/egress.sock`
-    enforcing `policy`, its attempts in `log`."""
+    enforcing `policy`, its attempts in `log`.
 
-    def __init__(self, channel_dir: Path, policy: EgressPolicy, max_connections: int = 64) -> None:
+    Its caps are the gateway channel's (`ChannelLimits`, `_Guard`), counted at the accept,
+    before a byte is read: at most `max_connections` open at once (the kernel's accept
+    queue no deeper), each request head within HEAD_TIMEOUT_S of its accept (408 and closed
+    past it). The first connection past the cap is closed as it is accepted and shuts the
+    proxy: it stops listening, every open connection (and its upstream) is cut, `breach`
+    says why, and `run_guarded` ends the session's harness. So a session holds at most
+    `max_connections` (+1, a moment) of the worker's descriptors on this socket, plus one
+    upstream each, whatever it tries."""
+
+    def __init__(
+        self,
+        channel_dir: Path,
+        policy: EgressPolicy,
+        max_connections: int = ChannelLimits.max_connections,
+    ) -> None:
         self.channel_dir = Path(channel_dir)
         self.policy = policy
         self.max_connections = max_connections
         self.log = EgressLog()
-        self._server: asyncio.Server | None = None
+        limits = ChannelLimits(max_connections, HEAD_TIMEOUT_S, MAX_HEAD_BYTES)
+        self.guard = _Guard(limits, self._breach, "egress socket", "POLAR_EGRESS_MAX_CONNECTIONS")
+        self._listener: socket.socket | None = None
+        self._accepting: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        self._open = 0
+        self._transports: set[asyncio.Transport] = set()
+        self._shut = asyncio.Event()
 
     @property
     def socket_path(self) -> Path:
         return self.channel_dir / EGRESS_SOCKET
+
+    @property
+    def breach(self) -> str | None:
+        """Why this session's egress was shut (it passed a cap); None while it serves."""
+        return self.guard.breach
+
+    async def run_guarded(self, run: Awaitable[ProcessOutcome], stderr: Path) -> ProcessOutcome:
+        """`run` (the harness), ended if its egress is shut first (`run_until_shut`)."""
+        return await run_until_shut(
+            run, self._shut, lambda: f"the egress socket was shut: {self.breach}", stderr
+        )
+
+    def _breach(self, reason: str) -> None:
+        """Stop serving at once: no new connection, the open ones (and their upstreams) cut."""
+        log.warning("egress socket %s shut: %s", self.socket_path, reason)
+        self.log.shut = reason
+        self._shut.set()
+        self._close()
+
+    def _close(self) -> None:
+        if self._listener is not None:
+            self._listener.close()  # a connect from now on is refused by the kernel
+        if self._accepting is not None and self._accepting is not asyncio.current_task():
+            self._accepting.cancel()
+        for task in list(self._tasks):
+            task.cancel()
+        for transport in list(self._transports):
+            transport.abort()
 
     async def __aenter__(self) -> EgressProxy:
         self.channel_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
@@ -260,40 +466,76 @@ class EgressProxy:
             shutil.copyfile(FORWARDER_SCRIPT, target)
             target.chmod(0o644)
         self.socket_path.unlink(missing_ok=True)
-        sock = _bind_unix(self.socket_path)
-        self._server = await asyncio.start_unix_server(self._serve, sock=sock)
+        self._listener = _bind_unix(self.socket_path)
+        self._listener.listen(self.max_connections)  # a flood waits in its own connects
+        self._listener.setblocking(False)
+        self._accepting = asyncio.create_task(self._accept(self._listener))
         self.socket_path.chmod(0o666)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self._server is not None:
-            self._server.close()
-        for task in list(self._tasks):
-            task.cancel()
-        for task in list(self._tasks):
-            with contextlib.suppress(BaseException):
-                await task
+        self._close()
+        for task in [self._accepting, *self._tasks]:
+            if task is not None:
+                with contextlib.suppress(BaseException):
+                    await task
         self.socket_path.unlink(missing_ok=True)
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
+    async def _accept(self, listener: socket.socket) -> None:
+        """Accept one connection at a time, each counted before anything else is done."""
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                conn, _ = await loop.sock_accept(listener)
+            except OSError as exc:  # EMFILE, a closed listener: nothing else to take
+                if listener.fileno() < 0:
+                    return
+                log.warning("egress socket %s: accept failed: %s", self.socket_path, exc)
+                await asyncio.sleep(0.1)
+                continue
+            if not self.guard.admit():  # past the cap: closed unread (the proxy is shut)
+                conn.close()
+                return
+            try:
+                await self._start(conn)
+            except OSError as exc:
+                log.warning("egress socket %s: a connection lost: %s", self.socket_path, exc)
+
+    async def _start(self, conn: socket.socket) -> None:
+        """Serve an admitted connection (its place under the cap freed when it ends)."""
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=MAX_HEAD_BYTES)
+        protocol = _Admitted(self, reader)
+        try:
+            transport, _ = await loop.connect_accepted_socket(lambda: protocol, conn)
+        except BaseException:
+            if protocol._transport is None:  # never made: its place is freed here
+                self.guard.open -= 1
+            conn.close()
+            raise
+        writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+        task = asyncio.create_task(self._serve(reader, writer))
         self._tasks.add(task)
-        self._open += 1
+        task.add_done_callback(self._tasks.discard)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             await self._handle(reader, writer)
             await writer.drain()
         except (ConnectionError, OSError, asyncio.IncompleteReadError):
             writer.transport.abort()
         finally:
-            self._open -= 1
-            self._tasks.discard(task)
             writer.close()  # what was written (an answer, the last bytes) goes out first
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT_S)
-        except (TimeoutError, asyncio.LimitOverrunError, asyncio.IncompleteReadError):
+        except TimeoutError:
+            self.guard.header_timeouts += 1
+            late = f"no complete request head within {HEAD_TIMEOUT_S:g} s"
+            writer.write(_answer("408 Request Timeout", late))
+            return
+        except (asyncio.LimitOverrunError, asyncio.IncompleteReadError):
             writer.write(_answer("400 Bad Request", "no complete request head"))
             return
         if len(head) > MAX_HEAD_BYTES:
@@ -331,8 +573,6 @@ class EgressProxy:
         version: str,
     ) -> None:
         host, port = entry.host, entry.port
-        if self._open > self.max_connections:
-            return self._refuse(writer, entry, f"more than {self.max_connections} connections")
         refusal = self.policy.name_refusal(host, port)
         if refusal is not None:
             return self._refuse(writer, entry, refusal)
@@ -346,10 +586,15 @@ class EgressProxy:
             writer.write(_answer("502 Bad Gateway", entry.reason))
             return None
         addresses = list(dict.fromkeys(ipaddress.ip_address(i[4][0]) for i in infos))
+        try:  # read now: an address the host took since the last attempt counts
+            own = host_networks()
+        except OSError as exc:
+            entry.ip = str(addresses[0]) if addresses else None
+            return self._refuse(writer, entry, f"the worker's own addresses are unknown: {exc}")
         refusals = []
         chosen = None
         for ip in addresses:
-            why = self.policy.address_refusal(host, port, ip)
+            why = self.policy.address_refusal(host, port, ip, own)
             if why is None:
                 chosen = ip
                 break

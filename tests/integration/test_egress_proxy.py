@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import json
 import os
 import signal
+import socket
 import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import cast
@@ -28,15 +31,18 @@ from activities.runtimes.base import Runtime
 from activities.runtimes.channel import with_forwarder
 from activities.runtimes.egress import (
     EGRESS_SOCKET,
+    HEAD_TIMEOUT_S,
     EgressPolicy,
     EgressProxy,
     EgressRefused,
     egress_refusal,
     open_egress,
 )
+from activities.shell_command import run_shell
 from polar.contracts import RuntimeHandle
 from polar.settings import Settings
 from polar.tasks.spec import NetworkSpec
+from tests.support.polling import wait_for
 
 BODY = b"hello from the internet\n"
 
@@ -262,3 +268,176 @@ async def test_a_network_entry_admits_a_name_by_its_address(tmp_path: Path, inte
         blocked = await ask(proxy, f"GET http://localhost:{other}/ HTTP/1.1\r\n\r\n".encode())
     assert ok.startswith(b"HTTP/1.1 200") and blocked.startswith(b"HTTP/1.1 403")
     assert "blocked network 127.0.0.0/8" in proxy.log.entries[1].reason
+
+
+SLOWLORIS = r"""
+import json, socket, sys, time
+path, count, hold = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+held, refused, started = [], 0, time.monotonic()
+for _ in range(count):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(2)
+    try:
+        s.connect(path)
+        s.sendall(b"CONNECT example.com:443 HTTP/1.1\r\nX-Slow: ")
+        held.append(s)
+    except OSError:
+        refused += 1
+        s.close()
+print(json.dumps({"held": len(held), "refused": refused, "s": time.monotonic() - started}))
+sys.stdout.flush()
+time.sleep(hold)
+"""
+
+
+def _fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+async def test_slowloris_on_egress_ends_the_attacker_never_its_neighbour(
+    tmp_path: Path, internet: int
+) -> None:
+    """A session floods its egress socket with 1,000 half-open connections (from another
+    process, as the sandbox's would be): the 65th shuts its proxy at the accept, before a
+    byte is read: its harness is ended, the open connections cut, the rest refused at
+    once, and this process (the worker) holds no more descriptors than the cap allows. A
+    neighbour's proxy serves on."""
+    network = NetworkSpec(mode="allowlist", allowed_hosts=["localhost"])
+    settings = deployment(internet)
+    cap = settings.egress_max_connections
+    assert cap == 64
+    async with (
+        EgressProxy(tmp_path / "a", EgressPolicy.of(network, settings), cap) as attacked,
+        EgressProxy(tmp_path / "n", EgressPolicy.of(network, settings), cap) as neighbour,
+    ):
+        stderr = tmp_path / "harness.err"
+        harness = run_shell(
+            "sleep 60", cwd=tmp_path, env={}, stdout=tmp_path / "o", stderr=stderr, timeout_s=120
+        )
+        guarded = asyncio.create_task(attacked.run_guarded(harness, stderr))
+        before, peak = _fds(), [0]
+        attacker = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            SLOWLORIS,
+            str(attacked.socket_path),
+            "1000",
+            "30",
+            stdout=asyncio.subprocess.PIPE,
+        )
+        assert attacker.stdout is not None
+        try:
+            line = asyncio.ensure_future(attacker.stdout.readline())
+            while not line.done():
+                peak[0] = max(peak[0], _fds())
+                await asyncio.sleep(0.002)
+            report = json.loads(line.result())
+            print(f"slowloris on egress.sock: {report}, worker fds {before} -> peak {peak[0]}")
+            outcome = await asyncio.wait_for(guarded, 30)
+            await wait_for(lambda: attacked.guard.open == 0, 10, "the held connections cut")
+            answer = await ask(
+                neighbour, f"GET http://localhost:{internet}/n HTTP/1.1\r\n\r\n".encode()
+            )
+        finally:
+            attacker.kill()
+            await attacker.wait()
+    # connected: the admitted, the one that shut the proxy, the kernel's queue (cap + 1)
+    assert report["held"] <= 2 * cap + 2 and report["refused"] == 1000 - report["held"], report
+    assert report["s"] < 15, report
+    assert peak[0] - before <= cap + 8, (before, peak, report)  # the admitted, and a few
+    assert attacked.breach is not None and f"more than {cap} connections" in attacked.breach
+    assert "egress socket (POLAR_EGRESS_MAX_CONNECTIONS)" in attacked.breach
+    assert outcome.exit_code is None and outcome.limit_exceeded is not None
+    assert "the egress socket was shut" in outcome.limit_exceeded
+    assert "polar: the egress socket was shut" in stderr.read_text()
+    assert attacked.log.entries == []  # no head was ever read
+    assert json.loads(attacked.log.jsonl())["shut"] == attacked.breach
+    assert answer.startswith(b"HTTP/1.1 200 OK") and neighbour.breach is None
+
+
+async def test_a_request_head_that_does_not_come_is_cut_in_seconds(
+    tmp_path: Path, internet: int
+) -> None:
+    assert HEAD_TIMEOUT_S <= 5
+    network = NetworkSpec(mode="public")
+    async with proxy_for(tmp_path, network, deployment(internet)) as proxy:
+        reader, writer = await asyncio.open_unix_connection(str(proxy.socket_path))
+        started = asyncio.get_running_loop().time()
+        writer.write(b"CONNECT example.com:443 HTTP/1.1\r\nX-Slow: ")
+        answer = await asyncio.wait_for(reader.read(), HEAD_TIMEOUT_S + 5)
+        took = asyncio.get_running_loop().time() - started
+        writer.close()
+    assert answer.startswith(b"HTTP/1.1 408 "), answer
+    assert HEAD_TIMEOUT_S - 0.5 < took < HEAD_TIMEOUT_S + 2, took
+    assert proxy.guard.header_timeouts == 1 and proxy.breach is None
+
+
+def _host_address() -> str:
+    """One of this machine's non-loopback interface addresses (its default route's: a UDP
+    connect sends nothing), or the loopback alias 127.0.0.2 without one."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))
+            return str(probe.getsockname()[0])
+        except OSError:
+            return "127.0.0.2"
+
+
+async def test_public_never_reaches_an_address_of_the_workers_own_host(tmp_path: Path) -> None:
+    """A service on a host interface address, through a deployment whose exemption is a
+    network holding it (an internal mirror's subnet): refused, the host's own; an exemption
+    naming that address itself is the operator's explicit exception, and is served."""
+    address = _host_address()
+    network = ipaddress.ip_network(f"{address}/24", strict=False)
+    server = await asyncio.start_server(_hello, "0.0.0.0", 0)
+    port = int(server.sockets[0].getsockname()[1])
+    request = f"GET http://{address}:{port}/ HTTP/1.1\r\n\r\n".encode()
+    public = NetworkSpec(mode="public")
+    async with server:
+        by_network = Settings(egress="proxy", egress_exempt=[f"{network}:{port}"])
+        async with proxy_for(tmp_path / "net", public, by_network) as proxy:
+            refused = await ask(proxy, request)
+        by_name = Settings(egress="proxy", egress_exempt=[f"{address}:{port}"])
+        async with proxy_for(tmp_path / "name", public, by_name) as named:
+            served = await ask(named, request)
+    assert refused.startswith(b"HTTP/1.1 403"), (address, refused)
+    [entry] = proxy.log.entries
+    assert entry.reason.startswith(f"{address} resolves to {address}, the worker host's own")
+    assert served.startswith(b"HTTP/1.1 200") and BODY in served, served
+
+
+async def _hello(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\nconnection: close\r\n\r\n" % len(BODY) + BODY
+        )
+        await writer.drain()
+    finally:
+        writer.close()
+
+
+async def test_ipv6_spellings_of_loopback_are_refused_by_the_proxy(
+    tmp_path: Path, internet: int
+) -> None:
+    """`public`, the blocked networks emptied: each IPv6 spelling of 127.0.0.1 or the metadata
+    address is refused before any connection, a reason naming what it embeds."""
+    settings = Settings(egress="proxy", egress_blocked_networks=[])
+    spellings = [
+        "::ffff:127.0.0.1",
+        "::7f00:1",
+        "::ffff:0:7f00:1",
+        "64:ff9b::7f00:1",
+        "64:ff9b:1::a9fe:a9fe",
+        "2002:7f00:1::1",
+        "2001:0:4136:e378:8000:63bf:80ff:fffe",
+    ]
+    async with proxy_for(tmp_path, NetworkSpec(mode="public"), settings) as proxy:
+        answers = [
+            await ask(proxy, f"CONNECT [{s}]:{internet} HTTP/1.1\r\n\r\n".encode())
+            for s in spellings
+        ]
+    assert all(a.startswith(b"HTTP/1.1 403") for a in answers), answers
+    for spelling, entry in zip(spellings, proxy.log.entries, strict=True):
+        assert not entry.allowed and any(v4 in entry.reason for v4 in ("127.0.0", "169.254"))
+        assert entry.reason.startswith(f"{spelling} resolves to"), entry.reason

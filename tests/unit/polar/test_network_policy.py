@@ -12,7 +12,9 @@ from polar.network_policy import (
     DEFAULT_BLOCKED_NETWORKS,
     blocked_networks,
     blocking_network,
+    embedded_ipv4,
     normalize_allowed_host,
+    not_global,
     parse_allowed_host,
 )
 from polar.tasks.spec import RuntimeSpec
@@ -116,3 +118,62 @@ def test_the_task_field_is_checked_and_left_out_while_sealed() -> None:
         runtime({"mode": "allowlist", "allowed_hosts": ["http://a.test/"]})
     with pytest.raises(ValidationError):
         runtime({"mode": "everything"})
+
+
+@pytest.mark.parametrize(
+    ("address", "says"),
+    [
+        ("127.0.0.1", "not a global unicast address"),
+        ("10.1.2.3", "not a global"),
+        ("100.64.0.1", "not a global"),  # CGNAT
+        ("169.254.169.254", "not a global"),  # metadata
+        ("192.0.2.2", "not a global"),  # documentation (this test machine's own range)
+        ("224.0.0.1", "not a global"),  # multicast: is_global says True
+        ("255.255.255.255", "not a global"),
+        ("::1", "not a global"),
+        ("::", "not a global"),
+        ("fe80::1", "not a global"),
+        ("fd00:ec2::254", "not a global"),  # the IPv6 metadata address
+        ("fec0::1", "not a global"),  # site-local: Python 3.11's is_global says True
+        ("ff0e::1", "not a global"),  # global-scope multicast
+        ("100::1", "not a global"),  # discard
+        ("2001:db8::1", "not a global"),
+        ("::ffff:127.0.0.1", "IPv4-mapped for 127.0.0.1"),
+        ("::ffff:169.254.169.254", "IPv4-mapped for 169.254.169.254"),
+        ("::7f00:1", "IPv4-compatible for 127.0.0.1"),  # is_global says True
+        ("::a9fe:a9fe", "IPv4-compatible for 169.254.169.254"),
+        ("::ffff:0:7f00:1", "SIIT IPv4-translated for 127.0.0.1"),
+        ("64:ff9b::7f00:1", "NAT64 for 127.0.0.1"),
+        ("64:ff9b::a9fe:a9fe", "NAT64 for 169.254.169.254"),
+        ("64:ff9b::a00:1", "NAT64 for 10.0.0.1"),
+        ("64:ff9b:1::7f00:1", "local-use NAT64 for 127.0.0.1"),
+        ("64:ff9b:1::808:808", "local-use NAT64 (for 8.8.8.8), never reached"),
+        ("2002:7f00:1::", "6to4 for 127.0.0.1"),  # is_global says True
+        ("2002:a9fe:a9fe::1", "6to4 for 169.254.169.254"),
+        ("2002:808:808::1", "6to4 (for 8.8.8.8), never reached"),
+        # Teredo: server 65.54.227.120, client ~(0x80ff, 0xfffe) = 127.0.0.1
+        ("2001:0:4136:e378:8000:63bf:80ff:fffe", "Teredo for 127.0.0.1"),
+        ("2001:0:4136:e378:8000:63bf:f7f7:f7f7", "Teredo (for 65.54.227.120, 8.8.8.8)"),
+    ],
+)
+def test_no_spelling_of_a_non_global_address_is_global(address: str, says: str) -> None:
+    why = not_global(ip(address))
+    assert why is not None and says in why, why
+    assert why.startswith(str(ip(address)))
+
+
+@pytest.mark.parametrize(
+    "address", ["8.8.8.8", "93.184.216.34", "2606:4700::1111", "2001:4860:4860::8888"]
+)
+def test_a_real_global_address_is_admitted(address: str) -> None:
+    assert not_global(ip(address)) is None
+
+
+def test_the_well_known_nat64_prefix_is_its_ipv4_address() -> None:
+    """64:ff9b::/96 (global, RFC 6052) reaches the IPv4 address in its last 32 bits: admitted
+    by the rule when that address is global (the default blocked networks still name it)."""
+    assert not_global(ip("64:ff9b::808:808")) is None
+    assert embedded_ipv4(ipaddress.IPv6Address("64:ff9b::808:808")) == ("NAT64", (ip("8.8.8.8"),))
+    blocked = blocked_networks(DEFAULT_BLOCKED_NETWORKS)
+    assert str(blocking_network(ip("64:ff9b::808:808"), blocked)) == "64:ff9b::/96"
+    assert embedded_ipv4(ipaddress.IPv6Address("2606:4700::1111")) == ("", ())
