@@ -66,7 +66,9 @@ class RubricReport(ReportModel):
     reason: str | None = None
     reward: float | None = Field(default=None, description="the formula's combined reward")
     judge_error: str | None = Field(
-        default=None, description="why the judge gave no score: the outcome reward was kept"
+        default=None,
+        description="why the judge gave no score: the session's zero where a control without "
+        "its text was graded, else the outcome reward kept",
     )
     judge_calls: int = 0
     duration_s: float | None = None

@@ -338,8 +338,11 @@ class RubricSpec(StrictModel):
     (`POLAR_POOLS`, e.g. a `judge` pool: recorded, never trained). It reads the task, the
     session's final diff and its messages with `rubric`, and answers a score in [0, 1] and a
     reason. The session reward is `formula` of `outcome` (the outcome evaluator's reward)
-    and `rubric` (the score), clamped to `reward_range`. A judge that fails leaves the
-    outcome reward as it is, and the report says why.
+    and `rubric` (the score), clamped to `reward_range`. The session's text reaches the judge
+    as untrusted data, and only its final verdict scores. A judge call that fails is asked
+    again, then a control without the session's text: if the control grades, the session's
+    text caused the failure and its reward is 0; if it fails too, the outcome reward is kept.
+    The report says which.
     """
 
     rubric: str = Field(min_length=1, description="what the judge scores the session on")

@@ -73,6 +73,9 @@ def cases(sha: str) -> dict[str, tuple[dict[str, Any], dict[str, str]]]:
         "results_rewrite (swebench)": (swe, {"ATTACK_GRADING": "results_rewrite"}),
         "iniconfig_shadow (swebench)": (swe, {"ATTACK_GRADING": "iniconfig_shadow"}),
         "reports_monkeypatch (swebench)": (swe, {"ATTACK_GRADING": "reports_monkeypatch"}),
+        "deselect_all (swebench)": (swe, {"ATTACK_GRADING": "deselect_all"}),
+        "key_back (swebench)": (swe, {"ATTACK_GRADING": "key_back"}),
+        "keyboard_interrupt (swebench)": (swe, {"ATTACK_GRADING": "keyboard_interrupt"}),
         "interpreter_swap (command)": (
             command_evaluator(ADD_CHECK),
             {"ATTACK_GRADING": "interpreter_swap"},
