@@ -96,7 +96,11 @@ class InitActivities(PoolActivities):
                     raise invalid_input(refusal, "InvalidTaskSpec")
                 # first: an earlier placement's late release leaves what follows alone
                 claim = await self.claims.claim(request.session_id)
-                handle = await runtime.prepare(request)
+                try:
+                    handle = await runtime.prepare(request)
+                except BaseException:  # no runtime holds the claim: none is left behind
+                    await self.claims.drop(request.session_id, claim)
+                    raise
                 handle = handle.model_copy(update={"runtime_id": claim})
             except (InvalidSource, InvalidRuntime, PrepareFailed) as exc:
                 raise invalid_input(str(exc), type(exc).__name__) from exc

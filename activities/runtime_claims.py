@@ -74,6 +74,12 @@ class RuntimeClaims:
             os.pwrite(fd, claim.encode(), 0)
         return claim
 
+    async def drop(self, session_id: str, claim: str) -> None:
+        """Forget `claim` where it is still the last (its prepare failed: no runtime holds
+        it), so no claim file outlives a runtime that was never made."""
+        async with self.held(session_id, claim):
+            pass
+
     @contextlib.asynccontextmanager
     async def held(self, session_id: str, claim: str) -> AsyncIterator[bool]:
         """Whether `claim` still holds the session's runtime here (no claim on record: an
