@@ -443,17 +443,17 @@ class EgressProxy:
         )
 
     def _breach(self, reason: str) -> None:
-        """Stop serving at once: no new connection, the open ones (and their upstreams) cut."""
+        """Stop serving at once: no new connection, the open ones (and their upstreams) cut.
+        Called by the accept loop (`_Guard.admit`), which then ends: no accept is pending on
+        the listener it closes."""
         log.warning("egress socket %s shut: %s", self.socket_path, reason)
         self.log.shut = reason
         self._shut.set()
-        self._close()
-
-    def _close(self) -> None:
         if self._listener is not None:
             self._listener.close()  # a connect from now on is refused by the kernel
-        if self._accepting is not None and self._accepting is not asyncio.current_task():
-            self._accepting.cancel()
+        self._cut()
+
+    def _cut(self) -> None:
         for task in list(self._tasks):
             task.cancel()
         for transport in list(self._transports):
@@ -474,11 +474,16 @@ class EgressProxy:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        self._close()
-        for task in [self._accepting, *self._tasks]:
-            if task is not None:
-                with contextlib.suppress(BaseException):
-                    await task
+        if self._accepting is not None:
+            self._accepting.cancel()  # its pending accept withdrawn before the close
+            with contextlib.suppress(BaseException):
+                await self._accepting
+        if self._listener is not None:
+            self._listener.close()
+        self._cut()
+        for task in list(self._tasks):
+            with contextlib.suppress(BaseException):
+                await task
         self.socket_path.unlink(missing_ok=True)
 
     async def _accept(self, listener: socket.socket) -> None:

@@ -258,3 +258,140 @@ async def test_a_harbor_verifier_gets_its_own_network(
             ("localhost", True),
             ("not-allowed.example", False),
         ]
+
+
+LORIS = """
+import json, socket, sys, time
+held, refused = [], 0
+for _ in range(int(sys.argv[1])):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(2)
+    try:
+        s.connect("/run/polar/egress.sock")  # straight to the socket, past the forwarder
+        s.sendall(b"CONNECT example.com:443 HTTP/1.1\\r\\nX-Slow: ")
+        held.append(s)
+    except OSError:
+        refused += 1
+        s.close()
+print("LORIS", json.dumps({"held": len(held), "refused": refused}), flush=True)
+time.sleep(60)
+"""
+
+# the neighbour: its allowed fetch answers; the host's own address and IPv6 spellings of
+# loopback are refused 403 by the proxy (never 200, never 502: never even tried)
+SPELLINGS = """
+import os, sys, urllib.error, urllib.request
+os.environ.pop("NO_PROXY"); os.environ.pop("no_proxy")
+def status(url):
+    try:
+        with urllib.request.urlopen(url, timeout=20) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+for url in sys.argv[1:]:
+    print("STATUS", status(url), url, flush=True)
+"""
+
+
+def _host_address() -> str:
+    """One of this machine's non-loopback interface addresses (its default route's: a UDP
+    connect sends nothing), or the loopback alias 127.0.0.2 without one."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))
+            return str(probe.getsockname()[0])
+        except OSError:
+            return "127.0.0.2"
+
+
+def _public_task(task_id: str, repo: Path, image: str, command: str) -> TaskSpec:
+    runtime = {"kind": "docker", "image": image, "network": {"mode": "public"}}
+    return TaskSpec.model_validate(
+        {
+            "task_id": task_id,
+            "source": {"type": "dir", "path": str(repo)},
+            "runtime": runtime,
+            "harness": {"kind": "command", "command": command},
+            "timeouts": {"max_attempts": 1},
+        }
+    )
+
+
+async def test_egress_slowloris_ends_the_attacker_and_public_never_reaches_the_host(
+    egress_polar: PolarClient, storage: Storage, docker_image: str, internet: int, tmp_path: Path
+) -> None:
+    """Two docker sessions with `public` egress on one worker: one floods its egress.sock
+    with 2,000 half-open connections, and is ended at its 65th, the worker's descriptors
+    bounded; its neighbour, at the same time, fetches its allowed URL (200) and is refused
+    403 for the worker host's own interface address (a server listening there) and for each
+    IPv6 spelling of loopback."""
+    import asyncio
+    import os
+
+    host = _host_address()
+    server = http.server.ThreadingHTTPServer(("0.0.0.0", 0), _Internet)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    host_port = int(server.server_address[1])
+    repo = small_repo(tmp_path)
+    (repo / "loris.py").write_text(LORIS)
+    (repo / "spellings.py").write_text(SPELLINGS)
+    urls = [
+        f"http://localhost:{internet}/allowed",
+        f"http://{host}:{host_port}/host",
+        f"http://[::ffff:127.0.0.1]:{internet}/mapped",
+        f"http://[::7f00:1]:{internet}/compatible",
+        f"http://[64:ff9b::7f00:1]:{internet}/nat64",
+        f"http://[2002:7f00:1::]:{internet}/6to4",
+    ]
+    tag = uuid.uuid4().hex[:6]
+    attack = _public_task(f"egress-loris-{tag}", repo, docker_image, "python3 loris.py 2000")
+    fetch = "sleep 3; python3 spellings.py " + " ".join(urls)
+    honest = _public_task(f"egress-honest-{tag}", repo, docker_image, fetch)
+    before, peak = len(os.listdir("/proc/self/fd")), [0]
+    stop = asyncio.Event()
+
+    async def sample() -> None:
+        while not stop.is_set():
+            peak[0] = max(peak[0], len(os.listdir("/proc/self/fd")))
+            await asyncio.sleep(0.05)
+
+    sampler = asyncio.create_task(sample())
+    try:
+        results = await asyncio.gather(
+            egress_polar.wait(await egress_polar.submit(attack), timeout_s=240),
+            egress_polar.wait(await egress_polar.submit(honest), timeout_s=240),
+        )
+    finally:
+        stop.set()
+        await sampler
+        server.shutdown()
+        server.server_close()
+    [attacker], [neighbour] = (r.sessions for r in results)
+
+    def text(sid: str, name: str) -> str:
+        return storage.get_bytes(artifact_key(sid, name)).decode(errors="replace")
+
+    a_out = text(attacker.session_id, "harness-attempt1.stdout")
+    a_err = text(attacker.session_id, "harness-attempt1.stderr")
+    n_out = text(neighbour.session_id, "harness-attempt1.stdout")
+    print(
+        f"RESULT egress slowloris docker: attacker {attacker.status.value} {a_out.strip()!r}; "
+        f"worker fds {before} -> peak {peak[0]}; neighbour {neighbour.status.value}:\n{n_out}"
+    )
+    assert attacker.status == SessionStatus.HARNESS_FAILED, (attacker, a_out, a_err[-2000:])
+    assert "polar: the egress socket was shut" in a_err and "more than 64 conn" in a_err, a_err
+    assert peak[0] - before < 300, (before, peak)
+    assert neighbour.status == SessionStatus.COMPLETED, (neighbour, n_out)
+    statuses = {}
+    for line in n_out.splitlines():
+        if line.startswith("STATUS "):
+            _, status, url = line.split(" ")
+            statuses[url] = status
+    assert statuses.pop(urls[0]) == "200", n_out
+    assert statuses == {url: "403" for url in urls[1:]}, n_out
+    log = text(neighbour.session_id, "harness-attempt1/egress.jsonl")
+    reasons = [json.loads(line).get("reason", "") for line in log.splitlines()]
+    print("REASONS", reasons)
+    assert "the worker host's own" in reasons[1] or "127.0.0.0/8" in reasons[1], reasons
