@@ -79,17 +79,16 @@ async def test_a_late_release_leaves_the_new_placement_alone(tmp_path: Path) -> 
 
 
 async def test_a_failed_prepare_leaves_no_claim(tmp_path: Path) -> None:
-    """A prepare that fails (here: a source dir that is not there) drops its claim."""
-    settings = Settings(host_id="host-a", data_dir=tmp_path, source_roots=str(tmp_path))
+    """A prepare that fails (here: a prepare action that exits 3) drops its claim."""
+    settings = Settings(host_id="host-a", data_dir=tmp_path)
     acts = InitActivities(settings, Storage(settings))  # no S3 call is made
     request = PrepareRequest.model_validate(
         {
             "session_id": "s-failed",
             "task_id": "t",
-            "runtime": {},
-            "source": {"type": "dir", "path": str(tmp_path / "missing")},
+            "runtime": {"prepare": [{"type": "run", "command": "exit 3"}]},
         }
     )
-    with pytest.raises(Exception, match="missing"):
+    with pytest.raises(Exception, match="exit"):
         await ActivityEnvironment().run(acts.prepare_runtime, request)
     assert not (tmp_path / "runtime-claims" / "s-failed").exists()
