@@ -37,7 +37,7 @@ from polar import fastjson
 from polar.logs import log_context
 from polar.outcomes import UNSERVED_STATUS
 from polar.providers import APIError, CallContext, ProviderAPI, get_provider
-from polar.providers.base import dict_at
+from polar.providers.base import bad_request, dict_at
 from polar.providers.google_generate import split_action
 from polar.session_keys import SessionIdentity
 from polar.settings import Settings
@@ -53,6 +53,7 @@ from proxy.openapi import install_openapi
 from proxy.pools import parse_pools, pool_for
 from proxy.quota import RecordLimits
 from proxy.recorder import PendingCall, Recorder
+from proxy.request_json import parse_body
 from proxy.routing import route_key
 from proxy.session_gate import SessionGate
 from proxy.tokens import TokenCounter, chat_template_counter, count_tokens
@@ -74,17 +75,9 @@ Identity = Annotated[SessionIdentity, Depends(_identity)]
 
 
 async def read_json(request: Request) -> dict[str, Any]:
-    """The JSON object body of a call; 400 (in the caller's shape) if unusable."""
-    raw = await request.body()
-    try:
-        body = fastjson.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise APIError(
-            400, f"We could not parse the JSON body of your request: {exc}", code="invalid_json"
-        ) from exc
-    if not isinstance(body, dict):
-        raise APIError(400, "the request body must be a JSON object", code="invalid_json")
-    return body
+    """The JSON object body of a call; 400 (in the caller's shape) if unusable: invalid,
+    nested too deep, a lone surrogate, not an object (`proxy.request_json`)."""
+    return parse_body(await request.body())
 
 
 def call_context(
@@ -125,6 +118,39 @@ def _stream(events: list[str], media_type: str) -> StreamingResponse:
             yield event
 
     return StreamingResponse(body(), media_type=media_type, headers=STREAM_HEADERS)
+
+
+def _rendered(
+    provider: ProviderAPI, reply: dict[str, Any], body: dict[str, Any], call: CallContext
+) -> Response:
+    """The caller's answer, whole or as its synthetic stream, serialised."""
+    if provider.wants_stream(body, call):
+        events: Iterator[str] = provider.stream_events(reply, body, call)
+        return _stream(list(events), provider.stream_media_type(call))
+    return FastJSONResponse(provider.from_chat(reply, body, call))
+
+
+def _render(
+    provider: ProviderAPI, reply: dict[str, Any], body: dict[str, Any], call: CallContext
+) -> Response:
+    """`_rendered`, with a failure put where it belongs: when the same answer renders for an
+    empty request, a field of the caller's request could not take it, and the caller gets
+    a 400 in its shape; otherwise the error stands (the answer itself, a gateway fault)."""
+    try:
+        return _rendered(provider, reply, body, call)
+    except APIError:
+        raise
+    except Exception as exc:
+        try:
+            neutral = {"stream": True} if provider.wants_stream(body, call) else {}
+            _rendered(provider, reply, neutral, call)
+        except Exception:  # noqa: BLE001 - the original error is the one to raise
+            raise exc from None
+        log.warning("the answer does not render for this request: %r", exc, exc_info=True)
+        raise bad_request(
+            f"malformed request: a field has an unexpected type or shape ({exc})",
+            code="invalid_request",
+        ) from exc
 
 
 class Gateway:
@@ -286,6 +312,21 @@ class Gateway:
             )
             raise
         extracted = client.extract(answer.body)
+        try:  # rendered before it is recorded: an answer is recorded as answered only if it is
+            response = _render(provider, strip_training_fields(answer.body, chat), body, call)
+        except Exception as exc:
+            await _record(
+                recorder,
+                pending,
+                normalized,
+                response=answer.body,
+                extracted=extracted,
+                status_code=exc.status_code if isinstance(exc, APIError) else 500,
+                error=f"the answer could not be rendered for the caller: {exc}",
+                client_disconnected=gone,
+                untrainable=untrainable,
+            )
+            raise
         await _record(
             recorder,
             pending,
@@ -299,11 +340,7 @@ class Gateway:
         if gone:
             self.metrics.client_disconnects.inc()
         self._count_tokens(provider.name, identity, answer.body, extracted)
-        reply = strip_training_fields(answer.body, chat)
-        if provider.wants_stream(body, call):
-            events: Iterator[str] = provider.stream_events(reply, body, call)
-            return _stream(list(events), provider.stream_media_type(call))
-        return FastJSONResponse(provider.from_chat(reply, body, call))
+        return response
 
     async def count(
         self, provider: ProviderAPI, request: Request, call: CallContext

@@ -141,6 +141,15 @@ class OpenAIChat(ProviderAPI):
                 param="messages",
                 code="missing_required_parameter" if missing else "invalid_type",
             )
+        options = request.get("stream_options")
+        if options is not None and not isinstance(options, dict):
+            raise APIError(  # read when the answer is streamed: refused before it is sampled
+                400,
+                f"Invalid type for 'stream_options': expected an object, but got "
+                f"{type(options).__name__} instead.",
+                param="stream_options",
+                code="invalid_type",
+            )
         return request | {"messages": canonical_messages(messages)}
 
     def from_chat(
