@@ -3,10 +3,10 @@
 Default (`sealed`: a root worker where the namespaces work): every command runs
 as the unprivileged `polar-harness` user, without capabilities and unable to
 gain any (no_new_privs, empty bounding set), in its own PID namespace (with a
-private /proc) and in a network namespace with only loopback up:
+private /proc), IPC namespace and in a network namespace with only loopback up:
 
     nsenter --net=/proc/WORKER/fd/N -- \\
-      unshare --pid --fork --kill-child --mount-proc -- \\
+      unshare --ipc --pid --fork --kill-child --mount-proc -- \\
       bash -c '"$@"; exit $?' polar-init \\
       setpriv --reuid U --regid G --clear-groups ... -- bash -c COMMAND
 
@@ -304,6 +304,7 @@ def _namespaces(*flags: str, init: str) -> tuple[str, ...]:
     return (
         _tool("unshare"),
         *flags,
+        "--ipc",  # System V shared memory and semaphores of its own: gone with the command
         "--pid",
         "--fork",
         "--kill-child",

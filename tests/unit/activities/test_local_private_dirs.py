@@ -8,6 +8,7 @@ setpriv, prlimit), out of reach of a harness that truncates its stderr."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -147,3 +148,16 @@ def test_a_skeleton_dir_the_harness_made_is_refused() -> None:
             private_dirs(top, [session_dir, other / "sub"])
     finally:
         subprocess.run(["rm", "-rf", str(session_dir), str(other)], check=True)
+
+
+@pytest.mark.skipif(shutil.which("ipcmk") is None, reason="no ipcmk (util-linux)")
+async def test_system_v_shared_memory_goes_with_the_command(session: Session) -> None:
+    """A System V segment (shmget) is not a file: it lived on in the host's IPC namespace
+    after its maker, under a pool uid the next sessions reuse."""
+    async with session() as (runtime, handle):
+        outcome, out, err = await _run(runtime, handle, "ipcmk -M 1048576 && ipcs -m")
+        assert outcome.exit_code == 0, err
+        assert "1048576" in out  # it was made, in the command's namespace
+        uid = str(Path(handle.workdir).stat().st_uid)
+        rows = [row.split() for row in Path("/proc/sysvipc/shm").read_text().splitlines()[1:]]
+        assert [row for row in rows if uid in (row[7], row[9])] == [], rows  # uid, cuid
