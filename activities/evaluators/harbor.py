@@ -11,12 +11,31 @@ left out). Only then, and only there:
 2. `bash /tests/test.sh` runs in the workspace as the task's verifier user
    (`setpriv`; None: the image's user) with the task's verifier env, within its
    timeout; every process it left is then killed;
-3. the reward is read from `/logs/verifier` only: `reward.json` (an object of
-   numbers; its `reward` is the session's reward, every number a component kept
-   in the report), else `reward.txt` (one number), as Harbor reads them. A file
-   that is a link, or neither file, or one that does not parse is an evaluator
-   error (the session fails, it is never scored 0), and so is a test.sh that
-   runs past its timeout.
+3. the reward is read from `/logs/verifier` only, in Harbor's order (harbor 0.25,
+   harbor/verifier/verifier.py: `reward.json` if it exists, else `reward.txt`):
+   `reward.json` is an object of numbers, its `reward` the session's reward and every
+   number a component kept in the report; `reward.txt` is one number.
+
+Who wrote the reward. test.sh often runs the agent's code (it imports the module under
+test, or runs pytest in the workspace) as the verifier user, who owns `/logs/verifier`:
+that code can write the reward files too, at import, at exit (`os._exit`), or from a
+process it forked, and nothing tells its writes from the verifier's (the same process, or
+the same uid; what test.sh left is killed the moment it exits and again by the reap, so a
+write just after its exit is no different from one just before it). What Polar can see
+is read as tampering, reward 0 (the policy's failure): a reward file that is a link or
+not a regular file, and `reward.txt` and `reward.json` that both exist and disagree (or
+one of them does not parse). Such a task is flagged by `polar tasks audit` (the
+`code-writes-reward` adversary) and warned about when loaded (polar/tasks/harbor.py); a
+verifier immune to it runs as root and runs the code under test as another user
+(docs/harbor.md).
+
+Where the grading fails and the session's changes were in place, the failure is the
+session's unless shown otherwise: a test.sh past its timeout with changes in place is
+reward 0, as a link or disagreeing files are (the code under test can sleep, or plant
+them). With no changes (the untouched task: a no-op session, or the control grading of
+activities/evaluators/control.py) each of these is an evaluator error, the task's own. No
+reward file, or one that does not parse, is an evaluator error, which the control grading
+turns into the policy's 0 where the untouched task grades.
 
 A session whose changes cannot be read (its harness broke the workspace's git)
 or do not apply gets reward 0, as with `command`.
@@ -46,12 +65,17 @@ from polar.host_paths import outside_roots, resolved_problem, source_roots
 from polar.settings import Settings
 from polar.tasks.spec import HarborVerifierSpec
 
-__all__ = ["HarborEvaluator", "parse_reward"]
+__all__ = ["HarborEvaluator", "Tampering", "judge_reward_files", "parse_reward"]
 
 TEST_LOG = "harbor-test"
 """test.sh's log in the evaluator runtime (kept as `harbor-test.stdout` / `.stderr`)."""
 TESTS_IN_RUNTIME = "/tests"
 VERIFIER_DIR = "/logs/verifier"
+REWARD_FILES = ("reward.json", "reward.txt")
+"""Harbor's order (harbor 0.25, harbor/verifier/verifier.py: reward.json if it exists)."""
+AGREE_TOL = 1e-6
+"""reward.txt and reward.json's `reward` within this (relative or absolute) agree."""
+USER_MISSING = 97
 MAX_REWARD_BYTES = 1 << 20
 SETUP_TIMEOUT_S = 120.0
 
@@ -91,12 +115,52 @@ def parse_reward(name: str, raw: bytes) -> tuple[float, dict[str, float]]:
     return components["reward"], components
 
 
+class Tampering(Exception):
+    """What /logs/verifier holds shows that something besides the verifier wrote it: a
+    reward file that is a link or not a regular file, or reward.txt and reward.json that
+    both exist and disagree. Reward 0 where the session's code ran in the verifier (an
+    evaluator error where it did not: then only the task wrote there)."""
+
+
+def judge_reward_files(
+    found: dict[str, bytes], odd: dict[str, str] | None = None
+) -> tuple[str, float, dict[str, float]]:
+    """(file, reward, components) of what test.sh left in /logs/verifier: `found` maps a
+    reward file's name to its bytes (plain files only), `odd` a reward file that was there
+    but not a plain file to what it was. Harbor's order: reward.json if it exists, else
+    reward.txt. Tampering for an odd file, or both files where they disagree (or one does
+    not parse); EvaluatorError for no file, or the one file not parsing."""
+    for name, what in sorted((odd or {}).items()):
+        raise Tampering(f"{VERIFIER_DIR}/{name} is {what}")
+    present = [name for name in REWARD_FILES if name in found]
+    if not present:
+        raise EvaluatorError(
+            f"tests/test.sh wrote no reward: neither {VERIFIER_DIR}/reward.json nor "
+            "reward.txt (never scored 0)"
+        )
+    name = present[0]
+    if len(present) == 1:
+        return (name, *parse_reward(name, found[name]))
+    try:
+        parsed = {n: parse_reward(n, found[n]) for n in REWARD_FILES}
+    except EvaluatorError as exc:
+        raise Tampering(f"both reward files exist and one is not valid: {exc}") from None
+    (reward, components), (text, _) = parsed["reward.json"], parsed["reward.txt"]
+    if not math.isclose(reward, text, rel_tol=AGREE_TOL, abs_tol=AGREE_TOL):
+        raise Tampering(
+            f"{VERIFIER_DIR}/reward.json says {reward:g} and reward.txt says {text:g}: two writers"
+        )
+    return name, reward, components
+
+
 def _setup_script(staged: str, user: str | None) -> str:
     """Put the tests at /tests (readable by all) and make /logs/verifier afresh."""
     owner = f"chown {shlex.quote(user)} {VERIFIER_DIR}\n" if user else ""
+    # the user is checked here, before test.sh: test.sh's own exit code then means nothing
+    # but test.sh's (the code under test can exit with any code)
+    known = f"id -u {shlex.quote(user)} >/dev/null || exit {USER_MISSING}\n" if user else ""
     return (
-        "set -eu\n"
-        f"rm -rf {TESTS_IN_RUNTIME} {VERIFIER_DIR}\n"
+        "set -eu\n" + known + f"rm -rf {TESTS_IN_RUNTIME} {VERIFIER_DIR}\n"
         f"cp -a {shlex.quote(staged)} {TESTS_IN_RUNTIME}\n"
         f"chown -R 0:0 {TESTS_IN_RUNTIME} && chmod -R a+rX,go-w {TESTS_IN_RUNTIME}\n"
         f"mkdir -p /logs && mkdir {VERIFIER_DIR}\n" + owner
@@ -109,20 +173,22 @@ def _test_command(spec: HarborVerifierSpec) -> str:
         return f"exec bash {script}"
     user = shlex.quote(spec.user)
     return (
-        f"gid=$(id -g {user}) || exit 97\n"
+        f"gid=$(id -g {user}) || exit {USER_MISSING}\n"
         f'exec setpriv --reuid={user} --regid="$gid" --init-groups -- bash {script}'
     )
 
 
 def _collect_script(scratch: Path, tag: str) -> str:
-    """Copy the reward files (plain files, not links) out to the scratch folder."""
+    """Copy the reward files (plain files) out to the scratch folder; one that is there but
+    is a link or not a plain file is named in `{file}.odd`."""
     lines = ["set -u"]
-    for name in ("reward.json", "reward.txt"):
+    for name in REWARD_FILES:
         src = shlex.quote(f"{VERIFIER_DIR}/{name}")
         dest = shlex.quote(str(scratch / f"{tag}-{name}"))
         lines.append(
-            f"if [ -L {src} ]; then echo 'link' > {dest}.link; "
-            f"elif [ -f {src} ]; then head -c {MAX_REWARD_BYTES} {src} > {dest}; fi"
+            f"if [ -L {src} ]; then echo 'a link, not a file' > {dest}.odd; "
+            f"elif [ -f {src} ]; then head -c {MAX_REWARD_BYTES} {src} > {dest}; "
+            f"elif [ -e {src} ]; then echo 'not a regular file' > {dest}.odd; fi"
         )
     return "\n".join(lines) + "\n"
 
@@ -185,8 +251,13 @@ class HarborEvaluator:
             )
         finally:
             shutil.rmtree(staged, ignore_errors=True)
+        if code == USER_MISSING and spec.user:
+            raise EvaluatorError(f"the verifier user {spec.user!r} is not in the task's image")
         if code != 0:
             raise EvaluatorError(f"cannot put the tests in place: {log.strip()[-500:]}")
+        # the session's code is in the runtime test.sh runs in: what goes wrong from here may
+        # be its doing (an untouched task, a no-op's or the control's, has only the task's)
+        session_code = not changes.empty and not job.control
 
         started = time.monotonic()
         egress: EgressDoor | None = None
@@ -216,17 +287,31 @@ class HarborEvaluator:
         report.test_exit_code = outcome.exit_code
         report.test_timed_out = outcome.timed_out
         if outcome.timed_out:
-            raise EvaluatorError(f"tests/test.sh ran past its {spec.timeout_s:.0f} s timeout")
-        if outcome.exit_code == 97 and spec.user:
-            raise EvaluatorError(f"the verifier user {spec.user!r} is not in the task's image")
+            why = f"tests/test.sh ran past its {spec.timeout_s:.0f} s timeout"
+            if not session_code:
+                raise EvaluatorError(why)
+            evaluation.detail = (
+                f"{why} with the session's changes in place (the code under test can keep "
+                "it running): reward 0"
+            )
+            return evaluation
 
         code, _, log = await run_in(
             runtime, handle, _collect_script(scratch, tag), "harbor-collect", SETUP_TIMEOUT_S
         )
         if code != 0:
             raise EvaluatorError(f"cannot read {VERIFIER_DIR}: {log.strip()[-500:]}")
-        name, raw = _reward_file(scratch, tag)
-        reward, components = parse_reward(name, raw)
+        found, odd = _reward_files(scratch, tag)
+        try:
+            name, reward, components = judge_reward_files(found, odd)
+        except Tampering as exc:
+            if not session_code:
+                raise EvaluatorError(f"{exc} (the untouched task: the task's own)") from None
+            evaluation.detail = (
+                f"tampering: {exc}; the code under test ran as the verifier, so it is the "
+                f"session's: reward 0 (test.sh exited {outcome.exit_code})"
+            )
+            return evaluation
         report.reward, report.reward_file, report.components = reward, name, components
         evaluation.reward = reward
         evaluation.detail = f"{name}: {reward:g}; test.sh exited {outcome.exit_code}"
@@ -266,25 +351,22 @@ def _check_tests_dir(path: Path, settings: Settings) -> None:
         raise EvaluatorError(f"harbor.tests_dir {path} {problem}: a task may not read it")
 
 
-def _reward_file(scratch: Path, tag: str) -> tuple[str, bytes]:
-    """The reward file test.sh left (reward.json first, as Harbor), read no-follow from the
-    scratch copy, which is removed."""
-    found: tuple[str, bytes] | None = None
-    for name in ("reward.json", "reward.txt"):
+def _reward_files(scratch: Path, tag: str) -> tuple[dict[str, bytes], dict[str, str]]:
+    """The reward files test.sh left (by name), and those there but not plain files (name:
+    what they were), read no-follow from the scratch copy, which is removed."""
+    found: dict[str, bytes] = {}
+    odd: dict[str, str] = {}
+    for name in REWARD_FILES:
         copy = f"{tag}-{name}"
-        if safe_files.read_bytes(scratch, f"{copy}.link") is not None:
-            safe_files.remove(scratch, f"{copy}.link")
-            raise EvaluatorError(f"{VERIFIER_DIR}/{name} is a link, not a file")
+        what = safe_files.read_bytes(scratch, f"{copy}.odd", limit=256)
+        if what is not None:
+            safe_files.remove(scratch, f"{copy}.odd")
+            odd[name] = what.decode("utf-8", "replace").strip() or "not a regular file"
         data = safe_files.read_bytes(scratch, copy, limit=MAX_REWARD_BYTES)
         safe_files.remove(scratch, copy)
-        if data is not None and found is None:
-            found = (name, data)
-    if found is None:
-        raise EvaluatorError(
-            f"tests/test.sh wrote no reward: neither {VERIFIER_DIR}/reward.json nor "
-            "reward.txt (never scored 0)"
-        )
-    return found
+        if data is not None:
+            found[name] = data
+    return found, odd
 
 
 async def _copy_tree(src: Path, dest: Path) -> None:

@@ -1,12 +1,13 @@
 """The `harbor` evaluator reads reward.txt and reward.json as Harbor does; a bad one is an
-evaluator error, never a 0 (activities/evaluators/harbor.py)."""
+evaluator error, never a 0; two writers or a link are tampering
+(activities/evaluators/harbor.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from activities.evaluators.base import EvaluatorError
-from activities.evaluators.harbor import parse_reward
+from activities.evaluators.harbor import Tampering, judge_reward_files, parse_reward
 
 
 @pytest.mark.parametrize(
@@ -39,3 +40,53 @@ def test_reward_files_parse_as_harbor_reads_them(
 def test_a_bad_reward_file_is_an_evaluator_error_never_0(name: str, raw: bytes, why: str) -> None:
     with pytest.raises(EvaluatorError, match=why):
         parse_reward(name, raw)
+
+
+# ------------------------------------------------------------------ who wrote the reward
+
+JSON_1 = b'{"reward": 1.0, "passed": 4}'
+
+
+def test_harbors_order_reward_json_first_and_agreeing_files_count() -> None:
+    """As harbor 0.25's Verifier.verify: reward.json if it exists, else reward.txt; both
+    holding the same reward is one writer's (a verifier may write both)."""
+    assert judge_reward_files({"reward.txt": b"0.5\n"}) == ("reward.txt", 0.5, {})
+    assert judge_reward_files({"reward.json": JSON_1}) == (
+        "reward.json",
+        1.0,
+        {"reward": 1.0, "passed": 4.0},
+    )
+    both = {"reward.txt": b"1\n", "reward.json": JSON_1}
+    assert judge_reward_files(both)[:2] == ("reward.json", 1.0)
+    third = {"reward.txt": b"0.3333333\n", "reward.json": b'{"reward": 0.33333333}'}
+    assert judge_reward_files(third)[:2] == ("reward.json", 0.33333333)
+
+
+@pytest.mark.parametrize(
+    ("found", "odd", "why"),
+    [
+        # the code under test wrote reward.json 1 while the verifier wrote reward.txt 0
+        (
+            {"reward.txt": b"0\n", "reward.json": b'{"reward": 1}'},
+            {},
+            "says 1 and reward.txt says 0",
+        ),
+        ({"reward.txt": b"1\n", "reward.json": b'{"reward": 0, "passed": 0}'}, {}, "says 0"),
+        ({"reward.txt": b"1\n", "reward.json": b"{"}, {}, "one is not valid"),
+        ({"reward.txt": b"yes", "reward.json": JSON_1}, {}, "one is not valid"),
+        ({}, {"reward.txt": "a link, not a file"}, "reward.txt is a link"),
+        ({"reward.json": JSON_1}, {"reward.txt": "not a regular file"}, "not a regular file"),
+    ],
+)
+def test_two_writers_or_an_odd_file_are_tampering(
+    found: dict[str, bytes], odd: dict[str, str], why: str
+) -> None:
+    with pytest.raises(Tampering, match=why):
+        judge_reward_files(found, odd)
+
+
+def test_no_reward_file_is_an_evaluator_error() -> None:
+    with pytest.raises(EvaluatorError, match="wrote no reward"):
+        judge_reward_files({})
+    with pytest.raises(EvaluatorError, match="not a number"):
+        judge_reward_files({"reward.txt": b"maybe"})
