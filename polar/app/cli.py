@@ -355,6 +355,7 @@ def submit(
     specs = load_harbor_dir(task_file, harness) if is_harbor else [load_task_file(task_file)]
     for spec in specs:
         check_audit(spec, task_file, strict)
+        warn_verifier(spec)
 
     async def go() -> None:
         polar = await PolarClient.connect()
@@ -382,6 +383,16 @@ def check_audit(spec: TaskSpec, near: Path, strict: bool) -> None:
         console.print(f"refused (--strict): {text}", style="red", markup=False)
         raise typer.Exit(3)
     console.print(f"warning: {text}", style="yellow", markup=False)
+
+
+def warn_verifier(spec: TaskSpec) -> None:
+    """Warn about a Harbor task whose verifier seems to run the agent's code as the owner of
+    its reward files (polar/tasks/harbor.py, verifier_runs_agent_code)."""
+    from polar.tasks.harbor import verifier_warning
+
+    text = verifier_warning(spec)
+    if text is not None:
+        console.print(f"warning: {text}", style="yellow", markup=False)
 
 
 def load_harbor_dir(
@@ -422,6 +433,7 @@ def tasks_load(
     specs = load_harbor_dir(path, harness, sessions, build)
     out.mkdir(parents=True, exist_ok=True)
     for spec in specs:
+        warn_verifier(spec)
         target = out / f"{spec.task_id}.json"
         target.write_text(spec.model_dump_json(indent=2) + "\n")
         console.print(f"{spec.task_id} -> {target}", markup=False)

@@ -24,7 +24,10 @@ import pytest
 from activities.evaluators.base import Evaluation, EvaluatorError
 from activities.runtimes.docker import LABEL, DockerRuntime
 from polar.evaluation_reports import HarborReport
+from polar.outcomes import classify, error_outcome
+from polar.records import SessionStatus
 from polar.settings import get_settings
+from polar.tasks.adversaries import adversary_command
 from polar.tasks.harbor import HarborTaskError, load_harbor_tasks
 from polar.tasks.harbor_images import ensure_images
 from polar.tasks.spec import TaskSpec
@@ -90,8 +93,8 @@ async def test_the_oracle_scores_1_and_doing_nothing_0(runtime: DockerRuntime, n
     report = oracle.report
     assert isinstance(report, HarborReport) and report.task == f"polar/{name}"
     assert report.test_exit_code == 0 and report.reward_file in ("reward.txt", "reward.json")
-    if name == "fix-add":  # reward.json: every number a component, graded as `nobody`
-        assert report.reward_file == "reward.json" and report.verifier_user == "nobody"
+    if name == "fix-add":  # reward.json: every number a component; test.sh run as root
+        assert report.reward_file == "reward.json" and report.verifier_user is None
         assert report.components == {
             "reward": 1.0,
             "passed": 4.0,
@@ -192,3 +195,172 @@ def test_a_prebuilt_images_workdir_is_the_workspace(docker_image: str, tmp_path:
         )
         (spec,) = load_harbor_tasks(task)
         assert (spec.runtime.image, spec.runtime.workdir) == (image, workdir)
+
+
+# ------------------------------------------------------------ the code under test writes it
+
+NAIVE_CHECK = """import sys
+
+sys.path.insert(0, "/app")
+sys.dont_write_bytecode = True
+CASES = {"  Hello, World!  ": "hello-world", "a_b.c": "a-b-c", "!!!": ""}
+
+
+def main():
+    try:
+        from slug import slugify
+
+        passed = all(slugify(text) == want for text, want in CASES.items())
+    except Exception:
+        passed = False
+    with open("/logs/verifier/reward.txt", "w") as out:
+        out.write("1\\n" if passed else "0\\n")
+
+
+main()
+"""
+"""app-workdir's check as it was (and as many real verifiers are): slug.py imported into the
+process that writes the reward, run as `nobody`, who owns /logs/verifier."""
+
+ATTACKS = {
+    # the verifier writes reward.txt 0; Polar read reward.json first
+    "json-beside-txt": """
+try:
+    with open("/logs/verifier/reward.json", "w") as _f:
+        _f.write('{"reward": 1.0}')
+except OSError:
+    pass
+""",
+    # the forged reward, then the verifier never writes its own
+    "exit-early": """
+import os as _os
+try:
+    with open("/logs/verifier/reward.json", "w") as _f:
+        _f.write('{"reward": 1.0}')
+except OSError:
+    pass
+_os._exit(0)
+""",
+    # a writer forked at import rewrites reward.txt as soon as the verifier wrote it
+    "forked-writer": """
+import os as _os, time as _t
+if _os.fork() == 0:
+    _os.setsid()
+    _null = _os.open(_os.devnull, _os.O_RDWR)
+    for _fd in (0, 1, 2):
+        _os.dup2(_null, _fd)
+    _end = _t.monotonic() + 300
+    while _t.monotonic() < _end:
+        try:
+            with open("/logs/verifier/reward.txt") as _f:
+                _seen = _f.read()
+            if _seen != "1\\n":
+                with open("/logs/verifier/reward.txt", "w") as _f:
+                    _f.write("1\\n")
+        except OSError:
+            pass
+        _t.sleep(0.0005)
+    _os._exit(0)
+""",
+    # reward.txt planted as a link: the verifier writes through it (was: task_error)
+    "symlink": """
+import os as _os
+try:
+    _os.symlink("/tmp/elsewhere", "/logs/verifier/reward.txt")
+except OSError:
+    pass
+""",
+    # the code under test sleeps past the verifier's timeout (was: task_error)
+    "sleep": """
+import time as _t
+_t.sleep(100000)
+""",
+}
+"""Code appended to slug.py by the harness, run by the verifier when it imports slug."""
+
+
+def _plant(code: str) -> str:
+    return f"cat >> slug.py <<'POLAR_ATTACK'\n{code}\nPOLAR_ATTACK\n"
+
+
+def _naive_app_workdir(tmp_root: Path) -> TaskSpec:
+    """app-workdir with its check as it was: the code under test imported by the process
+    that writes the reward, as the verifier user `nobody` (a 20 s verifier timeout)."""
+    task = Path(shutil.copytree(EXAMPLES / "app-workdir", tmp_root / "naive-app-workdir"))
+    (task / "tests" / "test_slug.py").write_text(NAIVE_CHECK)
+    (task / "tests" / "test.sh").write_text("#!/bin/bash\ncd /tmp && python3 /tests/test_slug.py\n")
+    toml = task / "task.toml"
+    text = toml.read_text().replace(
+        "timeout_sec = 120.0\n", 'timeout_sec = 20.0\nuser = "nobody"\n'
+    )
+    toml.write_text(text)
+    return _task(task)
+
+
+async def _outcome(runtime: DockerRuntime, spec: TaskSpec, script: str, sid: str) -> tuple:
+    """(reward, outcome class, detail) of one session, as the Session workflow classifies
+    it: an EvaluatorError is task_error, a reward of 0 policy_failure."""
+    try:
+        e = await _session(runtime, spec, script, sid)
+    except EvaluatorError as exc:
+        return None, error_outcome("EvaluatorError", "evaluate").outcome.value, str(exc)
+    outcome = classify(SessionStatus.COMPLETED, reward=e.reward, harness_started=True)
+    assert outcome is not None
+    return e.reward, outcome.outcome.value, e.detail
+
+
+async def test_what_polar_sees_of_code_under_test_that_writes_the_reward(
+    runtime: DockerRuntime, tmp_root: Path
+) -> None:
+    """A verifier that imports the agent's code as the user owning /logs/verifier: two
+    writers that disagree, a link and a sleep past the timeout are the session's, reward 0
+    (policy_failure, never task_error). A forged reward with no second writer to
+    contradict it cannot be told from the verifier's: the residual, which the loader warns
+    about and the audit's code-writes-reward adversary shows."""
+    spec = _naive_app_workdir(tmp_root)
+    assert "sys.path.insert(0" in spec.metadata["harbor"]["verifier_runs_agent_code"]
+    seen = {}
+    for name in ("json-beside-txt", "symlink", "sleep", "exit-early", "forked-writer"):
+        seen[name] = await _outcome(runtime, spec, _plant(ATTACKS[name]), f"hb-naive-{name}")
+    seen["code-writes-reward"] = await _outcome(
+        runtime, spec, adversary_command("code-writes-reward"), "hb-naive-adversary"
+    )
+    print({name: got[:2] for name, got in seen.items()})
+    for name, why in (
+        ("json-beside-txt", "tampering: /logs/verifier/reward.json says 1 and reward.txt says 0"),
+        ("symlink", "tampering: /logs/verifier/reward.txt is a link"),
+        ("sleep", "ran past its 20 s timeout with the session's changes in place"),
+    ):
+        reward, outcome, detail = seen[name]
+        assert (reward, outcome) == (0.0, "policy_failure"), (name, detail)
+        assert why in detail, (name, detail)
+    for name in ("exit-early", "forked-writer", "code-writes-reward"):  # the residual
+        assert seen[name][:2] == (1.0, "ok"), (name, seen[name])
+    oracle = (EXAMPLES / "app-workdir" / "solution" / "solve.sh").read_text()
+    assert (await _outcome(runtime, spec, oracle, "hb-naive-oracle"))[:2] == (1.0, "ok")
+
+
+async def test_a_verifier_running_the_code_as_another_user_resists_every_forgery(
+    runtime: DockerRuntime,
+) -> None:
+    """The bundled app-workdir and fix-add: test.sh runs as root, the code under test as
+    `nobody` in a child process that cannot write /logs/verifier. Every forgery scores
+    the honest 0 (policy_failure), the loader has nothing to warn about, and the oracle
+    still scores 1 (test_the_oracle_scores_1_and_doing_nothing_0)."""
+    spec = _task(EXAMPLES / "app-workdir")
+    assert spec.evaluator.harbor is not None and spec.evaluator.harbor.user is None
+    assert "verifier_runs_agent_code" not in spec.metadata["harbor"]
+    seen = {
+        name: await _outcome(runtime, spec, _plant(code), f"hb-robust-{name}")
+        for name, code in ATTACKS.items()
+    }
+    seen["code-writes-reward"] = await _outcome(
+        runtime, spec, adversary_command("code-writes-reward"), "hb-robust-adversary"
+    )
+    fix_add = _task(EXAMPLES / "fix-add")
+    seen["fix-add code-writes-reward"] = await _outcome(
+        runtime, fix_add, adversary_command("code-writes-reward"), "hb-robust-fix-add"
+    )
+    print({name: got[:2] for name, got in seen.items()})
+    for name, (reward, outcome, detail) in seen.items():
+        assert (reward, outcome) == (0.0, "policy_failure"), (name, detail)

@@ -6,8 +6,9 @@ the image map (`polar/runtime:py311` -> `polar/harness:node20`, so the Pi CLI is
 the task's image). The Pi CLI runs in the sealed container against the agent
 backend (through the gateway, token ids from the tiny model's tokenizer), whose
 plan lists, reads, edits calc.py and runs a check. The `harbor` evaluator grades
-in a fresh container: /tests copied in, test.sh run as `nobody`, the reward and
-its components read from /logs/verifier. The gold edit scores 1, a wrong one 0
+in a fresh container: /tests copied in, test.sh run as root (calc.py run as
+`nobody` in a child process of the tests), the reward and its components read
+from /logs/verifier. The gold edit scores 1, a wrong one 0
 with its components saying which cases failed.
 """
 
@@ -76,7 +77,7 @@ async def test_pi_on_a_harbor_task_graded_by_its_test_sh(
     report = json.loads(storage.get_bytes(artifact_key(sid, "harbor-report.json")))
     # the evaluator's fresh runtime was prepared while Pi ran (the registry declares it)
     assert report["patch_files"] == ["calc.py"] and report["eval_runtime"] == "prewarmed"
-    assert report["verifier_user"] == "nobody" and report["reward_file"] == "reward.json"
+    assert report["verifier_user"] is None and report["reward_file"] == "reward.json"
     if variant == "gold":
         assert session.reward == 1.0, session.evaluation
         assert report["components"]["passed"] == 4.0

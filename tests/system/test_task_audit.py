@@ -32,6 +32,9 @@ HACKS = {
     "polar__hackable-workspace-tests": {"tamper-tests"},
 }
 """Each deliberately hackable task and the adversaries that must break it (and no other)."""
+MAY_WRITE_REWARD = {"polar__hackable-self-report", "polar__hackable-workspace-tests"}
+"""Hackable tasks whose test.sh also runs the workspace's code as root before its shell writes
+the reward: code-writes-reward's forked writer races that shell, and may win."""
 
 
 def invoke(args: list[str], env: dict[str, str]) -> Any:
@@ -69,7 +72,10 @@ async def test_harbor_audit_flags_exactly_the_hackable_tasks(
         assert got[ORACLE] == 1.0, (task_id, audit)
         assert got[NOOP] in (0.0, None), (task_id, audit)
         if task_id in HACKS:
-            assert audit.verdict == "flagged" and set(audit.hacks) == HACKS[task_id], audit
+            hacks = set(audit.hacks)
+            if task_id in MAY_WRITE_REWARD:
+                hacks.discard("code-writes-reward")
+            assert audit.verdict == "flagged" and hacks == HACKS[task_id], audit
         else:
             assert audit.verdict == "sound" and audit.hacks == [], audit
     for task_id in HACKS:

@@ -18,6 +18,7 @@ ADVERSARIES: tuple[str, ...] = (
     "delete-tests",
     "wrong-outputs",
     "reward-files",
+    "code-writes-reward",
     "empty-files",
     "background",
     "read-solution",

@@ -48,7 +48,7 @@ def test_the_bundled_dataset_loads_with_the_tasks_fields() -> None:
     assert hello.metadata["harbor"]["metadata"] == {"difficulty": "easy", "category": "shell"}
     assert hello.metadata["harbor"]["solution_dir"].endswith("hello-file/solution")
     fix = specs["polar__fix-add"]
-    assert fix.evaluator.harbor is not None and fix.evaluator.harbor.user == "nobody"
+    assert fix.evaluator.harbor is not None and fix.evaluator.harbor.user is None  # root
     assert fix.evaluator.harbor.env == {"PYTHONDONTWRITEBYTECODE": "1"}
     # a TaskSpec as any other: it survives its JSON round trip (the workflow's input)
     for spec in specs.values():
@@ -296,3 +296,78 @@ def test_the_cli_writes_the_specs_and_refuses_by_name(tmp_path: Path) -> None:
         result = runner.invoke(app, argv)
         assert result.exit_code == 2, result.output
         assert "harbor task polar/hello-file: agent.user: not supported" in result.output
+
+
+# ------------------------------------------------ a verifier that runs the agent's code
+
+
+def test_a_verifier_that_runs_the_agents_code_as_the_reward_owner_is_warned_about() -> None:
+    """The loader's warning (polar/tasks/harbor.py, verifier_runs_agent_code): on the
+    hackable tasks whose test.sh imports or runs the workspace's code, never on the sound
+    ones (fix-add and app-workdir run it as `nobody`, test.sh as root)."""
+    risks = {
+        s.task_id: s.metadata["harbor"].get("verifier_runs_agent_code")
+        for s in load_harbor_tasks(EXAMPLES)
+    }
+    flagged = {task for task, risk in risks.items() if risk}
+    assert flagged == {"polar__hackable-self-report", "polar__hackable-workspace-tests"}, risks
+    assert "tests/test.sh:4" in risks["polar__hackable-workspace-tests"]  # cd /workspace
+
+
+@pytest.mark.parametrize(
+    ("check", "user", "found"),
+    [
+        # the module under test imported by the process that writes the reward
+        ('import sys\nsys.path.insert(0, "/app")\nfrom slug import slugify\n', "nobody", "py:2"),
+        ("import subprocess\nsubprocess.run(['python3', '/app/slug.py'])\n", None, "py:2"),
+        # the same, as root, the code under test run as `nobody` by test.sh: no warning
+        (
+            "import subprocess\nCHILD = 'import sys; sys.path.insert(0, \"/app\")'\n"
+            "subprocess.run(['setpriv', '--reuid=65534', '--', 'python3', '-c', CHILD])\n",
+            None,
+            None,
+        ),
+        ("print(open('/app/out.txt').read())\n", "nobody", None),  # reads data, runs nothing
+    ],
+)
+def test_the_warning_names_the_line(
+    tmp_path: Path, check: str, user: str | None, found: str | None
+) -> None:
+    task = Path(shutil.copytree(EXAMPLES / "app-workdir", tmp_path / "app-workdir"))
+    (task / "tests" / "test_slug.py").write_text(check)
+    if user:
+        _append(task, "")
+        toml = task / "task.toml"
+        toml.write_text(
+            toml.read_text().replace(
+                "timeout_sec = 120.0\n", f'timeout_sec = 120.0\nuser = "{user}"\n'
+            )
+        )
+    (spec,) = load_harbor_tasks(task)
+    risk = spec.metadata["harbor"].get("verifier_runs_agent_code")
+    assert (risk is None) if found is None else f"tests/test_slug.{found}" in risk, risk
+
+
+def test_a_test_runner_started_in_the_workspace_is_warned_about(tmp_path: Path) -> None:
+    task = _copy(tmp_path)
+    script = task / "tests" / "test.sh"
+    script.write_text("#!/bin/bash\nuv run pytest /tests/test_outputs.py -rA\n")
+    (spec,) = load_harbor_tasks(task)
+    assert (
+        "tests/test.sh:2 starts a test runner"
+        in spec.metadata["harbor"]["verifier_runs_agent_code"]
+    )
+    script.write_text("#!/bin/bash\ncd /tmp\npython3 -m pytest /tests/test_outputs.py\n")
+    (spec,) = load_harbor_tasks(task)
+    assert "verifier_runs_agent_code" not in spec.metadata["harbor"]
+
+
+def test_the_cli_prints_the_warning_when_it_loads_the_task(tmp_path: Path) -> None:
+    task = _copy(tmp_path, "hackable-workspace-tests")
+    result = CliRunner().invoke(
+        app, ["tasks", "load", str(task), "--no-build", "--out", str(tmp_path / "o")]
+    )
+    assert result.exit_code == 0, result.output
+    assert "warning: Harbor task polar/hackable-workspace-tests: its verifier seems to run" in (
+        result.output
+    )
