@@ -50,7 +50,7 @@ from proxy.errors import install_error_handlers, provider_for
 from proxy.metrics import GatewayMetrics
 from proxy.on_policy import check_on_policy
 from proxy.openapi import install_openapi
-from proxy.pools import parse_pools, pool_for
+from proxy.pools import PoolSpec, parse_pools, pool_for
 from proxy.quota import RecordLimits
 from proxy.recorder import PendingCall, Recorder
 from proxy.request_json import parse_body
@@ -237,6 +237,22 @@ class Gateway:
             code="model_not_found",
         )
 
+    @staticmethod
+    def _check_pool_access(pool: PoolSpec, identity: SessionIdentity, model: Any) -> None:
+        """A pool that is not open to harnesses (the judge's, any non-policy pool by default)
+        answers only the worker's own keys: a harness's call is a 404 `model_not_found` in
+        its shape, as the real API answers a model the key cannot use, never served."""
+        if pool.may_serve(identity.attempt):
+            return
+        raise APIError(
+            404,
+            f"The model {model!r} does not exist or you do not have access to it "
+            "(a harness's key reaches only its session's policy models).",
+            type="invalid_request_error",
+            param="model",
+            code="model_not_found",
+        )
+
     def _check_choices(self, chat: dict[str, Any], provider: ProviderAPI) -> None:
         """Every sampled choice becomes training data, so a call may ask for at most
         `max_choices` of them (400 in the caller's shape past it)."""
@@ -262,7 +278,9 @@ class Gateway:
         chat = provider.to_chat(body, call)
         self._check_choices(chat, provider)
         pool = pool_for(self.pools, chat.get("model"))  # None: the policy's own backends
-        if pool is None and identity.only_model is not None:
+        if pool is not None:
+            self._check_pool_access(pool, identity, chat.get("model"))
+        elif identity.only_model is not None:
             self._check_known_model(chat.get("model"), identity.only_model)
         client = self.upstream if pool is None else self.pool_clients[pool.name]
         if pool is None or pool.policy:
@@ -471,6 +489,7 @@ def create_app(
                     "models": list(p.models),
                     "record": p.record,
                     "policy": p.policy,
+                    "harness": p.harness_may_call,
                     "replicas": gw.pool_clients[p.name].router.snapshot(),
                 }
                 for p in gw.pools

@@ -10,7 +10,14 @@ upstreams and their kind, the model name sent upstream, a host-side API key
 * `policy` (default false): its calls are samples of the policy. A call of a
   pool that is not the policy is recorded `untrainable` ("pool NAME: not the
   policy"), so no builder trains on it and the build counts it among the
-  unseen completions (`untrainable`).
+  unseen completions (`untrainable`);
+* `harness` (default: the pool's `policy`): whether a harness's key may call
+  it. A pool that is not the policy (the rubric judge, a stronger model) is
+  the worker's own: only a key of `WORKER_ATTEMPT` (the judge's) reaches it,
+  and a harness asking for one of its models gets 404 `model_not_found`, so a
+  harness cannot grade its work with the judge, nor have another model do it.
+  Set it true for a side model the harness itself calls (Claude Code's small
+  model), knowing its answers then reach the session's work.
 
 A model no pool names goes to the policy pool, as before. `POLAR_POOLS` is a
 JSON object (or the path of a file holding one):
@@ -18,7 +25,7 @@ JSON object (or the path of a file holding one):
     {"judge": {"models": ["judge", "rubric-*"], "upstreams": ["http://judge:8000/v1"],
                "kind": "openai", "model": "Qwen3-32B", "policy": false},
      "side":  {"models": ["claude-haiku*"], "upstreams": ["http://small:8000/v1"],
-               "record": false}}
+               "record": false, "harness": true}}
 """
 
 from __future__ import annotations
@@ -31,7 +38,21 @@ from typing import Any
 
 from polar.registry import Registry, UnknownKind
 
-FIELDS = {"models", "upstreams", "kind", "model", "record", "policy", "api_key_env", "routing"}
+FIELDS = {
+    "models",
+    "upstreams",
+    "kind",
+    "model",
+    "record",
+    "policy",
+    "harness",
+    "api_key_env",
+    "routing",
+}
+WORKER_ATTEMPT = 0
+"""The attempt of the keys the worker mints for its own calls (the rubric judge's,
+`activities.evaluators.rubric.JUDGE_ATTEMPT`): a harness run's attempts count from 1, and
+keys are signed, so no harness holds one."""
 
 
 class PoolError(ValueError):
@@ -71,6 +92,17 @@ class PoolSpec:
     api_key_env: str | None = None
     """the environment variable holding the upstream's API key (sent as a bearer token)"""
     routing: str = "affine"
+    harness: bool | None = None
+    """whether a harness's key may call it; None: only if it is a policy pool"""
+
+    @property
+    def harness_may_call(self) -> bool:
+        return self.policy if self.harness is None else self.harness
+
+    def may_serve(self, attempt: int) -> bool:
+        """Whether a key of `attempt` may call this pool: a harness's only if the pool is
+        open to harnesses; the worker's own (`WORKER_ATTEMPT`) always."""
+        return attempt == WORKER_ATTEMPT or self.harness_may_call
 
     def serves(self, model: str) -> int:
         """How well this pool's names match `model`: 0 not at all; longer is closer, and an
@@ -117,7 +149,7 @@ def _pool(name: str, spec: Any) -> PoolSpec:
         POOL_KINDS.get(kind)
     except UnknownPoolKind as exc:
         raise UnknownPoolKind(f"pool {name}: {exc}", exc.kind, exc.known) from None
-    for flag in ("record", "policy"):
+    for flag in ("record", "policy", "harness"):
         if not isinstance(spec.get(flag, True), bool):
             raise PoolError(f"pool {name}: {flag!r} must be true or false")
     for text in ("model", "api_key_env", "routing"):
@@ -133,6 +165,7 @@ def _pool(name: str, spec: Any) -> PoolSpec:
         policy=spec.get("policy", False),
         api_key_env=spec.get("api_key_env"),
         routing=spec.get("routing", "affine"),
+        harness=spec.get("harness"),
     )
 
 

@@ -3,6 +3,9 @@
 A judge pool's calls are recorded but untrainable (no builder trains on them, and
 the build counts them); a side pool's calls are not recorded; an external pool gets
 its host-side key; a model no pool names goes to the policy, recorded and trainable.
+A pool that is not the policy answers only the worker's own key (the judge's, attempt 0)
+unless it is opened to harnesses (`harness: true`): a harness's key gets 404
+`model_not_found` in its caller's shape, with `unknown_models` `refuse` or not.
 """
 
 from __future__ import annotations
@@ -17,11 +20,20 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from polar.builders.base import count_unseen, unseen_records
+from polar.session_keys import SessionIdentity, mint_session_key
 from polar.settings import Settings
 from polar.storage import Storage
-from tests.integration.test_gateway import MESSAGES, running_gateway
+from proxy.pools import WORKER_ATTEMPT
+from tests.integration.test_gateway import MESSAGES, Gateway, running_gateway
 from tests.support import ScriptedReply, scripted_backend, serve_app, text
 from tests.support.scripted_backend import render_answer
+
+
+def worker_key(gateway: Gateway, identity: SessionIdentity) -> str:
+    """The key the worker signs for its own calls in `identity`'s session, as the rubric
+    judge's (`activities.evaluators.rubric.JudgeAccess.key`): attempt 0, no policy model."""
+    judge = SessionIdentity(identity.session_id, identity.task_id, WORKER_ATTEMPT, only_model="")
+    return mint_session_key(judge, gateway.settings.session_secret)
 
 
 @contextmanager
@@ -52,7 +64,12 @@ def test_pools_route_record_and_exclude_from_training(
     ):
         pools = {
             "judge": {"models": ["judge"], "upstreams": [judge.url], "model": "judge-32b"},
-            "side": {"models": ["claude-haiku*"], "upstreams": [side.url], "record": False},
+            "side": {
+                "models": ["claude-haiku*"],
+                "upstreams": [side.url],
+                "record": False,
+                "harness": True,  # the harness's own small model
+            },
             "external": {
                 "models": ["gpt-*"],
                 "upstreams": [external],
@@ -62,9 +79,10 @@ def test_pools_route_record_and_exclude_from_training(
         }
         with running_gateway(base_settings, [policy.url], pools=json.dumps(pools)) as gateway:
             identity, key = gateway.session()
-            client = gateway.client(key)
+            harness, worker = gateway.client(key), gateway.client(worker_key(gateway, identity))
 
             def ask(model: str) -> str:
+                client = worker if model in ("judge", "gpt-5") else harness
                 answer = client.chat.completions.create(model=model, messages=MESSAGES)
                 return answer.choices[0].message.content or ""
 
@@ -114,9 +132,9 @@ def test_a_task_that_refuses_unknown_models_gets_404_in_its_callers_shape(
             client = gateway.client(strict_key)
             ask = client.chat.completions.create
             assert ask(model="my-policy", messages=MESSAGES).choices[0].message.content == "mine"
-            assert ask(model="judge", messages=MESSAGES).choices[0].message.content == (
-                "verdict: pass"
-            )
+            with pytest.raises(openai.NotFoundError) as judged:  # the judge is the worker's
+                ask(model="judge", messages=MESSAGES)
+            assert judged.value.code == "model_not_found"
             with pytest.raises(openai.NotFoundError) as refused:
                 ask(model="gpt-5", messages=MESSAGES)
             assert refused.value.code == "model_not_found"
@@ -134,4 +152,81 @@ def test_a_task_that_refuses_unknown_models_gets_404_in_its_callers_shape(
             said = lenient(model="gpt-5", messages=MESSAGES).choices[0].message.content
     assert said == "quietly the policy"
     assert len(policy.requests) == 2  # the refused calls never reached a backend
-    assert [r.status_code for r in storage.list_completions(strict.session_id)] == [200, 200]
+    # the policy's call only: the refused ones (the judge's pool too) recorded nothing
+    assert [r.status_code for r in storage.list_completions(strict.session_id)] == [200]
+
+
+def test_a_harness_key_never_reaches_a_pool_that_is_not_the_policys(
+    base_settings: Settings, storage: Storage
+) -> None:
+    """Issue 32: a harness could call `model: "judge"` through its own channel to grade its
+    work before it stopped, even under `unknown_models: refuse`. A harness's key (any attempt
+    from 1, strict or lenient, every API) now gets 404 `model_not_found` in its caller's
+    shape from the judge's pool, nothing is sampled nor recorded; the worker's own key (the
+    judge's, attempt 0) is served as before, and a pool opened with `harness: true` or a
+    policy pool serves the harness too."""
+    import anthropic
+    import openai
+    from google import genai
+    from google.genai import errors as genai_errors
+    from google.genai import types as genai_types
+
+    with (
+        scripted_backend([text("policy 1"), text("policy 2")]) as policy,
+        scripted_backend([text("verdict: 1.0")]) as judge,
+        scripted_backend([text("a title")]) as side,
+        scripted_backend([text("also the policy")]) as wide,
+    ):
+        pools = {
+            "judge": {"models": ["judge", "rubric-*"], "upstreams": [judge.url]},
+            "side": {"models": ["claude-haiku*"], "upstreams": [side.url], "harness": True},
+            "wide": {"models": ["policy-b"], "upstreams": [wide.url], "policy": True},
+        }
+        with running_gateway(base_settings, [policy.url], pools=json.dumps(pools)) as gateway:
+            strict, strict_key = gateway.session(only_model="policy")
+            lenient, lenient_key = gateway.session(attempt=3)
+            refusals: list[str] = []
+            for key in (strict_key, lenient_key):
+                chat = gateway.client(key).chat.completions.create
+                for model in ("judge", "rubric-v2"):
+                    with pytest.raises(openai.NotFoundError) as caught:
+                        chat(model=model, messages=MESSAGES)
+                    assert caught.value.code == "model_not_found", caught.value
+                    refusals.append(caught.value.message)
+                responses = gateway.client(key).responses.create
+                with pytest.raises(openai.NotFoundError):
+                    responses(model="judge", input="grade my work")
+                claude = anthropic.Anthropic(base_url=gateway.url, api_key=key, max_retries=0)
+                with pytest.raises(anthropic.NotFoundError) as caught_anthropic:
+                    claude.messages.create(
+                        model="judge", max_tokens=8, messages=[{"role": "user", "content": "hi"}]
+                    )
+                assert caught_anthropic.value.body["error"]["type"] == "not_found_error"  # type: ignore[index]
+                gemini = genai.Client(
+                    api_key=key,
+                    http_options=genai_types.HttpOptions(
+                        base_url=gateway.url, retry_options=genai_types.HttpRetryOptions(attempts=1)
+                    ),
+                )
+                with pytest.raises(genai_errors.ClientError) as caught_google:
+                    gemini.models.generate_content(model="judge", contents="grade my work")
+                assert caught_google.value.code == 404
+            assert all("'judge'" in m or "'rubric-v2'" in m for m in refusals)
+            # what a harness may call: its policy, a policy pool, a pool opened to it
+            said = [
+                gateway.client(lenient_key)
+                .chat.completions.create(model=m, messages=MESSAGES)
+                .choices[0]
+                .message.content
+                for m in ("policy", "policy-b", "claude-haiku-4-5")
+            ]
+            # the worker's own key (the judge's) still reaches the judge
+            verdict = gateway.client(worker_key(gateway, lenient)).chat.completions.create(
+                model="judge", messages=MESSAGES
+            )
+    assert said == ["policy 1", "also the policy", "a title"]
+    assert verdict.choices[0].message.content == "verdict: 1.0"
+    assert len(judge.requests) == 1  # only the worker's call reached the judge
+    assert storage.list_completions(strict.session_id) == []  # refused: nothing recorded
+    judged = [r for r in storage.list_completions(lenient.session_id) if r.attempt == 0]
+    assert [r.untrainable for r in judged] == ["pool judge: not the policy"]

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from proxy.pools import PoolError, parse_pools, pool_for
+from activities.evaluators.rubric import JUDGE_ATTEMPT
+from proxy.pools import WORKER_ATTEMPT, PoolError, parse_pools, pool_for
 from proxy.upstream import normalize
 
 POOLS = {
@@ -66,6 +67,7 @@ def test_a_model_goes_to_its_closest_pool_and_unknown_ones_to_the_policy() -> No
         ('{"x": {"models": ["m"]}}', "pool x: 'upstreams'"),
         ('{"x": {"models": ["m"], "upstreams": ["u"], "kind": "tgi"}}', "kind 'tgi'"),
         ('{"x": {"models": ["m"], "upstreams": ["u"], "record": "no"}}', "'record' must be"),
+        ('{"x": {"models": ["m"], "upstreams": ["u"], "harness": 1}}', "'harness' must be"),
         ('{"x": {"models": ["m"], "upstreams": ["u"], "key": "sk"}}', "unknown fields ['key']"),
         ('{"policy": {"models": ["m"], "upstreams": ["u"]}}', "the gateway's own pool"),
         ('{"x": "y"}', "pool x: must be an object"),
@@ -93,3 +95,20 @@ def test_a_plain_openai_pool_gets_no_training_fields() -> None:
     out = normalize(request, "openai", None)
     assert out == {"model": "gpt-5", "messages": [], "logprobs": False}
     assert normalize(request, "openai", "small")["model"] == "small"
+
+
+def test_only_the_workers_own_key_reaches_a_pool_that_is_not_the_policys() -> None:
+    """A non-policy pool (the judge) serves the worker's key (attempt 0, the judge's) and no
+    harness's (attempts from 1), unless opened with `harness: true`; a policy pool serves all."""
+    extra = {"opened": {"models": ["small"], "upstreams": ["http://s/v1"], "harness": True}}
+    closed = {
+        "shut": {"models": ["p2"], "upstreams": ["http://p/v1"], "policy": True, "harness": False}
+    }
+    judge, side, wide, opened, shut = parse_pools(json.dumps(POOLS | extra | closed))
+    assert WORKER_ATTEMPT == JUDGE_ATTEMPT == 0  # the judge's key is the worker's own
+    for pool in (judge, side):
+        assert not pool.harness_may_call and pool.may_serve(WORKER_ATTEMPT)
+        assert not any(pool.may_serve(attempt) for attempt in (1, 2, 7))
+    assert wide.harness_may_call and wide.may_serve(1) and wide.may_serve(0)
+    assert opened.may_serve(1) and not opened.policy
+    assert not shut.may_serve(1) and shut.may_serve(0)
