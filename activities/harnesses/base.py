@@ -17,13 +17,17 @@ environment or the command line is expressed in the runtime's view.
 from __future__ import annotations
 
 import json
+import logging
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
+from activities.harnesses.artifacts import unkeyable
 from polar import safe_files
 from polar.tasks.spec import HarnessSpec
+
+log = logging.getLogger("polar.harness")
 
 KEY_ENV = "POLAR_API_KEY"
 """The variable holding the session key; configs that name a key variable use this one."""
@@ -159,5 +163,9 @@ class CliAdapter:
         for pattern in self.log_globs:
             for path in sorted(home.glob(pattern)):
                 if path.is_file():
-                    found[path.relative_to(home).as_posix().lstrip(".")] = path
+                    name = path.relative_to(home).as_posix().lstrip(".")
+                    if (problem := unkeyable(name)) is not None:  # S3 could not take it
+                        log.warning("native log %s left out: %s", ascii(name)[:120], problem)
+                        continue
+                    found[name] = path
         return sorted(found.items())
