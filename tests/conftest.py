@@ -111,13 +111,17 @@ STALE_RUN_S = 6 * 3600
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     """A base temp dir of this run's own (unless `--basetemp` is given), under
-    /tmp/polar-pytest-of-USER (0711): pytest's shared /tmp/pytest-of-USER is set back to
-    0700 by every pytest that starts, which would cut a concurrent run's harness users off
-    their session dirs. The oldest runs beyond `KEPT_RUNS` are removed."""
+    /srv/polar-pt-USER as root, else the temp dir's polar-pt-USER (0711): pytest's
+    shared /tmp/pytest-of-USER is set back to 0700 by every pytest that starts, which would
+    cut a concurrent run's harness users off their session dirs. Not under /tmp as root: a
+    `local` session has a /tmp, /var/tmp and /dev/shm of its own (local_sandbox.py), so a
+    harness reads the tests' files (an agent script, a patch) only outside them. The oldest
+    runs beyond `KEPT_RUNS` are removed."""
     if config.option.basetemp is not None:
         return
     # a short name: Unix socket paths under it must stay within 107 bytes
-    root = Path(tempfile.gettempdir()) / f"polar-pt-{getpass.getuser()}"
+    parent = Path("/srv") if os.geteuid() == 0 else Path(tempfile.gettempdir())
+    root = parent / f"polar-pt-{getpass.getuser()}"
     root.mkdir(mode=0o711, exist_ok=True)
     st = root.lstat()
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
