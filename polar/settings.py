@@ -175,7 +175,8 @@ class Settings(BaseSettings):
     pools: str | None = Field(
         default=None,
         description="named backend pools beside the policy's, a JSON object or a file of one: "
-        "model names or prefixes, upstreams, recorded, policy samples (docs/gateway.md)",
+        "model names or prefixes, upstreams, recorded, policy samples, open to harnesses "
+        "(docs/gateway.md)",
     )
     upstream_cache_salt: Literal["off", "session", "task"] = Field(
         default="off",
