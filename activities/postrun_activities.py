@@ -18,7 +18,7 @@ from activities.evaluators import (
     get_evaluator,
 )
 from activities.evaluators.control import ControlGrade, control_grading
-from activities.evaluators.fresh import eval_prepare_request, fresh_runtime
+from activities.evaluators.fresh import evaluate_prepare_request, fresh_runtime
 from activities.evaluators.reward_checks import InvalidReward, check_rewards
 from activities.evaluators.rubric import judge_evaluation
 from activities.heartbeat import Heartbeater, heartbeating
@@ -198,14 +198,7 @@ class PostrunActivities(PoolActivities):
     ) -> tuple[Evaluation, dict[str, bytes]]:
         """Grade in the evaluator's fresh runtime (the prewarmed one, or prepared now); its
         logs are read before it is torn down."""
-        prepare = eval_prepare_request(
-            request.session_id,
-            request.task_id,
-            request.source,
-            request.runtime_spec,
-            request.runtime.kind,
-            request.evaluator,
-        )
+        prepare = evaluate_prepare_request(request)
         eval_runtime = self._runtime(prepare.runtime.kind)
         async with fresh_runtime(eval_runtime, prepare, prewarmed) as eval_handle:
             job = EvaluationJob(
@@ -235,14 +228,7 @@ class PostrunActivities(PoolActivities):
         not shown to lie outside the session, so `evaluation` becomes the policy's zero
         (activities/evaluators/control.py)."""
         error_type, message = failure
-        kind = eval_prepare_request(
-            request.session_id,
-            request.task_id,
-            request.source,
-            request.runtime_spec,
-            request.runtime.kind,
-            request.evaluator,
-        ).runtime.kind
+        kind = evaluate_prepare_request(request).runtime.kind
         timeout = activity.info().start_to_close_timeout
         left = (timeout.total_seconds() if timeout else request.budget_s) - CONTROL_MARGIN_S
         left -= time.monotonic() - started

@@ -23,7 +23,7 @@ import json
 from dataclasses import dataclass
 
 from activities.evaluators.base import EvaluationJob, Evaluator, EvaluatorError
-from activities.evaluators.fresh import eval_prepare_request, fresh_runtime
+from activities.evaluators.fresh import evaluate_prepare_request, fresh_runtime
 from activities.evaluators.reward_checks import InvalidReward, check_rewards
 from activities.heartbeat import heartbeating
 from activities.runtimes.base import Runtime
@@ -92,15 +92,9 @@ async def _grade_untouched(
     settings: Settings,
     timeout_s: float,
 ) -> ControlGrade:
-    prepare = eval_prepare_request(
-        request.session_id,
-        request.task_id,
-        request.source,
-        request.runtime_spec,
-        request.runtime.kind,
-        request.evaluator,
+    prepare = evaluate_prepare_request(request).model_copy(
+        update={"session_id": request.session_id + CONTROL_SUFFIX}
     )
-    prepare = prepare.model_copy(update={"session_id": request.session_id + CONTROL_SUFFIX})
     async with fresh_runtime(runtime, prepare) as handle:
         job = EvaluationJob(
             runtime,

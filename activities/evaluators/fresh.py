@@ -24,7 +24,7 @@ from activities.evaluators.patches import (
 )
 from activities.heartbeat import heartbeating
 from activities.runtimes.base import Runtime
-from polar.contracts import PrepareRequest, RuntimeHandle
+from polar.contracts import EvaluateRequest, PrepareRequest, RuntimeHandle
 from polar.evaluation_reports import ApplyAttempt, EvaluationReport
 from polar.tasks.spec import EvaluatorSpec, RuntimeSpec, Source
 
@@ -69,6 +69,18 @@ def eval_prepare_request(
         spec = evaluator.eval_runtime_spec(spec)
     return PrepareRequest(
         session_id=f"{session_id}-eval", task_id=task_id, runtime=spec, source=source
+    )
+
+
+def evaluate_prepare_request(request: EvaluateRequest) -> PrepareRequest:
+    """`eval_prepare_request` for the session an `evaluate` call grades."""
+    return eval_prepare_request(
+        request.session_id,
+        request.task_id,
+        request.source,
+        request.runtime_spec,
+        request.runtime.kind,
+        request.evaluator,
     )
 
 

@@ -61,7 +61,7 @@ import tarfile
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol
 
@@ -488,10 +488,49 @@ class DockerRuntime:
 
         return await asyncio.to_thread(copy)
 
+    async def read_files(
+        self, handle: RuntimeHandle, folder: str, names: Collection[str], limit: int
+    ) -> tuple[dict[str, bytes], dict[str, str]]:
+        """From the engine's archive of `folder`: nothing runs in the container."""
+        container = self._container(handle)
+        return await asyncio.to_thread(_read_members, container, folder, names, limit)
+
+
+def _read_members(
+    container: Any, folder: str, names: Collection[str], limit: int
+) -> tuple[dict[str, bytes], dict[str, str]]:
+    """The regular files among `names` right in the container's dir `folder`, read from the
+    engine's archive (no member is extracted); the others there: what each is."""
+    found: dict[str, bytes] = {}
+    odd: dict[str, str] = {}
+    try:
+        with _archive(container, folder) as tar:
+            for member in tar:
+                parts = PurePosixPath(member.name).parts
+                if len(parts) != 2 or parts[1] not in names:
+                    continue
+                if member.isfile():
+                    data = tar.extractfile(member)
+                    found[parts[1]] = data.read(limit) if data is not None else b""
+                elif member.issym() or member.islnk():
+                    odd[parts[1]] = "a link, not a file"
+                else:
+                    odd[parts[1]] = "not a regular file"
+    except NotFound:  # no such folder: no files
+        return {}, {}
+    return found, odd
+
 
 def _archive_into(container: Any, path: str, dest: Path) -> list[tuple[str, str]]:
     """The engine's archive of the container's dir `path`, whole, extracted into `dest`
     (`_extract_within`); what was skipped, and why."""
+    with _archive(container, path) as tar:
+        return _extract_within(tar, dest)
+
+
+@contextlib.contextmanager
+def _archive(container: Any, path: str) -> Iterator[tarfile.TarFile]:
+    """The engine's archive of the container's `path`, whole (`_check_whole`), to read."""
     stream, _ = container.get_archive(path)
     with tempfile.TemporaryFile() as buf:
         for chunk in stream:
@@ -499,7 +538,7 @@ def _archive_into(container: Any, path: str, dest: Path) -> list[tuple[str, str]
         _check_whole(buf)
         buf.seek(0)
         with tarfile.open(fileobj=buf) as tar:
-            return _extract_within(tar, dest)
+            yield tar
 
 
 SYNC_TRIES = 3
