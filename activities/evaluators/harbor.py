@@ -178,21 +178,6 @@ def _test_command(spec: HarborVerifierSpec) -> str:
     )
 
 
-def _collect_script(scratch: Path, tag: str) -> str:
-    """Copy the reward files (plain files) out to the scratch folder; one that is there but
-    is a link or not a plain file is named in `{file}.odd`."""
-    lines = ["set -u"]
-    for name in REWARD_FILES:
-        src = shlex.quote(f"{VERIFIER_DIR}/{name}")
-        dest = shlex.quote(str(scratch / f"{tag}-{name}"))
-        lines.append(
-            f"if [ -L {src} ]; then echo 'a link, not a file' > {dest}.odd; "
-            f"elif [ -f {src} ]; then head -c {MAX_REWARD_BYTES} {src} > {dest}; "
-            f"elif [ -e {src} ]; then echo 'not a regular file' > {dest}.odd; fi"
-        )
-    return "\n".join(lines) + "\n"
-
-
 class HarborEvaluator:
     """`kind: harbor`: the task's tests/test.sh in a fresh runtime holding the session's
     changes; the reward only from a /logs/verifier made fresh for it."""
@@ -296,12 +281,8 @@ class HarborEvaluator:
             )
             return evaluation
 
-        code, _, log = await run_in(
-            runtime, handle, _collect_script(scratch, tag), "harbor-collect", SETUP_TIMEOUT_S
-        )
-        if code != 0:
-            raise EvaluatorError(f"cannot read {VERIFIER_DIR}: {log.strip()[-500:]}")
-        found, odd = _reward_files(scratch, tag)
+        # read from outside: nothing runs in a runtime after the code under test
+        found, odd = await runtime.read_files(handle, VERIFIER_DIR, REWARD_FILES, MAX_REWARD_BYTES)
         try:
             name, reward, components = judge_reward_files(found, odd)
         except Tampering as exc:
@@ -349,24 +330,6 @@ def _check_tests_dir(path: Path, settings: Settings) -> None:
         problem = f"resolves to {real}, inside the data dir {state}"
     if problem is not None:
         raise EvaluatorError(f"harbor.tests_dir {path} {problem}: a task may not read it")
-
-
-def _reward_files(scratch: Path, tag: str) -> tuple[dict[str, bytes], dict[str, str]]:
-    """The reward files test.sh left (by name), and those there but not plain files (name:
-    what they were), read no-follow from the scratch copy, which is removed."""
-    found: dict[str, bytes] = {}
-    odd: dict[str, str] = {}
-    for name in REWARD_FILES:
-        copy = f"{tag}-{name}"
-        what = safe_files.read_bytes(scratch, f"{copy}.odd", limit=256)
-        if what is not None:
-            safe_files.remove(scratch, f"{copy}.odd")
-            odd[name] = what.decode("utf-8", "replace").strip() or "not a regular file"
-        data = safe_files.read_bytes(scratch, copy, limit=MAX_REWARD_BYTES)
-        safe_files.remove(scratch, copy)
-        if data is not None:
-            found[name] = data
-    return found, odd
 
 
 async def _copy_tree(src: Path, dest: Path) -> None:

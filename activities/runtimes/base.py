@@ -115,6 +115,14 @@ class Runtime(Protocol):
         link out of the copy)."""
         ...
 
+    async def read_files(
+        self, handle: RuntimeHandle, folder: str, names: Collection[str], limit: int
+    ) -> tuple[dict[str, bytes], dict[str, str]]:
+        """The regular files among `names` right in the sandbox's dir `folder` (as the sandbox
+        sees it), each read up to `limit` bytes without running anything in the sandbox; and
+        those there but not regular files (a link, a FIFO, a dir): what each is."""
+        ...
+
     async def reap(self, handle: RuntimeHandle) -> None:
         """Kill every process still alive in the runtime (what a command left behind).
 

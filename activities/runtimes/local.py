@@ -69,6 +69,7 @@ from activities.runtimes.local_sandbox import (
 from activities.runtimes.resource_limits import ContainerLimits, DirsWatchdog, watching_disk
 from activities.runtimes.workspace_copy import copy_workspace_dir
 from activities.shell_command import ProcessOutcome, run_shell
+from polar import safe_files
 from polar.contracts import PrepareRequest, RuntimeHandle
 from polar.host_paths import local_git_path, resolved_problem
 from polar.ids import InvalidId, checked_id
@@ -542,6 +543,26 @@ class LocalRuntime:
         the sandbox; activities/runtimes/workspace_copy.py); what was left out."""
         workspace = self._handle_dir(handle) / "workspace"
         return await asyncio.to_thread(copy_workspace_dir, workspace, dest, junk)
+
+    async def read_files(
+        self, handle: RuntimeHandle, folder: str, names: Collection[str], limit: int
+    ) -> tuple[dict[str, bytes], dict[str, str]]:
+        """Read by the worker, no-follow, from a folder of the session's own dir (elsewhere
+        the sandbox's view of a path is not the worker's: InvalidRuntime)."""
+        base, path = self._handle_dir(handle), Path(folder)
+        if not path.is_relative_to(base) or ".." in path.parts:
+            raise InvalidRuntime(f"the local runtime reads no {folder!r} outside its session dir")
+        found: dict[str, bytes] = {}
+        odd: dict[str, str] = {}
+        for name in names:
+            try:
+                data = safe_files.read_bytes(path, name, limit=limit)
+            except safe_files.UnsafePath as exc:
+                odd[name] = str(exc)
+                continue
+            if data is not None:
+                found[name] = data
+        return found, odd
 
     async def teardown(self, handle: RuntimeHandle) -> bool:
         """Remove the session dir (its processes first); whether there was one."""
