@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable
 from pathlib import Path
 
@@ -137,4 +138,6 @@ async def test_a_line_that_is_not_this_runs_marker_does_not_count(tmp_path: Path
         )
     finally:
         seen = pipe.close()
-    assert outcome.exit_code == 0 and not seen
+    # the reader stops at the first line: the marker's own write may then meet a closed pipe
+    # (SIGPIPE) where the two lines came in two reads, and the command never runs
+    assert outcome.exit_code in (0, -signal.SIGPIPE) and not seen, outcome
