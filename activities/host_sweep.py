@@ -33,11 +33,15 @@ control grading's): each belongs to the session its id names without it."""
 
 
 def owning_session(runtime_id: str) -> str:
-    """The session a runtime id belongs to (its own id, or one of `FRESH_SUFFIXES` off)."""
-    for suffix in FRESH_SUFFIXES:
-        if runtime_id.endswith(suffix):
-            return runtime_id.removesuffix(suffix)
-    return runtime_id
+    """The session a runtime id belongs to: its own id, `FRESH_SUFFIXES` off (a control's
+    reward_command runtime is `{session}-control-reward`)."""
+    while True:
+        for suffix in FRESH_SUFFIXES:
+            if runtime_id.endswith(suffix):
+                runtime_id = runtime_id.removesuffix(suffix)
+                break
+        else:
+            return runtime_id
 
 
 @dataclass
