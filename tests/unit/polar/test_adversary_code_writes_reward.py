@@ -30,12 +30,15 @@ with open({out!r} + "/reward.txt", "w") as f:
 
 
 def _writers(marker: str) -> list[int]:
-    """This user's processes whose command line names `marker` (the forged writer forks from
-    a verifier run from there, and outlives it)."""
+    """This user's processes whose command line names `marker` or whose working directory is
+    in it (the forged writer forks from a verifier run from there, and outlives it)."""
     found = []
     for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
         with contextlib.suppress(OSError):
-            if proc.name.isdigit() and marker.encode() in (proc / "cmdline").read_bytes():
+            named = marker.encode() in (proc / "cmdline").read_bytes()
+            if named or os.readlink(proc / "cwd").startswith(marker):
                 found.append(int(proc.name))
     return found
 
