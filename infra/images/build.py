@@ -25,7 +25,8 @@
    tested with; `POLAR_SERVICE_PYTHON` names another prefix), copied in without
    its site-packages and tests: Debian 12's own 3.11.2 lacks tarfile's
    extraction filters (PEP 706, 3.11.4+), which the docker runtime uses. Its
-   recipe hashes the runtime image id, the Dockerfile, that interpreter and the
+   recipe hashes the runtime image id, the Dockerfile, that interpreter, the host's
+   static busybox (the toolbox a worker gives its session containers) and the
    source files; the image is also tagged `polar/polar:r-{recipe}`, which names
    this source's image even while another checkout rebuilds `latest`.
 
@@ -275,7 +276,17 @@ def service_recipe(client: docker.DockerClient, python: Path) -> str:
     for path in _source_files():
         digest.update(path.relative_to(REPO).as_posix().encode())
         digest.update(path.read_bytes())
+    digest.update(_host_busybox().read_bytes())
     return digest.hexdigest()[:16]
+
+
+def _host_busybox() -> Path:
+    """The host's static busybox: a worker in the service image copies it into its runtimes
+    dir as the toolbox its session containers run (activities/runtimes/toolbox.py)."""
+    for candidate in ("/bin/busybox", "/usr/bin/busybox"):
+        if Path(candidate).is_file():
+            return Path(candidate).resolve()
+    sys.exit("busybox is missing: run infra/setup.sh (apt-get install busybox-static)")
 
 
 def build_service(client: docker.DockerClient, *, force: bool, log=print) -> bool:
@@ -289,6 +300,7 @@ def build_service(client: docker.DockerClient, *, force: bool, log=print) -> boo
         return False
     log(f"{SERVICE_TAG}: building from the project source on {python}")
     entries = [(HERE / "polar" / "Dockerfile", "Dockerfile"), (BUILD_CA, "build-ca.crt")]
+    entries += [(_host_busybox(), "busybox")]
     entries += [
         (path, f"python/{path.relative_to(python).as_posix()}") for path in python_files(python)
     ]
