@@ -259,11 +259,13 @@ async def test_compose_stack_runs_a_task_through_a_worker_restart(stack: Stack) 
         return False
 
     await wait_for(harness_mid_run, 300, "a harness running in a session container", every_s=0.5)
-    # the sessions' containers: no network, one mount (the channel dir, read-only)
+    # the sessions' containers: no network, two mounts, read-only: the channel dir and
+    # Polar's toolbox (the main process, activities/runtimes/toolbox.py)
     for container in session_containers(host_id):
         assert container.attrs["HostConfig"]["NetworkMode"] == "none", container.name
         mounts = container.attrs["Mounts"]
-        assert [m["Destination"] for m in mounts if m["Type"] == "bind"] == ["/run/polar"]
+        binds = sorted(m["Destination"] for m in mounts if m["Type"] == "bind")
+        assert binds == ["/run/polar", "/run/polar-tools/busybox"], binds
         assert all(not m["RW"] for m in mounts if m["Type"] == "bind")
 
     # mid-harness (each makes a call every PAUSE_S): the run pool's worker dies (SIGKILL, as

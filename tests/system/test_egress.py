@@ -261,13 +261,18 @@ async def test_a_harbor_verifier_gets_its_own_network(
 
 
 LORIS = """
-import json, socket, sys, time
+import json, os, socket, sys, time
 held, refused = [], 0
+# straight to the socket, past the forwarder: bound at /run/polar in a container, at its
+# own path (the session dir's channel/) in the root local sandbox
+door = "/run/polar/egress.sock"
+if not os.path.exists(door):
+    door = os.path.join(os.path.dirname(os.getcwd()), "channel", "egress.sock")
 for _ in range(int(sys.argv[1])):
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(2)
     try:
-        s.connect("/run/polar/egress.sock")  # straight to the socket, past the forwarder
+        s.connect(door)
         s.sendall(b"CONNECT example.com:443 HTTP/1.1\\r\\nX-Slow: ")
         held.append(s)
     except OSError:
@@ -306,8 +311,10 @@ def _host_address() -> str:
             return "127.0.0.2"
 
 
-def _public_task(task_id: str, repo: Path, image: str, command: str) -> TaskSpec:
-    runtime = {"kind": "docker", "image": image, "network": {"mode": "public"}}
+def _public_task(task_id: str, repo: Path, image: str, command: str, kind: str) -> TaskSpec:
+    runtime: dict[str, object] = {"kind": kind, "network": {"mode": "public"}}
+    if kind != "local":
+        runtime["image"] = image
     return TaskSpec.model_validate(
         {
             "task_id": task_id,
@@ -319,10 +326,18 @@ def _public_task(task_id: str, repo: Path, image: str, command: str) -> TaskSpec
     )
 
 
+@pytest.mark.parametrize("kind", ["docker", "podman", "local"])
 async def test_egress_slowloris_ends_the_attacker_and_public_never_reaches_the_host(
-    egress_polar: PolarClient, storage: Storage, docker_image: str, internet: int, tmp_path: Path
+    kind: str,
+    egress_polar: PolarClient,
+    storage: Storage,
+    docker_image: str,
+    internet: int,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> None:
-    """Two docker sessions with `public` egress on one worker: one floods its egress.sock
+    """Two sessions with `public` egress on one worker (docker, podman, the sealed local
+    sandbox): one floods its egress.sock
     with 2,000 half-open connections, and is ended at its 65th, the worker's descriptors
     bounded; its neighbour, at the same time, fetches its allowed URL (200) and is refused
     403 for the worker host's own interface address (a server listening there) and for each
@@ -345,10 +360,11 @@ async def test_egress_slowloris_ends_the_attacker_and_public_never_reaches_the_h
         f"http://[64:ff9b::7f00:1]:{internet}/nat64",
         f"http://[2002:7f00:1::]:{internet}/6to4",
     ]
-    tag = uuid.uuid4().hex[:6]
-    attack = _public_task(f"egress-loris-{tag}", repo, docker_image, "python3 loris.py 2000")
+    tag = f"{kind}-{uuid.uuid4().hex[:6]}"
+    image = request.getfixturevalue("podman_image") if kind == "podman" else docker_image
+    attack = _public_task(f"egress-loris-{tag}", repo, image, "python3 loris.py 2000", kind)
     fetch = "sleep 3; python3 spellings.py " + " ".join(urls)
-    honest = _public_task(f"egress-honest-{tag}", repo, docker_image, fetch)
+    honest = _public_task(f"egress-honest-{tag}", repo, image, fetch, kind)
     before, peak = len(os.listdir("/proc/self/fd")), [0]
     stop = asyncio.Event()
 
@@ -377,7 +393,7 @@ async def test_egress_slowloris_ends_the_attacker_and_public_never_reaches_the_h
     a_err = text(attacker.session_id, "harness-attempt1.stderr")
     n_out = text(neighbour.session_id, "harness-attempt1.stdout")
     print(
-        f"RESULT egress slowloris docker: attacker {attacker.status.value} {a_out.strip()!r}; "
+        f"RESULT egress slowloris {kind}: attacker {attacker.status.value} {a_out.strip()!r}; "
         f"worker fds {before} -> peak {peak[0]}; neighbour {neighbour.status.value}:\n{n_out}"
     )
     assert attacker.status == SessionStatus.HARNESS_FAILED, (attacker, a_out, a_err[-2000:])

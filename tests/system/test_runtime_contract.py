@@ -186,9 +186,15 @@ def _assert_container_record(runtime: Any, attrs: dict[str, Any], handle: Runtim
     host = attrs["HostConfig"]
     assert host["NetworkMode"] == "none"
     assert host["Init"] is True
-    # the only mount: the session's channel dir, read-only
-    assert [(m["Destination"], m["RW"]) for m in attrs["Mounts"]] == [(SANDBOX_DIR, False)]
-    assert attrs["Mounts"][0]["Source"] == str(runtime.channel_dir(handle))
+    # the only mounts, read-only: the session's channel dir and Polar's toolbox
+    from activities.runtimes.toolbox import BUSYBOX
+
+    mounts = {m["Destination"]: m for m in attrs["Mounts"]}
+    assert sorted((d, m["RW"]) for d, m in mounts.items()) == [
+        (SANDBOX_DIR, False),
+        (BUSYBOX, False),
+    ], mounts
+    assert mounts[SANDBOX_DIR]["Source"] == str(runtime.channel_dir(handle))
     assert attrs["Config"]["Labels"][LABEL] == "limits-1"
     if runtime.kind == "podman" and runtime.mode == "rootless" and not cgroup_v2():
         # podman: "Resource limits are not supported and ignored on cgroups V1 rootless"
