@@ -292,9 +292,12 @@ async def runs_harness(polar: PolarClient, run: object, on_host: Callable[[str],
 
 
 def runtime_dirs(node: Node) -> list[Path]:
-    """The session work dirs left under a host's data dir."""
+    """The session work dirs left under a host's data dir (not the worker's own hidden
+    state beside them, such as the containers' toolbox: a name no session id can take)."""
     runtimes = Path(node.settings.data_dir) / "runtimes"
-    return sorted(runtimes.iterdir()) if runtimes.exists() else []
+    if not runtimes.exists():
+        return []
+    return sorted(p for p in runtimes.iterdir() if not p.name.startswith("."))
 
 
 def check_stayed_on_their_hosts(
