@@ -110,10 +110,12 @@ async def fixed_and_wrong_sessions(
     """One session whose harness fixes hello.txt (after checking `in_container`), one that
     makes a wrong change, both graded by a command evaluator in the runtime: rewards 1 and 0."""
     evaluator = "grep -q fixed hello.txt"
-    # the reward_command, told where the reward goes (the command is not)
+    # the reward_command, told where the reward goes (the command is not); it always writes
+    # one (a reward_command that writes none is an evaluator error)
     reward = (
-        '[ "$POLAR_COMMAND_EXIT_CODE" = 0 ] && '
-        f'echo \'{{"reward": 1.0, "detail": "graded in {label}"}}\' > "$POLAR_REWARD_FILE"; true'
+        '[ "$POLAR_COMMAND_EXIT_CODE" = 0 ] && r=1.0 || r=0.0; '
+        f'echo "{{\\"reward\\": $r, \\"detail\\": \\"graded in {label}\\"}}" '
+        '> "$POLAR_REWARD_FILE"'
     )
 
     def spec(task_id: str, harness: str) -> TaskSpec:
