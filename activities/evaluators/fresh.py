@@ -93,6 +93,8 @@ class Changes:
     dropped_junk: list[str] = field(default_factory=list)
     protected_dropped: list[str] = field(default_factory=list)
     extract_error: str | None = None
+    too_large: str | None = None
+    """Why the changes were not even tried in the fresh runtime (larger than its disk)."""
     strategy: str | None = None
     attempts: list[dict[str, Any]] = field(default_factory=list)
 
@@ -116,9 +118,13 @@ class Changes:
     def unusable(self) -> str | None:
         """Why the changes cannot be graded (unreadable, or applied by no strategy), or None."""
         if not self.applied:
-            return self.extract_problem() or (
-                "the session's changes did not apply in a fresh runtime "
-                f"({len(self.attempts)} strategies tried)"
+            return (
+                self.extract_problem()
+                or self.too_large
+                or (
+                    "the session's changes did not apply in a fresh runtime "
+                    f"({len(self.attempts)} strategies tried)"
+                )
             )
         return None
 
@@ -173,6 +179,13 @@ async def carry_changes(
         return changes
     changes.patch, changes.files, changes.protected_dropped = drop_protected(patch, protected)
     if changes.empty:
+        return changes
+    limit = await eval_runtime.disk_limit(eval_handle)
+    if len(changes.patch) >= limit:  # it could not even be copied in (podman cp fails)
+        changes.too_large = (
+            f"the session's patch ({len(changes.patch)} bytes) is larger than the runtime's "
+            f"disk limit ({limit} bytes): it cannot be applied there"
+        )
         return changes
     changes.strategy, changes.attempts = await apply_patch(
         eval_runtime,

@@ -622,7 +622,10 @@ async def evaluate_swebench(
             return done(f"empty patch: the session changed nothing (junk aside){why}")
         if changes.strategy is None and not changes.empty:
             report.apply_log = changes.attempts[-1]["log"] if changes.attempts else ""
-            return done(f"patch did not apply ({len(changes.attempts)} strategies tried)")
+            return done(
+                changes.too_large
+                or f"patch did not apply ({len(changes.attempts)} strategies tried)"
+            )
         report.protected_files_dropped += await _restore_pytest_sections(
             eval_runtime, eval_handle, changes.files
         )

@@ -123,6 +123,11 @@ class Runtime(Protocol):
         those there but not regular files (a link, a FIFO, a dir): what each is."""
         ...
 
+    async def disk_limit(self, handle: RuntimeHandle) -> int:
+        """The runtime's disk limit in bytes (its RuntimeSpec's `disk`), also the most one
+        file may hold there."""
+        ...
+
     async def reap(self, handle: RuntimeHandle) -> None:
         """Kill every process still alive in the runtime (what a command left behind).
 

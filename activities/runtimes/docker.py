@@ -488,6 +488,11 @@ class DockerRuntime:
 
         return await asyncio.to_thread(copy)
 
+    async def disk_limit(self, handle: RuntimeHandle) -> int:
+        """From the container's label (`DISK_LABEL`, set at its creation)."""
+        attrs = await asyncio.to_thread(lambda: self._container(handle).attrs)
+        return int(attrs["Config"]["Labels"][DISK_LABEL])
+
     async def read_files(
         self, handle: RuntimeHandle, folder: str, names: Collection[str], limit: int
     ) -> tuple[dict[str, bytes], dict[str, str]]:

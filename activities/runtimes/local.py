@@ -544,6 +544,9 @@ class LocalRuntime:
         workspace = self._handle_dir(handle) / "workspace"
         return await asyncio.to_thread(copy_workspace_dir, workspace, dest, junk)
 
+    async def disk_limit(self, handle: RuntimeHandle) -> int:
+        return _read_limits(self._handle_dir(handle)).disk_bytes
+
     async def read_files(
         self, handle: RuntimeHandle, folder: str, names: Collection[str], limit: int
     ) -> tuple[dict[str, bytes], dict[str, str]]:
