@@ -51,6 +51,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import functools
 import hashlib
 import io
 import logging
@@ -63,7 +64,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator
 from pathlib import Path, PurePosixPath
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import docker
 from docker.errors import APIError, ImageNotFound, NotFound
@@ -82,6 +83,7 @@ from polar.contracts import PrepareRequest, RuntimeHandle
 from polar.tasks.spec import RuntimeSpec
 
 log = logging.getLogger("polar.worker")
+T = TypeVar("T")
 
 LABEL = "polar.session"
 NAMESPACE_LABEL = "polar.namespace"
@@ -439,17 +441,7 @@ class DockerRuntime:
         was left out) is skipped, each named in `polar-skipped.txt` in the dir; an archive
         stream cut short by the engine is fetched again (`SYNC_TRIES`, with backoff)."""
         for path in (self.home(handle), self.scratch(handle)):
-            for attempt in range(SYNC_TRIES):
-                try:
-                    self._sync_dir_out(container, path)
-                    break
-                except (tarfile.ReadError, EOFError, OSError) as exc:
-                    if isinstance(exc, OSError) and not _transient(exc):
-                        raise
-                    if attempt == SYNC_TRIES - 1:
-                        raise
-                    log.warning("copying %s out of the container: %s; again", path, exc)
-                    time.sleep(0.5 * 2**attempt)
+            _retried(functools.partial(self._sync_dir_out, container, path), str(path))
 
     def _sync_dir_out(self, container: Any, path: Path) -> None:
         fresh = path.with_name(path.name + ".incoming")
@@ -471,18 +463,13 @@ class DockerRuntime:
 
         def copy() -> list[str]:
             container = self._container(handle)
-            for attempt in range(SYNC_TRIES):
-                try:
-                    skipped = _archive_into(container, handle.workdir, dest)
-                    break
-                except (tarfile.ReadError, EOFError, OSError) as exc:
-                    if isinstance(exc, OSError) and not _transient(exc):
-                        raise
-                    if attempt == SYNC_TRIES - 1:
-                        raise
-                    shutil.rmtree(dest)
-                    dest.mkdir()
-                    time.sleep(0.5 * 2**attempt)
+
+            def into_dest() -> list[tuple[str, str]]:
+                shutil.rmtree(dest)  # what a cut stream left
+                dest.mkdir()
+                return _archive_into(container, handle.workdir, dest)
+
+            skipped = _retried(into_dest, handle.workdir)
             drop_alternates(dest)
             return [name for name, _ in skipped]
 
@@ -524,6 +511,22 @@ def _read_members(
     except NotFound:  # no such folder: no files
         return {}, {}
     return found, odd
+
+
+def _retried(copy: Callable[[], T], what: str) -> T:
+    """`copy` (a copy out of a container), tried again (`SYNC_TRIES`, with backoff) where the
+    engine's archive stream ended early or was reset; the worker's own disk errors raise."""
+    for attempt in range(SYNC_TRIES):
+        try:
+            return copy()
+        except (tarfile.ReadError, EOFError, OSError) as exc:
+            if isinstance(exc, OSError) and not _transient(exc):
+                raise
+            if attempt == SYNC_TRIES - 1:
+                raise
+            log.warning("copying %s out of the container: %s; again", what, exc)
+            time.sleep(0.5 * 2**attempt)
+    raise AssertionError("unreachable")
 
 
 def _archive_into(container: Any, path: str, dest: Path) -> list[tuple[str, str]]:
