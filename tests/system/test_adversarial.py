@@ -144,19 +144,7 @@ def bwrap_cgroup_stack(sealed_stack: SealedStack) -> Iterator[SealedStack]:
         pytest.skip(reason)
 
 
-PODMAN_CP_OPEN = pytest.mark.xfail(
-    strict=False,
-    reason="open (issue 32): on podman the disk filler's evaluation can fail copying into its "
-    "fresh evaluator runtime (`podman cp -`: 'io: read/write on closed pipe', infra_error "
-    "engine on every placement) while the fork bomb runs beside it; 2 of 3 runs here, not "
-    "reproduced with the filler alone",
-)
-"""The known open case of the podman runtime (docs/threat-model.md, what stays open)."""
-
-
-@pytest.mark.parametrize(
-    "kind", [pytest.param(k, marks=PODMAN_CP_OPEN) if k == "podman" else k for k in RUNTIMES]
-)
+@pytest.mark.parametrize("kind", RUNTIMES)
 async def test_disk_filler_and_fork_bomb_end_only_their_session(
     kind: str, sealed_stack: SealedStack, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:

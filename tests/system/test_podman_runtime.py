@@ -72,3 +72,20 @@ async def test_the_memory_limit_is_the_containers_cgroup_limit(runtime: PodmanRu
         assert _read(runtime.log_paths(handle, "mem")[0]).strip() == str(256 * 1024 * 1024)
     finally:
         await runtime.teardown(handle)
+
+
+@pytest.mark.parametrize("size", [2_417_717, 2_500_000])
+async def test_a_file_of_any_size_is_copied_in(runtime: PodmanRuntime, size: int) -> None:
+    """A scratch file reaches the container whatever its size: with tarfile's padding to a
+    whole record after the end-of-archive marker, `podman cp -` failed at some sizes ("io:
+    read/write on closed pipe"; 2,417,717 bytes did, 3 of 3), an APIError that made a
+    session's big patch an engine fault (issue 32)."""
+    handle = await runtime.prepare(_request(f"copy-in-{size}"))
+    try:
+        (runtime.scratch(handle) / "f.bin").write_bytes(b"x" * size)
+        probe = f"stat -c %s {runtime.scratch(handle)}/f.bin"
+        outcome = await runtime.run(handle, probe, env={}, log_name="probe", timeout_s=60)
+        assert outcome.exit_code == 0
+        assert _read(runtime.log_paths(handle, "probe")[0]).strip() == str(size)
+    finally:
+        await runtime.teardown(handle)
