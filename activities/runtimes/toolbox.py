@@ -86,9 +86,8 @@ def installed(root: Path) -> Path:
     """The host's static busybox, copied (once per content) to `root/.toolbox/`, root's and
     read-only: the path the engine mounts."""
     source = host_busybox()
-    data = source.read_bytes()
     folder = root / ".toolbox"
-    target = folder / f"busybox-{hashlib.sha256(data).hexdigest()[:16]}"
+    target = folder / f"busybox-{_digest(source)}"
     if target.is_file() and not target.is_symlink():
         return target
     folder.mkdir(parents=True, exist_ok=True)
@@ -98,6 +97,12 @@ def installed(root: Path) -> Path:
     partial.chmod(0o555)
     partial.replace(target)  # atomic: a concurrent worker writes the same bytes
     return target
+
+
+@functools.cache
+def _digest(path: Path) -> str:
+    """The busybox's content hash, read once per worker (not at every container start)."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
 
 
 def docker_volumes(root: Path) -> dict[str, dict[str, str]]:

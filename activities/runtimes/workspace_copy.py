@@ -30,42 +30,56 @@ def copy_workspace_dir(src: Path, dest: Path, junk: Collection[str] = ()) -> lis
     """Copy the workspace `src` into the empty dir `dest`: dirs, regular files (mode kept)
     and symlinks (as links); folders named in `junk` below the top are skipped, and of the
     top `.git` only `GIT_KEPT`. What could not be copied (a FIFO, a device, a socket, a file
-    the worker may not read) is left out: its relative path, returned."""
+    the worker may not read, a path too long or too deep for the copy's place) is left out:
+    its relative path, returned. Iterative: a tree as deep as the harness likes is no
+    RecursionError, and only the worker's own full disk raises."""
     skipped: list[str] = []
-    _copy_dir(src, dest, "", junk, skipped)
+    # (source dir, its copy, its relative path with a trailing slash, junk names there)
+    pending: list[tuple[str, Path, str, Collection[str]]] = [(str(src), dest, "", junk)]
+    while pending:
+        folder, copy, rel, skip = pending.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            skipped.append(rel or ".")
+            continue
+        for entry in entries:
+            path, target = f"{rel}{entry.name}", copy / entry.name
+            try:
+                if entry.is_symlink():
+                    os.symlink(os.readlink(entry.path), target)
+                elif entry.is_dir(follow_symlinks=False):
+                    if rel == "" and entry.name == ".git":
+                        target.mkdir()
+                        pending += _git_parts(Path(entry.path), target, skipped)
+                    elif entry.name not in skip:
+                        target.mkdir()
+                        pending.append((entry.path, target, f"{path}/", skip))
+                elif not _copy_file(entry.path, target):
+                    skipped.append(path)
+            except OSError as exc:
+                if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                    raise  # the worker's own disk: not the session's doing
+                skipped.append(path)
+    drop_alternates(dest)
     return skipped
 
 
-def _copy_dir(src: Path, dest: Path, rel: str, junk: Collection[str], skipped: list[str]) -> None:
-    with os.scandir(src) as entries:
-        for entry in entries:
-            name = entry.name
-            path = f"{rel}{name}"
-            target = dest / name
-            if entry.is_symlink():
-                os.symlink(os.readlink(entry.path), target)
-            elif entry.is_dir(follow_symlinks=False):
-                if rel == "" and name == ".git":
-                    target.mkdir()
-                    _copy_git(Path(entry.path), target, skipped)
-                elif name not in junk:
-                    target.mkdir()
-                    _copy_dir(Path(entry.path), target, f"{path}/", junk, skipped)
-            elif not _copy_file(entry.path, target):
-                skipped.append(path)
-
-
-def _copy_git(src: Path, dest: Path, skipped: list[str]) -> None:
+def _git_parts(
+    src: Path, dest: Path, skipped: list[str]
+) -> list[tuple[str, Path, str, Collection[str]]]:
+    """Copy the `.git` files of `GIT_KEPT`; the folders among them, to copy next."""
+    folders: list[tuple[str, Path, str, Collection[str]]] = []
     for name in GIT_KEPT:
         path = src / name
         if path.is_symlink():
             continue
         if path.is_dir():
             (dest / name).mkdir()
-            _copy_dir(path, dest / name, f".git/{name}/", (), skipped)
+            folders.append((str(path), dest / name, f".git/{name}/", ()))
         elif not _copy_file(str(path), dest / name) and path.exists():
             skipped.append(f".git/{name}")
-    drop_alternates(dest.parent)
+    return folders
 
 
 def _copy_file(path: str, target: Path) -> bool:
