@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -26,7 +25,7 @@ from activities.harnesses import HarnessContext, HarnessNotInstalled, get_adapte
 from activities.harnesses.artifacts import ARTIFACTS_SUBDIR, collect_artifacts
 from activities.harnesses.base import Launch
 from activities.heartbeat import heartbeat, heartbeating
-from activities.runtimes import LocalRuntime, Runtime, started_marker
+from activities.runtimes import Runtime, started_marker
 from activities.runtimes.channel import (
     PLACEHOLDER_KEY,
     SANDBOX_GATEWAY_URL,
@@ -173,16 +172,14 @@ class HarnessLaunch:
         relay: GatewayRelay | None = None
         nonce = started_marker.new_nonce()
         stderr = self.runtime.log_paths(self.handle, self.log_name)[1]
-        start: Callable[..., Awaitable[ProcessOutcome]] = self.runtime.run
         pipe: started_marker.Pipe | None = None
         try:
             async with contextlib.AsyncExitStack() as stack:
                 # the marker line comes first inside the sandbox (after its forwarder): by a
                 # pipe of the worker's where it starts the sandbox itself, which the harness
                 # cannot truncate as it can its stderr log; else on stderr (the engine's)
-                if isinstance(self.runtime, LocalRuntime):
+                if self.runtime.passes_fds:
                     pipe = started_marker.Pipe(nonce)
-                    start = functools.partial(self.runtime.run, pass_fds=pipe.fds)
                     command = pipe.wrap(launch.command)
                 else:
                     command = started_marker.with_marker(launch.command, nonce)
@@ -205,13 +202,14 @@ class HarnessLaunch:
                 if self.egress is not None:  # its forwarder outermost: it starts first
                     command = self.egress.wrap(command)
                     env = {**env, **self.egress.env}
-                running = start(
+                running = self.runtime.run(
                     self.handle,
                     command,
                     env=env,
                     log_name=self.log_name,
                     timeout_s=self.request.budget_s,
                     on_tick=CallCounter(self.storage, self.request.session_id).tick,
+                    pass_fds=pipe.fds if pipe is not None else (),
                 )
                 if self.egress is not None:  # so is one past its egress socket's caps
                     running = self.egress.proxy.run_guarded(running, stderr)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -40,6 +40,10 @@ class Runtime(Protocol):
     """Prepare an isolated workspace, run commands in it, tear it down."""
 
     kind: str
+    passes_fds: bool
+    """Whether `run` takes `pass_fds` (descriptors of the worker's given to the command): the
+    runtimes that start the sandbox's process themselves. The started marker then comes by a
+    pipe the harness cannot write (activities/runtimes/started_marker.py)."""
 
     async def prepare(self, request: PrepareRequest) -> RuntimeHandle: ...
 
@@ -52,6 +56,7 @@ class Runtime(Protocol):
         log_name: str,
         timeout_s: float,
         on_tick: Callable[[float], Awaitable[None] | None] | None = None,
+        pass_fds: Sequence[int] = (),
     ) -> ProcessOutcome: ...
 
     def log_paths(self, handle: RuntimeHandle, log_name: str) -> tuple[Path, Path]:

@@ -62,7 +62,7 @@ import tarfile
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any, Protocol, TypeVar
 
@@ -112,6 +112,7 @@ def root_namespace(root: Path) -> str:
 
 class DockerRuntime:
     kind = "docker"
+    passes_fds = False  # commands start in the engine (`docker exec`), not here
 
     def __init__(
         self,
@@ -329,7 +330,10 @@ class DockerRuntime:
         timeout_s: float,
         on_tick: Callable[[float], Awaitable[None] | None] | None = None,
         tick_s: float = 2.0,
+        pass_fds: Sequence[int] = (),
     ) -> ProcessOutcome:
+        if pass_fds:  # the command starts in the engine: no descriptor of ours reaches it
+            raise ValueError("a container runtime passes no descriptors (passes_fds is False)")
         stdout, stderr = self.log_paths(handle, log_name)
         stdout.parent.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()

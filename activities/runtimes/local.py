@@ -95,6 +95,7 @@ CHANNEL_CLOSE_WAIT_S = 30.0
 
 class LocalRuntime:
     kind = "local"
+    passes_fds = True
 
     def __init__(
         self,
