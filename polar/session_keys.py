@@ -26,6 +26,10 @@ DEFAULT_TTL_S = 24 * 3600.0
 """lifetime of a key minted without one (hand-run harnesses); workers mint for the run's
 budget plus EXPIRY_MARGIN_S."""
 EXPIRY_MARGIN_S = 600.0
+WORKER_ATTEMPT = 0
+"""The attempt of the keys the worker mints for its own calls (the rubric judge's): a
+harness run's attempts count from 1, and keys are signed, so no harness holds one; a pool
+that is not the policy answers only these (proxy/pools.py)."""
 
 
 class InvalidSessionKey(ValueError):

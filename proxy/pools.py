@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from polar.registry import Registry, UnknownKind
+from polar.session_keys import WORKER_ATTEMPT
 
 FIELDS = {
     "models",
@@ -49,10 +50,6 @@ FIELDS = {
     "api_key_env",
     "routing",
 }
-WORKER_ATTEMPT = 0
-"""The attempt of the keys the worker mints for its own calls (the rubric judge's,
-`activities.evaluators.rubric.JUDGE_ATTEMPT`): a harness run's attempts count from 1, and
-keys are signed, so no harness holds one."""
 
 
 class PoolError(ValueError):

@@ -55,12 +55,13 @@ from polar import rubric as rubric_text
 from polar.contracts import EvaluateRequest
 from polar.evaluation_reports import RubricReport, RubricTraceScore
 from polar.records import Trace
-from polar.session_keys import SessionIdentity, mint_session_key
+from polar.session_keys import WORKER_ATTEMPT, SessionIdentity, mint_session_key
 from polar.settings import Settings
 from polar.tasks.spec import RubricSpec
 
-JUDGE_ATTEMPT = 0
-"""The attempt number of the judge's session key: harness runs count from 1."""
+JUDGE_ATTEMPT = WORKER_ATTEMPT
+"""The attempt number of the judge's session key: the worker's own (harness runs count
+from 1)."""
 JUDGE_CONCURRENCY = 4
 """Judge calls in flight at once for one session (`per_trace`)."""
 KEY_MARGIN_S = 60.0
