@@ -9,7 +9,7 @@ logs and what it left under $POLAR_ARTIFACTS_DIR. What the run's outcome class n
 started marker, activities/runtimes/started_marker.py) and how many of its calls the
 gateway could not serve (the relay's count; an unsealed run's failed records).
 A task whose network the worker admitted (RuntimeHandle.network) gets its egress proxy
-beside the channel (activities/runtimes/egress.py), its attempts kept as `egress.jsonl`.
+beside the channel (activities/runtimes/network/egress.py), its attempts kept as `egress.jsonl`.
 """
 
 from __future__ import annotations
@@ -21,21 +21,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from activities import safe_files
 from activities.harnesses import HarnessContext, HarnessNotInstalled, get_adapter
 from activities.harnesses.artifacts import ARTIFACTS_SUBDIR, collect_artifacts
 from activities.harnesses.base import Launch
 from activities.heartbeat import heartbeat, heartbeating
 from activities.runtimes import Runtime, started_marker
-from activities.runtimes.channel import (
+from activities.runtimes.network.channel import (
     PLACEHOLDER_KEY,
     SANDBOX_GATEWAY_URL,
     ChannelLimits,
     GatewayRelay,
     with_forwarder,
 )
-from activities.runtimes.egress import EGRESS_LOG, EgressDoor, EgressRefused, open_egress
+from activities.runtimes.network.egress import EGRESS_LOG, EgressDoor, EgressRefused, open_egress
 from activities.shell_command import ProcessOutcome
-from polar import safe_files
 from polar.contracts import HarnessRequest, HarnessResult, invalid_input
 from polar.outcomes import count_unserved
 from polar.session_keys import EXPIRY_MARGIN_S, SessionIdentity, mint_session_key

@@ -15,7 +15,7 @@ from activities.heartbeat import Heartbeater, heartbeat
 from activities.pool_activities import PoolActivities
 from activities.runtime_claims import RuntimeClaims
 from activities.runtimes import InvalidRuntime, InvalidSource, PrepareFailed
-from activities.runtimes.egress import egress_refusal
+from activities.runtimes.network.egress import egress_refusal
 from polar.contracts import PrepareRequest, RuntimeHandle, TeardownResult, invalid_input
 from polar.host_paths import local_git_path, outside_roots, source_roots
 from polar.ids import InvalidId

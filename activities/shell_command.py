@@ -3,7 +3,7 @@
 The child gets its own process group (so a kill reaches everything it
 started) and is tied to the worker with PR_SET_PDEATHSIG, so a worker that
 dies does not leave a harness running and calling the gateway. A runtime may
-`wrap` the command in a sandbox (activities/runtimes/local_sandbox.py), whose
+`wrap` the command in a sandbox (activities/runtimes/sandboxes/local_sandbox.py), whose
 own teardown then reaches what left the process group.
 """
 

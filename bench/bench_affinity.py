@@ -71,10 +71,10 @@ from aiohttp import web
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from polar.app.devstack import free_port  # noqa: E402
 from polar.settings import Settings  # noqa: E402
 from proxy.routing import route_key  # noqa: E402
 from proxy.upstream import UpstreamClient, UpstreamError  # noqa: E402
+from tests.support.ports import free_port  # noqa: E402
 
 BLOCK = 16
 VLLM_BLOCK = 32  # the CPU attention backend's block sizes are multiples of 32

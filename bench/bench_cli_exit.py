@@ -44,14 +44,15 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from polar.app.devstack import DevStack, free_port  # noqa: E402
+from app.devstack import DevStack  # noqa: E402
 from polar.contracts import TaskResult  # noqa: E402
 from polar.settings import Settings  # noqa: E402
 from polar.storage import Storage  # noqa: E402
 from polar.tasks.spec import TaskSpec  # noqa: E402
+from tests.support.ports import free_port  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "cli_exit.json"
-POLAR = [sys.executable, "-m", "polar.app.cli"]
+POLAR = [sys.executable, "-m", "app.cli"]
 CRASH = "PyGILState_Release"
 
 

@@ -11,7 +11,7 @@ Every part is its own process on 127.0.0.1, started here and stopped at the end:
   ~0 latency: a raw ASGI app under uvicorn (`--serve-upstream PORT`);
 * SeaweedFS (`DevStack.seaweedfs()`, data in a temp dir), so every gateway
   call really writes its CompletionRecord to S3 before it is answered;
-* the Polar gateway (`DevStack.gateway()`, i.e. `python -m polar.app.cli gateway`)
+* the Polar gateway (`DevStack.gateway()`, i.e. `python -m app.cli gateway`)
   in front of the fake upstream;
 * LiteLLM's proxy from its own venv (bench/.venv-litellm, never the project's)
   with a `hosted_vllm/` model pointing at the same fake upstream, if installed.
@@ -58,11 +58,12 @@ import httpx
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from app.devstack import DevStack, Service, StackError, http_ready  # noqa: E402
 from bench.fake_vllm import read_body, vllm_answer  # noqa: E402
-from polar.app.devstack import DevStack, Service, StackError, free_port, http_ready  # noqa: E402
 from polar.session_keys import SessionIdentity, mint_session_key  # noqa: E402
 from polar.settings import Settings  # noqa: E402
 from polar.storage import Storage  # noqa: E402
+from tests.support.ports import free_port  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "gateway.json"
 REALISTIC_RESULTS = REPO / "bench" / "results" / "gateway-realistic.json"
@@ -891,7 +892,7 @@ def main() -> None:
         type=Path,
         default=None,
         help="run the gateway from this checkout (e.g. a git worktree of an earlier commit): "
-        "`python -m polar.app.cli gateway` with it as working directory",
+        "`python -m app.cli gateway` with it as working directory",
     )
     parser.add_argument(
         "--png",

@@ -33,8 +33,8 @@ from activities.evaluators import EvaluationJob, get_evaluator  # noqa: E402
 from activities.evaluators.base import reap  # noqa: E402
 from activities.evaluators.baseline import record_baseline  # noqa: E402
 from activities.evaluators.fresh import eval_prepare_request, fresh_runtime  # noqa: E402
-from activities.runtimes.docker import DockerRuntime  # noqa: E402
-from polar.app.devstack import DevStack  # noqa: E402
+from activities.runtimes.kinds.docker import DockerRuntime  # noqa: E402
+from app.devstack import DevStack  # noqa: E402
 from polar.contracts import PrepareRequest  # noqa: E402
 from polar.settings import get_settings  # noqa: E402
 from polar.tasks.harbor import load_harbor_tasks, read_harbor_task  # noqa: E402

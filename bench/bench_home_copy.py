@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from activities.runtimes.docker import DockerRuntime
+from activities.runtimes.kinds.docker import DockerRuntime
 from polar.contracts import PrepareRequest
 from polar.tasks.spec import RuntimeSpec
 

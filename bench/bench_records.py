@@ -36,15 +36,16 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from app.devstack import DevStack  # noqa: E402
 from bench.bench_builders import long_session  # noqa: E402
 from bench.fake_vllm import vllm_answer  # noqa: E402
-from polar.app.devstack import DevStack, free_port  # noqa: E402
 from polar.providers import CallContext, get_provider  # noqa: E402
 from polar.record_codec import encode_record  # noqa: E402
 from polar.records import CompletionRecord  # noqa: E402
 from polar.settings import Settings  # noqa: E402
 from polar.storage import Storage, legacy_completion_key  # noqa: E402
 from proxy.upstream import normalize  # noqa: E402
+from tests.support.ports import free_port  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "records.json"
 TOKENIZER = REPO / ".polar" / "models" / "tiny-qwen3"

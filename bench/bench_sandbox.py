@@ -48,14 +48,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from activities.runtimes import bwrap  # noqa: E402
 from activities.runtimes.base import Runtime  # noqa: E402
-from activities.runtimes.channel import SANDBOX_DIR, GatewayRelay, with_forwarder  # noqa: E402
-from activities.runtimes.docker import DockerRuntime  # noqa: E402
-from activities.runtimes.local import LocalRuntime  # noqa: E402
-from activities.runtimes.local_sandbox import Sandbox  # noqa: E402
+from activities.runtimes.kinds.docker import DockerRuntime  # noqa: E402
+from activities.runtimes.kinds.local import LocalRuntime  # noqa: E402
+from activities.runtimes.network.channel import SANDBOX_DIR, GatewayRelay, with_forwarder  # noqa: E402
+from activities.runtimes.sandboxes import bwrap  # noqa: E402
+from activities.runtimes.sandboxes.local_sandbox import Sandbox  # noqa: E402
+from app.devstack import DevStack  # noqa: E402
 from bench.bench_scheduling import MODEL, Bench, run_sessions  # noqa: E402
-from polar.app.devstack import DevStack  # noqa: E402
 from polar.contracts import PrepareRequest
 from polar.tasks.spec import DirSource, RuntimeSpec, TaskSpec  # noqa: E402
 

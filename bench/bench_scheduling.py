@@ -64,14 +64,15 @@ import httpx
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from app import devstack  # noqa: E402
+from app.devstack import DevStack, Service, http_ready  # noqa: E402
 from bench.fake_vllm import json_asgi_app, vllm_answer  # noqa: E402
-from polar.app import devstack  # noqa: E402
-from polar.app.devstack import DevStack, Service, free_port, http_ready  # noqa: E402
 from polar.contracts import SessionResult  # noqa: E402
 from polar.records import SessionStatus  # noqa: E402
 from polar.settings import Settings  # noqa: E402
 from polar.storage import Storage  # noqa: E402
 from polar.tasks.spec import TaskSpec  # noqa: E402
+from tests.support.ports import free_port  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "scheduling.json"
 MODEL = "policy"

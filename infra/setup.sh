@@ -14,7 +14,7 @@ command -v "$PY" >/dev/null || PY=python3
 # swebench evaluator's last apply fallback); podman (the daemonless `podman` runtime) with what
 # rootless podman needs: uidmap (newuidmap), slirp4netns, fuse-overlayfs and catatonit (--init);
 # iproute2 (`ip`: the namespace hosts of tests/system/test_multi_host_netns.py); bubblewrap (`bwrap`:
-# the local runtime's sealed sandbox for a worker that is not root, activities/runtimes/bwrap.py);
+# the local runtime's sealed sandbox for a worker that is not root, activities/runtimes/sandboxes/bwrap.py);
 # slurm-wlm and munge (the Slurm cluster of tests/system/test_slurm_cluster.py); busybox-static
 # (a container's main process is Polar's own static busybox: activities/runtimes/toolbox.py)
 missing=()
@@ -70,9 +70,9 @@ fi
 .venv-vllm/bin/python infra/tiny_model/build_tiny_model.py "$ROOT/.polar/models/tiny-qwen3"
 
 # the podman runtime's unprivileged user (polar-runner, subuids, its own storage; idempotent)
-if [[ $(id -u) == 0 ]]; then .venv/bin/python -m activities.runtimes.podman setup; fi
+if [[ $(id -u) == 0 ]]; then .venv/bin/python -m activities.runtimes.kinds.podman setup; fi
 # the local runtime's sandbox: its unprivileged user (polar-harness) and the detected mode
-.venv/bin/python -c 'from activities.runtimes.local_sandbox import main; main(["setup"])'
+.venv/bin/python -c 'from activities.runtimes.sandboxes.local_sandbox import main; main(["setup"])'
 
 bash scripts/setup_harbor_venv.sh >/dev/null  # Harbor 0.25 in .venv-harbor (Python 3.12), for the loader's agreement test (cached)
 

@@ -1,7 +1,7 @@
 """What a session's egress may reach: allowlist entries, their matching, blocked networks.
 
 Pure functions (the task spec validates its `runtime.network.allowed_hosts` with them; the
-worker's egress proxy, activities/runtimes/egress.py, decides each connection with them).
+worker's egress proxy, activities/runtimes/network/egress.py, decides each connection with them).
 
 An allowlist entry is Harbor's (harbor 0.25 `allowed_hosts`): an exact host name
 (`pypi.org`), a leading wildcard (`*.pythonhosted.org`: any name below it, not the name

@@ -90,7 +90,7 @@ class Settings(BaseSettings):
         "scheduler): its sessions are re-placed elsewhere by the host-loss logic",
     )
 
-    # the local runtime's sandbox (activities/runtimes/local_sandbox.py, bwrap.py)
+    # the local runtime's sandbox (activities/runtimes/sandboxes/local_sandbox.py, bwrap.py)
     allow_unsealed: bool = Field(
         default=False,
         description="let the local runtime run sessions unsealed where this host cannot seal "
@@ -290,7 +290,7 @@ class Settings(BaseSettings):
     channel_max_header_bytes: int = Field(
         default=64 * 1024, ge=1024, description="most bytes of one request's headers (431 past it)"
     )
-    # egress: what a task asking for network gets (activities/runtimes/egress.py)
+    # egress: what a task asking for network gets (activities/runtimes/network/egress.py)
     egress: Literal["off", "proxy"] = Field(
         default="off",
         description="`off`: every session is sealed, and a task whose runtime.network is "

@@ -6,24 +6,26 @@
 
 Every `import`/`from ... import` of the repository's Python files is read with
 `ast` (nested ones, `TYPE_CHECKING` ones and relative ones too; nothing is
-imported or run). Each module belongs to one layer:
+imported or run). Each module belongs to one layer, top to bottom:
 
-    polar.app   the app: the CLI and the dev stack, the top, may import every product package
-    activities  the worker side: activities, runtimes, harnesses, evaluators, the worker
-    workflows   Temporal workflows (deterministic; they name activities, never import them)
-    proxy       the gateway
-    polar       the core: contracts, settings, storage, builders, providers, the task model
-                (polar.tasks) and the trainer-facing client (polar.client: SDK, export, generate)
-    bench, scripts, examples, infra, tests: consumers of the product packages
+    app          the top: the CLI, the dev stack, the task audit; may import every product package
+    activities   the worker side: activities, runtimes, harnesses, evaluators, the worker
+    workflows    Temporal workflows (deterministic; they name activities, never import them)
+    proxy        the gateway
+    polar        the core: contracts, settings, storage, builders, providers, the task model
+                 (polar.tasks) and the trainer-facing client (polar.client: SDK, export, generate)
+    bench, scripts, examples, infra: consumers of the product packages
+    tests.support  the helpers of tests and benchmarks (ports, stacks, scripted backends)
+    tests        the tests
 
 The rules (`ALLOWED`): the core imports only itself; the gateway and the
 workflows import only the core; the worker side imports the core and the
-workflows (the worker registers them; queues and stages are theirs); no product
-package imports `polar.app` (the console script names the CLI; the dev stack
-starts `python -m polar.app.cli ...` as a process, not an import), only its consumers
-(tests, benchmarks, scripts, examples) do; benchmarks, scripts, examples and infra
-tooling import no test module. Exit status 1 when
-an import breaks a rule, 0 otherwise.
+workflows (the worker registers them; queues and stages are theirs); the app
+imports every product package and no product package imports the app (the
+console script names the CLI; the dev stack starts `python -m app.cli ...` as a
+process, not an import); consumers import the product and
+`tests.support`, never a test module. Exit status 1 when an import breaks a
+rule, 0 otherwise.
 """
 
 from __future__ import annotations
@@ -38,17 +40,20 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 
-PRODUCT = ("polar", "proxy", "workflows", "activities")
+CORE = ("polar", "proxy", "workflows", "activities")
+PRODUCT = ("app", *CORE)
 CONSUMERS = ("bench", "scripts", "examples", "infra")
-LAYERS = ("polar.app", *PRODUCT, *CONSUMERS, "tests")
+SUPPORT = "tests.support"
+LAYERS = (*PRODUCT, *CONSUMERS, SUPPORT, "tests")
 
 ALLOWED: dict[str, frozenset[str]] = {
     "polar": frozenset({"polar"}),
     "proxy": frozenset({"polar", "proxy"}),
     "workflows": frozenset({"polar", "workflows"}),
     "activities": frozenset({"polar", "workflows", "activities"}),
-    "polar.app": frozenset({"polar.app", *PRODUCT}),
-    **{consumer: frozenset({"polar.app", *PRODUCT, *CONSUMERS}) for consumer in CONSUMERS},
+    "app": frozenset(PRODUCT),
+    **{consumer: frozenset({*PRODUCT, *CONSUMERS, SUPPORT}) for consumer in CONSUMERS},
+    SUPPORT: frozenset(LAYERS),
     "tests": frozenset(LAYERS),
 }
 """Which layers each layer may import (third-party modules are not layers)."""
@@ -67,14 +72,14 @@ class Import:
 
 def layer_of(module: str) -> str | None:
     """The layer a dotted module name belongs to; None for a third-party or stdlib module."""
-    if module == "polar.app" or module.startswith("polar.app."):
-        return "polar.app"
+    if module == SUPPORT or module.startswith(SUPPORT + "."):
+        return SUPPORT
     top = module.split(".", 1)[0]
     return top if top in LAYERS else None
 
 
 def module_name(path: Path, root: Path = REPO) -> str:
-    """`polar/app/cli.py` -> `polar.app.cli`; `polar/__init__.py` -> `polar`."""
+    """`app/cli.py` -> `app.cli`; `polar/__init__.py` -> `polar`."""
     parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
@@ -110,15 +115,9 @@ def imports_of(path: Path, root: Path = REPO) -> Iterator[Import]:
                 module = f"{base}.{node.module}" if node.module else base
             else:
                 module = node.module or ""
-            # `from polar.app import cli` imports the module polar.app.cli
+            # `from app import cli` imports the module app.cli
             for alias in node.names:
                 yield Import(importer, f"{module}.{alias.name}", node.lineno)
-
-
-def _normalise(target: str) -> str:
-    """`from pkg import name` gives `pkg.name`: a layer decision needs only the prefix that
-    names a layer; `polar.app` is a layer of its own inside `polar`."""
-    return "polar.app" if target == "polar.app" or target.startswith("polar.app.") else target
 
 
 @dataclass
@@ -155,7 +154,7 @@ def build_graph(root: Path = REPO) -> Graph:
     for path in python_files(root):
         for imp in imports_of(path, root):
             src = layer_of(imp.importer)
-            dst = layer_of(_normalise(imp.target))
+            dst = layer_of(imp.target)
             if src is None or dst is None:
                 continue
             target = _module_of(imp.target, root)

@@ -18,10 +18,11 @@ import tempfile
 import urllib.parse
 from pathlib import Path
 
-from polar.app.devstack import DevStack, free_port
+from app.devstack import DevStack
 from polar.client.sdk import PolarClient
 from polar.settings import Settings
 from polar.tasks.spec import TaskSpec
+from tests.support.ports import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 CHROMIUM_FLAGS = [

@@ -30,13 +30,14 @@ from pathlib import Path
 
 import pytest
 
-from polar.app.devstack import DevStack, StackError, free_port
+from app.devstack import DevStack, StackError
 from polar.client.sdk import PolarClient
 from polar.settings import Settings
 from polar.storage import Storage
 from polar.tasks.swe import SweInstance, load_instances
 from tests.support import workflow_fingerprint
 from tests.support.harness_stack import HarnessStack, running_harness_stack
+from tests.support.ports import free_port
 from tests.support.scripted_backend import serve_app
 from tests.support.tap import Tap, tap_app
 
@@ -242,7 +243,7 @@ def docker_image(docker_engine: None, base_settings: Settings) -> str:
 def podman_image(docker_image: str) -> str:
     """The default session image in podman's stores (rootless, and root's when we are root):
     `docker save | podman load` from the local engine, skipped when the image id matches."""
-    from activities.runtimes.podman import load_from_docker, resolve_mode, rootless_support
+    from activities.runtimes.kinds.podman import load_from_docker, resolve_mode, rootless_support
 
     if shutil.which("podman") is None:
         pytest.fail("podman is missing: run infra/setup.sh (apt-get install podman)")

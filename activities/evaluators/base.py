@@ -7,8 +7,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
 
+from activities import safe_files
 from activities.runtimes.base import Runtime
-from polar import safe_files
 from polar.contracts import PrepareRequest, RuntimeHandle
 from polar.evaluation_reports import EvaluationReport
 from polar.settings import Settings, get_settings

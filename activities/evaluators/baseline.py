@@ -143,7 +143,7 @@ async def record_baseline(
     runtime: Runtime, handle: RuntimeHandle, *, timeout_s: float = 600, on_tick: Tick = None
 ) -> RuntimeHandle:
     """`handle` with its `baseline` set. `BaselineFailed` where it cannot be recorded: every
-    runtime has git (refused at prepare otherwise: activities/runtimes/sandbox_needs.py), so
+    runtime has git (refused at prepare otherwise: activities/runtimes/sandboxes/needs.py), so
     a failure is the host's (a full disk, the engine), never the task's; prepare fails and
     is retried rather than leaving a workspace its evaluator would blame on the task."""
     made = await runtime.init_empty_workspace(handle, write_empty_repo)

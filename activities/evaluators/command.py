@@ -27,7 +27,7 @@ and giving per-trace rewards:
 Traces it names get their own reward; the others get the session reward under
 the builder's reward policy. Both files are in the evaluator runtime's scratch
 folder under names drawn afresh for the run (written and read no-follow,
-polar/safe_files.py). What the copy holds was written by the code under test: a
+activities/safe_files.py). What the copy holds was written by the code under test: a
 reward_command must not trust it beyond what it checks (docs/threat-model.md).
 """
 
@@ -39,6 +39,7 @@ import shlex
 from collections.abc import Sequence
 from typing import ClassVar
 
+from activities import safe_files
 from activities.evaluators.base import (
     GIT,
     Evaluation,
@@ -52,7 +53,6 @@ from activities.evaluators.fresh import carry_changes, fresh_runtime
 from activities.evaluators.patches import JUNK_DIRS, revision
 from activities.evaluators.protected import PROTECTED, command_path_candidates
 from activities.runtimes.base import Runtime
-from polar import safe_files
 from polar.contracts import PrepareRequest, RuntimeHandle
 from polar.evaluation_reports import Baselines, CommandReport, EvaluationReport
 from polar.tasks.spec import EvaluatorSpec

@@ -53,12 +53,12 @@ import time
 from pathlib import Path
 from typing import ClassVar
 
+from activities import safe_files
 from activities.evaluators.base import Evaluation, EvaluationJob, EvaluatorError, reap, run_in
 from activities.evaluators.fresh import carry_changes
 from activities.evaluators.protected import PROTECTED
 from activities.runtimes import Runtime
-from activities.runtimes.egress import EGRESS_LOG, EgressDoor, EgressRefused, open_egress
-from polar import safe_files
+from activities.runtimes.network.egress import EGRESS_LOG, EgressDoor, EgressRefused, open_egress
 from polar.contracts import RuntimeHandle, invalid_input
 from polar.evaluation_reports import Baselines, EvaluationReport, HarborReport
 from polar.host_paths import outside_roots, resolved_problem, source_roots

@@ -34,11 +34,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from activities import safe_files
 from activities.evaluators.base import GIT, EvaluatorError, Tick, run_in
 from activities.heartbeat import heartbeating
 from activities.runtimes.base import Runtime
 from activities.shell_command import run_shell
-from polar import safe_files
 from polar.contracts import RuntimeHandle, invalid_input
 from polar.settings import get_settings
 

@@ -63,6 +63,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar
 
+from activities import safe_files
 from activities.evaluators.base import (
     GIT,
     Evaluation,
@@ -92,7 +93,6 @@ from activities.evaluators.patches import (
 from activities.evaluators.protected import PLUGIN_MODULE, PROTECTED
 from activities.evaluators.statuses import PytestRun, verify_results
 from activities.runtimes.base import Runtime
-from polar import safe_files
 from polar.contracts import RuntimeHandle
 from polar.evaluation_reports import (
     EvaluationReport,

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
+from activities import safe_files
 from activities.harnesses.artifacts import unkeyable
-from polar import safe_files
 from polar.tasks.spec import HarnessSpec
 
 log = logging.getLogger("polar.harness")
@@ -83,7 +83,7 @@ def polar_env(ctx: HarnessContext) -> dict[str, str]:
 
 
 def write_config(home: Path, relative: str, text: str, files: list[Path]) -> None:
-    """Write `home/relative` afresh, no-follow (polar/safe_files.py): HOME may be the
+    """Write `home/relative` afresh, no-follow (activities/safe_files.py): HOME may be the
     sandbox user's, and hold a link its last run planted."""
     safe_files.write_bytes(home, relative, text.encode())
     files.append(home / relative)

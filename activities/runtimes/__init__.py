@@ -13,7 +13,7 @@ from activities.runtimes.base import (
     Runtime,
     SourceUnavailable,
 )
-from activities.runtimes.local import LocalRuntime
+from activities.runtimes.kinds.local import LocalRuntime
 from activities.runtimes.selection import concrete
 from polar.registry import Registry, UnknownKind
 
@@ -51,7 +51,7 @@ def _local(
 def _docker(
     root: Path, *, namespace: str | None, host_id: str | None, deployment: str | None
 ) -> Runtime:
-    from activities.runtimes.docker import DockerRuntime  # the docker SDK only when used
+    from activities.runtimes.kinds.docker import DockerRuntime  # the docker SDK only when used
 
     return DockerRuntime(root, namespace=namespace, host_id=host_id, deployment=deployment)
 
@@ -59,7 +59,7 @@ def _docker(
 def _podman(
     root: Path, *, namespace: str | None, host_id: str | None, deployment: str | None
 ) -> Runtime:
-    from activities.runtimes.podman import PodmanRuntime
+    from activities.runtimes.kinds.podman import PodmanRuntime
 
     return PodmanRuntime(root, namespace=namespace, host_id=host_id, deployment=deployment)
 

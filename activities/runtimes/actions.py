@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from activities import safe_files
 from activities.heartbeat import Heartbeater
 from activities.runtimes.base import InvalidRuntime, PrepareFailed, Runtime
-from polar import safe_files
 from polar.contracts import RuntimeHandle
 from polar.host_paths import resolved_problem
 from polar.tasks.spec import CommandAction, PrepareAction, UploadAction

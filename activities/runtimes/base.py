@@ -28,7 +28,7 @@ class InvalidRuntime(ValueError):
 
 class RuntimeUnfit(InvalidRuntime):
     """The image or host cannot hold a sandbox: the image is missing, or it lacks a tool the
-    sandbox itself needs (activities/runtimes/sandbox_needs.py), each named. Not retryable
+    sandbox itself needs (activities/runtimes/sandboxes/needs.py), each named. Not retryable
     here; an `infra_error` (image) of the session, never the policy's failure."""
 
 
@@ -81,7 +81,7 @@ class Runtime(Protocol):
         ...
 
     def channel_dir(self, handle: RuntimeHandle) -> Path:
-        """The host directory of the session's gateway channel (activities/runtimes/channel.py).
+        """The host directory of the session's gateway channel (runtimes/network/channel.py).
 
         The worker's relay puts its Unix socket (and the in-sandbox forwarder script)
         there; the sandbox sees the same directory at `channel_in_sandbox`.

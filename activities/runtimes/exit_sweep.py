@@ -3,7 +3,7 @@
 A container's commands run with `docker exec` / `podman exec` in the container's
 one PID namespace, so what a harness detaches (`setsid`, a double fork) is
 reparented to the container's init and keeps running after the harness exits.
-The worker's reap (SIGKILL to the init, activities/runtimes/docker.py) takes it,
+The worker's reap (SIGKILL to the init, activities/runtimes/kinds/docker.py) takes it,
 but only after the exec has returned, the output was copied back and the relay
 closed: seconds on a loaded host, long enough for a detached writer to put a
 fix into the workspace after the harness's run ended (tests/system/test_adversarial.py,

@@ -67,7 +67,7 @@ def podman_usable() -> tuple[bool, str]:
         return False, "podman is not installed"
     if os.geteuid() == 0:
         return True, "podman as root (root mode or its polar-runner user)"
-    from activities.runtimes.podman import rootless_support
+    from activities.runtimes.kinds.podman import rootless_support
 
     user = getpass.getuser()
     if not _has_subids(user):

@@ -27,6 +27,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # run as a script from anywhere
 
 from activities.worker import running_workers  # noqa: E402
+from app.devstack import DevStack  # noqa: E402
 from examples.grpo.curve import plot, write_csv  # noqa: E402
 from examples.grpo.train import (  # noqa: E402
     StepReport,
@@ -34,10 +35,10 @@ from examples.grpo.train import (  # noqa: E402
     train_with_args,
     untied_copy,
 )
-from polar.app.devstack import DevStack, free_port  # noqa: E402
 from polar.client.sdk import PolarClient  # noqa: E402
 from polar.settings import Settings  # noqa: E402
 from polar.storage import Storage  # noqa: E402
+from tests.support.ports import free_port  # noqa: E402
 
 MODEL = REPO / ".polar" / "models" / "tiny-qwen3"
 

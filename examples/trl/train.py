@@ -41,9 +41,9 @@ sys.path.insert(0, str(REPO))  # run as a script from anywhere
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 from activities.worker import running_workers  # noqa: E402
+from app.devstack import DevStack  # noqa: E402
 from examples.grpo.learn import MODEL, stack_settings  # noqa: E402
 from examples.grpo.train import INSTRUCTION, task_for, untied_copy  # noqa: E402
-from polar.app.devstack import DevStack  # noqa: E402
 from polar.settings import Settings  # noqa: E402
 from polar.storage import Storage  # noqa: E402
 from polar.tasks.spec import TaskSpec  # noqa: E402

@@ -62,7 +62,15 @@ HARNESS_TAG = "polar/harness:node20"
 SERVICE_TAG = "polar/polar:latest"
 REPO = HERE.parents[1]
 BUILD_CA = Path(os.environ.get("SSL_CERT_FILE") or "/etc/ssl/certs/ca-certificates.crt")
-SERVICE_SOURCES = ("pyproject.toml", "README.md", "polar", "proxy", "workflows", "activities")
+SERVICE_SOURCES = (
+    "pyproject.toml",
+    "README.md",
+    "polar",
+    "proxy",
+    "workflows",
+    "activities",
+    "app",
+)
 PY = "python3.11"  # the runtime image's and the project's Python (infra/images/polar/Dockerfile)
 # what of the interpreter's prefix the service image leaves out: installed packages, tests, GUIs
 PYTHON_SKIP_DIRS = {"site-packages", "test", "idlelib", "tkinter", "turtledemo", "__pycache__"}

@@ -183,7 +183,7 @@ class NetworkSpec(StrictModel):
     deployment's blocked networks (loopback, private, link-local, metadata...). `allowlist`:
     only `allowed_hosts` (host names, `*.domain` wildcards, IP addresses or CIDR networks,
     each with an optional `:port`). Either is served by the worker's egress proxy
-    (activities/runtimes/egress.py) and only where the deployment turns it on
+    (activities/runtimes/network/egress.py) and only where the deployment turns it on
     (`POLAR_EGRESS=proxy`); elsewhere the session is refused at its start.
     """
 
@@ -217,7 +217,7 @@ class RuntimeSpec(StrictModel):
     out is the session's gateway channel), CPU, memory, pids and disk limits by
     default, and a wall-clock budget after which the container stops.
     `podman`: the same container sessions with the daemonless `podman` CLI,
-    rootless where the host allows (activities/runtimes/podman.py).
+    rootless where the host allows (activities/runtimes/kinds/podman.py).
     `auto`: the best this worker's host offers, probed once per worker: docker where an
     engine answers, else podman where it can run as the worker, else `local` (sealed by
     bubblewrap on a worker that is not root; activities/runtimes/selection.py).

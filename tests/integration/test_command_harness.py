@@ -38,7 +38,7 @@ from polar.tasks.spec import HarnessSpec, TaskSpec
 from tests.integration.test_gateway import stack
 from tests.support import text
 
-POLAR = [sys.executable, "-m", "polar.app.cli"]
+POLAR = [sys.executable, "-m", "app.cli"]
 
 # writes two files (one in a subdir), then plants links the worker must not follow and a
 # FIFO that would block a plain read

@@ -1,4 +1,4 @@
-"""A session's egress proxy (activities/runtimes/egress.py) enforces the task's network.
+"""A session's egress proxy (activities/runtimes/network/egress.py) enforces the task's network.
 
 A real proxy on a real Unix socket, a real loopback HTTP server standing in for
 "the internet", real requests written as a client behind HTTP_PROXY writes them
@@ -28,8 +28,8 @@ from typing import cast
 import pytest
 
 from activities.runtimes.base import Runtime
-from activities.runtimes.channel import with_forwarder
-from activities.runtimes.egress import (
+from activities.runtimes.network.channel import with_forwarder
+from activities.runtimes.network.egress import (
     EGRESS_SOCKET,
     HEAD_TIMEOUT_S,
     EgressPolicy,

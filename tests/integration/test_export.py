@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from polar.app.cli import app
+from app.cli import app
 from polar.builders import BuildContext, get_builder
 from polar.builders.base import response_message
 from polar.builders.reward_policies import assign_rewards

@@ -19,7 +19,7 @@ from typing import Any
 import datasets
 import pytest
 
-from polar.app.cli import app
+from app.cli import app
 from polar.client import export as ex
 from polar.client.generate import SUMMARY, Collector, GenerateSummary, generate, is_resolved
 from polar.client.sdk import Group, PolarClient, TaskRun

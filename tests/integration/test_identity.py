@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from polar.app.devstack import DevStack, free_port
+from app.devstack import DevStack
 from polar.client.sdk import PolarClient
 from polar.credentials import (
     WeakSecret,
@@ -36,6 +36,7 @@ from proxy.app import create_app
 from tests.support import scripted_backend, serve_app, text
 from tests.support.paths import REPO
 from tests.support.polling import wait_for
+from tests.support.ports import free_port
 
 BUILT_IN_DEV_SECRET = "polar-dev-secret-change-me"  # the default every gateway had before
 CALL = (
@@ -97,7 +98,7 @@ def test_random_secrets_of_128_bits_or_more_pass() -> None:
 def _run_cli(args: list[str], env: dict[str, str], timeout: float = 60) -> tuple[int, str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("POLAR_")}
     proc = subprocess.run(
-        [sys.executable, "-m", "polar.app.cli", *args],
+        [sys.executable, "-m", "app.cli", *args],
         env=clean | env,
         capture_output=True,
         text=True,
@@ -160,7 +161,7 @@ async def test_a_gateway_with_a_real_secret_starts(tmp_path: Path) -> None:
     }
     clean = {k: v for k, v in os.environ.items() if not k.startswith("POLAR_")}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "polar.app.cli", "gateway"],
+        [sys.executable, "-m", "app.cli", "gateway"],
         env=clean | env,
         cwd=REPO,
         stdout=subprocess.PIPE,

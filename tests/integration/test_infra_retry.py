@@ -23,7 +23,7 @@ import pytest
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 
-from polar.app.devstack import DevStack
+from app.devstack import DevStack
 from polar.contracts import (
     EvaluateRequest,
     HarnessRequest,

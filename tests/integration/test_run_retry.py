@@ -21,8 +21,8 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.init_activities import InitActivities
 from activities.run_activities import RunActivities
-from activities.runtimes.local import SANDBOX_ENV
-from activities.runtimes.local_sandbox import SYSTEM_PATH
+from activities.runtimes.kinds.local import SANDBOX_ENV
+from activities.runtimes.sandboxes.local_sandbox import SYSTEM_PATH
 from polar.contracts import HarnessRequest, PrepareRequest
 from polar.settings import Settings
 from polar.storage import Storage

@@ -17,8 +17,8 @@ from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
 from activities.runtimes import InvalidRuntime
-from activities.runtimes.docker import DockerRuntime
-from activities.runtimes.local import LocalRuntime
+from activities.runtimes.kinds.docker import DockerRuntime
+from activities.runtimes.kinds.local import LocalRuntime
 from polar import storage as keys
 from polar.client.sdk import PolarClient
 from polar.contracts import RuntimeHandle, SessionSpec

@@ -17,12 +17,13 @@ from temporalio.api.operatorservice.v1 import (
 from temporalio.client import Client
 
 from activities.worker import running_workers
+from app.devstack import DevStack, Service
 from polar import search_attributes
-from polar.app.devstack import DevStack, Service, free_port
 from polar.client.sdk import PolarClient
 from polar.records import SessionStatus
 from polar.settings import Settings
 from polar.temporal_client import connect
+from tests.support.ports import free_port
 
 # one fresh namespace per test besides `default` (the task's), so each starts without them
 FRESH_NAMESPACE = "polar-fresh"

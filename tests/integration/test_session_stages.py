@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 
-from activities.runtimes.local import SANDBOX_ENV, LocalRuntime
+from activities.runtimes.kinds.local import SANDBOX_ENV, LocalRuntime
 from polar.client.sdk import PolarClient
 from polar.processes import pids_with_env
 from polar.records import SessionStatus

@@ -12,11 +12,11 @@ from typing import Any
 
 from typer.testing import CliRunner
 
-from polar.app.cli import app
+from app.adversaries import ADVERSARIES
+from app.cli import app
+from app.task_audit import AUDIT_FILE, NOOP, ORACLE, TaskAudit
 from polar.client.sdk import PolarClient
 from polar.settings import get_settings
-from polar.tasks.adversaries import ADVERSARIES
-from polar.tasks.audit import AUDIT_FILE, NOOP, ORACLE, TaskAudit
 from tests.support.paths import REPO
 
 

@@ -19,7 +19,7 @@ import pytest
 from pydantic import ValidationError
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 
-from polar.app.devstack import DevStack
+from app.devstack import DevStack
 from polar.client.sdk import PolarClient
 from polar.records import SessionStatus
 from polar.tasks.spec import TaskSpec

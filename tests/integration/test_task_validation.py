@@ -18,7 +18,7 @@ from temporalio.testing import ActivityEnvironment
 from typer.testing import CliRunner
 
 from activities.postrun_activities import PostrunActivities
-from polar.app.cli import app
+from app.cli import app
 from polar.builders import UnknownBuilder, check_builder
 from polar.client.sdk import PolarClient
 from polar.contracts import BuildRequest

@@ -24,7 +24,7 @@ from fastapi import FastAPI, Request, Response
 from temporalio.testing import ActivityEnvironment
 
 from activities.postrun_activities import PostrunActivities
-from polar.app.devstack import DevStack, free_port
+from app.devstack import DevStack
 from polar.builders.base import unseen_records
 from polar.contracts import BuildRequest
 from polar.records import CompletionRecord
@@ -35,6 +35,7 @@ from polar.tasks.spec import BuilderSpec
 from proxy.app import create_app
 from tests.support import scripted_backend, serve_app, text
 from tests.support.polling import wait_for
+from tests.support.ports import free_port
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 

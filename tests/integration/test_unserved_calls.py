@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 
-from activities.runtimes.channel import GatewayRelay
+from activities.runtimes.network.channel import GatewayRelay
 from polar.outcomes import GATEWAY_FAULT_HEADER, classify, count_unserved
 from polar.records import InfraReason, SessionStatus
 from polar.session_keys import SessionIdentity, mint_session_key

@@ -14,13 +14,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from activities.observability import WorkerMetrics, start_observability
 from activities.worker import build_workers
-from polar.app.devstack import DevStack, free_port
+from app.devstack import DevStack
 from polar.client.sdk import PolarClient
 from polar.logs import ContextFilter, JsonFormatter
 from polar.records import SessionStatus
 from polar.tasks.spec import TaskSpec
 from polar.temporal_client import connect
 from tests.support.polling import wait_for
+from tests.support.ports import free_port
 
 
 async def test_worker_metrics_endpoint_after_a_real_task(

@@ -30,7 +30,7 @@ from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from polar.app.devstack import DevStack
+from app.devstack import DevStack
 from polar.contracts import (
     BuildRequest,
     BuildResult,

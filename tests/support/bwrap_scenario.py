@@ -21,13 +21,13 @@ from typing import Any
 import pydantic
 
 from activities.runtimes.base import InvalidRuntime
-from activities.runtimes.channel import (
+from activities.runtimes.kinds.local import LocalRuntime
+from activities.runtimes.network.channel import (
     SANDBOX_GATEWAY_URL,
     SESSION_KEY_HEADER,
     GatewayRelay,
     with_forwarder,
 )
-from activities.runtimes.local import LocalRuntime
 from polar.contracts import PrepareRequest, RuntimeHandle
 from polar.tasks.spec import DirSource, RuntimeSpec
 

@@ -46,7 +46,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
 from temporalio.service import RPCError
 
-from polar.app.devstack import DevStack, Service, free_port, http_ready
+from app.devstack import DevStack, Service, http_ready
 from polar.client.sdk import PolarClient, TaskRun
 from polar.contracts import SessionResult, TaskResult
 from polar.records import OutcomeClass, SessionStatus
@@ -54,6 +54,7 @@ from polar.settings import Settings
 from polar.storage import Storage
 from polar.temporal_client import connect
 from tests.support.faults import Node, answered, fault_task
+from tests.support.ports import free_port
 from workflows import replay as rp
 
 FAULTS: tuple[str, ...] = (

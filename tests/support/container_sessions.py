@@ -36,7 +36,7 @@ def docker_runtime(root: Path) -> Iterator[Any]:
     """A DockerRuntime under `root`; its containers removed after."""
     import docker
 
-    from activities.runtimes.docker import LABEL, DockerRuntime
+    from activities.runtimes.kinds.docker import LABEL, DockerRuntime
 
     rt = DockerRuntime(root)
     yield rt
@@ -59,7 +59,7 @@ def podman_runtime(root: Path, mode: str) -> Iterator[Any]:
     rootless is what `auto` picks here: the default mode is never skipped."""
     import pytest
 
-    from activities.runtimes.podman import PodmanRuntime, resolve_mode, rootless_support
+    from activities.runtimes.kinds.podman import PodmanRuntime, resolve_mode, rootless_support
 
     if mode == "rootless" and resolve_mode()[0] != "rootless":
         supported, why = rootless_support()

@@ -1,6 +1,6 @@
 """A cgroup v2 dir delegated to the test's ordinary user, as systemd's `Delegate=yes` or a
 Slurm site's cgroup/v2 plugin gives a job: root makes it where the host allows, or says why
-not (activities/runtimes/bwrap.py `cgroup_v2_unavailable`, then what failed here).
+not (activities/runtimes/sandboxes/bwrap.py `cgroup_v2_unavailable`, then what failed here).
 
 Layout (cgroup v2's rule: no processes in a dir that hands controllers down):
 
@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-from activities.runtimes import bwrap
+from activities.runtimes.sandboxes import bwrap
 
 DELEGATED_FILES = ("cgroup.procs", "cgroup.subtree_control", "cgroup.threads")
 

@@ -2,7 +2,7 @@
 
 A *node* is what one host of a deployment runs: its own data dir, optionally a
 gateway process and a `polar worker` process, sharing the suite's one Temporal
-and one S3 with every other node. Processes are real (`python -m polar.app.cli ...`)
+and one S3 with every other node. Processes are real (`python -m app.cli ...`)
 so a test can SIGKILL them.
 """
 
@@ -21,12 +21,13 @@ from fastapi.responses import JSONResponse
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from polar.app.cli import demo_task
-from polar.app.devstack import DevStack, free_port
+from app.cli import demo_task
+from app.devstack import DevStack
 from polar.client.sdk import PolarClient
 from polar.settings import Settings
 from polar.tasks.spec import TaskSpec
 from polar.temporal_client import connect
+from tests.support.ports import free_port
 
 from .scripted_backend import render_answer, serve_app, text
 

@@ -25,11 +25,12 @@ from pathlib import Path
 from _pytest.outcomes import OutcomeException
 
 from activities.harnesses import CLI_ADAPTERS
+from app.devstack import DevStack
 from bench.bench_builders import DATA, slim
 from bench.tiny_backend import TINY_MODEL
-from polar.app.devstack import DevStack, free_port
 from polar.settings import Settings
 from polar.storage import Storage
+from tests.support.ports import free_port
 from tests.system.test_harness_clis import run_harness
 
 # harness kind -> the name of its recorded session file in bench/data/

@@ -31,7 +31,7 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from polar.app.devstack import free_port
+from tests.support.ports import free_port
 
 from .polling import wait_until
 

@@ -20,10 +20,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from polar.app.devstack import free_port
 from polar.processes import dying_with_parent
 from tests.support import netns
 from tests.support.netns import HostNetwork
+from tests.support.ports import free_port
 
 TOOLS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "sinfo")
 MUNGE_KEY = Path("/etc/munge/munge.key")

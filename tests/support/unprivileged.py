@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from activities.runtimes import bwrap
+from activities.runtimes.sandboxes import bwrap
 from polar.processes import dying_with_parent
 from polar.settings import Settings
 
@@ -121,7 +121,7 @@ def user_worker(
         settings.model_copy(update={"data_dir": work / "data"}).as_env()
         | {"POLAR_WORKER_READY_FILE": str(ready)}
     )
-    argv = [SYSTEM_PYTHON, "-m", "polar.app.cli", "worker", "--queues", queues]
+    argv = [SYSTEM_PYTHON, "-m", "app.cli", "worker", "--queues", queues]
     with open(work / "worker.log", "ab") as log:
         proc = subprocess.Popen(
             dying_with_parent(as_user(argv)),

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from activities.runtimes import bwrap
+from activities.runtimes.sandboxes import bwrap
 from tests.support import unprivileged
 
 pytestmark = pytest.mark.slow

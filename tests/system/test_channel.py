@@ -29,7 +29,7 @@ import httpx
 import openai
 import pytest
 
-from activities.runtimes.channel import (
+from activities.runtimes.network.channel import (
     FORWARDER_NAME,
     FORWARDER_SCRIPT,
     PLACEHOLDER_KEY,
@@ -41,7 +41,6 @@ from activities.runtimes.channel import (
     with_forwarder,
 )
 from activities.shell_command import run_shell
-from polar.app.devstack import free_port
 from polar.session_keys import SessionIdentity, mint_session_key
 from polar.settings import Settings
 from polar.storage import Storage
@@ -49,7 +48,7 @@ from proxy.app import create_app
 from tests.support import ScriptedBackend, scripted_backend, serve_app, text
 from tests.support.paths import REPO
 from tests.support.polling import wait_for, wait_until
-from tests.support.ports import refusing_port
+from tests.support.ports import free_port, refusing_port
 
 SYSTEM_PYTHON = "/usr/bin/python3"
 MESSAGES = [{"role": "user", "content": "Say hello."}]
@@ -304,7 +303,7 @@ async def test_forwarder_passes_half_closes_both_ways(tmp_path: Path) -> None:
 
     server = await asyncio.start_unix_server(upper_after_eof, path=str(sock))
     (tmp_path / FORWARDER_NAME).write_bytes(
-        (REPO / "activities/runtimes/forwarder.py").read_bytes()
+        (REPO / "activities/runtimes/network/forwarder.py").read_bytes()
     )
     port = free_port()
     argv = [

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from polar.app.devstack import DevStack
+from app.devstack import DevStack
 from tests.support.chaos import FAULTS, SoakConfig, soak
 
 pytestmark = pytest.mark.slow

@@ -21,10 +21,11 @@ from pathlib import Path
 
 import pytest
 
+from app.devstack import DevStack
 from bench.bench_cli_exit import POLAR, one_session_task, run_cli
-from polar.app.devstack import DevStack, free_port
 from polar.client.sdk import PolarClient
 from polar.tasks.spec import TaskSpec
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.slow
 

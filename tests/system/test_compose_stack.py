@@ -34,7 +34,7 @@ import docker
 import pytest
 import yaml
 
-from polar.app.devstack import free_port, port_open
+from app.devstack import port_open
 from polar.client.sdk import PolarClient
 from polar.records import SessionStatus
 from polar.settings import Settings
@@ -43,6 +43,7 @@ from polar.tasks.spec import TaskSpec
 from polar.temporal_client import connect
 from tests.support.faults import activity_runs
 from tests.support.polling import wait_for
+from tests.support.ports import free_port
 from tests.unit.infra.test_deploy import DEPLOY, REPO, compose_cmd, new_env
 
 pytestmark = pytest.mark.slow

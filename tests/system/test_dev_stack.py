@@ -10,14 +10,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from polar.app.devstack import free_port
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.slow
 
 
 def polar(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "polar.app.cli", *args],
+        [sys.executable, "-m", "app.cli", *args],
         env=os.environ | env,
         capture_output=True,
         text=True,

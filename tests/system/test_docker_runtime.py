@@ -18,7 +18,7 @@ from pathlib import Path
 import docker
 import pytest
 
-from activities.runtimes.docker import DockerRuntime
+from activities.runtimes.kinds.docker import DockerRuntime
 from polar.contracts import PrepareRequest
 from polar.tasks.spec import GitSource, RuntimeSpec
 from tests.support.container_sessions import (

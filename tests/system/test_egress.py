@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from polar.app.devstack import DevStack
+from app.devstack import DevStack
 from polar.client.sdk import PolarClient
 from polar.records import SessionStatus
 from polar.storage import Storage, artifact_key

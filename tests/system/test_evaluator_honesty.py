@@ -43,7 +43,7 @@ from activities.evaluators.swebench import (
     runner_command,
 )
 from activities.runtimes.base import Runtime
-from activities.runtimes.local import LocalRuntime
+from activities.runtimes.kinds.local import LocalRuntime
 from polar.client.sdk import PolarClient
 from polar.evaluation_reports import CommandReport
 from polar.records import SessionStatus
@@ -254,7 +254,7 @@ async def rt(
     if request.param == "local":
         yield LocalRuntime(tmp_path / "runtimes", python_dir=pytest_bin), RuntimeSpec()
         return
-    from activities.runtimes.docker import DockerRuntime
+    from activities.runtimes.kinds.docker import DockerRuntime
 
     image = request.getfixturevalue("docker_image")
     spec = RuntimeSpec(kind="docker", image=image, cpus=1, memory="1g")

@@ -25,7 +25,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from polar.app.devstack import DevStack
+from app.devstack import DevStack
 from polar.client.sdk import PolarClient
 from polar.records import SessionStatus
 from tests.support.faults import Node, activity_runs, answered, fault_task, single_node

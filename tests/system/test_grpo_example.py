@@ -16,14 +16,15 @@ from pathlib import Path
 import pytest
 
 from activities.worker import running_workers
+from app.devstack import DevStack
 from examples.grpo.curve import plot, read_csv, write_csv
 from examples.grpo.train import Batch, StepReport, add_group, split_by_lag, train
-from polar.app.devstack import DevStack, free_port
 from polar.client.sdk import Group, PolarClient, TaskRun
 from polar.contracts import SessionResult, TaskResult
 from polar.records import SessionStatus, Trace, TraceProvenance
 from polar.settings import Settings
 from tests.conftest import open_for_harness
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.slow
 ADMIN = secrets.token_urlsafe(24)  # the gateway refuses weak admin tokens

@@ -22,12 +22,12 @@ import docker
 import pytest
 
 from activities.evaluators.base import Evaluation, EvaluatorError
-from activities.runtimes.docker import LABEL, DockerRuntime
+from activities.runtimes.kinds.docker import LABEL, DockerRuntime
+from app.adversaries import adversary_command
 from polar.evaluation_reports import HarborReport
 from polar.outcomes import classify, error_outcome
 from polar.records import SessionStatus
 from polar.settings import get_settings
-from polar.tasks.adversaries import adversary_command
 from polar.tasks.harbor import HarborTaskError, load_harbor_tasks
 from polar.tasks.harbor_images import ensure_images
 from polar.tasks.spec import TaskSpec

@@ -18,7 +18,7 @@ from docker.errors import NotFound
 
 from activities.runtimes import started_marker
 from activities.runtimes.base import RuntimeUnfit
-from activities.runtimes.docker import LABEL, DockerRuntime
+from activities.runtimes.kinds.docker import LABEL, DockerRuntime
 from polar.contracts import PrepareRequest, SessionResult
 from polar.outcomes import error_outcome
 from polar.records import InfraReason, SessionStatus

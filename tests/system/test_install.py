@@ -23,8 +23,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from polar.app.devstack import free_port
 from tests.support.paths import REPO
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -121,7 +121,7 @@ def test_installed_cli_helps_and_builds_the_demo_task(venv: Path, tmp_path: Path
     help_text = run([polar, "--help"], tmp_path, clean_env(venv))
     assert "dev" in help_text and "submit" in help_text
     env = clean_env(venv, POLAR_DATA_DIR=str(tmp_path / "data"))
-    code = "from polar.app.cli import demo_task; print(demo_task(2).source.path)"
+    code = "from app.cli import demo_task; print(demo_task(2).source.path)"
     repo = Path(run([str(venv / "bin" / "python"), "-c", code], tmp_path, env).strip())
     # under the working directory (the default source root), never in the data dir (the
     # worker refuses a source there: the stack's state and secrets)
@@ -156,7 +156,7 @@ def test_installed_cli_runs_the_dev_stack(venv: Path, tmp_path: Path) -> None:
             pid = (data / "run" / f"{part}.pid").read_text().strip()
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
             assert Path(argv[0].decode()).parent == venv / "bin", argv
-            assert argv[1:4] == [b"-m", b"polar.app.cli", part.encode()], argv
+            assert argv[1:4] == [b"-m", b"app.cli", part.encode()], argv
     finally:
         down = subprocess.run(
             [polar, "dev", "down"], cwd=tmp_path, env=env, capture_output=True, text=True

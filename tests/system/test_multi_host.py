@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from polar.app.devstack import DevStack
+from app.devstack import DevStack
 from polar.client.sdk import PolarClient
 from polar.temporal_client import connect
 from tests.support import netns

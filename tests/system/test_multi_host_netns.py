@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from polar.app.devstack import DevStack
+from app.devstack import DevStack
 from polar.client.sdk import PolarClient
 from polar.records import SessionStatus
 from polar.settings import Settings

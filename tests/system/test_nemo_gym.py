@@ -24,10 +24,11 @@ from pathlib import Path
 
 import pytest
 
-from polar.app.cli import demo_task
-from polar.app.devstack import DevStack, free_port
+from app.cli import demo_task
+from app.devstack import DevStack
 from polar.client.sdk import PolarClient
 from polar.trainers._sessions import chains
+from tests.support.ports import free_port
 from tests.support.tap import Tap
 from tests.system.trainer_checks import REPO, assert_sampled_by_vllm, masked, run_logged
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from activities.runtimes.podman import PodmanRuntime, cgroup_v2
+from activities.runtimes.kinds.podman import PodmanRuntime, cgroup_v2
 from polar.contracts import PrepareRequest
 from polar.tasks.spec import RuntimeSpec
 from tests.support.container_sessions import (

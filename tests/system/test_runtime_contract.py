@@ -1,6 +1,6 @@
 """The runtime contract: what every runtime kind honours, one suite run over each kind.
 
-Kinds: `local` (the worker's sealed sandbox, activities/runtimes/local.py), `bwrap`
+Kinds: `local` (the worker's sealed sandbox, activities/runtimes/kinds/local.py), `bwrap`
 (the local runtime of a worker that is not root), `docker` and the `podman` modes
 (`rootless`, and `root` when the tests run as root). `local` and `docker` are never
 skipped. `bwrap` runs where this process is not root and detects it, else is skipped
@@ -27,12 +27,12 @@ from typing import Any
 
 import pytest
 
-from activities.runtimes import InvalidRuntime, PrepareFailed, bwrap, get_runtime
-from activities.runtimes.channel import SANDBOX_DIR
-from activities.runtimes.docker import LABEL
-from activities.runtimes.local import LocalRuntime
-from activities.runtimes.local_sandbox import detect_sandbox
-from polar.app.devstack import free_port
+from activities.runtimes import InvalidRuntime, PrepareFailed, get_runtime
+from activities.runtimes.kinds.docker import LABEL
+from activities.runtimes.kinds.local import LocalRuntime
+from activities.runtimes.network.channel import SANDBOX_DIR
+from activities.runtimes.sandboxes import bwrap
+from activities.runtimes.sandboxes.local_sandbox import detect_sandbox
 from polar.client.sdk import PolarClient
 from polar.contracts import PrepareRequest, RuntimeHandle
 from polar.tasks.spec import DirSource, RuntimeSpec
@@ -46,6 +46,7 @@ from tests.support.container_sessions import (
     runtime_root,
     small_repo,
 )
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -181,7 +182,7 @@ async def test_dir_source_command_output_exit_code_and_scratch(
 
 def _assert_container_record(runtime: Any, attrs: dict[str, Any], handle: RuntimeHandle) -> None:
     """The engine's record of a container prepared with cpus=1.5, memory=256m."""
-    from activities.runtimes.podman import cgroup_v2
+    from activities.runtimes.kinds.podman import cgroup_v2
 
     host = attrs["HostConfig"]
     assert host["NetworkMode"] == "none"

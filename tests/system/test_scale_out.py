@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from polar.app.devstack import DevStack
+from app.devstack import DevStack
 from polar.client.sdk import PolarClient
 from polar.records import SessionStatus
 from polar.temporal_client import connect

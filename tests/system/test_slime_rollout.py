@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
-from polar.app.cli import demo_task
-from polar.app.devstack import DevStack
+from app.cli import demo_task
+from app.devstack import DevStack
 from polar.client.layouts import SLIME_SAMPLE_FIELDS, SLIME_STATUS
 from polar.client.sdk import PolarClient
 from polar.trainers._sessions import chains

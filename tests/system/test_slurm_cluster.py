@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 from temporalio.api.enums.v1 import EventType
 
-from polar.app.devstack import DevStack
+from app.devstack import DevStack
 from polar.client.sdk import PolarClient
 from polar.records import SessionStatus
 from polar.settings import Settings
@@ -140,7 +140,7 @@ def polar_on_slurm(devstack: DevStack) -> Iterator[Polar]:
         env.pop("POLAR_DATA_DIR", None)  # the template's: node-local, per job
         env.pop("POLAR_HOST_ID", None)  # the template's: SLURMD_NODENAME
         env |= {
-            "POLAR_CMD": f"{unprivileged.SYSTEM_PYTHON} -m polar.app.cli",
+            "POLAR_CMD": f"{unprivileged.SYSTEM_PYTHON} -m app.cli",
             "POLAR_SLURM_DIR": str(TEMPLATE.parent),
             "SLURM_CONF": cluster.env["SLURM_CONF"],
         }

@@ -23,7 +23,7 @@ from activities.evaluators.swebench import (
     fresh_runtime,
     is_junk,
 )
-from activities.runtimes.local import LocalRuntime
+from activities.runtimes.kinds.local import LocalRuntime
 from polar.client.sdk import PolarClient
 from polar.contracts import PrepareRequest, RuntimeHandle
 from polar.evaluation_reports import SweBenchReport, TestOutcomes, parse_report

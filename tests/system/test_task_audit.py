@@ -16,11 +16,11 @@ from typing import Any
 import docker
 from typer.testing import CliRunner
 
-from polar.app.cli import app
+from app.adversaries import adversary_command
+from app.cli import app
+from app.task_audit import AUDIT_FILE, NOOP, ORACLE, TEST_EDIT, TaskAudit
 from polar.client.sdk import PolarClient
 from polar.settings import get_settings
-from polar.tasks.adversaries import adversary_command
-from polar.tasks.audit import AUDIT_FILE, NOOP, ORACLE, TEST_EDIT, TaskAudit
 from polar.tasks.harbor import load_harbor_tasks
 from polar.tasks.spec import HarnessSpec
 from tests.support.paths import REPO

@@ -33,16 +33,17 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from activities.worker import running_workers
+from app.devstack import DevStack
 from examples.grpo.train import untied_copy
 from examples.trl.train import digits_task, make_trainer
 from polar.advantages import trace_advantages
-from polar.app.devstack import DevStack, free_port
 from polar.client.sdk import PolarClient
 from polar.settings import Settings
 from polar.trainers._sessions import absent_reason, chains, trainable
 from polar.trainers.trl import PolarRolloutFunc, PolarRolloutWorker, PolarWeightTransfer
 from polar.trainers.weights import InPlaceReload
 from tests.conftest import open_for_harness
+from tests.support.ports import free_port
 from tests.support.scripted_backend import serve_app
 from tests.support.tap import Tap, tap_app
 from tests.system.trainer_checks import assert_sampled_by_vllm, float32, masked

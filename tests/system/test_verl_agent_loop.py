@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from polar.app.cli import demo_task
-from polar.app.devstack import DevStack
+from app.cli import demo_task
+from app.devstack import DevStack
 from polar.client.sdk import PolarClient
 from polar.trainers._sessions import chains
 from tests.support.tap import Tap

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from polar.app.cli import demo_task
-from polar.app.devstack import DevStack
+from app.cli import demo_task
+from app.devstack import DevStack
 from polar.client.sdk import PolarClient
 from polar.records import SessionStatus
 from polar.temporal_client import connect

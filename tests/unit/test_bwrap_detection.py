@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from activities.runtimes.bwrap import userns_forbidden
+from activities.runtimes.sandboxes.bwrap import userns_forbidden
 
 
 def _reads(values: dict[str, str]) -> object:

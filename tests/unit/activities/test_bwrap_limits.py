@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from activities.runtimes import bwrap, local
-from activities.runtimes.local_sandbox import Sandbox
+from activities.runtimes.kinds import local
 from activities.runtimes.resource_limits import (
     ContainerLimits,
     DirsWatchdog,
     writable_layer_bytes,
 )
+from activities.runtimes.sandboxes import bwrap
+from activities.runtimes.sandboxes.local_sandbox import Sandbox
 
 LIMITS = ContainerLimits(cpus=1.5, memory_bytes=1 << 30, pids=64, disk_bytes=1 << 28)
 

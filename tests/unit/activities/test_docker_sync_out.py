@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from activities.runtimes.docker import SKIPPED_NOTE, DockerRuntime
+from activities.runtimes.kinds.docker import SKIPPED_NOTE, DockerRuntime
 from polar.contracts import RuntimeHandle
 
 

@@ -21,8 +21,8 @@ from activities.evaluators.baseline import (
     record_baseline,
     write_empty_repo,
 )
-from activities.runtimes.local import LocalRuntime
-from activities.runtimes.local_sandbox import HARNESS_USER
+from activities.runtimes.kinds.local import LocalRuntime
+from activities.runtimes.sandboxes.local_sandbox import HARNESS_USER
 from polar.contracts import PrepareRequest, RuntimeHandle
 from polar.tasks.spec import RuntimeSpec
 

@@ -18,7 +18,7 @@ from activities.evaluators.swebench import (
     reset_test_files_command,
     restore_files_command,
 )
-from activities.runtimes.local import LocalRuntime
+from activities.runtimes.kinds.local import LocalRuntime
 from polar.contracts import NON_RETRYABLE_ERRORS, RuntimeHandle
 from polar.tasks.spec import CommandAction, EvaluatorSpec, RuntimeSpec, SweBenchSpec
 from tests.support.git import git

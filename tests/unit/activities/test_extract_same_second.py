@@ -13,7 +13,7 @@ import pytest
 
 from activities.evaluators.baseline import record_baseline
 from activities.evaluators.patches import extract_patch
-from activities.runtimes.local import LocalRuntime
+from activities.runtimes.kinds.local import LocalRuntime
 from polar.contracts import PrepareRequest
 from polar.tasks.spec import DirSource, RuntimeSpec
 

@@ -32,8 +32,8 @@ from activities import heartbeat as heartbeats
 from activities.heartbeat import Heartbeater, heartbeat, heartbeating, mark_activity_start
 from activities.init_activities import InitActivities
 from activities.runtimes import InvalidSource, SourceUnavailable
-from activities.runtimes import local as local_runtime
-from activities.runtimes.local import LocalRuntime, is_transient_git_error, materialise_source
+from activities.runtimes.kinds import local as local_runtime
+from activities.runtimes.kinds.local import LocalRuntime, is_transient_git_error, materialise_source
 from polar.contracts import PrepareRequest
 from polar.settings import Settings
 from polar.storage import Storage

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from activities.runtimes.local import LocalRuntime
+from activities.runtimes.kinds.local import LocalRuntime
 from polar.contracts import PrepareRequest, RuntimeHandle
 from polar.tasks.spec import DirSource, RuntimeSpec
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from activities.runtimes import InvalidRuntime, PrepareFailed
-from activities.runtimes.local import LocalRuntime
+from activities.runtimes.kinds.local import LocalRuntime
 from polar.contracts import PrepareRequest
 from polar.tasks.spec import DirSource, RuntimeSpec
 

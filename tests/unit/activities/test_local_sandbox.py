@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from activities.runtimes.base import InvalidRuntime
-from activities.runtimes.channel import SANDBOX_PORT
-from activities.runtimes.local import LocalRuntime
-from activities.runtimes.local_sandbox import HARNESS_USER, candidates, detect_sandbox
+from activities.runtimes.kinds.local import LocalRuntime
+from activities.runtimes.network.channel import SANDBOX_PORT
+from activities.runtimes.sandboxes.local_sandbox import HARNESS_USER, candidates, detect_sandbox
 from polar.contracts import PrepareRequest, RuntimeHandle
 from polar.tasks.spec import DirSource, RuntimeSpec
 

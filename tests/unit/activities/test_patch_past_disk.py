@@ -12,7 +12,7 @@ import pytest
 
 from activities.evaluators.baseline import record_baseline
 from activities.evaluators.fresh import carry_changes
-from activities.runtimes.local import LocalRuntime
+from activities.runtimes.kinds.local import LocalRuntime
 from polar.contracts import PrepareRequest
 from polar.evaluation_reports import CommandReport
 from polar.tasks.spec import DirSource, RuntimeSpec

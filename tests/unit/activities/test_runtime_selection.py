@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from activities.runtimes import get_runtime, selection
-from activities.runtimes.local import LocalRuntime
+from activities.runtimes.kinds.local import LocalRuntime
 from polar.tasks.spec import RuntimeSpec
 
 

@@ -12,9 +12,9 @@ import pytest
 
 from activities.evaluators.patches import apply_patch, extract_patch
 from activities.harnesses.base import write_config
-from activities.runtimes.local import LocalRuntime
+from activities.runtimes.kinds.local import LocalRuntime
+from activities.safe_files import UnsafePath
 from polar.contracts import PrepareRequest
-from polar.safe_files import UnsafePath
 from polar.tasks.spec import DirSource, RuntimeSpec
 
 NAMES = ("model.patch", "model-apply.patch", "traces.jsonl", "extract.git", ".codex")

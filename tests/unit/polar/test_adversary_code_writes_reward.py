@@ -1,4 +1,4 @@
-"""The audit's `code-writes-reward` adversary (polar/tasks/adversaries/code-writes-reward.sh)
+"""The audit's `code-writes-reward` adversary (app/adversaries/code-writes-reward.sh)
 in a scratch workspace, its verifier dir a scratch folder: the modules it plants in still
 import, and a verifier that imports one and writes its reward 0 ends with the forged 1, at
 its exit and again whenever it writes after that (the forked writer). On the stack it
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from polar.tasks.adversaries import ADVERSARIES, adversary_command, describe
+from app.adversaries import ADVERSARIES, adversary_command, describe
 
 VERIFIER = """import sys
 sys.path.insert(0, {ws!r})

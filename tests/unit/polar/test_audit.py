@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from polar.tasks.adversaries import (
+from app.adversaries import (
     ADVERSARIES,
     adversary_command,
     describe,
@@ -20,7 +20,7 @@ from polar.tasks.adversaries import (
     patch_command,
     swe_test_edit_command,
 )
-from polar.tasks.audit import (
+from app.task_audit import (
     AUDIT_FILE,
     AuditReport,
     AuditTarget,

@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from activities.runtimes.base import InvalidRuntime
-from activities.runtimes.local import LocalRuntime
+from activities.runtimes.kinds.local import LocalRuntime
 from polar.contracts import PrepareRequest
 from polar.tasks.spec import DEFAULT_WORKDIR, RuntimeSpec, TaskSpec
 

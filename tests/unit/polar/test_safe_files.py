@@ -1,4 +1,4 @@
-"""polar/safe_files.py: a planted symlink anywhere on the path is refused, never followed."""
+"""activities/safe_files.py: a planted symlink anywhere on the path is refused, never followed."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from polar import safe_files
-from polar.safe_files import UnsafePath
+from activities import safe_files
+from activities.safe_files import UnsafePath
 
 
 def test_write_and_read_back(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from polar.app.cli import app
+from app.cli import app
 from polar.tasks.harbor import (
     HarborTaskError,
     base_images,

@@ -1,4 +1,4 @@
-"""The egress policy's address rule (activities/runtimes/egress.py): the worker host's own
+"""The egress policy's address rule (activities/runtimes/network/egress.py): the worker host's own
 addresses, read from its kernel, are never reached; only an exemption naming the address
 itself opens one; every non-global spelling is refused whatever the blocked networks say."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 
-from activities.runtimes.egress import EgressPolicy, host_networks
+from activities.runtimes.network.egress import EgressPolicy, host_networks
 from polar.settings import Settings
 from polar.tasks.spec import NetworkSpec
 

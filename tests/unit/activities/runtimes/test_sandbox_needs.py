@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from activities.runtimes import sandbox_needs
 from activities.runtimes.base import InvalidRuntime, RuntimeUnfit
+from activities.runtimes.sandboxes import needs as sandbox_needs
 
 
 def _probe(path: str) -> tuple[int, str]:

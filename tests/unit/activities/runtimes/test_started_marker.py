@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from activities.runtimes import started_marker
-from activities.runtimes.channel import with_forwarder
+from activities.runtimes.network.channel import with_forwarder
 from activities.shell_command import run_shell
 
 

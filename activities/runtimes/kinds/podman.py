@@ -2,7 +2,7 @@
 
 For clusters that forbid a Docker daemon (the paper uses rootless Apptainer
 there; Debian ships `podman`). Everything a session sees is the Docker
-runtime's (activities/runtimes/docker.py, which this subclasses): one
+runtime's (activities/runtimes/kinds/docker.py, which this subclasses): one
 container per session from the task's image, its workspace (the spec's `workdir`,
 default `/workspace`) filled by copying,
 no network (the session's gateway channel dir is the only mount), default
@@ -27,7 +27,7 @@ Modes (`POLAR_PODMAN_MODE`, default `auto`):
 
 Images come from a registry-less store: `load_from_docker` copies an image
 from the local Docker engine (`docker save | podman load`, skipped when the
-image id already matches), e.g. `python -m activities.runtimes.podman load
+image id already matches), e.g. `python -m activities.runtimes.kinds.podman load
 polar/runtime:py311`.
 """
 
@@ -55,8 +55,7 @@ from docker.errors import APIError, NotFound
 
 from activities.runtimes import toolbox
 from activities.runtimes.base import InvalidRuntime, RuntimeUnfit
-from activities.runtimes.channel import SANDBOX_DIR
-from activities.runtimes.docker import (
+from activities.runtimes.kinds.docker import (
     DEADLINE_ENV,
     DEPLOYMENT_LABEL,
     HOST_LABEL,
@@ -65,7 +64,8 @@ from activities.runtimes.docker import (
     DockerRuntime,
     ExecPump,
 )
-from activities.runtimes.local import session_dirs
+from activities.runtimes.kinds.local import session_dirs
+from activities.runtimes.network.channel import SANDBOX_DIR
 from activities.runtimes.resource_limits import DISK_LABEL, ContainerLimits
 from polar.tasks.spec import RuntimeSpec
 
@@ -275,7 +275,8 @@ class PodmanRuntime(DockerRuntime):
         if self.podman.image_id(spec.image) is None:
             raise RuntimeUnfit(
                 f"podman image {spec.image!r} not found in the {self.mode} store (load it from "
-                f"the local docker engine: python -m activities.runtimes.podman load {spec.image})"
+                "the local docker engine: python -m activities.runtimes.kinds.podman load "
+                f"{spec.image})"
             )
         name = self.container_name(session_id)
         limits = ContainerLimits.of(spec)
@@ -499,7 +500,7 @@ def rootless_support() -> tuple[bool, str]:
         try:
             pwd.getpwnam(RUNNER)
         except KeyError:
-            return False, f"no {RUNNER} user (python -m activities.runtimes.podman setup)"
+            return False, f"no {RUNNER} user (python -m activities.runtimes.kinds.podman setup)"
         prefix, who = ["runuser", "-u", RUNNER, "--"], RUNNER
     userns = subprocess.run(
         [*prefix, "unshare", "-U", "true"], capture_output=True, text=True, cwd="/"
@@ -529,7 +530,7 @@ def main(argv: list[str] | None = None) -> None:
             fresh = load_from_docker(image)
             print(f"{image}: {'loaded from docker' if fresh else 'up to date'}")
     else:
-        sys.exit("usage: python -m activities.runtimes.podman setup | load IMAGE...")
+        sys.exit("usage: python -m activities.runtimes.kinds.podman setup | load IMAGE...")
 
 
 if __name__ == "__main__":

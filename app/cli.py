@@ -69,7 +69,7 @@ def plain_error(exc: Exception) -> str | None:
 
 
 class PolarApp(typer.Typer):
-    """The `polar` app; run as a process (the console script, `python -m polar.app.cli`) it ends
+    """The `polar` app; run as a process (the console script, `python -m app.cli`) it ends
     through `exit_process`. CliRunner tests call its click command and never get here."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> NoReturn:
@@ -170,7 +170,7 @@ def ensure_tiny_model(settings: Settings) -> Path:
 
 
 def _stack(with_model: bool = True, workers: int = 1) -> Any:
-    from polar.app.devstack import DevStack
+    from app.devstack import DevStack
 
     settings = get_settings()
     if with_model and settings.model_dir is None and settings.upstream_model:
@@ -187,7 +187,7 @@ def dev_up(
     workers: Annotated[int, typer.Option(help="worker processes")] = 1,
 ) -> None:
     """Start every part of the embedded stack (idempotent)."""
-    from polar.app.devstack import StackError
+    from app.devstack import StackError
 
     stack = _stack(model, workers)
     try:
@@ -370,9 +370,9 @@ def submit(
 
 
 def check_audit(spec: TaskSpec, near: Path, strict: bool) -> None:
-    """Warn about a task an audit flagged or found broken (polar/tasks/audit.py), or with
+    """Warn about a task an audit flagged or found broken (app/task_audit.py), or with
     `strict` refuse it (exit 3)."""
-    from polar.tasks.audit import find_verdict
+    from app.task_audit import find_verdict
 
     audit = find_verdict(spec, near)
     if audit is None or audit.verdict == "sound":
@@ -465,8 +465,8 @@ def tasks_audit(
 
     Exit 0 when every task is sound, 1 when one is flagged or broken. The verdicts go to
     `.polar-audit.json` beside PATH, where `polar submit` finds them."""
+    from app import task_audit as au
     from polar.client.sdk import PolarClient
-    from polar.tasks import audit as au
     from polar.tasks.harbor import task_id_of
     from polar.tasks.spec import RuntimeSpec
 

@@ -51,7 +51,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from activities.runtimes.base import Runtime
-from activities.runtimes.channel import (
+from activities.runtimes.network.channel import (
     FORWARDER_NAME,
     FORWARDER_SCRIPT,
     ChannelLimits,

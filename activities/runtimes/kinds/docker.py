@@ -5,7 +5,7 @@ locally by infra/images/build.py) with no network at all (`--network none`):
 its only way out is the session's gateway channel, a Unix socket in the
 worker's `{session}/channel/` dir bind-mounted read-only at /run/polar (the
 only mount), served by the worker's relay and reached through a forwarder on
-the container's own loopback (activities/runtimes/channel.py). It has the
+the container's own loopback (activities/runtimes/network/channel.py). It has the
 CPU, memory (no extra swap), pids and disk limits of the RuntimeSpec (on by
 default); the source goes in with `put_archive` (a dir copy, or a git clone at
 the task's ref made on the worker), into the workspace: the spec's `workdir`
@@ -70,13 +70,14 @@ import docker
 from docker.errors import APIError, ImageNotFound, NotFound
 
 from activities.heartbeat import heartbeating
-from activities.runtimes import sandbox_needs, toolbox
+from activities.runtimes import toolbox
 from activities.runtimes.actions import run_prepare_actions
 from activities.runtimes.base import InvalidRuntime, RuntimeUnfit
-from activities.runtimes.channel import SANDBOX_DIR
 from activities.runtimes.exit_sweep import with_exit_sweep
-from activities.runtimes.local import materialise_source, session_dir, session_dirs
+from activities.runtimes.kinds.local import materialise_source, session_dir, session_dirs
+from activities.runtimes.network.channel import SANDBOX_DIR
 from activities.runtimes.resource_limits import DISK_LABEL, ContainerLimits, writable_layer_bytes
+from activities.runtimes.sandboxes import needs as sandbox_needs
 from activities.runtimes.workspace_copy import drop_alternates
 from activities.shell_command import ProcessOutcome
 from polar.contracts import PrepareRequest, RuntimeHandle

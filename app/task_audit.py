@@ -1,7 +1,7 @@
 """`polar tasks audit`: run each task with its oracle, a no-op and canned hacks, on a real Polar.
 
 A task is sound when its oracle scores the top of its reward range, the no-op agent
-scores the bottom, and every adversary (polar/tasks/adversaries/) scores the bottom too.
+scores the bottom, and every adversary (app/adversaries/) scores the bottom too.
 An adversary or no-op that scores more flags the task, naming the hack that worked; an
 oracle that scores less than the top marks it broken. Sessions that end without a reward
 (an evaluator error) are shown as `error`: no reward was handed out, so no hack worked.
@@ -32,8 +32,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from polar.records import SessionStatus
-from polar.tasks.adversaries import (
+from app.adversaries import (
     ADVERSARIES,
     NOOP_COMMAND,
     adversary_command,
@@ -42,6 +41,7 @@ from polar.tasks.adversaries import (
     patch_command,
     swe_test_edit_command,
 )
+from polar.records import SessionStatus
 from polar.tasks.spec import HarnessSpec, RuntimeSpec, TaskSpec
 
 if TYPE_CHECKING:

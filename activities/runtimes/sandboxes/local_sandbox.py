@@ -33,16 +33,16 @@ on the host's network; its only way out is the channel.
 
 A worker that is not root (an HPC node) gets `bwrap` where unprivileged user
 namespaces work: a bubblewrap sandbox per command, with the same promise
-(activities/runtimes/bwrap.py); its channel is the relay's Unix socket, bound
+(activities/runtimes/sandboxes/bwrap.py); its channel is the relay's Unix socket, bound
 in read-only, behind the in-sandbox forwarder.
 
 Where that fails the runtime falls back, detected once and logged as a warning:
 `pidns` (root, no network namespace), `user` (root, process group only),
 `userns` (not root: the worker's own user in its own user and PID namespaces),
 `group` (process group only). None of them is sealed, and a worker refuses to
-run sessions in them unless `POLAR_ALLOW_UNSEALED` is set (activities/runtimes/local.py).
+run sessions in them unless `POLAR_ALLOW_UNSEALED` is set (activities/runtimes/kinds/local.py).
 
-    python -c 'from activities.runtimes.local_sandbox import main; main(["setup"])'
+    python -c 'from activities.runtimes.sandboxes.local_sandbox import main; main(["setup"])'
     (infra/setup.sh: creates the user, prints the mode)
 """
 
@@ -66,7 +66,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from activities.runtimes import bwrap
+from activities.runtimes.sandboxes import bwrap
 
 log = logging.getLogger("polar.worker")
 

@@ -1,6 +1,6 @@
 """The in-sandbox end of a session's gateway channel: TCP on loopback -> the relay's Unix socket.
 
-(The egress proxy's socket, activities/runtimes/egress.py, is served the same way on its
+(The egress proxy's socket, activities/runtimes/network/egress.py, is served the same way on its
 own port: one more forwarder, nested.)
 
 Runs inside the session's image (or the local sandbox) with the system

@@ -4,14 +4,14 @@ Layout under `{data_dir}/runtimes/{session_id}/` (the session dir, root's,
 mode 0711): `workspace/` (the task's source), `home/` (a fresh HOME),
 `scratch/`, `tmp/` (TMPDIR), all owned by the unprivileged harness user;
 `private/` (root's: the root sandbox's own /tmp, /var/tmp and /dev/shm, counted by
-the disk watchdog; activities/runtimes/local_sandbox.py);
+the disk watchdog; activities/runtimes/sandboxes/local_sandbox.py);
 `logs/` (written by the worker through its own file descriptors) and
 `channel/` (the channel dir of the Runtime interface, read-only for the
 sandbox: the sealed sandbox's channel is no file but the worker's socket in
 its network, `open_channel`) stay the worker's.
 
 Every command (prepare actions, harness, evaluator) runs in the sandbox of
-activities/runtimes/local_sandbox.py: by default as `polar-harness`, in its own
+activities/runtimes/sandboxes/local_sandbox.py: by default as `polar-harness`, in its own
 PID namespace and a network namespace of the worker's making (a `Loopback`:
 the session's while its channel is open, else one per command), so nothing it
 started outlives it and its only way out is the channel. It gets neither the
@@ -22,7 +22,7 @@ use containers (docker, podman) for harnesses you do not trust. Later stages of 
 session must run on the same host.
 
 A worker that is not root seals its commands with bubblewrap instead
-(activities/runtimes/bwrap.py: its own user, PID and network namespaces, only the
+(activities/runtimes/sandboxes/bwrap.py: its own user, PID and network namespaces, only the
 session's dirs writable, rlimits and a delegated cgroup); its channel dir is
 bound at /run/polar and the in-sandbox forwarder serves the gateway URL. Where
 neither seals, the runtime refuses to run sessions unless `POLAR_ALLOW_UNSEALED`.
@@ -48,12 +48,15 @@ import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator, Sequence
 from pathlib import Path
 
+from activities import safe_files
 from activities.heartbeat import heartbeating
-from activities.runtimes import bwrap, sandbox_needs
 from activities.runtimes.actions import run_prepare_actions
 from activities.runtimes.base import InvalidRuntime, InvalidSource, SourceUnavailable
-from activities.runtimes.channel import SANDBOX_DIR, SANDBOX_PORT
-from activities.runtimes.local_sandbox import (
+from activities.runtimes.network.channel import SANDBOX_DIR, SANDBOX_PORT
+from activities.runtimes.resource_limits import ContainerLimits, DirsWatchdog, watching_disk
+from activities.runtimes.sandboxes import bwrap
+from activities.runtimes.sandboxes import needs as sandbox_needs
+from activities.runtimes.sandboxes.local_sandbox import (
     HARNESS_USER,
     POOL_USER_PREFIX,
     PRIVATE_MODES,
@@ -66,10 +69,8 @@ from activities.runtimes.local_sandbox import (
     pool_user,
     private_dirs,
 )
-from activities.runtimes.resource_limits import ContainerLimits, DirsWatchdog, watching_disk
 from activities.runtimes.workspace_copy import copy_workspace_dir
 from activities.shell_command import ProcessOutcome, run_shell
-from polar import safe_files
 from polar.contracts import PrepareRequest, RuntimeHandle
 from polar.host_paths import local_git_path, resolved_problem
 from polar.ids import InvalidId, checked_id
