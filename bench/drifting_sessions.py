@@ -12,7 +12,7 @@ prompt re-renders the sampled turn:
 
 Every `compact_every` calls the context is compacted into a summary, as an
 agent at its context limit does (it keeps the largest prompt bounded).
-Used by tests/unit/polar/test_builders_drift.py and bench/bench_builders.py.
+Used by tests/unit/polar/builders/test_builders_drift.py and bench/bench_builders.py.
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ length of their common prefix with it, so they are met latest first
 difference first and only the few that decide are walked segment by segment.
 A session whose every turn breaks the chain builds in time about linear in
 its tokens, not in the cube of its calls; the choice is the one a comparison
-with every chain would make (tests/unit/polar/test_builders_drift.py).
+with every chain would make (tests/unit/polar/builders/test_builders_drift.py).
 
 Several choices of one call (`n > 1`): the choice the next call's prompt
 carries is taken first and continues the chain; each other choice's prompt

@@ -35,7 +35,7 @@ from tests.support.builders import (
 from tests.support.builders import (
     record as make_record,
 )
-from tests.unit.polar.test_builders_choices import several
+from tests.unit.polar.builders.test_builders_choices import several
 
 # (session, reward, status): resolved, failed evaluation, harness failed, not evaluated
 SESSIONS = [

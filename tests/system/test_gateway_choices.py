@@ -27,7 +27,7 @@ from tests.integration.test_gateway import assert_recorded_exactly, stack
 from tests.support import text
 from tests.support.tap import Tap
 from tests.system.test_providers_google import client_for
-from tests.unit.polar.test_builders_choices import assert_each_choice_once
+from tests.unit.polar.builders.test_builders_choices import assert_each_choice_once
 
 QUESTION = [{"role": "user", "content": "Name a fruit."}]
 FRUITS = ["Apple.", "Banana.", "Cherry.", "Dates.", "Elder.", "Fig."]

@@ -10,7 +10,7 @@ skipped with `rootless_support`'s reason unless it is what `auto` picks here. Ca
 only hold for containers (images, the wall-clock budget, a moved workspace, the engine's
 inspect record) run over the container kinds. What is particular to one kind stays in its
 file: test_docker_runtime.py, test_podman_runtime.py, test_bwrap_sandbox.py and the
-local runtime's unit tests (tests/unit/activities/test_local_*.py).
+local runtime's unit tests (tests/unit/activities/runtimes/).
 """
 
 from __future__ import annotations

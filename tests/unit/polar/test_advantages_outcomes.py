@@ -12,7 +12,7 @@ import pytest
 
 from polar.advantages import EPS, trace_advantages
 from polar.records import SessionStatus
-from tests.unit.polar.test_builders_rewards import scored_group
+from tests.unit.polar.builders.test_builders_rewards import scored_group
 
 # (session, status, reward, calls): every terminal status once
 EVERY_OUTCOME = [

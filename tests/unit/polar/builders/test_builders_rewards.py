@@ -21,6 +21,9 @@ from tests.support.builders import context, record
 
 HARNESS = {"command": "true"}
 
+CUSTOM = f"{__name__}:custom"
+"""This module's `custom` builder, by the name a spec gives it."""
+
 
 def three_calls() -> list[CompletionRecord]:
     """A chain of two calls (stopped on end token 2) and an unrelated third."""
@@ -62,7 +65,7 @@ def test_no_evaluation_means_no_reward() -> None:
         ({"name": "per_request", "config": {"repair": "response_span"}}, "repair"),
         ({"name": "per_request", "config": {"tokenizer": 3}}, "tokenizer"),
         (
-            {"name": "tests.unit.polar.test_builders_rewards:custom", "config": {"reward": "x"}},
+            {"name": CUSTOM, "config": {"reward": "x"}},
             "reward",
         ),
     ],
@@ -77,7 +80,7 @@ def test_valid_builder_configs() -> None:
     for builder in (
         {"name": "prefix_merging", "config": {"repair": "response_span", "eos_token_ids": [2]}},
         {"name": "per_request", "config": {"reward": "session_normalized", "tokenizer": "/m"}},
-        {"name": "tests.unit.polar.test_builders_rewards:custom", "config": {"anything": 1}},
+        {"name": CUSTOM, "config": {"anything": 1}},
     ):
         spec = TaskSpec.model_validate({"task_id": "t", "harness": HARNESS, "builder": builder})
         check_builder(spec.builder)
@@ -110,9 +113,7 @@ class MemoryStorage(Storage):
         return self.objects[key]  # KeyError if there is none, as Storage's
 
 
-@pytest.mark.parametrize(
-    "name", ["prefix_merging", "tests.unit.polar.test_builders_rewards:custom"]
-)
+@pytest.mark.parametrize("name", ["prefix_merging", CUSTOM])
 async def test_build_and_score_activities(name: str) -> None:
     storage = MemoryStorage(three_calls())
     acts = PostrunActivities(Settings(), storage)

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from polar.builders import get_builder
 from polar.records import BreakKind, CompletionRecord, SampledChoice
 from tests.support.builders import check_invariants, context, record
-from tests.unit.polar.test_builders_choices import assert_each_choice_once
+from tests.unit.polar.builders.test_builders_choices import assert_each_choice_once
 
 EOS = 2
 GLUE = 1

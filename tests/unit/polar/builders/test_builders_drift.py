@@ -45,7 +45,7 @@ from tests.support.builders import (
     context,
     tokenizer_dir_fixture,  # noqa: F401  (the tokenizer_dir fixture)
 )
-from tests.unit.polar.test_builders_properties import EOS, sessions_with_unusable
+from tests.unit.polar.builders.test_builders_properties import EOS, sessions_with_unusable
 
 
 def quadratic_reference(records: list[CompletionRecord], ctx: BuildContext) -> BuildOutput:
@@ -235,7 +235,7 @@ async def test_the_build_activity_heartbeats_what_it_has_read_and_built(
     env = ActivityEnvironment()
     env.on_heartbeat = on_heartbeat
     acts = PostrunActivities(Settings(), storage)  # type: ignore[arg-type]
-    spec = BuilderSpec(name="tests.unit.polar.test_builders_drift:waiting_builder")
+    spec = BuilderSpec(name="tests.unit.polar.builders.test_builders_drift:waiting_builder")
     request = BuildRequest(session_id="s1", task_id="t1", harness="command", builder=spec)
     built = await env.run(acts.build_trajectory, request)
     assert built.num_traces == 5
