@@ -19,9 +19,11 @@ import secrets
 import string
 from collections import Counter
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
-from polar.settings import Settings
+from polar.settings import PolarSettings, ServiceSettings
+
+S = TypeVar("S", bound=PolarSettings)
 
 MIN_SECRET_CHARS = 16
 MIN_SECRET_BITS = 128
@@ -141,7 +143,7 @@ def weakness(value: str | None, *, required: bool = True) -> str | None:
     return None
 
 
-def refuse_weak_secrets(settings: Settings, role: Role) -> None:
+def refuse_weak_secrets(settings: ServiceSettings, role: Role) -> None:
     """Raise WeakSecret naming every weak secret a `role` process would start with."""
     problems = []
     if reason := weakness(settings.session_secret):
@@ -186,10 +188,12 @@ def load_dev_secrets(data_dir: Path, *, create: bool) -> dict[str, str]:
     return values
 
 
-def with_dev_secrets(settings: Settings, *, create: bool = False) -> Settings:
-    """`settings` with each secret it leaves unset taken from its data dir's dev secrets
-    (generated first when `create`: the dev stack). Set values always win."""
-    unset = [f for f in GENERATED_FIELDS if getattr(settings, f) in (None, "")]
+def with_dev_secrets(settings: S, *, create: bool = False) -> S:
+    """`settings` (any section) with each secret of its section it leaves unset taken from
+    its data dir's dev secrets (generated first when `create`: the dev stack). Set values
+    always win."""
+    fields = type(settings).model_fields
+    unset = [f for f in GENERATED_FIELDS if f in fields and getattr(settings, f) in (None, "")]
     if not unset:
         return settings
     dev = load_dev_secrets(settings.data_dir, create=create)

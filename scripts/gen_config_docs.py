@@ -1,9 +1,10 @@
-"""Write the settings table of docs/configuration.md from `Settings` (polar/settings.py).
+"""Write the settings tables of docs/configuration.md from the sections of `Settings`
+(polar/settings/), one table per section.
 
     .venv/bin/python scripts/gen_config_docs.py          # rewrite the table in the page
     .venv/bin/python scripts/gen_config_docs.py --check  # exit 1 when the page is stale
 
-The table sits between two markers in the page; the prose around it is written by
+The tables sit between two markers in the page; the prose around it is written by
 hand. Every field must have a `description` (it is the table's "meaning" column).
 tests/unit/test_docs_configuration.py fails when the page and `Settings` differ.
 """
@@ -19,7 +20,7 @@ from typing import Any
 
 from pydantic.fields import FieldInfo
 
-from polar.settings import Settings
+from polar.settings import SECTIONS, PolarSettings, Settings
 
 PAGE = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
 BEGIN = "<!-- settings table: written by scripts/gen_config_docs.py from Settings; do not edit -->"
@@ -49,11 +50,19 @@ def cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def table() -> str:
-    """The markdown table of every setting, in `Settings`' own order."""
-    lines = ["| variable | type | default | meaning |", "|---|---|---|---|"]
+def own_fields(section: type[PolarSettings]) -> list[str]:
+    """The fields `section` itself defines (not those of the sections it builds on)."""
+    return [name for name in section.model_fields if name in vars(section)["__annotations__"]]
+
+
+def section_table(section: type[PolarSettings]) -> str:
+    """The heading and markdown table of one section's own settings, in its own order."""
+    doc = (section.__doc__ or "").strip().splitlines()[0]
+    lines = [f"### `{section.__name__}`", "", doc, ""]
+    lines += ["| variable | type | default | meaning |", "|---|---|---|---|"]
     prefix = Settings.model_config.get("env_prefix", "")
-    for name, field in Settings.model_fields.items():
+    for name in own_fields(section):
+        field = section.model_fields[name]
         if not field.description:
             raise SystemExit(f"Settings.{name} has no description: give it one (the docs say it)")
         variable = f"{prefix}{name}".upper()
@@ -62,6 +71,14 @@ def table() -> str:
             f"| {cell(field.description)} |"
         )
     return "\n".join(lines)
+
+
+def table() -> str:
+    """Every section's table, in `SECTIONS` order; each setting in exactly one."""
+    named = [name for section in SECTIONS for name in own_fields(section)]
+    if sorted(named) != sorted(Settings.model_fields):
+        raise SystemExit("the sections' own fields are not exactly Settings' fields")
+    return "\n\n".join(section_table(section) for section in SECTIONS)
 
 
 def render(page: str) -> str:

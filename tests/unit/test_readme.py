@@ -10,6 +10,8 @@ import re
 import subprocess
 from pathlib import Path
 
+from tests.support.folder_tables import folder_rows, product_packages
+
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
 LINK = re.compile(r"\]\((?!https?://|#)([^)\s]+)\)")
@@ -27,12 +29,6 @@ def anchors(page: Path) -> set[str]:
     return {slug(h) for h in re.findall(r"^#{1,6}\s+(.+?)\s*$", body, flags=re.MULTILINE)}
 
 
-def table_folders() -> list[str]:
-    section = README.read_text().split("## Where things live", 1)[1].split("\n## ", 1)[0]
-    firsts = re.findall(r"^\| (.+?) \|", section, flags=re.MULTILINE)
-    return [name for cell in firsts for name in re.findall(r"`([^`]+/)`", cell)]
-
-
 def test_the_readme_fits_on_a_few_screens() -> None:
     assert len(README.read_text().splitlines()) <= 250
 
@@ -46,7 +42,7 @@ def test_every_relative_link_of_the_readme_lands() -> None:
 
 
 def test_the_folder_table_names_what_exists_and_every_package() -> None:
-    named = table_folders()
+    named = [folder for folder, _ in folder_rows(README)]
     for folder in named:
         assert (REPO / folder).is_dir(), f"README names {folder}: missing"
     tracked = subprocess.run(
@@ -54,5 +50,5 @@ def test_the_folder_table_names_what_exists_and_every_package() -> None:
     ).stdout.split()
     top = {f"{path.split('/', 1)[0]}/" for path in tracked if "/" in path and path[0] != "."}
     subpackages = {f"polar/{p.parent.name}/" for p in (REPO / "polar").glob("*/__init__.py")}
-    missing = sorted((top | subpackages) - set(named))
+    missing = sorted((top | subpackages | product_packages(depth=0)) - set(named))
     assert not missing, f"the README's folder table leaves out {missing}"
