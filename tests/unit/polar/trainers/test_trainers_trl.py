@@ -186,7 +186,8 @@ def test_streamed_weights_replace_the_served_checkpoints_tensors(tmp_path: Path)
 
 def test_the_workers_health_check_fails_when_polar_cannot_produce() -> None:
     from polar.settings import Settings
-    from polar.trainers.trl import PolarRolloutWorker, _LoopThread
+    from polar.trainers.trl import PolarRolloutWorker
+    from polar.trainers.trl.loop_thread import LoopThread
 
     nowhere = Settings(temporal_address="127.0.0.1:1")  # nothing listens there
     worker = PolarRolloutWorker(TEMPLATE, settings=nowhere, group_size=2)
@@ -204,7 +205,7 @@ def test_the_workers_health_check_fails_when_polar_cannot_produce() -> None:
         worker.stop()
     # running, nothing failed, but no group handed over for longer than TRL allows
     idle = PolarRolloutWorker(TEMPLATE, settings=nowhere, group_size=2)
-    idle._loop = _LoopThread()
+    idle._loop = LoopThread()
     try:
         idle.check_health(stale_after_s=60)
         idle._last_progress -= 120
