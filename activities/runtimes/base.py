@@ -114,7 +114,7 @@ class Runtime(Protocol):
         self, handle: RuntimeHandle, dest: Path, junk: Collection[str] = ()
     ) -> list[str]:
         """Copy the workspace into the worker's empty dir `dest` without running anything in
-        the sandbox (activities/runtimes/workspace_copy.py): dirs, regular files and links
+        the sandbox (activities/runtimes/workspace.py): dirs, regular files and links
         (never followed); of `.git` only its objects (no alternates) and index; folders
         named in `junk` may be skipped. The relative paths left out (a FIFO, a device, a
         link out of the copy)."""

@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 
 from activities.runtimes import InvalidRuntime, InvalidSource
-from activities.runtimes.kinds.local import LocalRuntime, git_error, materialise_source
-from activities.runtimes.kinds.local import _git as _git_call
+from activities.runtimes.kinds.local import LocalRuntime
+from activities.runtimes.workspace import _git as _git_call
+from activities.runtimes.workspace import git_error, materialise_source
 from polar.client.sdk import PolarClient
 from polar.contracts import PrepareRequest
 from polar.host_paths import source_roots

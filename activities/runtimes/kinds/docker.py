@@ -74,11 +74,10 @@ from activities.runtimes import toolbox
 from activities.runtimes.actions import run_prepare_actions
 from activities.runtimes.base import InvalidRuntime, RuntimeUnfit
 from activities.runtimes.exit_sweep import with_exit_sweep
-from activities.runtimes.kinds.local import materialise_source, session_dir, session_dirs
+from activities.runtimes.workspace import drop_alternates, materialise_source, session_dir, session_dirs
 from activities.runtimes.network.channel import SANDBOX_DIR
 from activities.runtimes.resource_limits import DISK_LABEL, ContainerLimits, writable_layer_bytes
 from activities.runtimes.sandboxes import needs as sandbox_needs
-from activities.runtimes.workspace_copy import drop_alternates
 from activities.shell_command import ProcessOutcome
 from polar.contracts import PrepareRequest, RuntimeHandle
 from polar.tasks.spec import RuntimeSpec

@@ -32,26 +32,31 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
-import fcntl
-import functools
-import json
 import logging
 import os
-import re
-import shutil
-import signal
 import socket
-import stat
-import subprocess
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from pathlib import Path
 
 from activities import safe_files
 from activities.heartbeat import heartbeating
 from activities.runtimes.actions import run_prepare_actions
-from activities.runtimes.base import InvalidRuntime, InvalidSource, SourceUnavailable
+from activities.runtimes.base import InvalidRuntime
+from activities.runtimes.kinds.local_layout import (
+    OWNED_DIRS,
+    PRIVATE_DIR,
+    drop_symlinks,
+    make_session_dirs,
+    own,
+    own_in_process,
+    read_limits,
+    rmtree,
+    session_user,
+    uploader,
+    usable_python_dir,
+    write_limits,
+)
 from activities.runtimes.network.channel import SANDBOX_DIR, SANDBOX_PORT
 from activities.runtimes.resource_limits import ContainerLimits, DirsWatchdog, watching_disk
 from activities.runtimes.sandboxes import bwrap
@@ -66,30 +71,25 @@ from activities.runtimes.sandboxes.local_sandbox import (
     detect_sandbox,
     new_loopback,
     parse_uid_pool,
-    pool_user,
     private_dirs,
 )
-from activities.runtimes.workspace_copy import copy_workspace_dir
+from activities.runtimes.workspace import (
+    copy_workspace_dir,
+    materialise_source,
+    session_dir,
+    session_dirs,
+)
 from activities.shell_command import ProcessOutcome, run_shell
 from polar.contracts import PrepareRequest, RuntimeHandle
-from polar.host_paths import local_git_path, resolved_problem
-from polar.ids import InvalidId, checked_id
 from polar.processes import kill_pids, pids_with_env
 from polar.settings import get_settings
-from polar.tasks.spec import DEFAULT_WORKDIR, DirSource, GitSource, RuntimeSpec, Source
+from polar.tasks.spec import DEFAULT_WORKDIR
 
 log = logging.getLogger("polar.worker")
 
 SANDBOX_ENV = "POLAR_SANDBOX"
 """Set to the session id in every command's environment: how `reap` finds leftovers."""
-OWNED_DIRS = ("home", "scratch", "tmp", "venv")
-"""The session dir's subdirs (beside the workspace) that belong to the harness user."""
 REAP_ROUNDS = 50  # most scans `reap` makes (a process may fork while it kills)
-PRIVATE_DIR = "private"
-"""The session dir's (root's) dir of the sandbox's own /tmp, /var/tmp and /dev/shm (root's
-sandbox: local_sandbox.PrivateDirs); counted by the disk watchdog, removed with the session."""
-LIMITS_FILE = "limits.json"
-"""The session's RuntimeSpec limits, in its dir (the worker's): what `run` applies (bwrap)."""
 CHANNEL_CLOSE_WAIT_S = 30.0
 """How long `open_channel` waits for the same session's previous channel to close."""
 
@@ -171,40 +171,13 @@ class LocalRuntime:
         path = base / "scratch"
         if not path.exists():
             path.mkdir(mode=0o700, parents=True)
-            self._own([path], self._user(base))
+            own([path], self._user(base))
         return path
 
     # ------------------------------------------------------------------ the session's user
     def _user(self, base: Path) -> tuple[int, int] | None:
-        """The (uid, gid) the session in `base` runs as: the owner of its `home` (its pool
-        user, given at `prepare`; `base` is root's, so the harness cannot swap that dir), the
-        sandbox's user where it has none, None where commands run as the worker."""
-        sandbox = self.sandbox
-        if sandbox.uid is None or sandbox.gid is None:
-            return None
-        try:
-            st = os.stat(base / "home", follow_symlinks=False)
-        except FileNotFoundError:
-            return sandbox.uid, sandbox.gid
-        if st.st_uid == 0 or not stat.S_ISDIR(st.st_mode):
-            return sandbox.uid, sandbox.gid
-        return st.st_uid, st.st_gid
-
-    def _claim_user(self, root: Path) -> tuple[int, int] | None:
-        """A pool uid no session dir under `root` holds (the caller holds the pool lock)."""
-        held = set()
-        for child in root.iterdir():
-            with contextlib.suppress(OSError):
-                held.add(os.stat(child / "home", follow_symlinks=False).st_uid)
-        for uid in self.uid_pool:
-            if uid not in held:
-                user = pool_user(uid)
-                if user is not None:
-                    return user
-        raise InvalidRuntime(
-            f"local runtime: every uid of POLAR_SANDBOX_UID_POOL ({self.uid_pool.start}-"
-            f"{self.uid_pool.stop - 1}) is held by a session of this host"
-        )
+        """The (uid, gid) the session in `base` runs as (`local_layout.session_user`)."""
+        return session_user(base, self.sandbox)
 
     def tmp(self, handle: RuntimeHandle) -> Path:
         """The session's TMPDIR."""
@@ -287,16 +260,16 @@ class LocalRuntime:
                 step="materialising the source",
             )
             # the fresh dirs and the source (its tree may be big: one chown process)
-            await asyncio.to_thread(self._own, owned, self._user(base))
+            await asyncio.to_thread(own, owned, self._user(base))
         handle = RuntimeHandle(
             kind=self.kind,
             session_id=request.session_id,
             workdir=str(workspace),
             host=self.host_id,
         )
-        await asyncio.to_thread(_write_limits, base, request.runtime)
+        await asyncio.to_thread(write_limits, base, request.runtime)
         await run_prepare_actions(
-            self, handle, request.runtime.prepare, self._uploader(workspace), (self.root,)
+            self, handle, request.runtime.prepare, uploader(workspace, self.sandbox), (self.root,)
         )
         return handle
 
@@ -306,68 +279,11 @@ class LocalRuntime:
         self._make_dirs(base)
         materialise_source(None, base / "workspace")
         (base / "workspace").chmod(0o700)
-        self._own_in_process(owned, self._user(base))
+        own_in_process(owned, self._user(base))
 
     def _make_dirs(self, base: Path) -> None:
         sandbox = self.sandbox  # detected here at first use (it probes with processes)
-        self.root.mkdir(parents=True, exist_ok=True)
-        if sandbox.uid is not None:
-            if self.root.stat().st_uid == os.geteuid():
-                self.root.chmod(0o711)  # traversable; the session ids are not listed
-            _check_reachable(self.root)
-        # the session dir stays root's (0711: its logs and channel cannot be swapped); its
-        # own dirs are its pool user's, 0700: no other session (another uid) enters them
-        with self._pool_lock, _flocked(self.root / POOL_LOCK):
-            user = self._claim_user(self.root) if sandbox.uid is not None else None
-            base.mkdir(mode=0o711)
-            base.chmod(0o711)
-            for sub in OWNED_DIRS:  # the session user's (the workspace once the source is in)
-                (base / sub).mkdir(mode=0o700)
-                if user is not None:
-                    os.chown(base / sub, *user, follow_symlinks=False)
-        for sub, mode in (("logs", 0o700), ("channel", 0o755)):
-            (base / sub).mkdir(mode=mode)
-            (base / sub).chmod(mode)
-        if _usable_python_dir(self.python_dir):
-            _session_venv(base / "venv", self.python_dir)
-
-    def _own(self, paths: list[Path], user: tuple[int, int] | None) -> None:
-        """Give `paths` (recursively, symlinks not followed) to the session's `user`, each
-        top one mode 0700."""
-        if user is None or not paths:
-            return
-        for path in paths:
-            if not path.is_symlink():
-                path.chmod(0o700)
-        owner = f"{user[0]}:{user[1]}"
-        proc = subprocess.run(
-            [
-                shutil.which("chown", path=SYSTEM_PATH) or "chown",
-                "-R",
-                "--no-dereference",
-                owner,
-                *map(str, paths),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        if proc.returncode != 0:
-            raise InvalidRuntime(f"chown {owner} failed: {proc.stderr.strip()[-500:]}")
-
-    def _own_in_process(self, paths: list[Path], user: tuple[int, int] | None) -> None:
-        """`_own` without a process, for small trees: each entry chowned through its
-        directory's fd, never following a symlink (what `chown -R --no-dereference` does)."""
-        if user is None:
-            return
-        uid, gid = user
-        for path in paths:
-            os.chown(path, uid, gid, follow_symlinks=False)
-            if not path.is_dir() or path.is_symlink():
-                continue
-            for _root, dirs, files, fd in os.fwalk(path):
-                for name in (*dirs, *files):
-                    os.chown(name, uid, gid, dir_fd=fd, follow_symlinks=False)
+        make_session_dirs(base, self.root, sandbox, self.uid_pool, self._pool_lock, self.python_dir)
 
     async def init_empty_workspace(
         self, handle: RuntimeHandle, make_repo: Callable[[Path], str]
@@ -382,33 +298,17 @@ class LocalRuntime:
             if workspace.is_symlink() or any(os.scandir(workspace)):
                 return None
             made = make_repo(workspace)
-            self._own_in_process([workspace], self._user(workspace.parent))
+            own_in_process([workspace], self._user(workspace.parent))
             return made
 
         return await asyncio.to_thread(make)
-
-    def _uploader(self, workspace: Path) -> Callable[[Path, str], Awaitable[None]]:
-        async def upload(src: Path, dest: str) -> None:
-            target = (workspace / dest).resolve()
-            if not target.is_relative_to(workspace.resolve()):
-                raise InvalidRuntime(f"local uploads go into the workspace, not to {dest!r}")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if src.is_dir():
-                await asyncio.to_thread(
-                    shutil.copytree, src, target, symlinks=True, dirs_exist_ok=True
-                )
-            else:
-                await asyncio.to_thread(shutil.copy2, src, target)
-            await asyncio.to_thread(self._own, [workspace], self._user(workspace.parent))
-
-        return upload
 
     def _env(
         self, handle: RuntimeHandle, extra: dict[str, str], user: tuple[int, int] | None
     ) -> dict[str, str]:
         """A minimal environment: nothing of the worker's (its venv included)."""
         path = SYSTEM_PATH
-        if _usable_python_dir(self.python_dir):
+        if usable_python_dir(self.python_dir):
             venv = self._handle_dir(handle) / "venv" / "bin"
             path = f"{venv}:{self.python_dir}:{path}"
         env = {
@@ -446,9 +346,9 @@ class LocalRuntime:
             # a few files, given in this process (a chown process costs more than the walk)
             base = self._handle_dir(handle)
             user = self._user(base)
-            self._own_in_process([self.home(handle), self.scratch(handle)], user)
+            own_in_process([self.home(handle), self.scratch(handle)], user)
             sandbox = self.sandbox if user is None else self.sandbox.as_user(*user)
-            limits = _read_limits(base)
+            limits = read_limits(base)
             if sandbox.loopback_channel and opened is None:  # a network of its own, only lo
                 return sandbox, user, new_loopback(), limits
             return sandbox, user, None, limits
@@ -496,7 +396,7 @@ class LocalRuntime:
         """The argv prefix of one bwrap command: its cgroup (where delegated), its rlimits,
         and a sandbox of only this session's dirs (`stack` removes the cgroup after)."""
         base = self._handle_dir(handle)
-        limits = _read_limits(base)
+        limits = read_limits(base)
         mounts = bwrap.Mounts(
             writable=(Path(handle.workdir), *(base / sub for sub in OWNED_DIRS)),
             channel=base / "channel",
@@ -536,18 +436,18 @@ class LocalRuntime:
                 handle.session_id,
                 sorted(set(killed)),
             )
-        await asyncio.to_thread(_drop_symlinks, [base / "home", base / "scratch"])
+        await asyncio.to_thread(drop_symlinks, [base / "home", base / "scratch"])
 
     async def copy_workspace(
         self, handle: RuntimeHandle, dest: Path, junk: Collection[str] = ()
     ) -> list[str]:
         """The workspace copied by the worker itself into its empty `dest` (nothing runs in
-        the sandbox; activities/runtimes/workspace_copy.py); what was left out."""
+        the sandbox; activities/runtimes/workspace.py); what was left out."""
         workspace = self._handle_dir(handle) / "workspace"
         return await asyncio.to_thread(copy_workspace_dir, workspace, dest, junk)
 
     async def disk_limit(self, handle: RuntimeHandle) -> int:
-        return _read_limits(self._handle_dir(handle)).disk_bytes
+        return read_limits(self._handle_dir(handle)).disk_bytes
 
     async def read_files(
         self, handle: RuntimeHandle, folder: str, names: Collection[str], limit: int
@@ -577,233 +477,10 @@ class LocalRuntime:
         base = self._handle_dir(handle)
         await self.reap(handle)
         if base.exists():
-            await asyncio.to_thread(_rmtree, base)
+            await asyncio.to_thread(rmtree, base)
             return True
         return False
 
     async def list_sessions(self) -> set[str]:
         """Session ids with a session dir under this runtime's root."""
         return await asyncio.to_thread(session_dirs, self.root)
-
-
-POOL_LOCK = ".uid-pool.lock"
-"""In the runtimes' root: held while a session claims a pool uid (workers of one host)."""
-
-
-@contextlib.contextmanager
-def _flocked(path: Path) -> Iterator[None]:
-    """An exclusive `flock` on `path` (made 0600 when missing) while the block runs."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
-def _write_limits(base: Path, spec: RuntimeSpec) -> None:
-    limits = ContainerLimits.of(spec)
-    (base / LIMITS_FILE).write_text(json.dumps(dataclasses.asdict(limits)))
-
-
-def _read_limits(base: Path) -> ContainerLimits:
-    """The session's limits (`prepare` wrote them; the RuntimeSpec defaults otherwise)."""
-    try:
-        return ContainerLimits(**json.loads((base / LIMITS_FILE).read_text()))
-    except (OSError, ValueError, TypeError):
-        return ContainerLimits.of(RuntimeSpec())
-
-
-def session_dir(root: Path, session_id: str) -> Path:
-    """`root/session_id`, for a checked id only (InvalidRuntime otherwise): every runtime's
-    session dir, so no id reaches outside `root`."""
-    try:
-        return root / checked_id(session_id, "session id")
-    except InvalidId as exc:
-        raise InvalidRuntime(str(exc)) from None
-
-
-def session_dirs(root: Path) -> set[str]:
-    """The session ids with a dir under `root` (names that are not valid ids are skipped)."""
-    if not root.is_dir():
-        return set()
-    found = set()
-    for child in root.iterdir():
-        try:
-            found.add(checked_id(child.name, "session id"))
-        except InvalidId:
-            continue
-    return found
-
-
-def _rmtree(path: Path) -> None:
-    """Remove `path`, also where the harness left directories without write permission."""
-
-    def retry(func: Callable[[str], object], name: str, _exc: object) -> None:
-        parent = os.path.dirname(name)
-        os.chmod(parent, os.stat(parent).st_mode | stat.S_IRWXU)
-        if os.path.isdir(name) and not os.path.islink(name):
-            os.chmod(name, os.stat(name).st_mode | stat.S_IRWXU)
-        func(name)
-
-    shutil.rmtree(path, onerror=retry)
-
-
-def _drop_symlinks(dirs: list[Path]) -> None:
-    """Unlink every symlink under `dirs` (and a symlink in their place): the worker, root,
-    must not follow one the harness planted to a file of the host."""
-    for top in dirs:
-        if top.is_symlink():
-            top.unlink()
-            continue
-        for parent, subdirs, files in os.walk(top):
-            for name in subdirs + files:
-                path = os.path.join(parent, name)
-                if os.path.islink(path):
-                    os.unlink(path)
-
-
-def _check_reachable(root: Path) -> None:
-    """The harness user must traverse every directory above the sessions (o+x)."""
-    for parent in (root, *root.parents):
-        if not parent.stat().st_mode & stat.S_IXOTH:
-            raise InvalidRuntime(
-                f"local runtime: {parent} is not traversable by {HARNESS_USER} (mode "
-                f"{stat.filemode(parent.stat().st_mode)}); make it o+x or move the data dir"
-            )
-
-
-def _session_venv(venv: Path, python_dir: Path) -> None:
-    """A venv of the session's own in `venv` (its user's: `pip install -e .` writes there)
-    over the harnesses' root-owned one: its python, its packages through a `.pth`
-    (`site.addsitedir`, so their own `.pth` files run too). Written by the worker, no
-    process: `pyvenv.cfg` (the harness venv's base interpreter), `bin/python*` links."""
-    harness = python_dir.parent
-    try:
-        cfg = (harness / "pyvenv.cfg").read_text()
-    except OSError:
-        return
-    sites = sorted(harness.glob("lib/python3*/site-packages"))
-    if not sites:
-        return
-    keep = [line for line in cfg.splitlines() if line.split("=")[0].strip() in ("home", "version")]
-    (venv / "pyvenv.cfg").write_text("\n".join([*keep, "include-system-site-packages = false"]))
-    (venv / "bin").mkdir()
-    for name in ("python", "python3", sites[-1].parent.name):
-        (venv / "bin" / name).symlink_to(python_dir / "python")
-    own = venv / "lib" / sites[-1].parent.name / "site-packages"
-    own.mkdir(parents=True)
-    (own / "_polar_harness.pth").write_text(f"import site; site.addsitedir({str(sites[-1])!r})\n")
-    (venv / "lib64").symlink_to("lib")
-
-
-@functools.cache
-def _usable_python_dir(path: Path) -> bool:
-    """Whether the harnesses' venv is there (logged once when it is not)."""
-    if (path / "python").exists():
-        return True
-    log.warning(
-        "local runtime: no harness venv at %s (run infra/setup.sh or set "
-        "POLAR_HARNESS_PYTHON_DIR); `python` is not on the sessions' PATH",
-        path,
-    )
-    return False
-
-
-def materialise_source(
-    source: Source | None, workspace: Path, forbidden: tuple[Path, ...] = ()
-) -> None:
-    """Fill `workspace` from a directory copy or a git clone (or leave it empty).
-
-    A host path (a dir source, a git source's local path) is checked once resolved: never /
-    or a system directory (polar/host_paths.py), nor under `forbidden` (the runtime's own
-    session dirs). Every git argument the task gives comes after `--` (the url), or is a ref
-    that cannot start with '-' (TaskSpec refuses it; checked here again) right before `--`.
-    A source that does not exist is InvalidSource (not retried); a fetch that may work next
-    time (network error, timeout) is SourceUnavailable (retried).
-    """
-    if source is None:
-        workspace.mkdir(parents=True)
-    elif isinstance(source, DirSource):
-        src = Path(source.path)
-        _check_host_path(src, "source.path", forbidden)
-        if not src.is_dir():
-            raise InvalidSource(f"source directory {src} does not exist")
-        shutil.copytree(src, workspace, symlinks=True)
-    elif isinstance(source, GitSource):
-        local = local_git_path(source.url)
-        if local is not None:
-            _check_host_path(local, "git url", forbidden)
-        _git(["clone", "--quiet", "--", source.url, str(workspace)], Path.cwd())
-        if source.ref:
-            if source.ref.startswith("-"):
-                raise InvalidSource(f"git ref {source.ref!r} starts with '-'")
-            _git(["checkout", "--quiet", source.ref, "--"], workspace)
-
-
-def _check_host_path(path: Path, what: str, forbidden: tuple[Path, ...]) -> None:
-    problem = resolved_problem(path, forbidden)
-    if problem is not None:
-        raise InvalidSource(f"{what} {path} {problem}: a task may not read it")
-
-
-GIT = ["git", "-c", "protocol.ext.allow=never", "-c", "core.hooksPath=/dev/null"]
-"""Every git call: no `ext::` transport (nor in submodules), no hooks."""
-
-GIT_TIMEOUT_S = 600.0
-"""The longest a git call (a clone of a big repository) may take."""
-
-TRANSIENT_GIT_ERROR = re.compile(
-    r"could not resolve (host|proxy)|temporary failure in name resolution"
-    r"|failed to connect|couldn't connect|connection (refused|reset|timed out|closed)"
-    r"|operation timed out|early eof|rpc failed|remote end hung up|unexpected disconnect"
-    r"|transfer closed|empty reply from server|gnutls_handshake|ssl_error_syscall"
-    r"|openssl ssl_(read|connect)|returned error: (408|429|5\d\d)",
-    re.IGNORECASE,
-)
-"""What git prints when a fetch failed for a reason that may pass (the network, the
-remote's load); anything else (no such repository or ref, refused access) is the task's."""
-
-
-def _git(args: list[str], cwd: Path) -> None:
-    """Run git; InvalidSource if it refused the task's input, SourceUnavailable if it may
-    work on a retry (a transient error, a timeout, git killed by a signal)."""
-    what = f"git {args[0]}"
-    # its own process group: a timeout kills its transport helpers too (git-remote-https
-    # holds the pipes, and would keep `communicate` waiting)
-    with subprocess.Popen(
-        [*GIT, *args],
-        cwd=cwd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        text=True,
-        start_new_session=True,
-    ) as proc:
-        try:
-            _, stderr = proc.communicate(timeout=GIT_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-            raise SourceUnavailable(f"{what} timed out after {GIT_TIMEOUT_S:.0f}s") from None
-    if proc.returncode == 0:
-        return
-    message = f"{what} failed: {git_error(stderr)}"
-    if proc.returncode < 0 or is_transient_git_error(stderr):
-        raise SourceUnavailable(message)
-    raise InvalidSource(message)
-
-
-def is_transient_git_error(stderr: str) -> bool:
-    """Whether git's error output says the failure may pass on a retry."""
-    return TRANSIENT_GIT_ERROR.search(stderr) is not None
-
-
-def git_error(stderr: str) -> str:
-    """Git's own first error line (`fatal:`/`error:`, else its first line), at most 300
-    characters, a URL's credentials masked: never more of what git printed, which can quote
-    host files, into a workflow's error."""
-    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    first = next((x for x in lines if x.startswith(("fatal:", "error:"))), None)
-    text = first or (lines[0] if lines else "no error output")
-    return re.sub(r"://[^/@\s]+@", "://***@", text)[:300]

@@ -64,7 +64,7 @@ from activities.runtimes.kinds.docker import (
     DockerRuntime,
     ExecPump,
 )
-from activities.runtimes.kinds.local import session_dirs
+from activities.runtimes.workspace import session_dirs
 from activities.runtimes.network.channel import SANDBOX_DIR
 from activities.runtimes.resource_limits import DISK_LABEL, ContainerLimits
 from polar.tasks.spec import RuntimeSpec

@@ -32,8 +32,9 @@ from activities import heartbeat as heartbeats
 from activities.heartbeat import Heartbeater, heartbeat, heartbeating, mark_activity_start
 from activities.init_activities import InitActivities
 from activities.runtimes import InvalidSource, SourceUnavailable
-from activities.runtimes.kinds import local as local_runtime
-from activities.runtimes.kinds.local import LocalRuntime, is_transient_git_error, materialise_source
+from activities.runtimes import workspace as workspace_module
+from activities.runtimes.kinds.local import LocalRuntime
+from activities.runtimes.workspace import is_transient_git_error, materialise_source
 from polar.contracts import PrepareRequest
 from polar.settings import Settings
 from polar.storage import Storage
@@ -308,7 +309,7 @@ def test_a_remote_that_refuses_or_errs_is_retried_and_a_retry_clones(
 async def test_a_remote_that_never_answers_times_out_and_is_retried(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(local_runtime, "GIT_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(workspace_module, "GIT_TIMEOUT_S", 1.0)
     with _silent_server() as url:
         source = GitSource(url=f"{url}/repo.git")
         clone = asyncio.to_thread(materialise_source, source, tmp_path / "w")

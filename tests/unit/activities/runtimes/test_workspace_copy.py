@@ -1,4 +1,4 @@
-"""The worker's copy of a workspace (activities/runtimes/workspace_copy.py) takes whatever
+"""The worker's copy of a workspace (activities/runtimes/workspace.py) takes whatever
 tree the harness left without failing the stage: a FIFO is left out (never read), links stay
 links, a tree deeper than Python's recursion limit is copied, and of `.git` only its objects
 (no alternates) and index arrive."""
@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from activities.runtimes.workspace_copy import copy_workspace_dir
+from activities.runtimes.workspace import copy_workspace_dir
 
 
 def test_what_the_harness_left_is_copied_or_named(tmp_path: Path) -> None:

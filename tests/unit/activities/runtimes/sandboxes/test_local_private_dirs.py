@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 from activities.runtimes import started_marker
-from activities.runtimes.kinds.local import PRIVATE_DIR, LocalRuntime
+from activities.runtimes.kinds.local import LocalRuntime
+from activities.runtimes.kinds.local_layout import PRIVATE_DIR
 from activities.runtimes.sandboxes.local_sandbox import PRIVATE_DIRS, private_dirs
 from polar.contracts import PrepareRequest, RuntimeHandle
 from polar.tasks.spec import DirSource, RuntimeSpec
