@@ -50,21 +50,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import functools
 import hashlib
-import io
-import logging
 import re
 import shutil
 import socket
-import tarfile
 import tempfile
-import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from pathlib import Path, PurePosixPath
-from typing import Any, Protocol, TypeVar
+from typing import Any
 
 import docker
 from docker.errors import APIError, ImageNotFound, NotFound
@@ -74,16 +69,27 @@ from activities.runtimes import toolbox
 from activities.runtimes.actions import run_prepare_actions
 from activities.runtimes.base import InvalidRuntime, RuntimeUnfit
 from activities.runtimes.exit_sweep import with_exit_sweep
-from activities.runtimes.workspace import drop_alternates, materialise_source, session_dir, session_dirs
+from activities.runtimes.kinds.container_archive import (
+    SKIPPED_NOTE,
+    archive_into,
+    put_dir_contents,
+    put_path,
+    read_members,
+    retried,
+)
+from activities.runtimes.kinds.container_exec import ContainerDiskWatchdog, ExecPump, LogPump
 from activities.runtimes.network.channel import SANDBOX_DIR
-from activities.runtimes.resource_limits import DISK_LABEL, ContainerLimits, writable_layer_bytes
+from activities.runtimes.resource_limits import DISK_LABEL, ContainerLimits
 from activities.runtimes.sandboxes import needs as sandbox_needs
+from activities.runtimes.workspace import (
+    drop_alternates,
+    materialise_source,
+    session_dir,
+    session_dirs,
+)
 from activities.shell_command import ProcessOutcome
 from polar.contracts import PrepareRequest, RuntimeHandle
 from polar.tasks.spec import RuntimeSpec
-
-log = logging.getLogger("polar.worker")
-T = TypeVar("T")
 
 LABEL = "polar.session"
 NAMESPACE_LABEL = "polar.namespace"
@@ -349,7 +355,7 @@ class DockerRuntime:
         pump = await asyncio.to_thread(
             self._start_exec, container, argv, full_env, handle.workdir, stdout, stderr
         )
-        watchdog = _DiskWatchdog(container)
+        watchdog = ContainerDiskWatchdog(container)
         try:
             while True:
                 remaining = timeout_s - (time.monotonic() - started)
@@ -398,7 +404,7 @@ class DockerRuntime:
         created = self.client.api.exec_create(
             container.id, argv, stdout=True, stderr=True, environment=env, workdir=workdir
         )
-        pump = _Pump(self.client, created["Id"], stdout, stderr)
+        pump = LogPump(self.client, created["Id"], stdout, stderr)
         pump.start()
         return pump
 
@@ -423,12 +429,12 @@ class DockerRuntime:
             workspace = Path(tmp) / "workspace"
             # dir copy or git clone at ref
             materialise_source(request.source, workspace, forbidden=(self.root,))
-            _put_dir_contents(container, workspace, request.runtime.workdir)
+            put_dir_contents(container, workspace, request.runtime.workdir)
 
     async def _upload(self, container: Any, workdir: str, src: Path, dest: str) -> None:
         target = PurePosixPath(dest) if dest.startswith("/") else PurePosixPath(workdir) / dest
         await asyncio.to_thread(self._exec_checked, container, ["mkdir", "-p", str(target.parent)])
-        await asyncio.to_thread(_put_path, container, src, target)
+        await asyncio.to_thread(put_path, container, src, target)
 
     def _sync_in(self, container: Any, handle: RuntimeHandle) -> None:
         """Make the container's home and scratch mirror the worker's."""
@@ -437,7 +443,7 @@ class DockerRuntime:
             container, ["bash", "-c", 'rm -rf "$@" && mkdir -p "$@"', "_", *map(str, dirs)]
         )
         for path in dirs:
-            _put_dir_contents(container, path, str(path))
+            put_dir_contents(container, path, str(path))
 
     def _sync_out(self, container: Any, handle: RuntimeHandle) -> None:
         """Make the worker's home and scratch mirror the container's. What cannot be brought
@@ -445,13 +451,13 @@ class DockerRuntime:
         was left out) is skipped, each named in `polar-skipped.txt` in the dir; an archive
         stream cut short by the engine is fetched again (`SYNC_TRIES`, with backoff)."""
         for path in (self.home(handle), self.scratch(handle)):
-            _retried(functools.partial(self._sync_dir_out, container, path), str(path))
+            retried(functools.partial(self._sync_dir_out, container, path), str(path))
 
     def _sync_dir_out(self, container: Any, path: Path) -> None:
         fresh = path.with_name(path.name + ".incoming")
         shutil.rmtree(fresh, ignore_errors=True)
         fresh.mkdir()
-        skipped = _archive_into(container, str(path), fresh)
+        skipped = archive_into(container, str(path), fresh)
         if skipped:
             note = "".join(f"{name}: {why}\n" for name, why in skipped)
             (fresh / SKIPPED_NOTE).write_text(note, errors="replace")
@@ -471,9 +477,9 @@ class DockerRuntime:
             def into_dest() -> list[tuple[str, str]]:
                 shutil.rmtree(dest)  # what a cut stream left
                 dest.mkdir()
-                return _archive_into(container, handle.workdir, dest)
+                return archive_into(container, handle.workdir, dest)
 
-            skipped = _retried(into_dest, handle.workdir)
+            skipped = retried(into_dest, handle.workdir)
             drop_alternates(dest)
             return [name for name, _ in skipped]
 
@@ -489,230 +495,4 @@ class DockerRuntime:
     ) -> tuple[dict[str, bytes], dict[str, str]]:
         """From the engine's archive of `folder`: nothing runs in the container."""
         container = self._container(handle)
-        return await asyncio.to_thread(_read_members, container, folder, names, limit)
-
-
-def _read_members(
-    container: Any, folder: str, names: Collection[str], limit: int
-) -> tuple[dict[str, bytes], dict[str, str]]:
-    """The regular files among `names` right in the container's dir `folder`, read from the
-    engine's archive (no member is extracted); the others there: what each is."""
-    found: dict[str, bytes] = {}
-    odd: dict[str, str] = {}
-    try:
-        with _archive(container, folder) as tar:
-            for member in tar:
-                parts = PurePosixPath(member.name).parts
-                if len(parts) != 2 or parts[1] not in names:
-                    continue
-                if member.isfile():
-                    data = tar.extractfile(member)
-                    found[parts[1]] = data.read(limit) if data is not None else b""
-                elif member.issym() or member.islnk():
-                    odd[parts[1]] = "a link, not a file"
-                else:
-                    odd[parts[1]] = "not a regular file"
-    except NotFound:  # no such folder: no files
-        return {}, {}
-    return found, odd
-
-
-def _retried(copy: Callable[[], T], what: str) -> T:
-    """`copy` (a copy out of a container), tried again (`SYNC_TRIES`, with backoff) where the
-    engine's archive stream ended early or was reset; the worker's own disk errors raise."""
-    for attempt in range(SYNC_TRIES):
-        try:
-            return copy()
-        except (tarfile.ReadError, EOFError, OSError) as exc:
-            if isinstance(exc, OSError) and not _transient(exc):
-                raise
-            if attempt == SYNC_TRIES - 1:
-                raise
-            log.warning("copying %s out of the container: %s; again", what, exc)
-            time.sleep(0.5 * 2**attempt)
-    raise AssertionError("unreachable")
-
-
-def _archive_into(container: Any, path: str, dest: Path) -> list[tuple[str, str]]:
-    """The engine's archive of the container's dir `path`, whole, extracted into `dest`
-    (`_extract_within`); what was skipped, and why."""
-    with _archive(container, path) as tar:
-        return _extract_within(tar, dest)
-
-
-@contextlib.contextmanager
-def _archive(container: Any, path: str) -> Iterator[tarfile.TarFile]:
-    """The engine's archive of the container's `path`, whole (`_check_whole`), to read."""
-    stream, _ = container.get_archive(path)
-    with tempfile.TemporaryFile() as buf:
-        for chunk in stream:
-            buf.write(chunk)
-        _check_whole(buf)
-        buf.seek(0)
-        with tarfile.open(fileobj=buf) as tar:
-            yield tar
-
-
-SYNC_TRIES = 3
-"""Tries at copying a dir out of a container: the engine's archive stream may end early."""
-SKIPPED_NOTE = "polar-skipped.txt"
-"""In a dir copied out of a container: what was left out of it, and why (one per line)."""
-
-
-def _check_whole(buf: Any) -> None:
-    """Raise ReadError unless `buf` (at its end) holds a whole tar archive: whole blocks and
-    the two zero blocks that end one. A stream cut at a header would read as a shorter tree."""
-    size = buf.tell()
-    buf.seek(max(0, size - 2 * tarfile.BLOCKSIZE))
-    if size % tarfile.BLOCKSIZE or buf.read() != bytes(2 * tarfile.BLOCKSIZE):
-        raise tarfile.ReadError(f"the archive stream ended early ({size} bytes)")
-
-
-def _transient(exc: OSError) -> bool:
-    """An OSError of the engine's stream (reset, broken pipe), not of the worker's disk."""
-    return exc.errno in (errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED, None)
-
-
-def _extract_within(tar: tarfile.TarFile, dest: Path) -> list[tuple[str, str]]:
-    """Extract `tar` (one top dir, dropped) into `dest`, member by member under tarfile's
-    `data` filter; what cannot be extracted is skipped: its name and why."""
-    skipped: list[tuple[str, str]] = []
-    for member in tar:
-        parts = PurePosixPath(member.name).parts[1:]  # drop the top dir
-        if not parts:
-            continue
-        member.name = str(PurePosixPath(*parts))
-        if member.islnk():  # a hard link names its target by its path in the archive
-            target = PurePosixPath(member.linkname).parts[1:]
-            member.linkname = str(PurePosixPath(*target)) if target else ""
-        try:
-            tar.extract(member, dest, filter=_data_or_skip)
-        except (tarfile.TarError, KeyError, OSError, ValueError) as exc:
-            if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise  # the worker's own disk: not the session's doing
-            skipped.append((member.name, f"{type(exc).__name__}: {exc}"))
-    return skipped
-
-
-def _data_or_skip(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
-    """tarfile's `data` filter, leaving out (instead of failing on) what it refuses: a link
-    the harness made to an absolute path or out of the dir is not brought to the worker."""
-    try:
-        return tarfile.data_filter(member, dest)
-    except tarfile.FilterError:
-        return None
-
-
-class _DiskWatchdog:
-    """Whether a container's writable layer has grown past its disk limit."""
-
-    def __init__(self, container: Any) -> None:
-        self.container = container
-        self.limit = 0
-        self.upper: Path | None = None
-        self.checked = False
-
-    def exceeded(self) -> str | None:
-        if not self.checked:
-            self.checked = True
-            upper, limit = _upper_dir_and_limit(self.container)
-            self.upper = upper if upper is not None and upper.is_dir() and limit else None
-            self.limit = limit or 0
-        if self.upper is None:  # a remote engine, another storage driver: the rlimit only
-            return None
-        used = writable_layer_bytes(self.upper, stop_after=self.limit)
-        if used > self.limit:
-            return f"disk limit exceeded: wrote more than {self.limit} bytes"
-        return None
-
-
-def _upper_dir_and_limit(container: Any) -> tuple[Path | None, int | None]:
-    """The host path of the container's writable layer (overlay2's UpperDir) and its disk
-    limit (label), where known."""
-    with contextlib.suppress(Exception):
-        container.reload()
-        attrs = container.attrs
-        upper = (attrs.get("GraphDriver") or {}).get("Data", {}).get("UpperDir")
-        label = ((attrs.get("Config") or {}).get("Labels") or {}).get(DISK_LABEL)
-        return (Path(upper) if upper else None), (int(label) if label else None)
-    return None, None
-
-
-class ExecPump(Protocol):
-    """A started command, waited on in a thread: `done` is set when it ends."""
-
-    done: threading.Event
-    error: BaseException | None
-
-    def exit_code(self) -> int | None: ...
-
-
-class _Pump(threading.Thread):
-    """Stream an exec's stdout and stderr into log files, in a thread."""
-
-    def __init__(self, client: docker.DockerClient, exec_id: str, out: Path, err: Path) -> None:
-        super().__init__(daemon=True, name=f"polar-exec-{exec_id[:12]}")
-        self.client, self.exec_id, self.out, self.err = client, exec_id, out, err
-        self.done = threading.Event()
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            with open(self.out, "ab") as out, open(self.err, "ab") as err:
-                stream = self.client.api.exec_start(self.exec_id, stream=True, demux=True)
-                for chunk_out, chunk_err in stream:
-                    if chunk_out:
-                        out.write(chunk_out)
-                        out.flush()
-                    if chunk_err:
-                        err.write(chunk_err)
-                        err.flush()
-        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
-            self.error = exc
-        finally:
-            self.done.set()
-
-    def exit_code(self) -> int | None:
-        return self.client.api.exec_inspect(self.exec_id)["ExitCode"]
-
-
-def _owned_by_root(info: tarfile.TarInfo) -> tarfile.TarInfo:
-    info.uid = info.gid = 0
-    info.uname = info.gname = "root"
-    return info
-
-
-def _put_tar(container: Any, dest_dir: str, fill: Callable[[tarfile.TarFile], None]) -> None:
-    """Copy a tar made by `fill` into the container's dir `dest_dir`. The archive ends at its
-    end-of-archive marker, without tarfile's padding to a whole record: `podman cp -` stops
-    reading at the marker, and the padding it is still sent then fails the copy ("io:
-    read/write on closed pipe") at some archive sizes (a 2,417,717-byte patch did, 3/3)."""
-    with tempfile.TemporaryFile() as buf:
-        with tarfile.open(fileobj=buf, mode="w") as tar:
-            fill(tar)
-            end = tar.offset
-        size = end + 2 * tarfile.BLOCKSIZE  # the marker: two zero blocks
-        buf.truncate(size)
-        buf.seek(0)
-        data = buf if size > 64 * 1024 * 1024 else io.BytesIO(buf.read())
-        if not container.put_archive(dest_dir, data):
-            raise InvalidRuntime(f"copying into {dest_dir} in the container failed")
-
-
-def _put_dir_contents(container: Any, src: Path, dest_dir: str) -> None:
-    """Copy the contents of host dir `src` into existing container dir `dest_dir`."""
-
-    def fill(tar: tarfile.TarFile) -> None:
-        for child in sorted(src.iterdir()):
-            tar.add(child, arcname=child.name, filter=_owned_by_root)
-
-    _put_tar(container, dest_dir, fill)
-
-
-def _put_path(container: Any, src: Path, target: PurePosixPath) -> None:
-    """Copy host file or dir `src` to the container path `target` (its parent exists)."""
-
-    def fill(tar: tarfile.TarFile) -> None:
-        tar.add(src, arcname=target.name, filter=_owned_by_root)
-
-    _put_tar(container, str(target.parent), fill)
+        return await asyncio.to_thread(read_members, container, folder, names, limit)

@@ -10,7 +10,8 @@ CPU, memory, pids and disk limits, a sleep until the wall-clock deadline under
 an init as the main process, `reap` by killing and restarting the container,
 `home/` and `scratch/` synced at the same paths, teardown by name. Only the transport differs: the
 `podman` CLI (no daemon, no socket) instead of the docker SDK, through a small
-adapter with the few container methods the shared code calls.
+adapter with the few container methods the shared code calls
+(activities/runtimes/kinds/podman_cli.py).
 
 Modes (`POLAR_PODMAN_MODE`, default `auto`):
 
@@ -36,8 +37,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import io
-import json
 import os
 import pwd
 import resource
@@ -45,16 +44,15 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from docker.errors import APIError, NotFound
+from docker.errors import APIError
 
 from activities.runtimes import toolbox
 from activities.runtimes.base import InvalidRuntime, RuntimeUnfit
+from activities.runtimes.kinds.container_exec import ExecPump
 from activities.runtimes.kinds.docker import (
     DEADLINE_ENV,
     DEPLOYMENT_LABEL,
@@ -62,22 +60,26 @@ from activities.runtimes.kinds.docker import (
     LABEL,
     MAIN_COMMAND,
     DockerRuntime,
-    ExecPump,
 )
-from activities.runtimes.workspace import session_dirs
+from activities.runtimes.kinds.podman_cli import (
+    CLI_TIMEOUT_S,
+    RUNNER,
+    RUNNER_HOME,
+    Podman,
+    PodmanContainer,
+    PodmanExecPump,
+)
 from activities.runtimes.network.channel import SANDBOX_DIR
 from activities.runtimes.resource_limits import DISK_LABEL, ContainerLimits
+from activities.runtimes.workspace import session_dirs
 from polar.tasks.spec import RuntimeSpec
 
-RUNNER = "polar-runner"
-RUNNER_HOME = Path("/var/lib/polar-runner")
 SUBID_RANGE = (200000, 65536)  # first id, count
 STORAGE_CONF = """[storage]
 driver = "overlay"
 [storage.options.overlay]
 mount_program = "/usr/bin/fuse-overlayfs"
 """
-CLI_TIMEOUT_S = 300.0
 OWN_ENV = {
     "HOME",
     "PATH",
@@ -170,57 +172,6 @@ def ensure_runner() -> None:
             os.chown(path, entry.pw_uid, entry.pw_gid)
 
 
-# ---------------------------------------------------------------------- the CLI
-@dataclass(frozen=True)
-class Podman:
-    """The podman CLI in one mode: `argv(...)` is the full command line."""
-
-    mode: str
-
-    @property
-    def as_runner(self) -> bool:
-        return self.mode == "rootless" and os.geteuid() == 0
-
-    def argv(self, *args: str) -> list[str]:
-        if self.as_runner:
-            return ["runuser", "-u", RUNNER, "--", "env", f"HOME={RUNNER_HOME}", "podman", *args]
-        return ["podman", *args]
-
-    def popen(self, *args: str, **kwargs: Any) -> subprocess.Popen:
-        return subprocess.Popen(self.argv(*args), cwd="/", **kwargs)
-
-    def run(
-        self,
-        *args: str,
-        stdin: IO[bytes] | None = None,
-        input: bytes | None = None,
-        env: dict[str, str] | None = None,
-        check: bool = True,
-        timeout: float = CLI_TIMEOUT_S,
-    ) -> subprocess.CompletedProcess[bytes]:
-        proc = subprocess.run(
-            self.argv(*args),
-            cwd="/",
-            stdin=stdin,
-            input=input,
-            capture_output=True,
-            env=env,
-            timeout=timeout,
-        )
-        if check and proc.returncode != 0:
-            err = proc.stderr.decode(errors="replace").strip()
-            if "no such container" in err or "no container with name" in err:
-                raise NotFound(f"podman {args[0]}: {err}")
-            raise APIError(f"podman {' '.join(args[:2])} failed ({proc.returncode}): {err}")
-        return proc
-
-    def image_id(self, image: str) -> str | None:
-        proc = self.run("image", "inspect", "--format", "{{.Id}}", image, check=False)
-        if proc.returncode != 0:
-            return None
-        return proc.stdout.decode().strip() or None
-
-
 def load_from_docker(image: str, mode: str | None = None) -> bool:
     """Copy `image` from the local Docker engine into podman's store; False when up to date."""
     import docker
@@ -270,7 +221,7 @@ class PodmanRuntime(DockerRuntime):
             ensure_runner()
             self._runner_ready = True
 
-    def _create(self, session_id: str, spec: RuntimeSpec) -> _Container:
+    def _create(self, session_id: str, spec: RuntimeSpec) -> PodmanContainer:
         self._ready()
         if self.podman.image_id(spec.image) is None:
             raise RuntimeUnfit(
@@ -333,7 +284,7 @@ class PodmanRuntime(DockerRuntime):
                 self.podman.run("rm", "--force", "--ignore", "--time", "0", name, check=False)
             err = proc.stderr.decode(errors="replace").strip()
             raise APIError(f"podman run failed ({proc.returncode}): {err}")
-        return _Container(self.podman, name)
+        return PodmanContainer(self.podman, name)
 
     async def _remove_container(self, session_id: str) -> bool:
         name = self.container_name(session_id)
@@ -359,8 +310,8 @@ class PodmanRuntime(DockerRuntime):
         found = set(proc.stdout.decode().split())
         return found | await asyncio.to_thread(session_dirs, self.root)
 
-    def _container(self, handle: Any) -> _Container:
-        return _Container(self.podman, self.container_name(handle.session_id))
+    def _container(self, handle: Any) -> PodmanContainer:
+        return PodmanContainer(self.podman, self.container_name(handle.session_id))
 
     def _start_exec(
         self,
@@ -391,103 +342,9 @@ class PodmanRuntime(DockerRuntime):
                 stderr=err,
                 env=proc_env,
             )
-        pump = _ExecPump(proc)
+        pump = PodmanExecPump(proc)
         pump.start()
         return pump
-
-
-class _ExecPump(threading.Thread):
-    """Wait for a `podman exec` (its output goes straight to the log files)."""
-
-    def __init__(self, proc: subprocess.Popen) -> None:
-        super().__init__(daemon=True, name=f"polar-podman-exec-{proc.pid}")
-        self.proc = proc
-        self.done = threading.Event()
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        try:
-            self.proc.wait()
-        finally:
-            self.done.set()
-
-    def exit_code(self) -> int | None:
-        return self.proc.returncode
-
-
-@dataclass
-class _ExecResult:
-    exit_code: int
-    output: bytes
-
-
-class _Container:
-    """The few docker-SDK container methods DockerRuntime's shared code calls, via the CLI."""
-
-    def __init__(self, podman: Podman, name: str) -> None:
-        self.podman, self.name = podman, name
-
-    @property
-    def id(self) -> str:
-        return self.name
-
-    @property
-    def status(self) -> str:
-        proc = self.podman.run(
-            "container", "inspect", "--format", "{{.State.Status}}", self.name, check=False
-        )
-        if proc.returncode != 0:
-            raise NotFound(f"podman container {self.name} not found")
-        return proc.stdout.decode().strip()
-
-    @property
-    def attrs(self) -> dict[str, Any]:
-        proc = self.podman.run("container", "inspect", self.name, check=False)
-        if proc.returncode != 0:
-            raise NotFound(f"podman container {self.name} not found")
-        data = json.loads(proc.stdout or b"[]")
-        return data[0] if data else {}
-
-    def reload(self) -> None:
-        """Attributes are read fresh on every access."""
-
-    def kill(self, signal: str = "SIGKILL") -> None:
-        self.podman.run("kill", "--signal", signal, self.name)
-
-    def wait(self, timeout: float = 60) -> None:
-        self.podman.run("wait", self.name, check=False, timeout=timeout)
-
-    def start(self) -> None:
-        self.podman.run("start", self.name)
-
-    def exec_run(self, cmd: list[str]) -> _ExecResult:
-        proc = subprocess.run(
-            self.podman.argv("exec", self.name, *cmd),
-            cwd="/",
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            timeout=CLI_TIMEOUT_S,
-        )
-        return _ExecResult(proc.returncode, proc.stdout)
-
-    def put_archive(self, path: str, data: IO[bytes]) -> bool:
-        """Extract the tar `data` into the existing dir `path` (`podman cp - name:path`)."""
-        start = data.tell()
-        first_block = data.read(512)
-        data.seek(start)
-        if not first_block.strip(b"\0"):
-            return True  # an empty tar (an empty dir's contents), which `podman cp` refuses
-        if isinstance(data, io.BytesIO):
-            self.podman.run("cp", "-", f"{self.name}:{path}", input=data.getvalue())
-        else:
-            self.podman.run("cp", "-", f"{self.name}:{path}", stdin=data)
-        return True
-
-    def get_archive(self, path: str) -> tuple[list[bytes], dict]:
-        """A tar of `path` (its top dir included), like the SDK's (chunks, stat)."""
-        proc = self.podman.run("cp", f"{self.name}:{path}", "-")
-        return [proc.stdout], {}
 
 
 def rootless_support() -> tuple[bool, str]:

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from activities.runtimes.kinds.docker import SKIPPED_NOTE, DockerRuntime
+from activities.runtimes.kinds.container_archive import SKIPPED_NOTE
+from activities.runtimes.kinds.docker import DockerRuntime
 from polar.contracts import RuntimeHandle
 
 
