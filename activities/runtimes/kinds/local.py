@@ -66,13 +66,12 @@ from activities.runtimes.sandboxes.local_sandbox import (
     POOL_USER_PREFIX,
     PRIVATE_MODES,
     SYSTEM_PATH,
-    Loopback,
     Sandbox,
     detect_sandbox,
-    new_loopback,
     parse_uid_pool,
     private_dirs,
 )
+from activities.runtimes.sandboxes.loopback import Loopback, new_loopback
 from activities.runtimes.workspace import (
     copy_workspace_dir,
     materialise_source,
