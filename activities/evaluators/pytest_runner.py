@@ -62,7 +62,7 @@ sys.stdout.write(json.dumps(sorted(names)))
 
 def non_dumpable():
     """PR_SET_DUMPABLE 0 through libc; whether it took (PR_GET_DUMPABLE reads 0 after it).
-    The worker refuses results whose runner was not (swebench.py's `_run_tests`)."""
+    The worker refuses results whose runner was not (swebench/grading.py's `verdict`)."""
     try:
         import ctypes
 

@@ -392,7 +392,7 @@ class RubricSpec(StrictModel):
 
 
 class SweBenchSpec(StrictModel):
-    """A SWE-bench-style instance's grading (activities/evaluators/swebench.py).
+    """A SWE-bench-style instance's grading (activities/evaluators/swebench/).
 
     The session's patch (`git diff` of its workspace against `base_commit`,
     junk filtered) is applied in a fresh runtime of the same source, then the

@@ -31,17 +31,14 @@ from typing import Any, cast
 
 import pytest
 
-from activities.evaluators import swebench as swebench_module
+from activities.evaluators import pytest_runner
 from activities.evaluators.base import Evaluation, EvaluatorError
 from activities.evaluators.patches import drop_protected, glob_match
+from activities.evaluators.protected import PROTECTED
 from activities.evaluators.reward_checks import InvalidReward, check_rewards
 from activities.evaluators.statuses import parse_results, verify_results
-from activities.evaluators.swebench import (
-    PROTECTED,
-    inconsistency,
-    protected_paths,
-    runner_command,
-)
+from activities.evaluators.swebench import evaluator as swebench_evaluator
+from activities.evaluators.swebench import inconsistency, protected_paths, runner_command
 from activities.runtimes.base import Runtime
 from activities.runtimes.kinds.local import LocalRuntime
 from polar.client.sdk import PolarClient
@@ -210,7 +207,7 @@ def test_results_plugin_ignores_colour_output_and_fake_lines(tmp_path: Path) -> 
         "@pytest.mark.xfail\ndef test_xf():\n    assert False\n"
     )
     folder = tmp_path / "grading"
-    here = Path(swebench_module.__file__).parent
+    here = Path(pytest_runner.__file__).parent
     folder.mkdir()
     (folder / "pytest_runner.py").write_bytes((here / "pytest_runner.py").read_bytes())
     (folder / "polar_pytest_results.py").write_bytes((here / "pytest_results.py").read_bytes())
@@ -328,7 +325,7 @@ async def test_planted_conftest_is_dropped(
         return
     # with nothing protected the conftest runs, and the plugin's cross-check of each report
     # with its call's raw excinfo still catches it
-    monkeypatch.setattr(swebench_module, "protected_paths", lambda spec, extra=(): [])
+    monkeypatch.setattr(swebench_evaluator, "protected_paths", lambda spec, extra=(): [])
     caught = await _swe_session(rt, source, spec, script, "conftest-open")
     assert caught.reward == 0.0 and caught.report.tampered, caught.detail
     assert "raised AssertionError but its report says passed" in caught.report.tampered[0]
@@ -364,7 +361,7 @@ async def test_pytest_section_of_pyproject_is_restored(
     async def no_restore(*args: Any) -> list[str]:
         return []
 
-    monkeypatch.setattr(swebench_module, "_restore_pytest_sections", no_restore)
+    monkeypatch.setattr(swebench_evaluator, "restore_pytest_sections", no_restore)
     fooled = await _swe_session(
         rt,
         source,

@@ -12,17 +12,9 @@ from pathlib import Path
 import pytest
 from temporalio.client import WorkflowFailureError
 
-from activities.evaluators.swebench import (
-    SweEvaluation,
-    apply_patch,
-    build_test_command,
-    eval_prepare_request,
-    evaluate_swebench,
-    extract_patch,
-    filter_patch,
-    fresh_runtime,
-    is_junk,
-)
+from activities.evaluators.fresh import eval_prepare_request, fresh_runtime
+from activities.evaluators.patches import apply_patch, extract_patch, filter_patch, is_junk
+from activities.evaluators.swebench import SweEvaluation, build_test_command, evaluate_swebench
 from activities.runtimes.kinds.local import LocalRuntime
 from polar.client.sdk import PolarClient
 from polar.contracts import PrepareRequest, RuntimeHandle
@@ -263,7 +255,7 @@ async def test_extract_patch_is_binary_safe_and_filters_junk(
             source=DirSource(path=str(REPO / "examples" / "swe")),
         )
     )
-    from activities.evaluators.swebench import EvaluatorError
+    from activities.evaluators.base import EvaluatorError
 
     with pytest.raises(EvaluatorError, match="extracting the patch"):
         await extract_patch(local, not_git, inst.base_commit)

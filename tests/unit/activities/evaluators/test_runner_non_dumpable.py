@@ -16,12 +16,8 @@ import pytest
 
 from activities.evaluators import pytest_runner
 from activities.evaluators.base import EvaluatorError
-from activities.evaluators.swebench import (
-    GRADING_DIR,
-    SweEvaluation,
-    _Clock,
-    _run_tests,
-)
+from activities.evaluators.swebench import GRADING_DIR, SweEvaluation
+from activities.evaluators.swebench.evaluator import _Clock, _run_tests
 from activities.shell_command import ProcessOutcome
 from polar.contracts import RuntimeHandle
 from polar.evaluation_reports import SweBenchReport
