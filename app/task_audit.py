@@ -155,7 +155,8 @@ def standard_probes(
 def harbor_targets(path: Path, image_map: Mapping[str, str] | None = None) -> list[AuditTarget]:
     """One target per Harbor task under `path`, its oracle `solution/solve.sh` (`image_map`:
     the deployment's, as `polar submit` loads them)."""
-    from polar.tasks.harbor import find_task_dirs, load_harbor_tasks
+    from polar.tasks.harbor import load_harbor_tasks
+    from polar.tasks.harbor_toml import find_task_dirs
 
     targets = []
     for task_dir in find_task_dirs(path):

@@ -37,8 +37,9 @@ from activities.runtimes.kinds.docker import DockerRuntime  # noqa: E402
 from app.devstack import DevStack  # noqa: E402
 from polar.contracts import PrepareRequest  # noqa: E402
 from polar.settings import get_settings  # noqa: E402
-from polar.tasks.harbor import load_harbor_tasks, read_harbor_task  # noqa: E402
+from polar.tasks.harbor import load_harbor_tasks  # noqa: E402
 from polar.tasks.harbor_images import ensure_image  # noqa: E402
+from polar.tasks.harbor_toml import read_harbor_task  # noqa: E402
 
 EXAMPLES = REPO / "examples" / "harbor"
 SOUND = ("hello-file", "fix-add", "csv-sum")

@@ -7,7 +7,7 @@ session's run stage:
 * `environment/Dockerfile` is built with the local engine, with no network
   (`network_mode=none`) and no pull, as `polar/harbor-env:{hash}`, the hash of
   the environment dir's content and of the image map entries its FROM lines use
-  (polar/tasks/harbor.py: `environment_hash`). An image of that tag already
+  (polar/tasks/harbor_environment.py: `environment_hash`). An image of that tag already
   there is the cache: nothing is built again.
 * a prebuilt `[environment].docker_image` is used as is (through the image map).
 * an image a task needs (its base image or its docker_image) that the engine
@@ -27,15 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from polar.tasks.harbor import (
-    HarborTask,
-    HarborTaskError,
-    base_images,
-    environment_image,
-    find_task_dirs,
-    read_harbor_task,
-    resolved_image_map,
-)
+from polar.tasks.harbor_environment import base_images, environment_image, resolved_image_map
+from polar.tasks.harbor_toml import HarborTask, HarborTaskError, find_task_dirs, read_harbor_task
 
 __all__ = ["BuiltImage", "ensure_image", "ensure_images"]
 

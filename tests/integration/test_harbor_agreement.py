@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from polar.tasks.harbor import find_task_dirs, load_harbor_tasks
+from polar.tasks.harbor import load_harbor_tasks
+from polar.tasks.harbor_toml import find_task_dirs
 from polar.tasks.spec import TaskSpec, parse_size
 from tests.support.paths import REPO
 

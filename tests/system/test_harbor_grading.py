@@ -28,8 +28,9 @@ from polar.evaluation_reports import HarborReport
 from polar.outcomes import classify, error_outcome
 from polar.records import SessionStatus
 from polar.settings import get_settings
-from polar.tasks.harbor import HarborTaskError, load_harbor_tasks
+from polar.tasks.harbor import load_harbor_tasks
 from polar.tasks.harbor_images import ensure_images
+from polar.tasks.harbor_toml import HarborTaskError
 from polar.tasks.spec import TaskSpec
 from tests.support.eval_runtimes import grade, prepare_session, run_harness
 from tests.support.paths import REPO

@@ -10,15 +10,10 @@ import pytest
 from typer.testing import CliRunner
 
 from app.cli import app
-from polar.tasks.harbor import (
-    HarborTaskError,
-    base_images,
-    environment_image,
-    load_harbor_tasks,
-    read_harbor_task,
-    resolved_image_map,
-)
+from polar.tasks.harbor import load_harbor_tasks
+from polar.tasks.harbor_environment import base_images, environment_image, resolved_image_map
 from polar.tasks.harbor_images import _mapped_dockerfile
+from polar.tasks.harbor_toml import HarborTaskError, read_harbor_task
 from polar.tasks.spec import HarnessSpec, TaskSpec
 from tests.support.paths import REPO
 
@@ -302,7 +297,7 @@ def test_the_cli_writes_the_specs_and_refuses_by_name(tmp_path: Path) -> None:
 
 
 def test_a_verifier_that_runs_the_agents_code_as_the_reward_owner_is_warned_about() -> None:
-    """The loader's warning (polar/tasks/harbor.py, verifier_runs_agent_code): on the
+    """The loader's warning (polar/tasks/harbor_verifier.py, verifier_runs_agent_code): on the
     hackable tasks whose test.sh imports or runs the workspace's code, never on the sound
     ones (fix-add and app-workdir run it as `nobody`, test.sh as root)."""
     risks = {
