@@ -30,11 +30,11 @@ from activities.runtimes import Runtime, started_marker
 from activities.runtimes.network.channel import (
     PLACEHOLDER_KEY,
     SANDBOX_GATEWAY_URL,
-    ChannelLimits,
     GatewayRelay,
     with_forwarder,
 )
 from activities.runtimes.network.egress import EGRESS_LOG, EgressDoor, EgressRefused, open_egress
+from activities.runtimes.network.guard import ChannelLimits
 from activities.shell_command import ProcessOutcome
 from polar.contracts import HarnessRequest, HarnessResult, invalid_input
 from polar.outcomes import count_unserved

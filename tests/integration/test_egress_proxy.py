@@ -1,4 +1,4 @@
-"""A session's egress proxy (activities/runtimes/network/egress.py) enforces the task's network.
+"""A session's egress proxy (activities/runtimes/network/egress_proxy.py) enforces its network.
 
 A real proxy on a real Unix socket, a real loopback HTTP server standing in for
 "the internet", real requests written as a client behind HTTP_PROXY writes them
@@ -29,15 +29,9 @@ import pytest
 
 from activities.runtimes.base import Runtime
 from activities.runtimes.network.channel import with_forwarder
-from activities.runtimes.network.egress import (
-    EGRESS_SOCKET,
-    HEAD_TIMEOUT_S,
-    EgressPolicy,
-    EgressProxy,
-    EgressRefused,
-    egress_refusal,
-    open_egress,
-)
+from activities.runtimes.network.egress import EgressRefused, egress_refusal, open_egress
+from activities.runtimes.network.egress_policy import EgressPolicy
+from activities.runtimes.network.egress_proxy import EGRESS_SOCKET, HEAD_TIMEOUT_S, EgressProxy
 from activities.shell_command import run_shell
 from polar.contracts import RuntimeHandle
 from polar.settings import Settings

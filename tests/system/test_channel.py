@@ -36,10 +36,10 @@ from activities.runtimes.network.channel import (
     SANDBOX_DIR,
     SANDBOX_GATEWAY_URL,
     SOCKET_NAME,
-    ChannelLimits,
     GatewayRelay,
     with_forwarder,
 )
+from activities.runtimes.network.guard import ChannelLimits
 from activities.shell_command import run_shell
 from polar.session_keys import SessionIdentity, mint_session_key
 from polar.settings import Settings

@@ -16,9 +16,9 @@ at most `ChannelLimits.max_connections` open at once, and each request's
 headers within `header_timeout_s` of the connection opening or its last
 answer (408 and closed past it; 431 past `max_header_bytes`). A session that
 opens more connections than that is ended: the relay stops serving it and
-`GatewayRelay.run_guarded` kills its harness, the reason in its log. A caller
-that hangs up before its answer hangs up on the gateway too, which records the
-call as 499 (never trained), as it does for a direct caller.
+`GatewayRelay.run_guarded` kills its harness, the reason in its log (the caps:
+guard.py). A caller that hangs up before its answer hangs up on the gateway too,
+which records the call as 499 (never trained), as it does for a direct caller.
 """
 
 from __future__ import annotations
@@ -27,14 +27,11 @@ import asyncio
 import contextlib
 import functools
 import logging
-import os
 import shlex
 import shutil
 import socket
 import ssl
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -42,12 +39,17 @@ import httpx
 import uvicorn
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from activities.runtimes.network.guard import (
+    ChannelLimits,
+    Guard,
+    bind_unix,
+    guarded_protocol,
+    run_until_shut,
+)
 from activities.shell_command import ProcessOutcome
 from polar.outcomes import GATEWAY_FAULT_HEADER, UNSERVED_STATUS
 from polar.providers import APIError, detect
-from polar.settings import Settings
 
 SANDBOX_DIR = "/run/polar"
 SANDBOX_PORT = 4000
@@ -76,137 +78,8 @@ HOP_BY_HOP = frozenset(
     }
 )
 FORWARDER_SCRIPT = Path(__file__).with_name(FORWARDER_NAME)
-MAX_SOCKET_PATH = 107  # sun_path is 108 bytes with its NUL
 CLIENT_CLOSED = 499  # answered to nobody: the caller hung up before its answer
-TIMED_OUT = b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
-TOO_LARGE = (
-    b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
-    b"content-length: 0\r\nconnection: close\r\n\r\n"
-)
 log = logging.getLogger("polar.worker")
-
-
-@dataclass(frozen=True)
-class ChannelLimits:
-    """What one session's channel may hold (POLAR_CHANNEL_*)."""
-
-    max_connections: int = 64
-    """open connections at once; one more ends the session"""
-    header_timeout_s: float = 10.0
-    """how long a request's headers may take, from the connection's start or last answer"""
-    max_header_bytes: int = 64 * 1024
-    """most bytes of one request's headers"""
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> ChannelLimits:
-        return cls(
-            max_connections=settings.channel_max_connections,
-            header_timeout_s=settings.channel_header_timeout_s,
-            max_header_bytes=settings.channel_max_header_bytes,
-        )
-
-
-class _Guard:
-    """The count of one relay's open connections, and its breach: the first connection past
-    `max_connections` ends the session (`on_breach`); from then on every one is refused."""
-
-    def __init__(
-        self,
-        limits: ChannelLimits,
-        on_breach: Callable[[str], None],
-        door: str = "gateway channel",
-        setting: str = "POLAR_CHANNEL_MAX_CONNECTIONS",
-    ) -> None:
-        self.limits = limits
-        self.open = 0
-        self.header_timeouts = 0
-        self.breach: str | None = None
-        self._on_breach = on_breach
-        self._door = f"its {door} ({setting})"
-
-    def admit(self) -> bool:
-        if self.breach is None and self.open >= self.limits.max_connections:
-            self.breach = (
-                f"the session opened more than {self.limits.max_connections} connections at "
-                f"once on {self._door}"
-            )
-            self._on_breach(self.breach)
-        if self.breach is not None:
-            return False
-        self.open += 1
-        return True
-
-
-class _GuardedHttp(HttpToolsProtocol):
-    """uvicorn's HTTP protocol under the relay's caps (`_Guard`): a connection past the cap is
-    dropped at once, and headers that do not arrive in time (or grow too big) get a 408
-    (431) and the connection closed. `guard` is set per relay (`_guarded_protocol`)."""
-
-    guard: _Guard
-    _admitted = False
-    _header_timer: asyncio.TimerHandle | None = None
-    _header_bytes = 0
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        if not self.guard.admit():
-            transport.abort()
-            return
-        self._admitted = True
-        super().connection_made(transport)
-        self._await_headers()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if not self._admitted:
-            return
-        self._admitted = False
-        self.guard.open -= 1
-        self._headers_done()
-        super().connection_lost(exc)
-
-    def data_received(self, data: bytes) -> None:
-        if self._header_timer is not None:
-            self._header_bytes += len(data)
-        super().data_received(data)
-        over = self._header_bytes > self.guard.limits.max_header_bytes
-        if self._header_timer is not None and over:
-            self._refuse(TOO_LARGE)
-
-    def on_headers_complete(self) -> None:
-        self._headers_done()
-        super().on_headers_complete()
-
-    def on_response_complete(self) -> None:
-        pipelined = bool(self.pipeline)  # its headers are in already
-        super().on_response_complete()
-        if not pipelined and not self.transport.is_closing():
-            self._await_headers()
-
-    def _await_headers(self) -> None:
-        self._headers_done()
-        self._header_bytes = 0
-        self._header_timer = self.loop.call_later(
-            self.guard.limits.header_timeout_s, self._headers_late
-        )
-
-    def _headers_done(self) -> None:
-        if self._header_timer is not None:
-            self._header_timer.cancel()
-            self._header_timer = None
-
-    def _headers_late(self) -> None:
-        self._header_timer = None
-        self.guard.header_timeouts += 1
-        self._refuse(TIMED_OUT)
-
-    def _refuse(self, answer: bytes) -> None:
-        self._headers_done()
-        if not self.transport.is_closing():
-            self.transport.write(answer)
-            self.transport.close()
-
-
-def _guarded_protocol(guard: _Guard) -> type[asyncio.Protocol]:
-    return type("GuardedHttp", (_GuardedHttp,), {"guard": guard})
 
 
 @functools.cache
@@ -287,27 +160,6 @@ def _allowed(method: str, path: str) -> bool:
     return not any(part in (".", "..") for part in path.split("/"))
 
 
-def _bind_unix(path: Path) -> socket.socket:
-    """A listening Unix socket at `path`, however long the path (sun_path holds 107 bytes:
-    a longer one is bound through an O_PATH descriptor of its directory)."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    dir_fd = None
-    try:
-        if len(str(path).encode()) <= MAX_SOCKET_PATH:
-            sock.bind(str(path))
-        else:
-            dir_fd = os.open(path.parent, os.O_PATH | os.O_DIRECTORY)
-            sock.bind(f"/proc/self/fd/{dir_fd}/{path.name}")
-        sock.listen(128)
-    except BaseException:
-        sock.close()
-        raise
-    finally:
-        if dir_fd is not None:
-            os.close(dir_fd)
-    return sock
-
-
 async def _caller_hangs_up(request: Request, sent: asyncio.Event) -> None:
     """Return when the caller disconnects before its answer: once its body is read (`sent`),
     the server's next ASGI message is the disconnect, sent only if the caller goes first."""
@@ -346,7 +198,7 @@ class GatewayRelay:
         self._server: _QuietServer | None = None
         self._task: asyncio.Task[None] | None = None
         self._breached = asyncio.Event()
-        self.guard = _Guard(self.limits, self._breach)
+        self.guard = Guard(self.limits, self._breach)
         self.forwarded = 0
         """Requests sent on to the gateway so far (any path the channel serves)."""
         self.unserved = 0
@@ -396,10 +248,10 @@ class GatewayRelay:
             timeout=httpx.Timeout(connect=10.0, read=None, write=None, pool=None),
             verify=_tls_context(),
         )
-        sock = self.listener if self.listener is not None else _bind_unix(path)
+        sock = self.listener if self.listener is not None else bind_unix(path)
         config = uvicorn.Config(
             self._app,
-            http=_guarded_protocol(self.guard),
+            http=guarded_protocol(self.guard),
             interface="asgi3",
             ws="none",
             lifespan="off",
@@ -519,36 +371,6 @@ class GatewayRelay:
             status_code=answer.status_code,
             headers=dict(_clean_headers(answer.headers, answer.headers.get("connection", ""))),
         )
-
-
-async def run_until_shut(
-    run: Awaitable[ProcessOutcome], shut: asyncio.Event, why: Callable[[], str], stderr: Path
-) -> ProcessOutcome:
-    """`run` (a harness), ended if `shut` is set first (a door of its session passed a cap):
-    then it is cancelled (the runtime kills its processes) and the outcome says `why()`, as
-    does a line on `stderr`."""
-    started = time.monotonic()
-    running = asyncio.ensure_future(run)
-    shutting = asyncio.ensure_future(shut.wait())
-    try:
-        await asyncio.wait({running, shutting}, return_when=asyncio.FIRST_COMPLETED)
-        if running.done():
-            return running.result()
-        running.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await running
-    except BaseException:
-        running.cancel()
-        with contextlib.suppress(BaseException):
-            await running
-        raise
-    finally:
-        shutting.cancel()
-    reason = why()
-    stderr.parent.mkdir(parents=True, exist_ok=True)
-    with open(stderr, "a") as err:
-        err.write(f"polar: {reason}; every process of the session killed\n")
-    return ProcessOutcome(None, False, time.monotonic() - started, reason)
 
 
 def with_forwarder(

@@ -1,13 +1,14 @@
-"""The egress policy's address rule (activities/runtimes/network/egress.py): the worker host's own
-addresses, read from its kernel, are never reached; only an exemption naming the address
-itself opens one; every non-global spelling is refused whatever the blocked networks say."""
+"""The egress policy's address rule (activities/runtimes/network/egress_policy.py): the worker
+host's own addresses, read from its kernel, are never reached; only an exemption naming the
+address itself opens one; every non-global spelling is refused whatever the blocked networks
+say."""
 
 from __future__ import annotations
 
 import ipaddress
 import socket
 
-from activities.runtimes.network.egress import EgressPolicy, host_networks
+from activities.runtimes.network.egress_policy import EgressPolicy, host_networks
 from polar.settings import Settings
 from polar.tasks.spec import NetworkSpec
 
