@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from polar.client.layouts import SLIME_SAMPLE_FIELDS, SLIME_STATUSES
+from polar.trainers.slime_layout import SLIME_SAMPLE_FIELDS, SLIME_STATUSES
 
 TRAINERS = ("verl", "trl", "slime")
 

@@ -1,82 +1,41 @@
-"""Traces exported for trainers: RL rows (JSONL and a Hugging Face dataset) and an SFT view.
+"""`polar export`: collect a workflow's (or files') traces and write them in every chosen format.
 
-`polar export` writes, under `--out`:
+`polar export` writes, under `--out` (each format a module of its own):
 
-* `traces.jsonl`: one RL row per trace (`rl_row`).
+* `traces.jsonl`: one RL row per trace (polar/client/rl_rows.py).
 * `dataset/`: the same rows as a `datasets.Dataset` (`save_to_disk`; reload
-  with `datasets.load_from_disk`). Ids are int32, masks int8, logprobs float64
-  (so they round-trip exactly as the backend reported them).
-* `sft.jsonl`: the SFT view (`sft_rows`): one conversation (`messages`,
+  with `datasets.load_from_disk`; polar/client/rl_rows.py).
+* `sft.jsonl`: the SFT view (polar/client/sft.py): one conversation (`messages`,
   `tools`) per distinct conversation of a resolved session.
-* `verl.parquet`, `trl.jsonl`, `slime.jsonl`: trainer-native layouts
-  (polar/client/layouts.py).
+* `verl.parquet`, `trl.jsonl`, `slime.jsonl`: trainer-native layouts, each beside
+  its trainer's bridge (polar/trainers/verl_layout.py, polar/trainers/trl/layout.py,
+  polar/trainers/slime_layout.py).
 * `manifest.json`: where the traces came from, what was written, the counts.
 
 Every format is streamed: `export_traces` reads its traces once, a session at
-a time, and writes rows as it goes. A call of `n > 1` choices gives one trace
-per choice (the builders), hence one row per choice in every format; the SFT
-and TRL views render each trace's own choice.
-
-RL row columns: `trace_id`; `input_ids` (= prompt ids + response ids);
-`loss_mask` aligned with `input_ids` (0 over the prompt and interstitial
-tokens, 1 on sampled tokens); `response_logprobs` aligned with the response
-part (`input_ids[prompt_length:]`, 0.0 where the mask is 0); `prompt_length`,
-`response_length`; `reward` (None: not evaluated, never 0); `status` (the
-session's terminal status); provenance flattened: `session_id`, `task_id`,
-`harness`, `builder`, `model`, `reward_policy`, `record_ids`,
-`completion_seqs`, `policy_version`. Every trace is exported whatever its status or reward: a
-trainer filters on `status` and `reward`.
-
-How trainers read the columns (`p = prompt_length`):
-
-| trainer | its field | from this row |
-|---|---|---|
-| verl (`AgentLoopOutput`) | `prompt_ids` / `response_ids` | `input_ids[:p]` / `input_ids[p:]` |
-| | `response_mask` | `loss_mask[p:]` |
-| | `response_logprobs` (rollout logprobs) | `response_logprobs` |
-| | `reward_score` | `reward` |
-| NeMo RL (GRPO `train_data`) | `input_ids`, `input_lengths` | `input_ids`, `len(input_ids)` |
-| | `token_mask` | `loss_mask` |
-| | `generation_logprobs` (whole sequence) | `[0.0] * p + response_logprobs` |
-| | `sample_mask` | `status == "completed" and reward is not None` |
-| slime (`Sample`) | `tokens` | `input_ids` |
-| | `response_length` | `response_length` |
-| | `loss_mask` (response part only) | `loss_mask[p:]` |
-| | `rollout_log_probs` | `response_logprobs` |
-| | `reward`, `metadata` | `reward`, provenance columns |
-| | `status` | `completed` → COMPLETED, `harness_failed`/`timeout` → FAILED, others → ABORTED |
-
-SFT view: a session is resolved when its reward is at least `min_reward`
-(default 1.0) and its status is `completed`. Each of its traces gives the
-conversation of its last call: that call's request messages plus the
-assistant message it answered (None-valued fields dropped), and that call's
-tools. A conversation that a later call of the same session continues (its
-messages then the same assistant turn, compared by visible text and parsed
-tool calls) is dropped, so `per_request` traces yield each conversation once,
-not every prefix of it. A merged trace's last call is only known from its
-CompletionRecord: without `records`, such a trace is skipped and counted.
+a time, and writes rows as it goes (polar/client/sinks.py). A call of `n > 1`
+choices gives one trace per choice (the builders), hence one row per choice in
+every format; the SFT and TRL views render each trace's own choice.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import math
-import shutil
-from collections import defaultdict
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from polar.builders.base import response_message
-from polar.client import layouts as lay
-from polar.records import CompletionRecord, OutcomeClass, SessionStatus, Trace
+from polar.client.rl_rows import DatasetSink, rl_row
+from polar.client.sft import RecordIndex, sft_rows
+from polar.client.sinks import JsonlSink, ParquetSink, RowSink
+from polar.records import CompletionRecord, OutcomeClass, Trace
+from polar.trainers.slime_layout import SLIME_JSONL, SlimeRows
+from polar.trainers.trl.layout import TRL_JSONL, trl_rows
+from polar.trainers.verl_layout import VERL_PARQUET, verl_row, verl_schema
 
 if TYPE_CHECKING:
-    from datasets import Dataset, Features
-
     from polar.client.sdk import PolarClient
     from polar.storage import Storage
 
@@ -84,9 +43,6 @@ RL_JSONL = "traces.jsonl"
 HF_DIR = "dataset"
 SFT_JSONL = "sft.jsonl"
 MANIFEST = "manifest.json"
-RecordIndex = Mapping[tuple[str, str], CompletionRecord]
-REWARD_TOLERANCE = 1e-9
-"""session_normalized rewards times the trace count may miss the threshold by rounding."""
 
 
 class ExportFormat(StrEnum):
@@ -103,271 +59,31 @@ FORMAT_ORDER = [f for f in ExportFormat if f != ExportFormat.ALL]
 NEEDS_RECORDS = {ExportFormat.SFT, ExportFormat.TRL}
 """Formats that read merged traces' CompletionRecords (their last call's messages)."""
 
-
-# --------------------------------------------------------------------------- RL rows
-
-
-def rl_row(trace: Trace) -> dict[str, Any]:
-    """One trainer row: `input_ids`, `loss_mask` aligned with it, logprobs, reward, provenance."""
-    p = len(trace.prompt_ids)
-    prov = trace.provenance
-    return {
-        "trace_id": trace.trace_id,
-        "input_ids": [*trace.prompt_ids, *trace.response_ids],
-        "loss_mask": [0] * p + list(trace.loss_mask),
-        "response_logprobs": list(trace.response_logprobs),
-        "prompt_length": p,
-        "response_length": len(trace.response_ids),
-        "reward": trace.reward,
-        "status": None if trace.status is None else trace.status.value,
-        "session_id": prov.session_id,
-        "task_id": prov.task_id,
-        "harness": prov.harness,
-        "builder": prov.builder,
-        "model": prov.model,
-        "reward_policy": prov.reward_policy,
-        "record_ids": list(prov.record_ids),
-        "completion_seqs": list(prov.completion_seqs),
-        "policy_version": prov.policy_version,
-    }
+RowOf = Callable[[Trace], dict[str, Any]]
 
 
-def rl_features() -> Features:
-    """The Arrow schema of RL rows (explicit, so that an empty export has it too)."""
-    from datasets import Features, List, Value
+@dataclass(frozen=True)
+class Format:
+    """One export format: its file (or folder) under `out`, how it is written, its rows."""
 
-    text = Value("string")
-    return Features(
-        {
-            "trace_id": text,
-            "input_ids": List(Value("int32")),
-            "loss_mask": List(Value("int8")),
-            "response_logprobs": List(Value("float64")),
-            "prompt_length": Value("int32"),
-            "response_length": Value("int32"),
-            "reward": Value("float64"),
-            "status": text,
-            "session_id": text,
-            "task_id": text,
-            "harness": text,
-            "builder": text,
-            "model": text,
-            "reward_policy": text,
-            "record_ids": List(text),
-            "completion_seqs": List(Value("int64")),
-            "policy_version": Value("int64"),
-        }
-    )
+    file: str
+    sink: Callable[[Path], RowSink]
+    rows: Callable[[RecordIndex | None], RowOf] | None
+    """a trace's row, made once per export (it may count traces or read the records); None:
+    the SFT view, written a session at a time (`sft_rows`)"""
 
 
-def rl_dataset(rows: Sequence[dict[str, Any]]) -> Dataset:
-    """RL rows as a `datasets.Dataset` with the `rl_features` schema."""
-    from datasets import Dataset
-
-    features = rl_features()
-    columns = {name: [row[name] for row in rows] for name in features}
-    return Dataset.from_dict(columns, features=features)
-
-
-def save_dataset(dataset: Dataset, path: Path) -> None:
-    """`save_to_disk` quietly, in at least one shard (an empty one with none cannot be loaded)."""
-    import datasets
-
-    shown = datasets.is_progress_bar_enabled()
-    datasets.disable_progress_bars()
-    try:
-        dataset.save_to_disk(str(path), num_shards=1 if len(dataset) == 0 else None)
-    finally:
-        if shown:
-            datasets.enable_progress_bars()
-
-
-# --------------------------------------------------------------------------- SFT view
-
-
-def session_rewards(traces: Iterable[Trace]) -> dict[str, float | None]:
-    """Each session's outcome reward, recovered from its traces' rewards and reward policy."""
-    rewards: dict[str, float | None] = {}
-    for trace in traces:
-        sid = trace.provenance.session_id
-        if trace.reward is None:
-            rewards.setdefault(sid, None)
-            continue
-        reward = trace.reward
-        if trace.provenance.reward_policy == "session_normalized":
-            stats = trace.provenance.reconstruction
-            reward *= stats.chains if stats is not None else 1
-        rewards[sid] = reward
-    return rewards
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, list):
-        return "\n".join(str(p.get("text", "")) if isinstance(p, dict) else str(p) for p in content)
-    return "" if content is None else str(content)
-
-
-def _turn_key(message: Mapping[str, Any]) -> tuple[Any, ...]:
-    """An assistant turn as visible text and parsed tool calls (serialisation ignored)."""
-    calls = []
-    for call in message.get("tool_calls") or []:
-        fn = call.get("function", call) if isinstance(call, dict) else {}
-        arguments = fn.get("arguments")
-        if isinstance(arguments, str):
-            with contextlib.suppress(ValueError):
-                arguments = json.loads(arguments) if arguments else {}
-        calls.append((fn.get("name"), json.dumps(arguments, sort_keys=True)))
-    visible = _text(message.get("content")).split("</think>")[-1].strip()
-    return message.get("role"), visible, tuple(calls)
-
-
-def clean_message(message: Mapping[str, Any]) -> dict[str, Any]:
-    """A message without None-valued or empty fields (`role` and `content` always kept)."""
-    return {
-        k: v
-        for k, v in message.items()
-        if k in ("role", "content") or (v is not None and v != [] and v != {})
-    }
-
-
-@dataclass
-class _Conversation:
-    trace: Trace
-    prompt: list[dict[str, Any]]
-    answer: dict[str, Any]
-    tools: list[dict[str, Any]] | None
-    keys: list[str] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self.keys = [json.dumps(m, sort_keys=True, default=str) for m in self.prompt]
-
-    def continued_by(self, other: _Conversation) -> bool:
-        """Whether `other`'s prompt is this prompt followed by this same assistant turn."""
-        n = len(self.keys)
-        return (
-            len(other.keys) > n
-            and other.keys[:n] == self.keys
-            and _turn_key(other.prompt[n]) == _turn_key(self.answer)
-        )
-
-
-def last_call(
-    trace: Trace, records: RecordIndex | None
-) -> tuple[list[dict[str, Any]], dict[str, Any], list[dict[str, Any]] | None] | None:
-    """(request messages, answer, tools) of the trace's last call, or None when unknown.
-
-    The answer is the trace's own (`trace.response_message`: the sampled choice
-    the trace holds, so each choice of an `n > 1` call gives its own answer).
-    """
-    prov = trace.provenance
-    last = (prov.session_id, prov.record_ids[-1]) if prov.record_ids else None
-    record = records.get(last) if records is not None and last is not None else None
-    if record is not None:
-        answer = trace.response_message or response_message(record)
-        if answer is None:
-            return None
-        request = record.normalized_request
-        return list(request.get("messages") or []), clean_message(answer), request.get("tools")
-    if len(prov.record_ids) == 1 and trace.response_message is not None:
-        return list(trace.prompt_messages), clean_message(trace.response_message), trace.tools
-    return None
-
-
-def _conversation(trace: Trace, records: RecordIndex | None) -> _Conversation | None:
-    """The conversation of the trace's last call, or None when it cannot be known."""
-    call = last_call(trace, records)
-    return None if call is None else _Conversation(trace, *call)
-
-
-def prompt_completion(
-    trace: Trace, records: RecordIndex | None
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
-    """(prompt, completion) messages: the first call's messages, then everything after them
-    up to the last answer; None when the last call is unknown or does not extend the first."""
-    call = last_call(trace, records)
-    if call is None:
-        return None
-    messages, answer, _ = call
-    prompt = list(trace.prompt_messages)
-    if len(trace.provenance.record_ids) == 1:
-        return messages, [answer]
-    key = [json.dumps(m, sort_keys=True, default=str) for m in prompt]
-    if [json.dumps(m, sort_keys=True, default=str) for m in messages[: len(prompt)]] != key:
-        return None
-    return prompt, [*(clean_message(m) for m in messages[len(prompt) :]), answer]
-
-
-@dataclass
-class SFTView:
-    rows: list[dict[str, Any]]
-    resolved_sessions: list[str]
-    skipped: list[str] = field(default_factory=list)
-    """trace ids of resolved sessions whose conversation is unknown (merged, no records)"""
-
-
-def sft_rows(
-    traces: Sequence[Trace],
-    *,
-    min_reward: float = 1.0,
-    rewards: Mapping[str, float | None] | None = None,
-    statuses: Collection[str] = (SessionStatus.COMPLETED.value,),
-    records: RecordIndex | None = None,
-) -> SFTView:
-    """The SFT view of resolved sessions' traces (see the module docstring).
-
-    `rewards`: each session's reward (default: recovered from the traces);
-    `statuses`: the session statuses that count as resolved; `records`:
-    CompletionRecords by (session id, record id) (`index_records`), needed
-    for merged traces.
-    """
-    rewards = dict(session_rewards(traces)) | dict(rewards or {})
-    by_session: dict[str, list[Trace]] = defaultdict(list)
-    for trace in traces:
-        by_session[trace.provenance.session_id].append(trace)
-    view = SFTView(rows=[], resolved_sessions=[])
-    for sid, group in by_session.items():
-        reward = rewards.get(sid)
-        status = group[0].status
-        resolved = (
-            reward is not None
-            and math.isfinite(reward)
-            and reward >= min_reward - REWARD_TOLERANCE
-            and status is not None
-            and status.value in statuses
-        )
-        if not resolved:
-            continue
-        view.resolved_sessions.append(sid)
-        conversations = []
-        for trace in group:
-            conversation = _conversation(trace, records)
-            if conversation is None:
-                view.skipped.append(trace.trace_id)
-            else:
-                conversations.append(conversation)
-        seen: set[str] = set()
-        for conv in conversations:
-            if any(conv.continued_by(other) for other in conversations if other is not conv):
-                continue
-            messages = [*conv.prompt, conv.answer]
-            fingerprint = json.dumps([messages, conv.tools], sort_keys=True, default=str)
-            if fingerprint in seen:
-                continue
-            seen.add(fingerprint)
-            prov = conv.trace.provenance
-            view.rows.append(
-                {
-                    "messages": messages,
-                    "tools": conv.tools,
-                    "trace_id": conv.trace.trace_id,
-                    "session_id": sid,
-                    "task_id": prov.task_id,
-                    "harness": prov.harness,
-                    "model": prov.model,
-                    "reward": reward,
-                }
-            )
-    return view
+FORMATS: dict[ExportFormat, Format] = {
+    ExportFormat.JSONL: Format(RL_JSONL, JsonlSink, lambda records: rl_row),
+    ExportFormat.HF: Format(HF_DIR, DatasetSink, lambda records: rl_row),
+    ExportFormat.SFT: Format(SFT_JSONL, JsonlSink, None),
+    ExportFormat.VERL: Format(
+        VERL_PARQUET, lambda path: ParquetSink(path, verl_schema()), lambda records: verl_row
+    ),
+    ExportFormat.TRL: Format(TRL_JSONL, JsonlSink, trl_rows),
+    ExportFormat.SLIME: Format(SLIME_JSONL, JsonlSink, lambda records: SlimeRows()),
+}
+"""Every format but `all`, by name."""
 
 
 # --------------------------------------------------------------------------- writing
@@ -430,67 +146,41 @@ def by_session(traces: Iterable[Trace]) -> Iterator[list[Trace]]:
         yield group
 
 
-class _Sinks:
-    """The open writers of the chosen formats, fed one session's traces at a time."""
+class _Writers:
+    """The open sinks of the chosen formats, fed one trace at a time."""
 
     def __init__(self, chosen: list[ExportFormat], out: Path, records: RecordIndex | None):
-        self.records = records
-        self.sinks: dict[ExportFormat, lay.RowSink] = {}
-        self.files: dict[str, str] = {}
-        self._group, self._rollout = lay.Ordinals(), lay.Ordinals()
-        self._index = 0
-        self._hf_tmp = out / f".{HF_DIR}.arrow"
-        paths = {
-            ExportFormat.JSONL: out / RL_JSONL,
-            ExportFormat.SFT: out / SFT_JSONL,
-            ExportFormat.TRL: out / lay.TRL_JSONL,
-            ExportFormat.SLIME: out / lay.SLIME_JSONL,
+        self.sinks = {fmt: FORMATS[fmt].sink(out / FORMATS[fmt].file) for fmt in chosen}
+        self.files = {fmt.value: str(out / FORMATS[fmt].file) for fmt in chosen}
+        self.rows = {
+            fmt: make(records) for fmt in chosen if (make := FORMATS[fmt].rows) is not None
         }
-        for fmt in chosen:
-            if fmt in paths:
-                self.sinks[fmt] = lay.JsonlSink(paths[fmt])
-                self.files[fmt.value] = str(paths[fmt])
-            elif fmt == ExportFormat.VERL:
-                self.sinks[fmt] = lay.ParquetSink(out / lay.VERL_PARQUET, lay.verl_schema())
-                self.files[fmt.value] = str(out / lay.VERL_PARQUET)
-            elif fmt == ExportFormat.HF:
-                self.sinks[fmt] = lay.ArrowSink(self._hf_tmp, rl_features())
-                self.files[fmt.value] = str(out / HF_DIR)
 
     def write(self, trace: Trace) -> None:
-        for fmt, sink in self.sinks.items():
-            if fmt in (ExportFormat.JSONL, ExportFormat.HF):
-                sink.write(rl_row(trace))
-            elif fmt == ExportFormat.VERL:
-                sink.write(lay.verl_row(trace))
-            elif fmt == ExportFormat.TRL:
-                sink.write(lay.trl_row(trace, prompt_completion(trace, self.records)))
-            elif fmt == ExportFormat.SLIME:
-                prov = trace.provenance
-                single = len(prov.record_ids) == 1 and trace.response_message is not None
-                text = _text((trace.response_message or {}).get("content")) if single else ""
-                sink.write(
-                    lay.slime_row(
-                        trace,
-                        index=self._index,
-                        group_index=self._group(prov.task_id),
-                        rollout_id=self._rollout(prov.session_id),
-                        response_text=text,
-                    )
-                )
-        self._index += 1
+        for fmt, row_of in self.rows.items():
+            self.sinks[fmt].write(row_of(trace))
 
-    def close(self, out: Path) -> None:
+    def close(self) -> None:
         for sink in self.sinks.values():
             sink.close()
-        if ExportFormat.HF in self.sinks:
-            from datasets import Dataset
 
-            target = out / HF_DIR
-            if target.exists():
-                shutil.rmtree(target)
-            save_dataset(Dataset.from_file(str(self._hf_tmp)), target)  # memory-mapped
-            self._hf_tmp.unlink()
+
+def _write_sft(
+    sink: RowSink,
+    group: Sequence[Trace],
+    summary: ExportSummary,
+    *,
+    min_reward: float,
+    rewards: Mapping[str, float | None] | None,
+    records: RecordIndex | None,
+) -> None:
+    """One session's SFT view into `sink`, counted in `summary`."""
+    view = sft_rows(group, min_reward=min_reward, rewards=rewards, records=records)
+    for row in view.rows:
+        sink.write(row)
+    summary.sft_rows += len(view.rows)
+    summary.resolved_sessions += len(view.resolved_sessions)
+    summary.sft_skipped += len(view.skipped)
 
 
 def export_traces(
@@ -521,27 +211,24 @@ def export_traces(
         source=dict(source or {}),
     )
     sessions: set[str] = set(rewards or {})
-    sinks = _Sinks(chosen, out, records)
+    writers = _Writers(chosen, out, records)
     try:
         for group in by_session(traces):
             sessions.add(group[0].provenance.session_id)
             for trace in group:
-                sinks.write(trace)
+                writers.write(trace)
             summary.traces += len(group)
-            sft = sinks.sinks.get(ExportFormat.SFT)
+            sft = writers.sinks.get(ExportFormat.SFT)
             if sft is not None:
-                view = sft_rows(group, min_reward=min_reward, rewards=rewards, records=records)
-                for row in view.rows:
-                    sft.write(row)
-                summary.sft_rows += len(view.rows)
-                summary.resolved_sessions += len(view.resolved_sessions)
-                summary.sft_skipped += len(view.skipped)
+                _write_sft(
+                    sft, group, summary, min_reward=min_reward, rewards=rewards, records=records
+                )
     finally:
-        sinks.close(out)
+        writers.close()
     summary.sessions = len(sessions)
     if ExportFormat.JSONL in chosen or ExportFormat.HF in chosen:
         summary.rl_rows = summary.traces
-    summary.files = sinks.files
+    summary.files = writers.files
     (out / MANIFEST).write_text(json.dumps(summary.as_dict(), indent=2) + "\n")
     return summary
 

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from polar.client import export as ex
+from polar.client.sft import REWARD_TOLERANCE, RecordIndex
 from polar.contracts import SessionResult
 from polar.records import SessionStatus, Trace
 from polar.tasks.spec import BuilderSpec, HarnessSpec, RuntimeSpec, TaskSpec, Timeouts
@@ -61,7 +62,7 @@ def is_resolved(session: SessionResult) -> bool:
         session.status == SessionStatus.COMPLETED
         and reward is not None
         and math.isfinite(reward)
-        and reward >= RESOLVED_REWARD - ex.REWARD_TOLERANCE
+        and reward >= RESOLVED_REWARD - REWARD_TOLERANCE
     )
 
 
@@ -182,10 +183,114 @@ class Collector:
         self.traces.extend(t for t in group.traces if t.provenance.session_id in kept)
 
 
-def _records(polar: PolarClient, traces: Sequence[Trace]) -> ex.RecordIndex:
+def _records(polar: PolarClient, traces: Sequence[Trace]) -> RecordIndex:
     """CompletionRecords of the sessions with merged traces (the SFT view needs them)."""
     sessions = sorted({t.provenance.session_id for t in traces if len(t.provenance.record_ids) > 1})
     return ex.index_records(r for sid in sessions for r in polar.storage.list_completions(sid))
+
+
+def task_specs(
+    instances: Sequence[SweInstance],
+    *,
+    harness: HarnessSpec,
+    sessions_per_instance: int,
+    runtime: RuntimeSpec | dict[str, Any] | None,
+    builder: BuilderSpec | dict[str, Any] | None,
+    source_root: str | Path | None,
+    timeouts: Timeouts | dict[str, Any] | None,
+) -> list[tuple[SweInstance, TaskSpec]]:
+    """Each instance with its task (every spec validated before anything is submitted)."""
+    extra: dict[str, Any] = {}
+    if builder is not None:
+        extra["builder"] = builder if isinstance(builder, dict) else builder.model_dump()
+    if timeouts is not None:
+        extra["timeouts"] = timeouts if isinstance(timeouts, dict) else timeouts.model_dump()
+    return [
+        (
+            inst,
+            instance_to_task(
+                inst,
+                harness=harness,
+                num_sessions=sessions_per_instance,
+                source_root=source_root,
+                runtime=runtime,
+                metadata={"generated_by": "polar generate"},
+                **extra,
+            ),
+        )
+        for inst in instances
+    ]
+
+
+async def run_tasks(
+    polar: PolarClient,
+    specs: Sequence[tuple[SweInstance, TaskSpec]],
+    collector: Collector,
+    *,
+    concurrency: int,
+    task_timeout_s: float | None,
+    on_progress: Callable[[GenerateSummary], None] | None,
+) -> None:
+    """Run every task, at most `concurrency` at once, each group into `collector` as soon as
+    its task finishes (`on_progress` after each)."""
+    queue: asyncio.Queue[tuple[SweInstance, TaskSpec]] = asyncio.Queue()
+    for item in specs:
+        queue.put_nowait(item)
+
+    from polar.client.sdk import Group
+
+    async def one(inst: SweInstance, spec: TaskSpec) -> None:
+        run: TaskRun = await polar.submit(spec)
+        group: Group | None = None
+        try:
+            async for got in polar.iter_groups(
+                [run], load_traces=True, include_failed=True, timeout_s=task_timeout_s
+            ):
+                group = got
+        except TimeoutError as exc:
+            group = Group(run, None, error=str(exc))
+        if group is None:  # dropped as stale: cannot happen without min_policy_version
+            group = Group(run, None, error="no group")
+        collector.add(inst, group, spec.num_sessions)
+        if on_progress:
+            on_progress(collector.summary)
+
+    async def worker() -> None:
+        while not queue.empty():
+            inst, spec = queue.get_nowait()
+            await one(inst, spec)
+
+    await asyncio.gather(*(worker() for _ in range(min(concurrency, len(specs)) or 1)))
+
+
+async def write_kept(
+    polar: PolarClient, collector: Collector, out: Path, harness: HarnessSpec
+) -> None:
+    """Export the kept sessions under `out` and write the summary beside them."""
+    summary = collector.summary
+    traces = collector.traces
+    records = await asyncio.to_thread(_records, polar, traces)
+    exported = ex.export_traces(
+        traces,
+        out,
+        (ex.ExportFormat.ALL,),
+        min_reward=RESOLVED_REWARD,
+        rewards=collector.rewards,
+        records=records,
+        source={
+            "generated": True,
+            "dataset": summary.dataset,
+            "harness": harness.kind,
+            "model": harness.model,
+            "sessions": [k["session_id"] for k in summary.kept_sessions],
+        },
+    )
+    summary.traces = exported.traces
+    summary.rl_rows = exported.rl_rows
+    summary.sft_rows = exported.sft_rows
+    summary.files = {**exported.files, "manifest": str(out / ex.MANIFEST)}
+    summary.files["summary"] = str(out / SUMMARY)
+    (out / SUMMARY).write_text(json.dumps(summary.as_dict(), indent=2) + "\n")
 
 
 async def generate(
@@ -215,26 +320,15 @@ async def generate(
         raise ValueError("concurrency must be at least 1")
     harness = harness if isinstance(harness, HarnessSpec) else HarnessSpec.model_validate(harness)
     chosen = list(instances)
-    extra: dict[str, Any] = {}
-    if builder is not None:
-        extra["builder"] = builder if isinstance(builder, dict) else builder.model_dump()
-    if timeouts is not None:
-        extra["timeouts"] = timeouts if isinstance(timeouts, dict) else timeouts.model_dump()
-    specs: list[tuple[SweInstance, TaskSpec]] = [
-        (
-            inst,
-            instance_to_task(
-                inst,
-                harness=harness,
-                num_sessions=sessions_per_instance,
-                source_root=source_root,
-                runtime=runtime,
-                metadata={"generated_by": "polar generate"},
-                **extra,
-            ),
-        )
-        for inst in chosen
-    ]  # every spec is validated before anything is submitted
+    specs = task_specs(
+        chosen,
+        harness=harness,
+        sessions_per_instance=sessions_per_instance,
+        runtime=runtime,
+        builder=builder,
+        source_root=source_root,
+        timeouts=timeouts,
+    )
     summary = GenerateSummary(
         out=str(out),
         harness=harness.kind,
@@ -248,57 +342,13 @@ async def generate(
     collector = Collector(summary)
     if on_progress:
         on_progress(summary)
-
-    queue: asyncio.Queue[tuple[SweInstance, TaskSpec]] = asyncio.Queue()
-    for item in specs:
-        queue.put_nowait(item)
-
-    from polar.client.sdk import Group
-
-    async def one(inst: SweInstance, spec: TaskSpec) -> None:
-        run: TaskRun = await polar.submit(spec)
-        group: Group | None = None
-        try:
-            async for got in polar.iter_groups(
-                [run], load_traces=True, include_failed=True, timeout_s=task_timeout_s
-            ):
-                group = got
-        except TimeoutError as exc:
-            group = Group(run, None, error=str(exc))
-        if group is None:  # dropped as stale: cannot happen without min_policy_version
-            group = Group(run, None, error="no group")
-        collector.add(inst, group, spec.num_sessions)
-        if on_progress:
-            on_progress(summary)
-
-    async def worker() -> None:
-        while not queue.empty():
-            inst, spec = queue.get_nowait()
-            await one(inst, spec)
-
-    await asyncio.gather(*(worker() for _ in range(min(concurrency, len(specs)) or 1)))
-
-    traces = collector.traces
-    records = await asyncio.to_thread(_records, polar, traces)
-    exported = ex.export_traces(
-        traces,
-        out,
-        (ex.ExportFormat.ALL,),
-        min_reward=RESOLVED_REWARD,
-        rewards=collector.rewards,
-        records=records,
-        source={
-            "generated": True,
-            "dataset": summary.dataset,
-            "harness": harness.kind,
-            "model": harness.model,
-            "sessions": [k["session_id"] for k in summary.kept_sessions],
-        },
+    await run_tasks(
+        polar,
+        specs,
+        collector,
+        concurrency=concurrency,
+        task_timeout_s=task_timeout_s,
+        on_progress=on_progress,
     )
-    summary.traces = exported.traces
-    summary.rl_rows = exported.rl_rows
-    summary.sft_rows = exported.sft_rows
-    summary.files = {**exported.files, "manifest": str(out / ex.MANIFEST)}
-    summary.files["summary"] = str(out / SUMMARY)
-    (out / SUMMARY).write_text(json.dumps(summary.as_dict(), indent=2) + "\n")
+    await write_kept(polar, collector, out, harness)
     return summary

@@ -60,7 +60,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from polar.client.layouts import SLIME_STATUS, slime_row
 from polar.client.sdk import PolarClient
 from polar.records import Trace
 from polar.settings import get_settings
@@ -73,6 +72,7 @@ from polar.trainers._sessions import (
     run_task,
     task_with,
 )
+from polar.trainers.slime_layout import SLIME_STATUS, slime_row
 
 log = logging.getLogger("polar.trainers.slime")
 

@@ -54,7 +54,6 @@ from verl.experimental.agent_loop.agent_loop import (
     register,
 )
 
-from polar.client.layouts import provenance_fields
 from polar.tasks.spec import TaskSpec
 from polar.trainers._sessions import (
     SessionRun,
@@ -65,6 +64,7 @@ from polar.trainers._sessions import (
     shared_client,
     task_with,
 )
+from polar.trainers.provenance import provenance_fields
 
 log = logging.getLogger("polar.trainers.verl")
 AGENT_NAME = "polar"

@@ -18,12 +18,17 @@ from polar.builders import BuildContext, get_builder
 from polar.builders.base import response_message
 from polar.builders.reward_policies import assign_rewards
 from polar.client import export as ex
-from polar.client import layouts as lay
+from polar.client.rl_rows import rl_features, rl_row
 from polar.client.sdk import PolarClient
+from polar.client.sft import clean_message, session_rewards, sft_rows
+from polar.client.sinks import ParquetSink
 from polar.records import CompletionRecord, SessionStatus, Trace
 from polar.settings import Settings, get_settings
 from polar.storage import Storage, traces_key
 from polar.tasks.spec import TaskSpec
+from polar.trainers.slime_layout import SLIME_JSONL, SLIME_SAMPLE_FIELDS, SLIME_STATUSES
+from polar.trainers.trl.layout import TRL_JSONL
+from polar.trainers.verl_layout import VERL_PARQUET, verl_row, verl_schema
 from tests.support.builders import (
     SYSTEM,
     TOOLS,
@@ -130,7 +135,7 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 def conversation(record: CompletionRecord) -> list[dict[str, Any]]:
     answer = response_message(record)
     assert answer is not None
-    return [*record.normalized_request["messages"], ex.clean_message(answer)]
+    return [*record.normalized_request["messages"], clean_message(answer)]
 
 
 # --------------------------------------------------------------------------- RL rows
@@ -145,7 +150,7 @@ def test_rl_rows_round_trip_exactly_through_jsonl_and_datasets(
     assert (summary.traces, summary.rl_rows, summary.sessions) == (len(traces), len(traces), 4)
     rows = read_jsonl(tmp_path / ex.RL_JSONL)
     dataset = datasets.load_from_disk(str(tmp_path / ex.HF_DIR))
-    assert dataset.features == ex.rl_features()
+    assert dataset.features == rl_features()
     assert [dict(r) for r in dataset] == rows
     by_id = {
         (r.session_id, r.record_id): r
@@ -198,7 +203,7 @@ def test_an_empty_export_still_has_the_schema(tmp_path: Path) -> None:
     assert (tmp_path / ex.RL_JSONL).read_text() == ""
     assert (tmp_path / ex.SFT_JSONL).read_text() == ""
     dataset = datasets.load_from_disk(str(tmp_path / ex.HF_DIR))
-    assert len(dataset) == 0 and dataset.features == ex.rl_features()
+    assert len(dataset) == 0 and dataset.features == rl_features()
 
 
 # --------------------------------------------------------------------------- n > 1 calls
@@ -238,9 +243,9 @@ def test_every_choice_of_an_n3_call_is_exported_in_every_format(
     choice_spans = [(c.response_token_ids, c.response_logprobs) for c in n3.sampled()]
     # token formats: each choice's sampled ids and logprobs are trained in exactly one row
     rl = read_jsonl(tmp_path / ex.RL_JSONL)
-    verl = pq.read_table(tmp_path / lay.VERL_PARQUET).to_pylist()
-    trl = read_jsonl(tmp_path / lay.TRL_JSONL)
-    slime = read_jsonl(tmp_path / lay.SLIME_JSONL)
+    verl = pq.read_table(tmp_path / VERL_PARQUET).to_pylist()
+    trl = read_jsonl(tmp_path / TRL_JSONL)
+    slime = read_jsonl(tmp_path / SLIME_JSONL)
     for rows, ids, mask, logprobs in (
         (
             [
@@ -364,11 +369,11 @@ def test_trainer_layouts_keep_ids_masks_logprobs_reward_and_version(
     traces = build(records, "prefix_merging", tokenizer_dir)
     ex.export_traces(traces, tmp_path, ["verl,trl,slime"], records=all_records(records))
     assert not (tmp_path / ex.RL_JSONL).exists()  # only what was asked for
-    verl_file = pq.ParquetFile(tmp_path / lay.VERL_PARQUET)
-    assert verl_file.schema_arrow == lay.verl_schema()
+    verl_file = pq.ParquetFile(tmp_path / VERL_PARQUET)
+    assert verl_file.schema_arrow == verl_schema()
     verl = verl_file.read().to_pylist()
-    trl = read_jsonl(tmp_path / lay.TRL_JSONL)
-    slime = read_jsonl(tmp_path / lay.SLIME_JSONL)
+    trl = read_jsonl(tmp_path / TRL_JSONL)
+    slime = read_jsonl(tmp_path / SLIME_JSONL)
     assert len(verl) == len(trl) == len(slime) == len(traces)
     sessions = [t.provenance.session_id for t in traces]
     for trace, v, t, s in zip(traces, verl, trl, slime, strict=True):
@@ -386,8 +391,8 @@ def test_trainer_layouts_keep_ids_masks_logprobs_reward_and_version(
         assert t["rollout_logprobs"] == [0.0] * p + trace.response_logprobs
         assert (t["reward"], t["policy_version"]) == (trace.reward, POLICY_VERSION)
         assert t["prompt"] == trace.prompt_messages and t["completion"] is not None
-        assert t["completion"][-1] == ex.clean_message(trace.response_message or {})
-        assert set(s) <= lay.SLIME_SAMPLE_FIELDS and s["status"] in lay.SLIME_STATUSES
+        assert t["completion"][-1] == clean_message(trace.response_message or {})
+        assert set(s) <= SLIME_SAMPLE_FIELDS and s["status"] in SLIME_STATUSES
         assert (s["tokens"], s["response_length"]) == (full, len(trace.response_ids))
         assert s["loss_mask"] == trace.loss_mask
         assert s["rollout_log_probs"] == trace.response_logprobs
@@ -406,9 +411,9 @@ def test_parquet_is_written_in_row_groups_and_sessions_must_be_consecutive(
     records: list[CompletionRecord], tokenizer_dir: Path, tmp_path: Path
 ) -> None:
     traces = build(records, "per_request", tokenizer_dir)
-    sink = lay.ParquetSink(tmp_path / "x.parquet", lay.verl_schema(), row_group=8)
+    sink = ParquetSink(tmp_path / "x.parquet", verl_schema(), row_group=8)
     for trace in traces:
-        sink.write(lay.verl_row(trace))
+        sink.write(verl_row(trace))
     sink.close()
     meta = pq.ParquetFile(tmp_path / "x.parquet").metadata
     assert meta.num_rows == len(traces) and meta.num_row_groups == -(-len(traces) // 8)
@@ -444,16 +449,16 @@ def test_sft_view_holds_each_conversation_of_resolved_sessions_once(
     }
     # per_request traces give the same view without records: every prefix folded into its leaf
     per_request = build(records, "per_request", tokenizer_dir)
-    view = ex.sft_rows(per_request)
+    view = sft_rows(per_request)
     assert [r["messages"] for r in view.rows] == [r["messages"] for r in rows]
     # without records a merged trace's last conversation is unknown: skipped, and said so
-    blind = ex.sft_rows(merged)
+    blind = sft_rows(merged)
     assert len(blind.skipped) == sum(
         1 for t in merged if t.provenance.session_id == "s1" and len(t.provenance.record_ids) > 1
     )
     assert len(blind.skipped) > 0
     # the threshold is configurable; the status rule stays
-    lenient = ex.sft_rows(merged, min_reward=0.0, records=all_records(records))
+    lenient = sft_rows(merged, min_reward=0.0, records=all_records(records))
     assert sorted({r["session_id"] for r in lenient.rows}) == ["s1", "s2"]
 
 
@@ -463,9 +468,9 @@ def test_session_normalized_rewards_still_resolve_the_session(
     sessions = [("s1", 1.0, SessionStatus.COMPLETED)]
     traces = build(records, "per_request", tokenizer_dir, sessions, reward="session_normalized")
     assert all(t.reward == pytest.approx(1 / len(records)) for t in traces)
-    assert ex.session_rewards(traces) == {"s1": pytest.approx(1.0)}
-    assert len(ex.sft_rows(traces).rows) == 3
-    assert {r["reward"] for r in map(ex.rl_row, traces)} == {1 / len(records)}
+    assert session_rewards(traces) == {"s1": pytest.approx(1.0)}
+    assert len(sft_rows(traces).rows) == 3
+    assert {r["reward"] for r in map(rl_row, traces)} == {1 / len(records)}
 
 
 # --------------------------------------------------------------------------- the CLI

@@ -3,9 +3,9 @@
 slime is not on PyPI (the name there is another project), so CI cannot import it. Where a slime
 checkout is on PYTHONPATH (`slime.utils.types` imports), `slime_api()` hands out slime's own
 `Sample`, `RolloutFnTrainOutput` and `validate_rollout_id_annotated`; elsewhere a stand-in whose
-fields are exactly slime's documented ones (`polar.client.layouts.SLIME_SAMPLE_FIELDS`, THUDM/slime
-624b824a `slime/utils/types.py`) and whose statuses are `SLIME_STATUSES`. The stand-in is a
-schema check, not slime: it has no behaviour beyond `to_dict` and `from_dict`.
+fields are exactly slime's documented ones (`polar.trainers.slime_layout.SLIME_SAMPLE_FIELDS`,
+THUDM/slime 624b824a `slime/utils/types.py`) and whose statuses are `SLIME_STATUSES`. The
+stand-in is a schema check, not slime: it has no behaviour beyond `to_dict` and `from_dict`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from polar.client.layouts import SLIME_SAMPLE_FIELDS, SLIME_STATUSES
+from polar.trainers.slime_layout import SLIME_SAMPLE_FIELDS, SLIME_STATUSES
 
 
 @dataclass

@@ -26,9 +26,9 @@ import pytest
 
 from app.cli import demo_task
 from app.devstack import DevStack
-from polar.client.layouts import SLIME_SAMPLE_FIELDS, SLIME_STATUS
 from polar.client.sdk import PolarClient
 from polar.trainers._sessions import chains
+from polar.trainers.slime_layout import SLIME_SAMPLE_FIELDS, SLIME_STATUS
 from tests.support.tap import Tap
 from tests.system.trainer_checks import REPO, assert_sampled_by_vllm, run_logged
 

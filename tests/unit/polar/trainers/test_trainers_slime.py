@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from polar.client.layouts import SLIME_SAMPLE_FIELDS
 from polar.contracts import SessionResult, TaskResult
 from polar.records import SessionStatus, Trace, TraceProvenance
 from polar.trainers._sessions import SessionRun
@@ -24,6 +23,7 @@ from polar.trainers.slime import (
     post_process_rewards,
     session_samples,
 )
+from polar.trainers.slime_layout import SLIME_SAMPLE_FIELDS
 from tests.support.slime_standin import GroupingSource, slime_api
 
 API = slime_api()
