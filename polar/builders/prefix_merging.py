@@ -33,13 +33,15 @@ new chain keeps that chain's sampled-turn structure for its first prompt, so
 that later drift there is still recognised.
 
 Finding the chain: each attempt's chains are indexed by their views in a
-radix tree (`_ChainIndex`). A prompt is walked down it once; the chains whose
-view it starts with lie on its path, and the others hang off the path at the
-length of their common prefix with it, so they are met latest first
-difference first and only the few that decide are walked segment by segment.
+radix tree (`ChainIndex`, prefix_chains.py). A prompt is walked down it once;
+the chains whose view it starts with lie on its path, and the others hang off
+the path at the length of their common prefix with it, so they are met latest
+first difference first and only the few that decide are walked segment by
+segment.
 A session whose every turn breaks the chain builds in time about linear in
 its tokens, not in the cube of its calls; the choice is the one a comparison
 with every chain would make (tests/unit/polar/builders/test_builders_drift.py).
+A prompt is aligned with a chain, its breaks classified, in prefix_drift.py.
 
 Several choices of one call (`n > 1`): the choice the next call's prompt
 carries is taken first and continues the chain; each other choice's prompt
@@ -71,13 +73,8 @@ Options (`PrefixMergingConfig`, on top of `BuilderConfig`):
 
 from __future__ import annotations
 
-import contextlib
-import json
-from bisect import bisect_right
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from itertools import accumulate
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field
 
@@ -90,8 +87,10 @@ from polar.builders.base import (
     prepare_records,
     provenance,
 )
+from polar.builders.prefix_chains import Chain, ChainIndex, Segment, Walk
+from polar.builders.prefix_drift import Match, align, same_turn
 from polar.builders.progress import report_progress
-from polar.records import BreakKind, ChainBreak, CompletionRecord, ReconstructionStats, Trace
+from polar.records import CompletionRecord, ReconstructionStats, Trace
 
 
 class PrefixMergingConfig(BuilderConfig):
@@ -102,377 +101,6 @@ class PrefixMergingConfig(BuilderConfig):
         description="none: split on every break; response_span: repair drift confined to "
         "sampled responses when safe",
     )
-
-
-@dataclass(slots=True)
-class _Segment:
-    """Never changed once made (chains split from one another share them): a repair replaces
-    the segment."""
-
-    view: list[int]
-    """the tokens a prompt last showed here (for a response: sampled, or as re-rendered)"""
-    sampled_by: Prepared | None = None
-    """the call whose sampled response is here (this chain's or, in the first prompt of a
-    chain split from another, that chain's); None for context"""
-
-
-@dataclass(eq=False)
-class _Chain:
-    trace_id: str
-    attempt: int
-    members: list[Prepared]
-    segments: list[_Segment]
-    prompt: list[int]
-    response: list[int]
-    mask: list[int]
-    logprobs: list[float]
-    started_by: ChainBreak | None
-    last_used: int
-    repairs: list[ChainBreak] = field(default_factory=list)
-    template_eos: int = 0
-    ends: list[int] = field(default_factory=list)
-    """where each segment ends in the view (the running sum of the segments' lengths)"""
-    node: _Node | None = None
-    """where the view ends in the attempt's `_ChainIndex`"""
-
-    def __post_init__(self) -> None:
-        if len(self.ends) != len(self.segments):
-            self.ends = list(accumulate(len(s.view) for s in self.segments))
-
-    def append(self, item: Prepared, tail: list[int]) -> None:
-        """Add `tail` (mask 0) and `item`'s sampled response (mask 1) to the chain."""
-        if tail:
-            self._add(_Segment(list(tail)))
-            self.response += tail
-            self.mask += [0] * len(tail)
-            self.logprobs += [0.0] * len(tail)
-        self.members.append(item)
-        self._add(_Segment(list(item.response_ids), item))
-        self.response += item.response_ids
-        self.mask += [1] * len(item.response_ids)
-        self.logprobs += item.logprobs
-
-    def _add(self, segment: _Segment) -> None:
-        self.ends.append((self.ends[-1] if self.ends else 0) + len(segment.view))
-        self.segments.append(segment)
-
-    def repair(self, views: dict[int, list[int]]) -> None:
-        """Show the segments at `views`' indexes as re-rendered there."""
-        for index, view in views.items():
-            self.segments[index] = _Segment(view, self.segments[index].sampled_by)
-        if views:
-            first = min(views)
-            start = self.ends[first - 1] if first else 0
-            rest = accumulate((len(s.view) for s in self.segments[first:]), initial=start)
-            self.ends[first:] = list(rest)[1:]
-
-
-@dataclass(eq=False)
-class _Node:
-    """A node of a `_ChainIndex`: the tokens on the edge into it, the chains whose view ends
-    here."""
-
-    label: list[int]
-    depth: int
-    """the length of the views that end here"""
-    parent: _Node | None
-    children: dict[int, _Node] = field(default_factory=dict)
-    chains: list[_Chain] = field(default_factory=list)
-
-
-@dataclass
-class _Walk:
-    """A prompt walked down a `_ChainIndex` as far as it matches."""
-
-    path: list[_Node]
-    """the nodes whose views are prefixes of the prompt, from the root down"""
-    partial: _Node | None
-    """the child of the last path node whose edge the prompt left (or ended on) part-way"""
-    depth: int
-    """how far the prompt matches: the longest common prefix with any chain's view"""
-
-
-class _ChainIndex:
-    """The views of one attempt's chains in a radix tree (a trie with whole runs of tokens on
-    its edges).
-
-    A prompt is walked down once: the chains on its path are those it extends, and the
-    chains hanging off the path at a depth share exactly that many leading tokens with it,
-    so chains are met in the order of their common prefix with the prompt without comparing
-    the prompt with each.
-    """
-
-    def __init__(self) -> None:
-        self.root = _Node(label=[], depth=0, parent=None)
-
-    def walk(self, prompt: list[int]) -> _Walk:
-        node, depth, path = self.root, 0, [self.root]
-        while depth < len(prompt):
-            child = node.children.get(prompt[depth])
-            if child is None:
-                break
-            label = child.label
-            if prompt[depth : depth + len(label)] != label:
-                return _Walk(path, child, depth + _common_prefix(prompt, depth, label))
-            node, depth = child, depth + len(label)
-            path.append(node)
-        return _Walk(path, None, depth)
-
-    def groups(self, walk: _Walk) -> Iterator[tuple[int, list[_Chain]]]:
-        """Chains that do not end on the walk's path, grouped by their common prefix with the
-        prompt, with its length: the longest first."""
-        if walk.partial is not None:
-            yield walk.depth, _chains_under([walk.partial])
-        on_path = walk.partial
-        for node in reversed(walk.path):
-            yield node.depth, _chains_under([c for c in node.children.values() if c is not on_path])
-            on_path = node
-
-    def place(self, chain: _Chain, view: list[int], walk: _Walk) -> None:
-        """Move `chain`'s mark to where `view` ends (`view` extends the walked prompt)."""
-        node, depth = walk.path[-1], walk.path[-1].depth
-        while depth < len(view):
-            child = node.children.get(view[depth])
-            if child is None:
-                child = _Node(label=view[depth:], depth=len(view), parent=node)
-                node.children[view[depth]] = child
-                node, depth = child, len(view)
-                break
-            k = _common_prefix(view, depth, child.label)
-            if k < len(child.label):
-                child = self._split(child, k)
-            node, depth = child, depth + k
-        old = chain.node
-        if old is node:
-            return
-        node.chains.append(chain)
-        chain.node = node
-        if old is not None:
-            old.chains.remove(chain)
-            self._tidy(old)
-
-    def _split(self, node: _Node, at: int) -> _Node:
-        """Put a node `at` tokens into `node`'s edge; return it."""
-        parent = node.parent
-        assert parent is not None
-        middle = _Node(label=node.label[:at], depth=parent.depth + at, parent=parent)
-        parent.children[middle.label[0]] = middle
-        node.label = node.label[at:]
-        node.parent = middle
-        middle.children[node.label[0]] = node
-        return middle
-
-    def _tidy(self, node: _Node) -> None:
-        """Drop a node no view ends at or below; fold a node into its only child."""
-        parent = node.parent
-        if parent is None or node.chains:
-            return
-        if not node.children:
-            del parent.children[node.label[0]]
-            self._tidy(parent)
-        elif len(node.children) == 1:
-            (child,) = node.children.values()
-            child.label = node.label + child.label
-            child.parent = parent
-            parent.children[child.label[0]] = child
-
-
-def _chains_under(nodes: list[_Node]) -> list[_Chain]:
-    found: list[_Chain] = []
-    while nodes:
-        node = nodes.pop()
-        found += node.chains
-        nodes += node.children.values()
-    return found
-
-
-@dataclass
-class _Match:
-    """A prompt walked along one chain's segments."""
-
-    chain: _Chain
-    first_change: int = -1
-    """position in the prompt of the first difference from the chain (its end if none)"""
-    walked: int | None = None
-    """prompt tokens the chain accounts for, when the walk went through every segment"""
-    drifts: list[ChainBreak] = field(default_factory=list)
-    """sampled turns met re-rendered (each the same turn, its end located)"""
-    stop: ChainBreak | None = None
-    """what stopped the walk before the chain's end"""
-    consumed: list[_Segment] = field(default_factory=list)
-    """the segments walked, with the prompt's tokens as view"""
-    shared: int = 0
-    """how many of `consumed` are the chain's own segments as they are, from its start"""
-    repaired_views: dict[int, list[int]] = field(default_factory=dict)
-
-    def extends(self, repair: bool) -> bool:
-        return self.walked is not None and (repair or not self.drifts)
-
-    @property
-    def brk(self) -> ChainBreak | None:
-        """Why the prompt does not continue the chain as it is."""
-        return self.drifts[0] if self.drifts else self.stop
-
-
-def _common_prefix(prompt: list[int], start: int, view: list[int], chunk: int = 256) -> int:
-    """How many leading tokens of `view` `prompt` repeats from `start` (compared a chunk at a
-    time, then token by token inside the first chunk that differs)."""
-    n = min(len(prompt) - start, len(view))
-    if prompt[start : start + n] == view[:n]:
-        return n
-    i = 0
-    while i + chunk < n and prompt[start + i : start + i + chunk] == view[i : i + chunk]:
-        i += chunk
-    while i < n and prompt[start + i] == view[i]:
-        i += 1
-    return i
-
-
-def _text(content: Any) -> str:
-    if content is None:
-        return ""
-    if isinstance(content, list):
-        return "\n".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in content)
-    return str(content)
-
-
-def _visible(message: dict[str, Any]) -> str:
-    """The message's content without a leading reasoning block, stripped."""
-    text = _text(message.get("content"))
-    return text.split("</think>")[-1].strip()
-
-
-def _has_reasoning(message: dict[str, Any]) -> bool:
-    reasoning = message.get("reasoning_content") or message.get("reasoning")
-    return bool(reasoning) or "</think>" in _text(message.get("content"))
-
-
-def _tool_calls(message: dict[str, Any]) -> list[tuple[Any, Any]]:
-    """(name, parsed arguments) of each tool call: serialisation differences do not count."""
-    calls = []
-    for call in message.get("tool_calls") or []:
-        function = call.get("function", call) if isinstance(call, dict) else {}
-        arguments = function.get("arguments")
-        if isinstance(arguments, str):
-            with contextlib.suppress(ValueError):
-                arguments = json.loads(arguments) if arguments else {}
-        calls.append((function.get("name"), arguments))
-    return calls
-
-
-def _same_turn(sampled: dict[str, Any], sent: dict[str, Any]) -> bool:
-    """Whether `sent` (a later request's assistant message) is the turn `sampled` answered."""
-    return (
-        sent.get("role") == "assistant"
-        and _visible(sampled) == _visible(sent)
-        and _tool_calls(sampled) == _tool_calls(sent)
-    )
-
-
-def _classify(member: Prepared, item: Prepared, at_start: bool) -> tuple[BreakKind, bool | None]:
-    """Why `item`'s prompt differs inside `member`'s sampled span; and whether it is the same turn.
-
-    Same turn: True/False when the messages tell (the next request's message
-    right after `member`'s own messages against `member`'s answer), None when
-    they cannot.
-    """
-    sampled = member.response_message
-    index = len(member.messages)
-    sent = item.messages[index] if index < len(item.messages) else None
-    same = None if sampled is None or sent is None else _same_turn(sampled, sent)
-    if same is False:
-        return BreakKind.BRANCH, same
-    if member.finish_reason == "length":
-        return BreakKind.TRUNCATED_TURN, same
-    reasoning = sampled is not None and _has_reasoning(sampled)
-    if reasoning and at_start:
-        return BreakKind.THINK_DROPPED, same
-    if sampled is not None and _tool_calls(sampled):
-        return BreakKind.TOOL_CALL_RERENDERED, same
-    if reasoning:
-        return BreakKind.THINK_DROPPED, same
-    return BreakKind.RESPONSE_RETOKENIZED, same
-
-
-def _rerendered_end(
-    prompt: list[int], start: int, sampled: list[int], eos: frozenset[int]
-) -> tuple[int | None, str]:
-    """Where the re-rendered form of `sampled` (starting at `start`) ends in `prompt`."""
-    if not eos:
-        return None, "no end-of-turn ids known (set 'eos_token_ids' or 'tokenizer')"
-    if any(t in eos for t in sampled[:-1]):
-        return None, "the sampled turn holds an end-of-turn token before its end"
-    end = next((i for i in range(start, len(prompt)) if prompt[i] in eos), None)
-    if end is None:
-        return None, "no end-of-turn token follows the re-rendered turn"
-    return (end + 1 if sampled and sampled[-1] in eos else end), ""
-
-
-def _align(chain: _Chain, item: Prepared, eos: frozenset[int], common: int = 0) -> _Match:
-    """Walk `item`'s prompt along the chain's segments, locating re-rendered sampled turns.
-
-    The walk stops at the first difference it cannot explain as the same
-    sampled turn re-rendered (other context, another turn, the prompt's end,
-    or a turn whose re-rendered end cannot be located). `common`: a number of
-    leading tokens the prompt is known to share with the chain's view; the
-    segments inside them are taken as they are, without comparing.
-    """
-    prompt = item.prompt_ids
-    record = item.record
-    match = _Match(chain=chain)
-
-    def brk(kind: BreakKind, at: int, detail: str) -> ChainBreak:
-        return ChainBreak(
-            kind=kind,
-            record_id=record.record_id,
-            seq=record.seq,
-            chain=chain.trace_id,
-            position=at,
-            detail=detail,
-        )
-
-    start = bisect_right(chain.ends, common)  # the segments wholly inside `common`
-    match.consumed = chain.segments[:start]
-    match.shared = start
-    j = chain.ends[start - 1] if start else 0
-    for index in range(start, len(chain.segments)):
-        segment = chain.segments[index]
-        view = segment.view
-        if prompt[j : j + len(view)] == view:
-            match.consumed.append(segment)
-            j += len(view)
-            continue
-        at = j + _common_prefix(prompt, j, view)
-        if match.first_change < 0:
-            match.first_change = at
-        member = segment.sampled_by
-        if at >= len(prompt):
-            match.stop = brk(BreakKind.BRANCH, at, "the prompt ends inside this chain")
-            return match
-        if member is None:
-            kind = BreakKind.NEW_CONTEXT if index == 0 else BreakKind.HISTORY_CHANGED
-            match.stop = brk(kind, at, "non-sampled tokens differ")
-            return match
-        kind, same = _classify(member, item, at_start=at == j)
-        what = f"inside the response of {member.key}"
-        if kind is BreakKind.BRANCH:
-            match.stop = brk(kind, at, f"another assistant turn follows where {what} was")
-            return match
-        if same is None:
-            end, why = None, "the messages cannot confirm it is the same turn"
-        else:
-            end, why = _rerendered_end(prompt, j, member.response_ids, eos)
-        if end is None:
-            match.stop = brk(kind, at, f"{what}; cannot be repaired: {why}")
-            return match
-        match.drifts.append(brk(kind, at, what))
-        match.repaired_views[index] = prompt[j:end]
-        match.consumed.append(_Segment(prompt[j:end], member))
-        j = end
-    match.walked = j
-    if match.first_change < 0:
-        match.first_change = j
-    return match
 
 
 def build_prefix_merging(records: list[CompletionRecord], ctx: BuildContext) -> BuildOutput:
@@ -486,11 +114,11 @@ def build_prefix_merging(records: list[CompletionRecord], ctx: BuildContext) -> 
     prepared = _followed_first(prepared)
     eos = end_of_turn_ids(config)
     repair = config.repair == "response_span"
-    chains: list[_Chain] = []
-    indexes: dict[int, _ChainIndex] = {}
+    chains: list[Chain] = []
+    indexes: dict[int, ChainIndex] = {}
     for step, item in enumerate(prepared):
         report_progress(step, len(prepared))
-        index = indexes.setdefault(item.record.attempt, _ChainIndex())
+        index = indexes.setdefault(item.record.attempt, ChainIndex())
         walk = index.walk(item.prompt_ids)
         best, closest = _choose(index, walk, item, eos, repair)
         if best is not None:
@@ -505,12 +133,12 @@ def build_prefix_merging(records: list[CompletionRecord], ctx: BuildContext) -> 
             chain.append(item, tail)
             chain.last_used = step
         else:
-            started_by, segments = None, [_Segment(list(item.prompt_ids))]
+            started_by, segments = None, [Segment(list(item.prompt_ids))]
             ends = [len(item.prompt_ids)]
             if closest is not None:  # the chain it came closest to continuing says why not
                 started_by = closest.brk
                 segments, ends = _first_segments(item.prompt_ids, closest)
-            chain = _Chain(
+            chain = Chain(
                 trace_id=f"{ctx.session_id}/chain-{item.key}",
                 attempt=item.record.attempt,
                 members=[],
@@ -531,8 +159,8 @@ def build_prefix_merging(records: list[CompletionRecord], ctx: BuildContext) -> 
 
 
 def _choose(
-    index: _ChainIndex, walk: _Walk, item: Prepared, eos: frozenset[int], repair: bool
-) -> tuple[_Match | None, _Match | None]:
+    index: ChainIndex, walk: Walk, item: Prepared, eos: frozenset[int], repair: bool
+) -> tuple[Match | None, Match | None]:
     """The chain `item` continues (a match), else the one it came closest to continuing.
 
     Continued: of the chains whose view the prompt starts with, the longest, then the most
@@ -546,10 +174,10 @@ def _choose(
     for node in reversed(walk.path):
         if node.chains:
             chain = max(node.chains, key=lambda c: c.last_used)
-            return _align(chain, item, eos, common=node.depth), None
-    deepest: list[_Match] = []
+            return align(chain, item, eos, common=node.depth), None
+    deepest: list[Match] = []
     for depth, group in index.groups(walk):
-        matches = [_align(c, item, eos, common=depth) for c in group]
+        matches = [align(c, item, eos, common=depth) for c in group]
         if not deepest:
             deepest = matches
         walked = [m for m in matches if m.walked is not None]
@@ -574,7 +202,7 @@ def _follows(later: Prepared, choice: Prepared) -> bool:
         message is not None
         and isinstance(sent, dict)
         and later.prompt_ids[: len(choice.prompt_ids)] == choice.prompt_ids
-        and _same_turn(message, sent)
+        and same_turn(message, sent)
     )
 
 
@@ -602,7 +230,7 @@ def _followed_first(prepared: list[Prepared]) -> list[Prepared]:
     return out
 
 
-def _first_segments(prompt: list[int], closest: _Match) -> tuple[list[_Segment], list[int]]:
+def _first_segments(prompt: list[int], closest: Match) -> tuple[list[Segment], list[int]]:
     """Segments of a split-off chain's first prompt (all mask 0 in its trace), with their ends.
 
     The part the prompt shares with the chain it split from keeps that chain's
@@ -615,13 +243,13 @@ def _first_segments(prompt: list[int], closest: _Match) -> tuple[list[_Segment],
     ends = closest.chain.ends[: closest.shared] + list(accumulate(rest, initial=start))[1:]
     shared = ends[-1] if ends else 0
     if shared < len(prompt):
-        segments.append(_Segment(prompt[shared:]))
+        segments.append(Segment(prompt[shared:]))
         ends.append(len(prompt))
     return segments, ends
 
 
 def _output(
-    chains: list[_Chain],
+    chains: list[Chain],
     ctx: BuildContext,
     config: PrefixMergingConfig,
     eos: frozenset[int],

@@ -2,7 +2,7 @@
 activity heartbeats its progress.
 
 `quadratic_reference` is the matcher as it was before the index: each call
-walked along every earlier chain of its attempt (`_align` from the start) and
+walked along every earlier chain of its attempt (`align` from the start) and
 the best was picked by the same keys. On generated sessions (the property
 tests' generator) and on drifting sessions (every turn breaks the chain) both
 must give the same traces, token for token, with the same breaks; the drifting
@@ -24,15 +24,13 @@ from activities.postrun_activities import PostrunActivities
 from bench.drifting_sessions import DRIFT_VARIANTS, DriftVariant, drifting_session
 from polar.builders import BuildContext, BuildOutput, get_builder
 from polar.builders.base import end_of_turn_ids, prepare_records
+from polar.builders.prefix_chains import Chain, Segment
+from polar.builders.prefix_drift import Match, align
 from polar.builders.prefix_merging import (
     PrefixMergingConfig,
-    _align,
-    _Chain,
     _first_segments,
     _followed_first,
-    _Match,
     _output,
-    _Segment,
 )
 from polar.builders.progress import listening, report_progress
 from polar.contracts import BuildRequest
@@ -55,13 +53,13 @@ def quadratic_reference(records: list[CompletionRecord], ctx: BuildContext) -> B
     prepared = _followed_first(prepared)
     eos = end_of_turn_ids(config)
     repair = config.repair == "response_span"
-    chains: list[_Chain] = []
+    chains: list[Chain] = []
     for step, item in enumerate(prepared):
         attempt = item.record.attempt
-        matches = [_align(c, item, eos) for c in chains if c.attempt == attempt]
+        matches = [align(c, item, eos) for c in chains if c.attempt == attempt]
         clean = [m for m in matches if m.extends(repair=False)]
         repairable = [m for m in matches if m.extends(repair)]
-        best: _Match | None = None
+        best: Match | None = None
         if clean:
             best = max(clean, key=lambda m: (m.walked or 0, m.chain.last_used))
         elif repairable:
@@ -78,13 +76,13 @@ def quadratic_reference(records: list[CompletionRecord], ctx: BuildContext) -> B
             chain.append(item, tail)
             chain.last_used = step
             continue
-        started_by, segments = None, [_Segment(list(item.prompt_ids))]
+        started_by, segments = None, [Segment(list(item.prompt_ids))]
         if matches:
             closest = max(
                 matches, key=lambda m: (m.walked is not None, m.first_change, m.chain.last_used)
             )
             started_by, (segments, _) = closest.brk, _first_segments(item.prompt_ids, closest)
-        chain = _Chain(
+        chain = Chain(
             trace_id=f"{ctx.session_id}/chain-{item.key}",
             attempt=attempt,
             members=[],
