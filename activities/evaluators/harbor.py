@@ -54,11 +54,19 @@ from pathlib import Path
 from typing import ClassVar
 
 from activities import safe_files
-from activities.evaluators.base import Evaluation, EvaluationJob, EvaluatorError, reap, run_in
+from activities.evaluators.base import (
+    Evaluation,
+    EvaluationJob,
+    EvaluatorError,
+    Tick,
+    reap,
+    run_in,
+)
 from activities.evaluators.fresh import carry_changes
 from activities.evaluators.protected import PROTECTED
 from activities.runtimes import Runtime
 from activities.runtimes.network.egress import EGRESS_LOG, EgressDoor, EgressRefused, open_egress
+from activities.shell_command import ProcessOutcome
 from polar.contracts import RuntimeHandle, invalid_input
 from polar.evaluation_reports import Baselines, EvaluationReport, HarborReport
 from polar.host_paths import outside_roots, resolved_problem, source_roots
@@ -198,10 +206,7 @@ class HarborEvaluator:
                 "the session's runtime has no git baseline to diff against (git missing in "
                 "the task's image?)"
             )
-        tests = Path(spec.tests_dir)
-        _check_tests_dir(tests, job.settings)
-        if not (tests / spec.test_script).is_file():
-            raise EvaluatorError(f"harbor task {spec.task}: {tests / spec.test_script} is missing")
+        tests = _checked_tests(spec, job.settings)
         changes = await carry_changes(
             job.session_runtime,
             session_handle,
@@ -221,52 +226,13 @@ class HarborEvaluator:
         if not changes.applied:
             return evaluation
 
-        scratch = runtime.scratch(handle)
-        tag = secrets.token_hex(16)  # names the code under test could not know in advance
-        staged = scratch / f"tests-{tag}"
-        await _copy_tree(tests, staged)
-        try:
-            code, _, log = await run_in(
-                runtime,
-                handle,
-                _setup_script(str(staged), spec.user),
-                "harbor-setup",
-                SETUP_TIMEOUT_S,
-                job.on_tick,
-            )
-        finally:
-            shutil.rmtree(staged, ignore_errors=True)
-        if code == USER_MISSING and spec.user:
-            raise EvaluatorError(f"the verifier user {spec.user!r} is not in the task's image")
-        if code != 0:
-            raise EvaluatorError(f"cannot put the tests in place: {log.strip()[-500:]}")
+        await _put_tests_in_place(runtime, handle, tests, spec, job.on_tick)
         # the session's code is in the runtime test.sh runs in: what goes wrong from here may
         # be its doing (an untouched task, a no-op's or the control's, has only the task's)
         session_code = not changes.empty and not job.control
 
         started = time.monotonic()
-        egress: EgressDoor | None = None
-        try:  # test.sh's network, where the task's verifier asks for one (egress.py)
-            async with open_egress(
-                runtime, handle, spec.network, job.settings, "evaluator.harbor"
-            ) as egress:
-                command, env = _test_command(spec), dict(spec.env)
-                if egress is not None:
-                    command, env = egress.wrap(command), {**env, **egress.env}
-                outcome = await runtime.run(
-                    handle,
-                    command,
-                    env=env,
-                    log_name=TEST_LOG,
-                    timeout_s=spec.timeout_s,
-                    on_tick=job.on_tick,
-                )
-        except EgressRefused as exc:
-            raise invalid_input(str(exc), "InvalidTaskSpec") from exc
-        finally:
-            if egress is not None:
-                egress_log = _egress_log_path(runtime, handle)  # no-follow: never a link
-                safe_files.write_bytes(egress_log.parent, egress_log.name, egress.proxy.log.jsonl())
+        outcome = await _run_test_script(runtime, handle, spec, job.settings, job.on_tick)
         await reap(runtime, handle)  # nothing test.sh (or the code it ran) left runs on
         report.duration_s = round(time.monotonic() - started, 3)
         report.test_exit_code = outcome.exit_code
@@ -280,23 +246,8 @@ class HarborEvaluator:
                 "it running): reward 0"
             )
             return evaluation
-
-        # read from outside: nothing runs in a runtime after the code under test
-        found, odd = await runtime.read_files(handle, VERIFIER_DIR, REWARD_FILES, MAX_REWARD_BYTES)
-        try:
-            name, reward, components = judge_reward_files(found, odd)
-        except Tampering as exc:
-            if not session_code:
-                raise EvaluatorError(f"{exc} (the untouched task: the task's own)") from None
-            evaluation.detail = (
-                f"tampering: {exc}; the code under test ran as the verifier, so it is the "
-                f"session's: reward 0 (test.sh exited {outcome.exit_code})"
-            )
-            return evaluation
-        report.reward, report.reward_file, report.components = reward, name, components
-        evaluation.reward = reward
-        evaluation.detail = f"{name}: {reward:g}; test.sh exited {outcome.exit_code}"
-        if changes.protected_dropped:
+        scored = await _score(runtime, handle, evaluation, report, outcome.exit_code, session_code)
+        if scored and changes.protected_dropped:
             evaluation.detail += (
                 f"; protected files kept: {', '.join(changes.protected_dropped[:5])}"
             )
@@ -314,6 +265,107 @@ class HarborEvaluator:
         if egress.is_file():  # written by the worker: test.sh's egress attempts
             logs[egress.name] = egress.read_bytes()
         return logs
+
+
+def _checked_tests(spec: HarborVerifierSpec, settings: Settings) -> Path:
+    """The task's tests dir, a host path the worker may read, holding its test script."""
+    tests = Path(spec.tests_dir)
+    _check_tests_dir(tests, settings)
+    if not (tests / spec.test_script).is_file():
+        raise EvaluatorError(f"harbor task {spec.task}: {tests / spec.test_script} is missing")
+    return tests
+
+
+async def _put_tests_in_place(
+    runtime: Runtime,
+    handle: RuntimeHandle,
+    tests: Path,
+    spec: HarborVerifierSpec,
+    on_tick: Tick,
+) -> None:
+    """Copy the tests to /tests (through scratch, under a name the code under test could not
+    know in advance) and make /logs/verifier afresh; EvaluatorError where it cannot."""
+    scratch = runtime.scratch(handle)
+    tag = secrets.token_hex(16)  # names the code under test could not know in advance
+    staged = scratch / f"tests-{tag}"
+    await _copy_tree(tests, staged)
+    try:
+        code, _, log = await run_in(
+            runtime,
+            handle,
+            _setup_script(str(staged), spec.user),
+            "harbor-setup",
+            SETUP_TIMEOUT_S,
+            on_tick,
+        )
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)
+    if code == USER_MISSING and spec.user:
+        raise EvaluatorError(f"the verifier user {spec.user!r} is not in the task's image")
+    if code != 0:
+        raise EvaluatorError(f"cannot put the tests in place: {log.strip()[-500:]}")
+
+
+async def _run_test_script(
+    runtime: Runtime,
+    handle: RuntimeHandle,
+    spec: HarborVerifierSpec,
+    settings: Settings,
+    on_tick: Tick,
+) -> ProcessOutcome:
+    """Run test.sh as the verifier user, with its network where the task asks for one
+    (its egress log kept beside test.sh's logs)."""
+    egress: EgressDoor | None = None
+    try:  # test.sh's network, where the task's verifier asks for one (egress.py)
+        async with open_egress(
+            runtime, handle, spec.network, settings, "evaluator.harbor"
+        ) as egress:
+            command, env = _test_command(spec), dict(spec.env)
+            if egress is not None:
+                command, env = egress.wrap(command), {**env, **egress.env}
+            return await runtime.run(
+                handle,
+                command,
+                env=env,
+                log_name=TEST_LOG,
+                timeout_s=spec.timeout_s,
+                on_tick=on_tick,
+            )
+    except EgressRefused as exc:
+        raise invalid_input(str(exc), "InvalidTaskSpec") from exc
+    finally:
+        if egress is not None:
+            egress_log = _egress_log_path(runtime, handle)  # no-follow: never a link
+            safe_files.write_bytes(egress_log.parent, egress_log.name, egress.proxy.log.jsonl())
+
+
+async def _score(
+    runtime: Runtime,
+    handle: RuntimeHandle,
+    evaluation: Evaluation,
+    report: HarborReport,
+    exit_code: int | None,
+    session_code: bool,
+) -> bool:
+    """The reward test.sh left in /logs/verifier, in `evaluation` and `report`; whether there
+    was one (False: tampering, reward 0 where the session's code ran; an evaluator error
+    where it did not)."""
+    # read from outside: nothing runs in a runtime after the code under test
+    found, odd = await runtime.read_files(handle, VERIFIER_DIR, REWARD_FILES, MAX_REWARD_BYTES)
+    try:
+        name, reward, components = judge_reward_files(found, odd)
+    except Tampering as exc:
+        if not session_code:
+            raise EvaluatorError(f"{exc} (the untouched task: the task's own)") from None
+        evaluation.detail = (
+            f"tampering: {exc}; the code under test ran as the verifier, so it is the "
+            f"session's: reward 0 (test.sh exited {exit_code})"
+        )
+        return False
+    report.reward, report.reward_file, report.components = reward, name, components
+    evaluation.reward = reward
+    evaluation.detail = f"{name}: {reward:g}; test.sh exited {exit_code}"
+    return True
 
 
 def _egress_log_path(runtime: Runtime, handle: RuntimeHandle) -> Path:

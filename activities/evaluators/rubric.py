@@ -226,6 +226,24 @@ def _fmt(value: float) -> str:
     return f"{value:.4g}"
 
 
+def _prompt_for(
+    spec: RubricSpec, task: str | None, convs: list[list[dict[str, Any]]], unit_diff: str
+) -> Prompt:
+    """The messages of a unit judged on `convs` and `unit_diff` (each call's own boundary)."""
+
+    def prompt(retry: bool) -> list[dict[str, str]]:
+        return rubric_text.judge_messages(
+            task=task,
+            rubric=spec.rubric,
+            diff=unit_diff,
+            session=rubric_text.transcript_items(convs),
+            max_chars=spec.max_input_chars,
+            retry=retry,
+        )
+
+    return prompt
+
+
 async def judge_session(
     ask: Ask,
     spec: RubricSpec,
@@ -244,73 +262,95 @@ async def judge_session(
     outcome = report.outcome
     conversations = [conversation(t) for t in traces]
     task = instruction or None
-
-    def prompt_for(convs: list[list[dict[str, Any]]], unit_diff: str = diff) -> Prompt:
-        def prompt(retry: bool) -> list[dict[str, str]]:
-            return rubric_text.judge_messages(
-                task=task,
-                rubric=spec.rubric,
-                diff=unit_diff,
-                session=rubric_text.transcript_items(convs),
-                max_chars=spec.max_input_chars,
-                retry=retry,
-            )
-
-        return prompt
-
-    control = prompt_for([], "")
+    control = _prompt_for(spec, task, [], "")
     gate = asyncio.Semaphore(JUDGE_CONCURRENCY)
-    trace_rewards: dict[str, float] = {}
     if spec.per_trace and traces:
-        judged = await asyncio.gather(*(_judged(ask, prompt_for([c]), gate) for c in conversations))
-        report.judge_calls = sum(one.calls for one in judged)
-        scores = []
-        for trace, one in zip(traces, judged, strict=True):
-            own_outcome = outcome_traces.get(trace.trace_id, outcome)
-            entry = RubricTraceScore(judge_error=one.error, reward=own_outcome)
-            if one.answer is not None:
-                entry.score, entry.reason = one.answer.score, one.answer.reason
-                try:
-                    entry.reward = rubric_text.combine(spec.formula, own_outcome, entry.score)
-                    scores.append(entry.score)
-                except rubric_text.FormulaError as exc:
-                    entry.judge_error = str(exc)
-            assert entry.reward is not None
-            trace_rewards[trace.trace_id] = entry.reward
-            report.traces[trace.trace_id] = entry
-        unjudged = [
-            report.traces[t.trace_id]
-            for t, one in zip(traces, judged, strict=True)
-            if one.answer is None
-        ]
-        if unjudged:  # any trace: making the judge fail the bad ones must not lift the mean
-            note = await _control(ask, control, str(unjudged[0].judge_error), report)
-            for entry in unjudged:
-                entry.judge_error = f"{entry.judge_error} {note}"
-        if not scores:
-            first = next((e.judge_error for e in report.traces.values() if e.judge_error), None)
-            raise JudgeError(f"the judge scored none of the {len(traces)} traces: {first}")
-        report.score = sum(scores) / len(scores)
-        not_scored = len(traces) - len(scores)
-        report.reason = (
-            f"mean of {len(scores)} trace scores"
-            + (
-                f" ({not_scored} trace(s) not scored: their outcome reward kept)"
-                if not_scored
-                else ""
-            )
-            + f"; first: {next(e.reason for e in report.traces.values() if e.reason)}"
+        prompts = [_prompt_for(spec, task, [c], diff) for c in conversations]
+        trace_rewards = await _judge_traces(
+            ask, spec, report, outcome_traces, traces, prompts, control, gate
         )
     else:
-        one = await _judged(ask, prompt_for(conversations), gate)
-        report.judge_calls = one.calls
-        if one.answer is None:
-            note = await _control(ask, control, str(one.error), report)
-            raise JudgeError(f"{one.error} {note}")
-        report.score, report.reason = one.answer.score, one.answer.reason
-        for trace_id, own_outcome in outcome_traces.items():
-            trace_rewards[trace_id] = rubric_text.combine(spec.formula, own_outcome, report.score)
+        whole = _prompt_for(spec, task, conversations, diff)
+        trace_rewards = await _judge_whole(ask, spec, report, outcome_traces, whole, control, gate)
+    assert report.score is not None  # each way of judging scores the session or raises
     report.reward = rubric_text.combine(spec.formula, outcome, report.score)
+    return trace_rewards
+
+
+async def _judge_traces(
+    ask: Ask,
+    spec: RubricSpec,
+    report: RubricReport,
+    outcome_traces: dict[str, float],
+    traces: list[Trace],
+    prompts: list[Prompt],
+    control: Prompt,
+    gate: asyncio.Semaphore,
+) -> dict[str, float]:
+    """`per_trace`: each trace judged on its own messages (`prompts`, in the traces' order),
+    its reward the formula of its outcome and its score, or its outcome where the judge
+    failed it; the session's score the mean of the traces' scores."""
+    assert report.outcome is not None
+    outcome = report.outcome
+    trace_rewards: dict[str, float] = {}
+    judged = await asyncio.gather(*(_judged(ask, prompt, gate) for prompt in prompts))
+    report.judge_calls = sum(one.calls for one in judged)
+    scores = []
+    for trace, one in zip(traces, judged, strict=True):
+        own_outcome = outcome_traces.get(trace.trace_id, outcome)
+        entry = RubricTraceScore(judge_error=one.error, reward=own_outcome)
+        if one.answer is not None:
+            entry.score, entry.reason = one.answer.score, one.answer.reason
+            try:
+                entry.reward = rubric_text.combine(spec.formula, own_outcome, entry.score)
+                scores.append(entry.score)
+            except rubric_text.FormulaError as exc:
+                entry.judge_error = str(exc)
+        assert entry.reward is not None
+        trace_rewards[trace.trace_id] = entry.reward
+        report.traces[trace.trace_id] = entry
+    unjudged = [
+        report.traces[t.trace_id]
+        for t, one in zip(traces, judged, strict=True)
+        if one.answer is None
+    ]
+    if unjudged:  # any trace: making the judge fail the bad ones must not lift the mean
+        note = await _control(ask, control, str(unjudged[0].judge_error), report)
+        for entry in unjudged:
+            entry.judge_error = f"{entry.judge_error} {note}"
+    if not scores:
+        first = next((e.judge_error for e in report.traces.values() if e.judge_error), None)
+        raise JudgeError(f"the judge scored none of the {len(traces)} traces: {first}")
+    report.score = sum(scores) / len(scores)
+    not_scored = len(traces) - len(scores)
+    report.reason = (
+        f"mean of {len(scores)} trace scores"
+        + (f" ({not_scored} trace(s) not scored: their outcome reward kept)" if not_scored else "")
+        + f"; first: {next(e.reason for e in report.traces.values() if e.reason)}"
+    )
+    return trace_rewards
+
+
+async def _judge_whole(
+    ask: Ask,
+    spec: RubricSpec,
+    report: RubricReport,
+    outcome_traces: dict[str, float],
+    prompt: Prompt,
+    control: Prompt,
+    gate: asyncio.Semaphore,
+) -> dict[str, float]:
+    """The session judged as one unit; the outcome evaluator's per-trace rewards, each
+    combined with the session's score."""
+    trace_rewards: dict[str, float] = {}
+    one = await _judged(ask, prompt, gate)
+    report.judge_calls = one.calls
+    if one.answer is None:
+        note = await _control(ask, control, str(one.error), report)
+        raise JudgeError(f"{one.error} {note}")
+    report.score, report.reason = one.answer.score, one.answer.reason
+    for trace_id, own_outcome in outcome_traces.items():
+        trace_rewards[trace_id] = rubric_text.combine(spec.formula, own_outcome, report.score)
     return trace_rewards
 
 
