@@ -60,16 +60,31 @@ SECTIONS: tuple[type[PolarSettings], ...] = (
 SectionT = TypeVar("SectionT", bound=PolarSettings)
 
 
-@overload
-def get_settings() -> Settings: ...
-@overload
-def get_settings(section: type[SectionT]) -> SectionT: ...
 @cache
-def get_settings(section: type[PolarSettings] = Settings) -> PolarSettings:
-    """The process-wide settings of `section` (default: every section), read once from the
-    environment; secrets it leaves unset come from the data dir's dev stack, if one generated
-    them (polar.credentials). A process validates only its own section: the gateway
-    `get_settings(GatewaySettings)`, the worker `get_settings(WorkerSettings)`."""
+def _read(section: type[PolarSettings]) -> PolarSettings:
     from polar.credentials import with_dev_secrets
 
     return with_dev_secrets(section())
+
+
+class _ProcessSettings:
+    """`get_settings`: the process-wide settings of a section, read once from the
+    environment."""
+
+    @overload
+    def __call__(self) -> Settings: ...
+    @overload
+    def __call__(self, section: type[SectionT]) -> SectionT: ...
+    def __call__(self, section: type[PolarSettings] = Settings) -> PolarSettings:
+        """The settings of `section` (default: every section), read once from the
+        environment; secrets it leaves unset come from the data dir's dev stack, if one
+        generated them (polar.credentials). A process validates only its own section: the
+        gateway `get_settings(GatewaySettings)`, the worker `get_settings(WorkerSettings)`."""
+        return _read(section)
+
+    def cache_clear(self) -> None:
+        """Read the environment again at the next call (the CLI's flags change it)."""
+        _read.cache_clear()
+
+
+get_settings = _ProcessSettings()
