@@ -285,7 +285,7 @@ JSON_SCHEMA: dict[str, Any] = {
 
 
 def test_json_schema_normalises_gemini_schemas() -> None:
-    from polar.providers.google_generate import json_schema
+    from polar.providers.google_request import json_schema
 
     assert json_schema(GEMINI_SCHEMA) == JSON_SCHEMA
     assert json_schema(JSON_SCHEMA) == JSON_SCHEMA  # plain JSON Schema is a fixed point

@@ -22,8 +22,9 @@ from pydantic import TypeAdapter
 
 from polar.providers import APIError, CallContext, detect, get_provider
 from polar.providers.canonical import canonical_content, canonical_message
-from polar.providers.google_generate import json_schema, split_action
-from polar.providers.openai_responses import input_messages
+from polar.providers.google_generate import split_action
+from polar.providers.google_request import json_schema
+from polar.providers.openai_responses_input import input_messages
 from tests.support.paths import TEST_DATA
 
 CAPTURES = TEST_DATA / "harness_captures"  # from shared/harnesses
