@@ -58,7 +58,6 @@ from polar.tasks.spec import (
 
 __all__ = ["load_harbor_tasks", "task_id_of", "task_spec", "verifier_warning"]
 
-
 EVALUATE_MARGIN_S = 300.0
 """The evaluate stage's time beyond the verifier's: the fresh runtime, the changes applied."""
 

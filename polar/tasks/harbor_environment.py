@@ -27,7 +27,6 @@ __all__ = [
     "runtime_spec",
 ]
 
-
 IMAGE_REPO = "polar/harbor-env"
 """Images built from a task's environment/ are `{IMAGE_REPO}:{content hash}`."""
 

@@ -11,9 +11,7 @@ from polar.tasks.spec import NetworkSpec
 
 __all__ = ["NO_NETWORK", "baseline_policy", "phase_networks"]
 
-
 NO_NETWORK = "no-network"
-
 
 _NETWORK_MODES: dict[str, Literal["none", "public", "allowlist"]] = {
     NO_NETWORK: "none",

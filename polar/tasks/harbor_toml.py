@@ -26,7 +26,6 @@ __all__ = [
     "strip_canary",
 ]
 
-
 _ENV_TEMPLATE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 

@@ -8,7 +8,6 @@ from typing import Any
 
 __all__ = ["MAX_SCANNED_BYTES", "verifier_runs_agent_code"]
 
-
 _RUNNER = re.compile(
     r"(?<![\w.-])(python[0-9.]*|pytest|py\.test|node|npm|npx|yarn|bun|deno|ruby|perl|php|"
     r"java|go|cargo|make|bash|sh|source|uv|tox|nox|mvn|gradle|dotnet|julia|Rscript|exec)"
@@ -17,7 +16,6 @@ _RUNNER = re.compile(
 """A line that runs code, or points code at a folder (an interpreter, a test runner, an
 import path, a `cd` into it)."""
 
-
 _TEST_RUNNER = re.compile(
     r"^\s*(?:uv run\s+|poetry run\s+)?(?:python[0-9.]*\s+-m\s+)?"
     r"(?:pytest|py\.test|unittest|tox|nox|make|npm\s+(?:run\s+)?test|yarn\s+test|"
@@ -25,10 +23,8 @@ _TEST_RUNNER = re.compile(
 )
 """A test runner started on its own line (in test.sh, whose folder is the workspace)."""
 
-
 _DROPS_PRIVILEGES = re.compile(r"\bsetpriv\b[^\n]*--reuid|\brunuser\b|\bsudo\s+-u\b|\bsu\s")
 """test.sh running a command as another user (the code under test, when it is root)."""
-
 
 MAX_SCANNED_BYTES = 1 << 20
 
