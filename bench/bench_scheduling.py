@@ -64,8 +64,8 @@ import httpx
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from app import devstack  # noqa: E402
 from app.devstack import DevStack, Service, http_ready  # noqa: E402
+from app.devstack import services as dev_services  # noqa: E402
 from bench.fake_vllm import json_asgi_app, vllm_answer  # noqa: E402
 from polar.contracts import SessionResult  # noqa: E402
 from polar.records import SessionStatus  # noqa: E402
@@ -851,8 +851,8 @@ async def bench_baseline(bench: Bench, args: argparse.Namespace) -> dict[str, An
             "evaluator": "none",
             "builder": "per_request",
             # dev-server properties the stack sets (main() may have cleared them)
-            "dev_server_dynamic_config": dict(devstack.TEMPORAL_DEV_DYNAMIC_CONFIG),
-            "dev_server_sqlite_pragmas": dict(devstack.TEMPORAL_DEV_SQLITE_PRAGMAS),
+            "dev_server_dynamic_config": dict(dev_services.TEMPORAL_DEV_DYNAMIC_CONFIG),
+            "dev_server_sqlite_pragmas": dict(dev_services.TEMPORAL_DEV_SQLITE_PRAGMAS),
         },
         "polar": p,
         "bare": b,
@@ -1204,9 +1204,9 @@ def main() -> None:
     parts = parts or ["utilisation", "overhead", "throughput", "baseline", "big_spec"]
 
     if args.dev_config == "default":
-        devstack.TEMPORAL_DEV_DYNAMIC_CONFIG = {}
+        dev_services.TEMPORAL_DEV_DYNAMIC_CONFIG = {}
     if args.dev_sqlite == "default":
-        devstack.TEMPORAL_DEV_SQLITE_PRAGMAS = {}
+        dev_services.TEMPORAL_DEV_SQLITE_PRAGMAS = {}
     started = time.monotonic()
     load = os.getloadavg()[0]
     if load > 0.5:

@@ -21,7 +21,7 @@ from fastapi.responses import JSONResponse
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from app.cli import demo_task
+from app.cli.demo import demo_task
 from app.devstack import DevStack
 from polar.client.sdk import PolarClient
 from polar.settings import Settings

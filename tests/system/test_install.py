@@ -121,7 +121,7 @@ def test_installed_cli_helps_and_builds_the_demo_task(venv: Path, tmp_path: Path
     help_text = run([polar, "--help"], tmp_path, clean_env(venv))
     assert "dev" in help_text and "submit" in help_text
     env = clean_env(venv, POLAR_DATA_DIR=str(tmp_path / "data"))
-    code = "from app.cli import demo_task; print(demo_task(2).source.path)"
+    code = "from app.cli.demo import demo_task; print(demo_task(2).source.path)"
     repo = Path(run([str(venv / "bin" / "python"), "-c", code], tmp_path, env).strip())
     # under the working directory (the default source root), never in the data dir (the
     # worker refuses a source there: the stack's state and secrets)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import demo_task
+from app.cli.demo import demo_task
 from app.devstack import DevStack
 from polar.client.sdk import PolarClient
 from polar.trainers._sessions import chains

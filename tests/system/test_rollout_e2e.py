@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.cli import demo_task
+from app.cli.demo import demo_task
 from polar.client.sdk import PolarClient
 from polar.contracts import TaskResult
 from polar.records import SessionStatus

@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from app.cli import demo_task
+from app.cli.demo import demo_task
 from polar.client.sdk import PolarClient
 from polar.contracts import NON_RETRYABLE_ERRORS, Stage, invalid_input
 from polar.records import SessionStatus

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from app.cli import demo_task
+from app.cli.demo import demo_task
 from app.devstack import DevStack
 from polar.client.sdk import PolarClient
 from polar.records import SessionStatus

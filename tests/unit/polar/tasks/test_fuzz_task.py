@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 from typer.testing import CliRunner
 
-from app.cli import app, load_task_file
+from app.cli import app
+from app.cli.task_files import load_task_file
 from polar.host_paths import FORBIDDEN_HOST_DIRS
 from polar.tasks.spec import TaskSpec
 

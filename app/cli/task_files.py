@@ -1,0 +1,82 @@
+"""Reading tasks for `polar submit` and `polar tasks load`: a TaskSpec file, a Harbor dir,
+and the warnings of their audit and verifier."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from app.cli.main import console
+from polar.tasks.spec import HarnessSpec, TaskSpec
+
+
+def load_task_file(path: Path) -> TaskSpec:
+    """The TaskSpec in `path`; any unusable file (a builder that does not import included) is
+    a clean message and exit code 2."""
+    from polar.builders import check_builder
+
+    try:
+        data = path.read_bytes()
+    except OSError as exc:  # missing, a directory, unreadable
+        console.print(f"cannot read the TaskSpec file {path}: {exc}", markup=False)
+        raise typer.Exit(2) from exc
+    try:  # not JSON, not UTF-8, invalid fields, a builder that does not resolve
+        spec = TaskSpec.model_validate_json(data)
+        check_builder(spec.builder)
+        return spec
+    except ValueError as exc:
+        console.print(f"invalid TaskSpec in {path}:", style="red", markup=False)
+        console.print(str(exc), markup=False)
+        raise typer.Exit(2) from exc
+
+
+def load_harbor_dir(
+    path: Path, harness: str, sessions: int = 1, build: bool = True
+) -> list[TaskSpec]:
+    """The TaskSpecs of a Harbor task or dataset dir, their images present on this host's
+    engine (built now where needed, unless `build` is off); a task Polar cannot honour is a
+    clean message naming it and the field, and exit code 2."""
+    from polar.settings import get_settings
+    from polar.tasks.harbor import load_harbor_tasks
+    from polar.tasks.harbor_images import ensure_images
+
+    image_map = get_settings().harbor_image_map
+    try:
+        harness_spec = HarnessSpec.model_validate({"kind": harness})
+        specs = load_harbor_tasks(
+            path, harness=harness_spec, num_sessions=sessions, image_map=image_map
+        )
+        if build:
+            for image in ensure_images(path, image_map=image_map, log=console.print):
+                console.print(f"{image.task}: {image.image} ({image.how}, {image.seconds:g} s)")
+    except ValueError as exc:  # HarborTaskError, or a harness kind that needs a command
+        console.print(str(exc), style="red", markup=False)
+        raise typer.Exit(2) from exc
+    return specs
+
+
+def check_audit(spec: TaskSpec, near: Path, strict: bool) -> None:
+    """Warn about a task an audit flagged or found broken (app/task_audit.py), or with
+    `strict` refuse it (exit 3)."""
+    from app.task_audit import find_verdict
+
+    audit = find_verdict(spec, near)
+    if audit is None or audit.verdict == "sound":
+        return
+    why = "; ".join(audit.reasons) or audit.verdict
+    text = f"task {spec.task_id} was {audit.verdict} by its audit ({audit.origin}): {why}"
+    if strict:
+        console.print(f"refused (--strict): {text}", style="red", markup=False)
+        raise typer.Exit(3)
+    console.print(f"warning: {text}", style="yellow", markup=False)
+
+
+def warn_verifier(spec: TaskSpec) -> None:
+    """Warn about a Harbor task whose verifier seems to run the agent's code as the owner of
+    its reward files (polar/tasks/harbor.py, verifier_runs_agent_code)."""
+    from polar.tasks.harbor import verifier_warning
+
+    text = verifier_warning(spec)
+    if text is not None:
+        console.print(f"warning: {text}", style="yellow", markup=False)
