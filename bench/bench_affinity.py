@@ -73,7 +73,8 @@ sys.path.insert(0, str(REPO))
 
 from polar.settings import Settings  # noqa: E402
 from proxy.routing import route_key  # noqa: E402
-from proxy.upstream import UpstreamClient, UpstreamError  # noqa: E402
+from proxy.upstream import UpstreamClient  # noqa: E402
+from proxy.upstream_answers import UpstreamError  # noqa: E402
 from tests.support.ports import free_port  # noqa: E402
 
 BLOCK = 16

@@ -46,7 +46,7 @@ from polar.records import CompletionRecord  # noqa: E402
 from polar.session_keys import SessionIdentity  # noqa: E402
 from polar.storage import Storage  # noqa: E402
 from proxy.recorder import PendingCall, Recorder  # noqa: E402
-from proxy.upstream import Extracted  # noqa: E402
+from proxy.training_fields import Extracted  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "recorder.json"
 

@@ -7,7 +7,7 @@ The session is bench_builders.py's 200-call session (the tiny Qwen3-style
 tokenizer's template, tool calls with reasoning, two sub-agents, two
 compactions: `bench.bench_builders.long_session`), each call made a record as
 the gateway makes it: the caller's request, the normalised request
-(`openai_chat` to_chat + `proxy.upstream.normalize`, vLLM kind), the upstream
+(`openai_chat` to_chat + `proxy.training_fields.normalize`, vLLM kind), the upstream
 answer in vLLM's shape with the prompt ids, sampled ids and logprobs.
 
 Format 1 is what the gateway wrote before (`CompletionRecord.model_dump_json()`,
@@ -44,7 +44,7 @@ from polar.record_codec import encode_record  # noqa: E402
 from polar.records import CompletionRecord  # noqa: E402
 from polar.settings import Settings  # noqa: E402
 from polar.storage import Storage, legacy_completion_key  # noqa: E402
-from proxy.upstream import normalize  # noqa: E402
+from proxy.training_fields import normalize  # noqa: E402
 from tests.support.ports import free_port  # noqa: E402
 
 RESULTS = REPO / "bench" / "results" / "records.json"

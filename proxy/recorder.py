@@ -33,7 +33,7 @@ from polar.records import CompletionRecord
 from polar.session_keys import SessionIdentity
 from polar.storage import Storage
 from proxy.quota import RecordLimits
-from proxy.upstream import Extracted
+from proxy.training_fields import Extracted
 
 log = logging.getLogger("polar.gateway")
 

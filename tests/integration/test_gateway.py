@@ -29,7 +29,7 @@ from polar.session_keys import SessionIdentity, mint_session_key
 from polar.settings import Settings
 from polar.storage import Storage, completion_key
 from proxy.app import create_app
-from proxy.upstream import extract, normalize, strip_training_fields
+from proxy.training_fields import extract, normalize, strip_training_fields
 from tests.support import (
     END_OF_TURN,
     ScriptedBackend,

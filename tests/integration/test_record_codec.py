@@ -28,7 +28,7 @@ from polar.records import CompletionRecord, SampledChoice
 from polar.session_keys import SessionIdentity
 from polar.storage import Storage, completion_key, legacy_completion_key
 from proxy.recorder import Recorder
-from proxy.upstream import Extracted, normalize
+from proxy.training_fields import Extracted, normalize
 
 PROMPT = list(range(100, 164))
 MESSAGES: list[dict[str, Any]] = [

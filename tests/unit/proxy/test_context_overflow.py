@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from polar.providers import APIError, ContextOverflow, get_provider
-from proxy.upstream import context_overflow, model_window
+from proxy.upstream_answers import context_overflow
+from proxy.upstream_replicas import model_window
 
 # vLLM 0.32's words (vllm/renderers/params.py, `_token_len_check`)
 VLLM = (

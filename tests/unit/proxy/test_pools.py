@@ -9,7 +9,7 @@ import pytest
 
 from activities.evaluators.rubric import JUDGE_ATTEMPT
 from proxy.pools import WORKER_ATTEMPT, PoolError, parse_pools, pool_for
-from proxy.upstream import normalize
+from proxy.training_fields import normalize
 
 POOLS = {
     "judge": {"models": ["judge", "rubric-*"], "upstreams": ["http://judge:8000/v1/"]},

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from proxy.routing import HashRing, Router, route_key
-from proxy.upstream import read_urls_file, server_root
+from proxy.upstream_replicas import read_urls_file, server_root
 
 URLS = [f"http://replica-{i}:8000/v1" for i in range(8)]
 KEYS = [f"s-{i:05d}" for i in range(4000)]
