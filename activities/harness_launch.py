@@ -39,7 +39,7 @@ from activities.shell_command import ProcessOutcome
 from polar.contracts import HarnessRequest, HarnessResult, invalid_input
 from polar.outcomes import count_unserved
 from polar.session_keys import EXPIRY_MARGIN_S, SessionIdentity, mint_session_key
-from polar.settings import Settings
+from polar.settings import WorkerSettings
 from polar.storage import Storage, artifact_key
 from polar.tasks.spec import NetworkSpec
 
@@ -47,7 +47,7 @@ CALL_COUNT_EVERY_S = 15.0
 """How often a running harness's heartbeat re-counts its recorded calls in S3."""
 
 
-def session_key(request: HarnessRequest, attempt: int, settings: Settings) -> str:
+def session_key(request: HarnessRequest, attempt: int, settings: WorkerSettings) -> str:
     """The gateway key of this run: valid for its budget, closed when it ends; with
     `unknown_models: refuse`, it names the one model the session may call."""
     refuse = request.harness.unknown_models == "refuse"
@@ -117,7 +117,7 @@ class HarnessLaunch:
         request: HarnessRequest,
         attempt: int,
         runtime: Runtime,
-        settings: Settings,
+        settings: WorkerSettings,
         storage: Storage,
     ) -> None:
         self.request = request

@@ -23,7 +23,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities.pool_activities import worker_runtime
 from activities.runtimes.selection import sweep_kinds
 from polar.contracts import RuntimeHandle
-from polar.settings import Settings
+from polar.settings import WorkerSettings
 
 log = logging.getLogger("polar.worker")
 
@@ -65,7 +65,7 @@ async def session_running(client: Client, workflow_id: str) -> bool:
 
 
 async def sweep_host(
-    client: Client, settings: Settings, kinds: tuple[str, ...] | None = None
+    client: Client, settings: WorkerSettings, kinds: tuple[str, ...] | None = None
 ) -> SweepReport:
     """Tear down this host's runtimes of sessions that are not running; a kind whose
     engine does not answer is skipped (and said so in the report)."""
@@ -83,7 +83,9 @@ async def sweep_host(
     return report
 
 
-async def release_host(settings: Settings, kinds: tuple[str, ...] | None = None) -> SweepReport:
+async def release_host(
+    settings: WorkerSettings, kinds: tuple[str, ...] | None = None
+) -> SweepReport:
     """Tear down every runtime of this host, running sessions' too: the host is going away
     (a Slurm job's end), and those sessions are re-placed elsewhere."""
 
@@ -94,7 +96,7 @@ async def release_host(settings: Settings, kinds: tuple[str, ...] | None = None)
 
 
 async def _remove_runtimes(
-    settings: Settings,
+    settings: WorkerSettings,
     kinds: tuple[str, ...] | None,
     removable: Callable[[str], Awaitable[bool]],
 ) -> SweepReport:
@@ -126,7 +128,7 @@ async def _remove_runtimes(
     return report
 
 
-async def sweep_forever(client: Client, settings: Settings) -> None:
+async def sweep_forever(client: Client, settings: WorkerSettings) -> None:
     """Sweep now, then every `settings.sweep_interval_s` (0: only now)."""
     while True:
         try:

@@ -19,7 +19,7 @@ from activities.runtimes.network.egress import egress_refusal
 from polar.contracts import PrepareRequest, RuntimeHandle, TeardownResult, invalid_input
 from polar.host_paths import local_git_path, outside_roots, source_roots
 from polar.ids import InvalidId
-from polar.settings import Settings
+from polar.settings import WorkerSettings
 from polar.storage import Storage
 from polar.tasks.spec import DirSource, GitSource, UploadAction
 from workflows.queues import host_queue_prefix
@@ -58,7 +58,7 @@ def check_source_roots(
 class InitActivities(PoolActivities):
     """The init pool (`{queue}-init`, and this host's `-init` queue for its runtimes)."""
 
-    def __init__(self, settings: Settings, storage: Storage) -> None:
+    def __init__(self, settings: WorkerSettings, storage: Storage) -> None:
         super().__init__(settings, storage)
         self.claims = RuntimeClaims(Path(settings.data_dir))
 

@@ -58,7 +58,7 @@ from temporalio.worker import (
 
 from activities.heartbeat import mark_activity_start
 from polar.logs import log_context
-from polar.settings import Settings
+from polar.settings import WorkerSettings
 from workflows.queues import HostQueues, Queues
 from workflows.stages import STAGE_ACTIVITIES
 
@@ -101,7 +101,9 @@ class WorkerMetrics:
             for status in ("ok", "error", "cancelled"):
                 self.stage_seconds.labels(name, status)
 
-    async def refresh_queue_depths(self, client: Client, settings: Settings) -> dict[str, int]:
+    async def refresh_queue_depths(
+        self, client: Client, settings: WorkerSettings
+    ) -> dict[str, int]:
         """Read every stage queue's backlog from Temporal into the gauges (the shared queues and
         this worker host's own); backlog by stage, both summed."""
         shared = Queues.for_workflow_queue(settings.task_queue).by_pool()
@@ -130,7 +132,7 @@ class WorkerMetrics:
         return depths
 
     async def poll_queue_depths(
-        self, client: Client, settings: Settings, every_s: float = 5.0
+        self, client: Client, settings: WorkerSettings, every_s: float = 5.0
     ) -> None:
         """Keep the queue gauges fresh until cancelled; a failed read is logged, not fatal."""
         while True:
@@ -245,7 +247,7 @@ class Observability:
             self.server.server_close()
 
 
-def start_observability(settings: Settings) -> Observability | None:
+def start_observability(settings: WorkerSettings) -> Observability | None:
     """Start the metrics endpoint of `settings.metrics_port` (None when it is 0)."""
     if not settings.metrics_port:
         return None

@@ -19,11 +19,11 @@ from temporalio import activity
 from activities.runtimes import Runtime, get_runtime
 from activities.spec_store import TaskSpecActivities
 from polar.contracts import RuntimeHandle, invalid_input
-from polar.settings import Settings
+from polar.settings import WorkerSettings
 from polar.storage import Storage
 
 
-def worker_runtime(kind: str, settings: Settings) -> Runtime:
+def worker_runtime(kind: str, settings: WorkerSettings) -> Runtime:
     """The runtime of `kind` as this worker's settings make it: named by the deployment's
     task queue (one engine finds any worker's container), labelled with this host."""
     deployment = f"{settings.temporal_address}/{settings.temporal_namespace}/{settings.task_queue}"
@@ -33,13 +33,14 @@ def worker_runtime(kind: str, settings: Settings) -> Runtime:
         namespace=settings.task_queue,
         host_id=settings.host_id,
         deployment=deployment,
+        settings=settings,
     )
 
 
 class PoolActivities:
     """Activities bound to one worker's settings and S3 client; a subclass per pool."""
 
-    def __init__(self, settings: Settings, storage: Storage) -> None:
+    def __init__(self, settings: WorkerSettings, storage: Storage) -> None:
         self.settings = settings
         self.storage = storage
         self.specs = TaskSpecActivities(storage)  # large TaskSpec fields by reference

@@ -40,7 +40,7 @@ from activities.postrun_activities import PostrunActivities
 from activities.run_activities import RunActivities
 from polar import search_attributes
 from polar.credentials import refuse_weak_secrets
-from polar.settings import Settings
+from polar.settings import WorkerSettings
 from polar.storage import Storage
 from polar.temporal_client import connect
 from workflows.queues import HostQueues, Queues
@@ -66,7 +66,7 @@ log = logging.getLogger("polar.worker")
 
 def build_workers(
     client: Client,
-    settings: Settings,
+    settings: WorkerSettings,
     stages: tuple[str, ...] = STAGES,
     interceptors: tuple[Interceptor, ...] | None = None,
 ) -> list[Worker]:
@@ -114,7 +114,7 @@ def build_workers(
     return workers
 
 
-async def leave(workers: list[Worker], settings: Settings) -> None:
+async def leave(workers: list[Worker], settings: WorkerSettings) -> None:
     """Stop every queue's polling at once, let running stages finish for up to
     `shutdown_grace_s` (then they are cancelled, and reap what they ran), and with
     `release_on_exit` remove every runtime of this host: its sessions' host probes go
@@ -130,7 +130,7 @@ async def leave(workers: list[Worker], settings: Settings) -> None:
 
 
 def activities_by_pool(
-    settings: Settings, storage: Storage
+    settings: WorkerSettings, storage: Storage
 ) -> dict[Pool | None, list[Callable[..., Any]]]:
     """Each pool's activity implementations, from its class (`POOL_ACTIVITIES`; None: a
     host's probe queue). They must match the stage table: every entry implemented, by the
@@ -174,7 +174,7 @@ def workflow_runner() -> SandboxedWorkflowRunner:
 
 @contextlib.asynccontextmanager
 async def running_workers(
-    settings: Settings, stages: tuple[str, ...] = STAGES
+    settings: WorkerSettings, stages: tuple[str, ...] = STAGES
 ) -> AsyncIterator[None]:
     """Serve `stages` in this process for the duration of the block (tests, scripts)."""
     client = await connect(settings)
@@ -185,7 +185,7 @@ async def running_workers(
         yield
 
 
-async def run_worker(settings: Settings, stages: tuple[str, ...] = STAGES) -> None:
+async def run_worker(settings: WorkerSettings, stages: tuple[str, ...] = STAGES) -> None:
     """Serve `stages` until SIGINT/SIGTERM, then shut down gracefully."""
     unknown = set(stages) - set(STAGES)
     if unknown:

@@ -36,7 +36,7 @@ from pydantic import BaseModel
 from polar.ids import InvalidId, checked_id
 from polar.record_codec import CONTENT_TYPE, RECORD_SUFFIX, decode_record, encode_record
 from polar.records import CompletionRecord, SessionStatus, Trace
-from polar.settings import Settings, get_settings
+from polar.settings import StorageSettings, get_settings
 
 if TYPE_CHECKING:  # a stub-only TypedDict, not importable at runtime
     from obstore.store import S3Config
@@ -122,7 +122,7 @@ def task_result_key(task_id: str) -> str:
     return f"tasks/{checked_id(task_id, 'task id')}/result.json"
 
 
-def _object_store(s: Settings) -> S3Store:
+def _object_store(s: StorageSettings) -> S3Store:
     """An S3 client (obstore: Rust, its own IO threads), sync and async.
 
     Retries like the boto3 client: a few attempts with backoff on 5xx and connection
@@ -171,8 +171,8 @@ class Storage:
     matters on a worker that makes several calls per session); boto3 only makes the
     bucket (`ensure_bucket`)."""
 
-    def __init__(self, settings: Settings | None = None) -> None:
-        s = settings or get_settings()
+    def __init__(self, settings: StorageSettings | None = None) -> None:
+        s = settings or get_settings(StorageSettings)
         self.settings = s
         self.bucket = s.s3_bucket
         self.endpoint = s.s3_endpoint

@@ -6,10 +6,10 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import Runtime
 
-from polar.settings import Settings
+from polar.settings import TemporalSettings
 
 
-async def connect(settings: Settings, runtime: Runtime | None = None) -> Client:
+async def connect(settings: TemporalSettings, runtime: Runtime | None = None) -> Client:
     """A client for `settings.temporal_address`, converting payloads with pydantic.
 
     `runtime`: a Temporal core runtime with telemetry (worker metrics); default the SDK's.

@@ -11,7 +11,7 @@ from activities import safe_files
 from activities.runtimes.base import Runtime
 from polar.contracts import PrepareRequest, RuntimeHandle
 from polar.evaluation_reports import EvaluationReport
-from polar.settings import Settings, get_settings
+from polar.settings import WorkerSettings, get_settings
 from polar.tasks.spec import EvaluatorSpec
 
 Tick = Callable[[float], Awaitable[None] | None] | None
@@ -60,7 +60,7 @@ class EvaluationJob:
     timeout_s: float
     traces: bytes | None = None
     on_tick: Tick = None
-    settings: Settings = field(default_factory=get_settings)
+    settings: WorkerSettings = field(default_factory=lambda: get_settings(WorkerSettings))
     """The grading worker's settings (source roots, data dir, limits)."""
     prepare: PrepareRequest | None = None
     """How the fresh runtime was prepared: an evaluator that needs another runtime where the
@@ -115,7 +115,7 @@ async def run_in(
     outcome = await runtime.run(
         handle, command, env=env or {}, log_name=log_name, timeout_s=timeout_s, on_tick=on_tick
     )
-    limit = get_settings().max_log_bytes
+    limit = get_settings(WorkerSettings).max_log_bytes
     text = ""
     for path in runtime.log_paths(handle, log_name):
         text += safe_files.read_log_file(path, limit=limit).decode(errors="replace")

@@ -29,7 +29,7 @@ from activities.heartbeat import heartbeating
 from activities.runtimes.base import Runtime
 from polar.contracts import EvaluateRequest
 from polar.ids import checked_id
-from polar.settings import Settings
+from polar.settings import WorkerSettings
 from polar.storage import Storage
 
 CONTROL_SUFFIX = "-control"
@@ -68,7 +68,7 @@ async def control_grading(
     request: EvaluateRequest,
     runtime: Runtime,
     storage: Storage,
-    settings: Settings,
+    settings: WorkerSettings,
     timeout_s: float,
 ) -> ControlGrade:
     """The control grading of `request`'s untouched task (kept in S3 once made)."""
@@ -89,7 +89,7 @@ async def _grade_untouched(
     evaluator: Evaluator,
     request: EvaluateRequest,
     runtime: Runtime,
-    settings: Settings,
+    settings: WorkerSettings,
     timeout_s: float,
 ) -> ControlGrade:
     prepare = evaluate_prepare_request(request).model_copy(

@@ -70,7 +70,7 @@ from activities.shell_command import ProcessOutcome
 from polar.contracts import RuntimeHandle, invalid_input
 from polar.evaluation_reports import Baselines, EvaluationReport, HarborReport
 from polar.host_paths import outside_roots, resolved_problem, source_roots
-from polar.settings import Settings
+from polar.settings import WorkerSettings
 from polar.tasks.spec import HarborVerifierSpec
 
 __all__ = ["HarborEvaluator", "Tampering", "judge_reward_files", "parse_reward"]
@@ -267,7 +267,7 @@ class HarborEvaluator:
         return logs
 
 
-def _checked_tests(spec: HarborVerifierSpec, settings: Settings) -> Path:
+def _checked_tests(spec: HarborVerifierSpec, settings: WorkerSettings) -> Path:
     """The task's tests dir, a host path the worker may read, holding its test script."""
     tests = Path(spec.tests_dir)
     _check_tests_dir(tests, settings)
@@ -310,7 +310,7 @@ async def _run_test_script(
     runtime: Runtime,
     handle: RuntimeHandle,
     spec: HarborVerifierSpec,
-    settings: Settings,
+    settings: WorkerSettings,
     on_tick: Tick,
 ) -> ProcessOutcome:
     """Run test.sh as the verifier user, with its network where the task asks for one
@@ -373,7 +373,7 @@ def _egress_log_path(runtime: Runtime, handle: RuntimeHandle) -> Path:
     return runtime.log_paths(handle, TEST_LOG)[0].with_name(f"harbor-{EGRESS_LOG}")
 
 
-def _check_tests_dir(path: Path, settings: Settings) -> None:
+def _check_tests_dir(path: Path, settings: WorkerSettings) -> None:
     """The tests dir is a host path the worker reads: under a source root once resolved,
     never in the stack's data dir nor a system dir (as init_activities checks a source)."""
     problem = resolved_problem(path) or outside_roots(path, source_roots(settings.source_roots))

@@ -40,7 +40,7 @@ from activities.heartbeat import heartbeating
 from activities.runtimes.base import Runtime
 from activities.shell_command import run_shell
 from polar.contracts import RuntimeHandle, invalid_input
-from polar.settings import get_settings
+from polar.settings import WorkerSettings, get_settings
 
 # path components that are never part of a fix
 JUNK_DIRS = frozenset(
@@ -314,7 +314,7 @@ async def extract_patch(
     Raises ExtractionFailed when the copy's git cannot produce the patch, and the
     non-retryable EvaluatorError for a `base_commit` git would read as an option."""
     checked_base_commit(base_commit)
-    settings = get_settings()
+    settings = get_settings(WorkerSettings)
     limit = settings.max_patch_bytes
     parent = settings.data_dir / "extract"
     parent.mkdir(parents=True, exist_ok=True)

@@ -56,7 +56,7 @@ from polar.contracts import EvaluateRequest
 from polar.evaluation_reports import RubricReport, RubricTraceScore
 from polar.records import Trace
 from polar.session_keys import WORKER_ATTEMPT, SessionIdentity, mint_session_key
-from polar.settings import Settings
+from polar.settings import WorkerSettings
 from polar.tasks.spec import RubricSpec
 
 JUDGE_ATTEMPT = WORKER_ATTEMPT
@@ -430,7 +430,7 @@ async def apply_rubric(
 
 
 async def judge_evaluation(
-    settings: Settings,
+    settings: WorkerSettings,
     request: EvaluateRequest,
     evaluation: Evaluation,
     traces: bytes | None,

@@ -16,6 +16,7 @@ from activities.runtimes.base import (
 from activities.runtimes.kinds.local import LocalRuntime
 from activities.runtimes.selection import concrete
 from polar.registry import Registry, UnknownKind
+from polar.settings import WorkerSettings
 
 __all__ = [
     "RUNTIMES",
@@ -38,18 +39,34 @@ class RuntimeFactory(Protocol):
     """Makes the runtime of one kind, its state under `root`."""
 
     def __call__(
-        self, root: Path, *, namespace: str | None, host_id: str | None, deployment: str | None
+        self,
+        root: Path,
+        *,
+        namespace: str | None,
+        host_id: str | None,
+        deployment: str | None,
+        settings: WorkerSettings | None,
     ) -> Runtime: ...
 
 
 def _local(
-    root: Path, *, namespace: str | None, host_id: str | None, deployment: str | None
+    root: Path,
+    *,
+    namespace: str | None,
+    host_id: str | None,
+    deployment: str | None,
+    settings: WorkerSettings | None,
 ) -> Runtime:
-    return LocalRuntime(root, host_id=host_id)
+    return LocalRuntime(root, host_id=host_id, settings=settings)
 
 
 def _docker(
-    root: Path, *, namespace: str | None, host_id: str | None, deployment: str | None
+    root: Path,
+    *,
+    namespace: str | None,
+    host_id: str | None,
+    deployment: str | None,
+    settings: WorkerSettings | None,
 ) -> Runtime:
     from activities.runtimes.kinds.docker import DockerRuntime  # the docker SDK only when used
 
@@ -57,7 +74,12 @@ def _docker(
 
 
 def _podman(
-    root: Path, *, namespace: str | None, host_id: str | None, deployment: str | None
+    root: Path,
+    *,
+    namespace: str | None,
+    host_id: str | None,
+    deployment: str | None,
+    settings: WorkerSettings | None,
 ) -> Runtime:
     from activities.runtimes.kinds.podman import PodmanRuntime
 
@@ -78,12 +100,18 @@ def get_runtime(
     namespace: str | None = None,
     host_id: str | None = None,
     deployment: str | None = None,
+    settings: WorkerSettings | None = None,
 ) -> Runtime:
     """The runtime implementation for `kind`; a worker passes its `namespace` (its task
-    queue: container names), `host_id` and `deployment` (labels its sweep finds). `auto`
+    queue: container names), `host_id`, `deployment` (labels its sweep finds) and its
+    `settings` (read from the environment where a kind needs them and none are given). `auto`
     gives the kind this host offers (activities/runtimes/selection.py); a kind with no
     runtime is UnknownRuntime."""
     factory = RUNTIMES.get(concrete(kind))
     return factory(
-        data_dir / "runtimes", namespace=namespace, host_id=host_id, deployment=deployment
+        data_dir / "runtimes",
+        namespace=namespace,
+        host_id=host_id,
+        deployment=deployment,
+        settings=settings,
     )

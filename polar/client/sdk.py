@@ -37,7 +37,7 @@ from polar.builders import check_builder
 from polar.contracts import SessionProgress, SessionResult, Stage, TaskResult
 from polar.records import OutcomeClass, SessionStatus, Trace
 from polar.search_attributes import STAGE, STATUS
-from polar.settings import Settings, get_settings
+from polar.settings import ClientSettings, get_settings
 from polar.storage import Storage
 from polar.tasks.spec import TaskSpec
 from polar.temporal_client import connect
@@ -95,14 +95,16 @@ class TaskStatus:
 class PolarClient:
     """Submit rollout tasks and collect their results."""
 
-    def __init__(self, client: Client, settings: Settings, storage: Storage | None = None) -> None:
+    def __init__(
+        self, client: Client, settings: ClientSettings, storage: Storage | None = None
+    ) -> None:
         self.client = client
         self.settings = settings
         self.storage = storage or Storage(settings)
 
     @classmethod
-    async def connect(cls, settings: Settings | None = None) -> PolarClient:
-        settings = settings or get_settings()
+    async def connect(cls, settings: ClientSettings | None = None) -> PolarClient:
+        settings = settings or get_settings(ClientSettings)
         return cls(await connect(settings), settings)
 
     async def __aenter__(self) -> PolarClient:

@@ -23,7 +23,7 @@ from polar.advantages import group_rewards, is_verdict
 from polar.client.sdk import PolarClient
 from polar.contracts import SessionResult, TaskResult
 from polar.records import SessionStatus, Trace
-from polar.settings import get_settings
+from polar.settings import ClientSettings, get_settings
 from polar.tasks.spec import TaskSpec
 
 _clients: dict[int, PolarClient] = {}
@@ -34,7 +34,7 @@ async def shared_client() -> PolarClient:
     from the POLAR_* settings at first use."""
     key = id(asyncio.get_running_loop())
     if key not in _clients:
-        _clients[key] = await PolarClient.connect(get_settings())
+        _clients[key] = await PolarClient.connect(get_settings(ClientSettings))
     return _clients[key]
 
 

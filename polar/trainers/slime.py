@@ -62,7 +62,7 @@ from typing import Any
 
 from polar.client.sdk import PolarClient
 from polar.records import Trace
-from polar.settings import get_settings
+from polar.settings import ClientSettings, get_settings
 from polar.tasks.spec import TaskSpec
 from polar.trainers._sessions import (
     SessionRun,
@@ -245,7 +245,7 @@ async def rollout(
 ) -> tuple[list[list[list[Any]]], dict[str, float]]:
     """Every group's task at once; the filled samples (prompt × session × chain) and metrics."""
     stats = RolloutStats()
-    async with await PolarClient.connect(get_settings()) as polar:
+    async with await PolarClient.connect(get_settings(ClientSettings)) as polar:
         data = await asyncio.gather(
             *(rollout_group(polar, config, list(g), version, stats) for g in groups)
         )

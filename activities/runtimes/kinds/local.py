@@ -81,7 +81,7 @@ from activities.runtimes.workspace import (
 from activities.shell_command import ProcessOutcome, run_shell
 from polar.contracts import PrepareRequest, RuntimeHandle
 from polar.processes import kill_pids, pids_with_env
-from polar.settings import get_settings
+from polar.settings import WorkerSettings, get_settings
 from polar.tasks.spec import DEFAULT_WORKDIR
 
 log = logging.getLogger("polar.worker")
@@ -106,8 +106,11 @@ class LocalRuntime:
         host_id: str | None = None,
         allow_unsealed: bool | None = None,
         cgroup: Path | None = None,
+        settings: WorkerSettings | None = None,
     ) -> None:
-        settings = get_settings()
+        """`settings`: the worker's (its harness dirs, sandbox and uid pool); read from the
+        environment when not given."""
+        settings = settings or get_settings(WorkerSettings)
         self.root = root.resolve()
         self._sandbox = sandbox
         self._detected = False

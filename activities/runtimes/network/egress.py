@@ -48,7 +48,7 @@ from activities.runtimes.network.channel import with_forwarder
 from activities.runtimes.network.egress_policy import EgressPolicy
 from activities.runtimes.network.egress_proxy import EGRESS_SOCKET, EgressProxy
 from polar.contracts import RuntimeHandle
-from polar.settings import Settings
+from polar.settings import WorkerSettings
 from polar.tasks.spec import NetworkSpec
 
 EGRESS_PORT = 3128
@@ -60,7 +60,9 @@ class EgressRefused(Exception):
     """A session's network the worker cannot grant (egress off, an unsealed runtime)."""
 
 
-def egress_refusal(network: NetworkSpec, settings: Settings, what: str = "runtime") -> str | None:
+def egress_refusal(
+    network: NetworkSpec, settings: WorkerSettings, what: str = "runtime"
+) -> str | None:
     """Why this worker cannot give a task's `network`, or None (sealed, or egress on)."""
     if network.sealed or settings.egress == "proxy":
         return None
@@ -107,7 +109,7 @@ async def open_egress(
     runtime: Runtime,
     handle: RuntimeHandle,
     network: NetworkSpec,
-    settings: Settings,
+    settings: WorkerSettings,
     what: str = "runtime",
 ) -> AsyncIterator[EgressDoor | None]:
     """The egress a command of `handle` gets while the block runs: None when `network` is

@@ -24,7 +24,7 @@ from polar.network_policy import (
     not_global,
     parse_allowed_host,
 )
-from polar.settings import Settings
+from polar.settings import WorkerSettings
 from polar.tasks.spec import NetworkSpec
 
 
@@ -63,7 +63,7 @@ class EgressPolicy:
     exempt: tuple[Exempt, ...] = ()
 
     @classmethod
-    def of(cls, network: NetworkSpec, settings: Settings) -> EgressPolicy:
+    def of(cls, network: NetworkSpec, settings: WorkerSettings) -> EgressPolicy:
         return cls(
             network.mode,
             tuple(parse_allowed_host(h) for h in network.allowed_hosts),

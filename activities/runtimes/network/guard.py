@@ -21,7 +21,7 @@ from pathlib import Path
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from activities.shell_command import ProcessOutcome
-from polar.settings import Settings
+from polar.settings import WorkerSettings
 
 MAX_SOCKET_PATH = 107  # sun_path is 108 bytes with its NUL
 TIMED_OUT = b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
@@ -43,7 +43,7 @@ class ChannelLimits:
     """most bytes of one request's headers"""
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> ChannelLimits:
+    def from_settings(cls, settings: WorkerSettings) -> ChannelLimits:
         return cls(
             max_connections=settings.channel_max_connections,
             header_timeout_s=settings.channel_header_timeout_s,
