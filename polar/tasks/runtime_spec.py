@@ -1,0 +1,168 @@
+"""Where a session runs: the runtime spec, its sizes and workdir rules, and its network."""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from polar.host_paths import FORBIDDEN_HOST_DIRS
+from polar.network_policy import normalize_allowed_host
+from polar.tasks.sources import PrepareAction
+from polar.tasks.strict import MAX_TIMEOUT_S, StrictModel
+
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+MIN_SIZE, MAX_SIZE = 16 << 20, 1 << 50
+"""Bounds of a container's memory and disk limits (16m to 1 PiB)."""
+
+
+def parse_size(text: str) -> int:
+    """Bytes in a docker-style size: `512`, `64m`, `4g` (binary units)."""
+    match = re.fullmatch(r"([0-9]+)([bkmgBKMG]?)", text.strip())
+    if match is None:
+        raise ValueError(f"not a size: {text!r} (e.g. '512m', '4g')")
+    return int(match.group(1)) * _SIZE_UNITS[match.group(2).lower()]
+
+
+DEFAULT_WORKDIR = "/workspace"
+"""Where a container session's workspace is unless its RuntimeSpec says otherwise."""
+FORBIDDEN_WORKDIRS = (*FORBIDDEN_HOST_DIRS, "/tmp", "/var/tmp", "/tests", "/logs", "/solution")
+"""Container paths a workspace may not be at or under: system dirs (the sandbox's channel is
+in /run), scratch space, and where a Harbor verifier's tests and logs go."""
+TOO_BROAD_WORKDIRS = frozenset({"/home", "/var", "/opt", "/srv", "/mnt", "/media"})
+"""Top-level dirs that may be above a workspace but never be one."""
+
+
+def workdir_problem(path: str) -> str | None:
+    """Why `path` may not be a container's workspace, or None: absolute, normalised (no
+    `.`, `..`, `//` or trailing `/`), printable, not `/` nor at or under FORBIDDEN_WORKDIRS,
+    not one of TOO_BROAD_WORKDIRS."""
+    if not path.startswith("/"):
+        return "is not absolute"
+    if any(ord(c) < 32 or ord(c) == 127 for c in path) or len(path) > 255:
+        return "has control characters or is over 255 characters"
+    if path == "/":
+        return "is the root directory"
+    if posixpath.normpath(path) != path or path.startswith("//"):
+        return f"is not normalised (write {posixpath.normpath(path)!r})"
+    for top in FORBIDDEN_WORKDIRS:
+        if path == top or path.startswith(top + "/"):
+            return f"is in the system or reserved directory {top}"
+    if path in TOO_BROAD_WORKDIRS:
+        return "is a whole top-level directory (use a folder in it)"
+    return None
+
+
+class NetworkSpec(StrictModel):
+    """What a session may reach besides its gateway channel (docs/threat-model.md, Egress).
+
+    `none` (default): the sealed session, no network at all. `public`: anything but the
+    deployment's blocked networks (loopback, private, link-local, metadata...). `allowlist`:
+    only `allowed_hosts` (host names, `*.domain` wildcards, IP addresses or CIDR networks,
+    each with an optional `:port`). Either is served by the worker's egress proxy
+    (activities/runtimes/network/egress.py) and only where the deployment turns it on
+    (`POLAR_EGRESS=proxy`); elsewhere the session is refused at its start.
+    """
+
+    mode: Literal["none", "public", "allowlist"] = "none"
+    allowed_hosts: list[str] = Field(default_factory=list, max_length=256)
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _valid_hosts(cls, v: list[str]) -> list[str]:
+        return list(dict.fromkeys(normalize_allowed_host(entry) for entry in v))
+
+    @model_validator(mode="after")
+    def _hosts_for_allowlist(self) -> NetworkSpec:
+        if self.allowed_hosts and self.mode != "allowlist":
+            raise ValueError(f"allowed_hosts is for mode 'allowlist', not {self.mode!r}")
+        return self
+
+    @property
+    def sealed(self) -> bool:
+        """No network at all: nothing to open."""
+        return self.mode == "none"
+
+
+class RuntimeSpec(StrictModel):
+    """Where a session runs.
+
+    `local`: a trusted, dev-only work dir on the worker host, the harness as an
+    unprivileged user in its own PID and network namespaces (zero setup, default).
+    `docker`: one container per session from `image` (built locally, see
+    infra/images/build.py), the source in /workspace, no network (its only way
+    out is the session's gateway channel), CPU, memory, pids and disk limits by
+    default, and a wall-clock budget after which the container stops.
+    `podman`: the same container sessions with the daemonless `podman` CLI,
+    rootless where the host allows (activities/runtimes/kinds/podman.py).
+    `auto`: the best this worker's host offers, probed once per worker: docker where an
+    engine answers, else podman where it can run as the worker, else `local` (sealed by
+    bubblewrap on a worker that is not root; activities/runtimes/selection.py).
+    `prepare` actions run after the source is in place, in every kind.
+    """
+
+    kind: Literal["local", "docker", "podman", "auto"] = "local"
+    image: str = Field(default="polar/runtime:py311", description="docker: the image to run")
+    cpus: float | None = Field(
+        default=2.0, ge=0.1, le=512, description="containers: CPU limit (None: the default)"
+    )
+    memory: str | None = Field(
+        default="4g", pattern=r"^[0-9]+[bkmgBKMG]?$", description="containers: memory, e.g. '2g'"
+    )
+    pids: int | None = Field(
+        default=1024, ge=16, le=1_000_000, description="containers: process limit"
+    )
+    disk: str | None = Field(
+        default="10g",
+        pattern=r"^[0-9]+[bkmgBKMG]?$",
+        description="containers: most bytes the session may write (its writable layer)",
+    )
+    wall_clock_s: float = Field(
+        default=4 * 3600,
+        gt=0,
+        le=MAX_TIMEOUT_S,
+        allow_inf_nan=False,
+        description="docker: the container's whole lifetime",
+    )
+    prepare: list[PrepareAction] = Field(default_factory=list)
+    workdir: str = Field(
+        default=DEFAULT_WORKDIR,
+        # left out at the default: older workers read the spec
+        exclude_if=lambda v: v == DEFAULT_WORKDIR,
+        description="containers: the workspace's absolute path in the container (the source "
+        "goes there, the harness runs there, its changes there are graded); not `/` nor a "
+        "system directory",
+    )
+    network: NetworkSpec = Field(
+        default_factory=NetworkSpec,
+        # left out while sealed: older workers read the spec
+        exclude_if=lambda v: v.sealed,
+        description="what the session may reach besides the gateway (default: nothing); "
+        "`public` and `allowlist` need a worker with POLAR_EGRESS=proxy",
+    )
+
+    @field_validator("memory", "disk")
+    @classmethod
+    def _sane_size(cls, v: str | None) -> str | None:
+        if v is not None and not MIN_SIZE <= parse_size(v) <= MAX_SIZE:
+            raise ValueError(f"{v!r} is not between 16m and {MAX_SIZE >> 30}g")
+        return v
+
+    @field_validator("workdir")
+    @classmethod
+    def _allowed_workdir(cls, v: str) -> str:
+        problem = workdir_problem(v)
+        if problem is not None:
+            raise ValueError(f"workdir {v!r:.80} {problem}")
+        return v
+
+    @model_validator(mode="after")
+    def _workdir_for_containers(self) -> RuntimeSpec:
+        if self.kind == "local" and self.workdir != DEFAULT_WORKDIR:
+            raise ValueError(
+                f"workdir {self.workdir!r} is for container runtimes (docker, podman): a "
+                "'local' session's workspace is a fresh dir on the worker host"
+            )
+        return self
