@@ -60,7 +60,7 @@ async def test_harbor_audit_flags_exactly_the_hackable_tasks(
     shutil.copytree(HARBOR, dataset)
     env = polar.settings.as_env()
     report_file = tmp_path / "audit.json"
-    args = ["tasks", "audit", str(dataset), "--parallel", "4", "--json", str(report_file)]
+    args = ["tasks", "audit", str(dataset), "--parallel", "8", "--json", str(report_file)]
     result = await asyncio.to_thread(invoke, args, env)
     print(result.output)  # the audit table, in the CI log
     assert result.exit_code == 1, result.output  # some are flagged
