@@ -22,7 +22,6 @@ served from `app.state.admin_app` beside this app by `proxy.server`.
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
@@ -174,30 +173,8 @@ def create_app(
     async def probe() -> dict[str, str]:
         return {"status": "ok", "service": "polar-gateway"}
 
-    def health() -> dict[str, Any]:
-        return {
-            "status": "ok",
-            "gateway_id": gw.recorder.gateway_id,
-            "upstream_kind": gw.upstream.kind,
-            "upstreams": gw.upstream.urls,
-            "upstream_routing": gw.upstream.router.mode,
-            "replicas": gw.upstream.router.snapshot(),
-            "context_window": gw.upstream.context_window,
-            "pools": {
-                p.name: {
-                    "models": list(p.models),
-                    "record": p.record,
-                    "policy": p.policy,
-                    "harness": p.harness_may_call,
-                    "replicas": gw.pool_clients[p.name].router.snapshot(),
-                }
-                for p in gw.pools
-            },
-            "time": time.time(),
-        }
-
     install_openapi(app)
     app.state.admin_app = create_admin_app(
-        settings, gw.admission, gw.metrics.registry, health, model_schema=app.openapi
+        settings, gw.admission, gw.metrics.registry, gw.health, model_schema=app.openapi
     )
     return app

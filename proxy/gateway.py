@@ -88,6 +88,29 @@ class Gateway:
         """The policy's upstream client and each named pool's."""
         return [self.upstream, *self.pool_clients.values()]
 
+    def health(self) -> dict[str, Any]:
+        """The admin listener's /health: the upstreams, their replicas and the pools."""
+        return {
+            "status": "ok",
+            "gateway_id": self.recorder.gateway_id,
+            "upstream_kind": self.upstream.kind,
+            "upstreams": self.upstream.urls,
+            "upstream_routing": self.upstream.router.mode,
+            "replicas": self.upstream.router.snapshot(),
+            "context_window": self.upstream.context_window,
+            "pools": {
+                p.name: {
+                    "models": list(p.models),
+                    "record": p.record,
+                    "policy": p.policy,
+                    "harness": p.harness_may_call,
+                    "replicas": self.pool_clients[p.name].router.snapshot(),
+                }
+                for p in self.pools
+            },
+            "time": time.time(),
+        }
+
     async def serve(
         self, provider: ProviderAPI, request: Request, identity: SessionIdentity, call: CallContext
     ) -> Response:
