@@ -33,7 +33,7 @@ from fastapi.responses import HTMLResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from polar.providers import APIError
-from polar.settings import Settings
+from polar.settings import GatewaySettings
 from proxy.errors import install_error_handlers
 from proxy.metrics import GatewayMetrics
 
@@ -141,7 +141,7 @@ def _check_token(request: Request, expected: str | None) -> None:
         raise APIError(403, "invalid admin token", code="forbidden")
 
 
-def admin_routes(admission: Admission, settings: Settings) -> APIRouter:
+def admin_routes(admission: Admission, settings: GatewaySettings) -> APIRouter:
     router = APIRouter(prefix="/admin")
 
     @router.post("/pause")
@@ -164,7 +164,7 @@ def admin_routes(admission: Admission, settings: Settings) -> APIRouter:
 
 
 def create_admin_app(
-    settings: Settings,
+    settings: GatewaySettings,
     admission: Admission,
     registry: CollectorRegistry,
     health: Callable[[], dict[str, Any]],

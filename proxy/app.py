@@ -32,7 +32,7 @@ from fastapi.responses import JSONResponse, Response
 from polar.providers import APIError, CallContext, ProviderAPI, get_provider
 from polar.providers.google_generate import split_action
 from polar.session_keys import SessionIdentity
-from polar.settings import Settings
+from polar.settings import GatewaySettings
 from polar.storage import Storage
 from proxy.admin import create_admin_app
 from proxy.auth import authenticate
@@ -122,7 +122,10 @@ def _model_routes(gw: Gateway) -> APIRouter:
 
 
 def create_app(
-    settings: Settings, storage: Storage | None = None, *, token_counter: TokenCounter | None = None
+    settings: GatewaySettings,
+    storage: Storage | None = None,
+    *,
+    token_counter: TokenCounter | None = None,
 ) -> FastAPI:
     """The gateway app for `settings`; records go to `storage` (default: S3 from settings).
 

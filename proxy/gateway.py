@@ -18,7 +18,7 @@ from polar.outcomes import UNSERVED_STATUS
 from polar.providers import APIError, CallContext, ProviderAPI
 from polar.providers.base import dict_at
 from polar.session_keys import SessionIdentity
-from polar.settings import Settings
+from polar.settings import GatewaySettings
 from polar.storage import Storage
 from proxy.admin import Admission
 from proxy.metrics import GatewayMetrics
@@ -67,7 +67,7 @@ class Gateway:
     """The per-app services a model call goes through: upstream, recorder, token counter."""
 
     def __init__(
-        self, settings: Settings, storage: Storage | None, counter: TokenCounter | None
+        self, settings: GatewaySettings, storage: Storage | None, counter: TokenCounter | None
     ) -> None:
         self.upstream = UpstreamClient(settings)
         self.pools = parse_pools(settings.pools)

@@ -19,7 +19,7 @@ from fastapi import FastAPI
 
 from polar.credentials import refuse_weak_secrets
 from polar.logs import configure_logging
-from polar.settings import Settings
+from polar.settings import GatewaySettings
 from proxy.app import create_app
 
 
@@ -48,7 +48,7 @@ def _server(app: FastAPI, host: str, port: int) -> uvicorn.Server:
     return uvicorn.Server(config)
 
 
-async def serve_both(settings: Settings) -> None:
+async def serve_both(settings: GatewaySettings) -> None:
     """Serve the model and admin listeners until either stops (a signal stops both)."""
     app = create_app(settings)
     servers = [
@@ -72,7 +72,7 @@ def run(main: Coroutine[Any, Any, None]) -> None:
         asyncio.run(main)
 
 
-def serve(settings: Settings) -> None:
+def serve(settings: GatewaySettings) -> None:
     """Serve the gateway until interrupted; refuses to start with weak secrets."""
     refuse_weak_secrets(settings, "gateway")
     configure_logging(settings.log_format)

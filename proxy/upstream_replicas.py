@@ -13,7 +13,7 @@ from typing import Any
 
 import aiohttp
 
-from polar.settings import Settings
+from polar.settings import GatewaySettings
 from proxy.pools import POOL_KINDS, PoolSpec
 from proxy.routing import Router
 from proxy.training_fields import KINDS
@@ -72,7 +72,7 @@ class UpstreamReplicas:
     (session-affine by default) over a pooled aiohttp session, and probed for health in
     the background (`start`). `proxy.upstream.UpstreamClient` makes the calls."""
 
-    def __init__(self, settings: Settings, pool: PoolSpec | None = None) -> None:
+    def __init__(self, settings: GatewaySettings, pool: PoolSpec | None = None) -> None:
         """The policy's client (`pool` None), or the client of a named pool (`proxy.pools`):
         its own upstreams, kind, model name, routing and API key; the rest from settings."""
         self.kind = (pool.kind if pool else settings.upstream_kind).strip().lower()

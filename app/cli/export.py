@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from app.cli.main import console
-from polar.settings import get_settings
+from polar.settings import StorageSettings, get_settings
 
 
 def export(
@@ -56,7 +56,8 @@ def export(
         from polar.storage import Storage
 
         sources = traces or []
-        storage = None if all(Path(s).exists() for s in sources) else Storage(get_settings())
+        local = all(Path(s).exists() for s in sources)
+        storage = None if local else Storage(get_settings(StorageSettings))
         got = ex.collect_files(sources, storage, with_records=sft)
     summary = ex.export_traces(
         got.traces,

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from polar.settings import get_settings
+from polar.settings import ServiceSettings, get_settings
 
 keys_app = typer.Typer(help="Session keys, for running a harness by hand against a gateway.")
 
@@ -40,7 +40,7 @@ def key_mint(
     if not (math.isfinite(ttl_s) and ttl_s > 0):
         fail(f"--ttl-s must be a positive number of seconds, not {ttl_s}")
         raise typer.Exit(2)
-    settings = get_settings()
+    settings = get_settings(ServiceSettings)
     try:
         api_key = mint_session_key(
             SessionIdentity(session_id, task_id), settings.session_secret, ttl_s=ttl_s

@@ -12,7 +12,7 @@ from typing import Annotated, Any, NoReturn
 import typer
 from rich.console import Console
 
-from polar.settings import get_settings
+from polar.settings import ClientSettings, get_settings
 
 TEMPORAL_BRIDGE = "temporalio.bridge.temporal_sdk_bridge"
 """The Temporal SDK's native module: loaded once a command has used a Temporal client."""
@@ -54,7 +54,7 @@ def plain_error(exc: Exception) -> str | None:
     if isinstance(exc, RPCError) and exc.status == RPCStatusCode.NOT_FOUND:
         return f"not found: {exc.message}"
     if isinstance(exc, RuntimeError) and str(exc).startswith("Failed client connect"):
-        address = get_settings().temporal_address
+        address = get_settings(ClientSettings).temporal_address
         return (
             f"cannot reach Temporal at {address} (is the stack up? `polar dev up`, or set "
             "POLAR_TEMPORAL_ADDRESS)"

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from app.cli.main import console
-from polar.settings import get_settings
+from polar.settings import ClientSettings, get_settings
 
 
 def replay(
@@ -26,7 +26,7 @@ def replay(
         else:
             from polar.temporal_client import connect
 
-            history = await rp.fetch_history(await connect(get_settings()), target)
+            history = await rp.fetch_history(await connect(get_settings(ClientSettings)), target)
         if save:
             rp.save_history(history, save)
         report = await rp.replay(history)

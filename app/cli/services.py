@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from app.cli.main import console
-from polar.settings import get_settings
+from polar.settings import GatewaySettings, WorkerSettings, get_settings
 
 
 @contextlib.contextmanager
@@ -30,7 +30,7 @@ def gateway() -> None:
     from proxy.server import serve
 
     with refused_cleanly():
-        serve(get_settings())
+        serve(get_settings(GatewaySettings))
 
 
 def worker(
@@ -46,7 +46,8 @@ def worker(
     from polar.logs import configure_logging
 
     caps = {"max_init": max_init, "max_run": max_run, "max_postrun": max_postrun}
-    settings = get_settings().model_copy(update={k: v for k, v in caps.items() if v is not None})
+    caps = {k: v for k, v in caps.items() if v is not None}
+    settings = get_settings(WorkerSettings).model_copy(update=caps)
     configure_logging(settings.log_format)
     with refused_cleanly():
         asyncio.run(run_worker(settings, tuple(q.strip() for q in queues.split(",") if q.strip())))

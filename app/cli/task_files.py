@@ -37,11 +37,11 @@ def load_harbor_dir(
     """The TaskSpecs of a Harbor task or dataset dir, their images present on this host's
     engine (built now where needed, unless `build` is off); a task Polar cannot honour is a
     clean message naming it and the field, and exit code 2."""
-    from polar.settings import get_settings
+    from polar.settings import ClientSettings, get_settings
     from polar.tasks.harbor import load_harbor_tasks
     from polar.tasks.harbor_images import ensure_images
 
-    image_map = get_settings().harbor_image_map
+    image_map = get_settings(ClientSettings).harbor_image_map
     try:
         harness_spec = HarnessSpec.model_validate({"kind": harness})
         specs = load_harbor_tasks(

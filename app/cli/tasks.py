@@ -13,7 +13,7 @@ from rich.table import Table
 
 from app.cli.main import console
 from app.cli.task_files import load_harbor_dir, warn_verifier
-from polar.settings import get_settings
+from polar.settings import ClientSettings, get_settings
 
 if TYPE_CHECKING:
     from app.task_audit import AuditReport, AuditTarget
@@ -118,7 +118,7 @@ def audit_targets(
         return [au.taskspec_target(path, oracle)]
     from polar.tasks.harbor_images import ensure_images
 
-    image_map = get_settings().harbor_image_map
+    image_map = get_settings(ClientSettings).harbor_image_map
     targets = au.harbor_targets(path, image_map)
     for built in ensure_images(path, image_map=image_map, log=console.print):
         builds[task_id_of(built.task)] = f"{built.how}, {built.seconds:g} s"
