@@ -74,7 +74,7 @@ def check_audit(spec: TaskSpec, near: Path, strict: bool) -> None:
 
 def warn_verifier(spec: TaskSpec) -> None:
     """Warn about a Harbor task whose verifier seems to run the agent's code as the owner of
-    its reward files (polar/tasks/harbor.py, verifier_runs_agent_code)."""
+    its reward files (polar/tasks/harbor_verifier.py, verifier_runs_agent_code)."""
     from polar.tasks.harbor import verifier_warning
 
     text = verifier_warning(spec)
