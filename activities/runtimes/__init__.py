@@ -3,6 +3,7 @@ best this host offers: activities/runtimes/selection.py)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -25,6 +26,7 @@ __all__ = [
     "PrepareFailed",
     "Runtime",
     "RuntimeFactory",
+    "RuntimePlace",
     "SourceUnavailable",
     "UnknownRuntime",
     "get_runtime",
@@ -35,55 +37,42 @@ class UnknownRuntime(UnknownKind):
     """No runtime implements this kind."""
 
 
+@dataclass(frozen=True)
+class RuntimePlace:
+    """Where a worker's runtimes live: its `namespace` (its task queue: container names),
+    `host_id` and `deployment` (labels its sweep finds), and its `settings` (read from the
+    environment where a kind needs them and none are given)."""
+
+    namespace: str | None = None
+    host_id: str | None = None
+    deployment: str | None = None
+    settings: WorkerSettings | None = None
+
+
 class RuntimeFactory(Protocol):
     """Makes the runtime of one kind, its state under `root`."""
 
-    def __call__(
-        self,
-        root: Path,
-        *,
-        namespace: str | None,
-        host_id: str | None,
-        deployment: str | None,
-        settings: WorkerSettings | None,
-    ) -> Runtime: ...
+    def __call__(self, root: Path, place: RuntimePlace) -> Runtime: ...
 
 
-def _local(
-    root: Path,
-    *,
-    namespace: str | None,
-    host_id: str | None,
-    deployment: str | None,
-    settings: WorkerSettings | None,
-) -> Runtime:
-    return LocalRuntime(root, host_id=host_id, settings=settings)
+def _local(root: Path, place: RuntimePlace) -> Runtime:
+    return LocalRuntime(root, host_id=place.host_id, settings=place.settings)
 
 
-def _docker(
-    root: Path,
-    *,
-    namespace: str | None,
-    host_id: str | None,
-    deployment: str | None,
-    settings: WorkerSettings | None,
-) -> Runtime:
+def _docker(root: Path, place: RuntimePlace) -> Runtime:
     from activities.runtimes.kinds.docker import DockerRuntime  # the docker SDK only when used
 
-    return DockerRuntime(root, namespace=namespace, host_id=host_id, deployment=deployment)
+    return DockerRuntime(
+        root, namespace=place.namespace, host_id=place.host_id, deployment=place.deployment
+    )
 
 
-def _podman(
-    root: Path,
-    *,
-    namespace: str | None,
-    host_id: str | None,
-    deployment: str | None,
-    settings: WorkerSettings | None,
-) -> Runtime:
+def _podman(root: Path, place: RuntimePlace) -> Runtime:
     from activities.runtimes.kinds.podman import PodmanRuntime
 
-    return PodmanRuntime(root, namespace=namespace, host_id=host_id, deployment=deployment)
+    return PodmanRuntime(
+        root, namespace=place.namespace, host_id=place.host_id, deployment=place.deployment
+    )
 
 
 RUNTIMES: Registry[RuntimeFactory] = Registry(
@@ -108,10 +97,5 @@ def get_runtime(
     gives the kind this host offers (activities/runtimes/selection.py); a kind with no
     runtime is UnknownRuntime."""
     factory = RUNTIMES.get(concrete(kind))
-    return factory(
-        data_dir / "runtimes",
-        namespace=namespace,
-        host_id=host_id,
-        deployment=deployment,
-        settings=settings,
-    )
+    place = RuntimePlace(namespace, host_id, deployment, settings)
+    return factory(data_dir / "runtimes", place)
