@@ -5,7 +5,7 @@ A checkout keeps them where the repository does (`infra/images/`,
 as data files under `{prefix}/share/polar/` (pyproject.toml's
 `[tool.setuptools.data-files]`), found through the installed distribution's
 file list. Paths that only a checkout has (the venvs `infra/setup.sh` makes,
-the harness CLIs from npm) are settings (polar/settings.py), not assets.
+the harness CLIs from npm) are settings (polar/settings/), not assets.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ section) it finds: for a source with no ini file of its own, the search leaves t
 workspace (`{data_dir}/runtimes/{session}/workspace`) and walks up through the data dir. When
 the data dir lay inside the worker's checkout (`.polar` was the default), it met the checkout's
 `pyproject.toml`: its addopts, plugins and rootdir, and a gold answer got 0. The default data
-dir is now outside the checkout (polar/settings.py `default_data_dir`), so the walk meets none.
+dir is now outside the checkout (polar/settings/base.py `default_data_dir`), so the walk meets none.
 
 Here the worker's project is a folder with a pytest-configured `pyproject.toml` (its addopts
 name an option no runtime knows, as a project's plugin options do) holding the task's source

@@ -1,6 +1,6 @@
 """infra/deploy/slurm: every template parses (`bash -n`), sbatch sees all its `#SBATCH`
 directives, every setting it exports or the example env file sets is a field of
-polar/settings.py, and common.sh's helpers behave.
+polar/settings/, and common.sh's helpers behave.
 
 There is no renderer: the templates are plain sbatch scripts that read the site's
 settings from `POLAR_SLURM_ENV`. The real cluster run is tests/system/test_slurm_cluster.py;
