@@ -17,6 +17,7 @@ import shutil
 import signal
 import subprocess
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -58,6 +59,17 @@ open("answer.txt", "w").write(answer or "none")
 """
 
 _tarballs: dict[str, Path] = {}
+
+
+def at_once(steps: Iterable[Callable[[], object]]) -> None:
+    """Run `steps` in threads at once (loading an image, stopping a host: mostly waiting on
+    dockerd and the disk), then raise the first failure, if any (a skip included), once every
+    step has ended. Never a step that starts a process meant to outlive it: a child made
+    `dying_with_parent` gets its SIGKILL when the thread that started it ends."""
+    with ThreadPoolExecutor() as pool:
+        futures = [pool.submit(step) for step in steps]
+    for future in futures:
+        future.result()
 
 
 def image_tarball(image: str, cache_dir: Path) -> Path:

@@ -19,6 +19,7 @@ import shutil
 import signal
 import tempfile
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,7 @@ from tests.support import netns
 from tests.support.faults import Node, endless_backend
 from tests.support.hosts import (
     Engine,
+    at_once,
     check_lost_host_outcome,
     check_stayed_on_their_hosts,
     docker_task,
@@ -55,12 +57,11 @@ def engines(docker_image: str, tmp_path_factory: pytest.TempPathFactory) -> Iter
     made = [Engine(name, top / name) for name in ("ha", "hb")]
     try:
         for engine in made:
-            engine.start()
-            engine.load(tarball)
+            engine.start()  # here, not in a thread: dockerd dies with the thread starting it
+        at_once(partial(engine.load, tarball) for engine in made)  # side by side
         yield made
     finally:
-        for engine in made:
-            engine.remove()
+        at_once(engine.remove for engine in made)
         shutil.rmtree(top, ignore_errors=True)
 
 
