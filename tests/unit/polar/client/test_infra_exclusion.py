@@ -12,7 +12,7 @@ from polar.records import SessionStatus, Trace
 from polar.trainers._sessions import absent_reason, left_out, trainable
 from polar.trainers.trl import GroupRun, PolarRolloutFunc
 from tests.unit.polar.builders.test_builders_rewards import scored_group
-from tests.unit.polar.trainers import test_trainers_trl as trl_tests
+from tests.unit.polar.trainers.trl import test_trainers_trl as trl_tests
 
 # the harness of "starved" failed after 4 calls the gateway could not serve (a dead replica):
 # its evaluator graded the nothing it left 0.0, which must not reach the group
