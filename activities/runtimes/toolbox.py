@@ -19,6 +19,7 @@ import functools
 import hashlib
 import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Literal
 
@@ -92,10 +93,18 @@ def installed(root: Path) -> Path:
         return target
     folder.mkdir(parents=True, exist_ok=True)
     folder.chmod(0o755)
-    partial = folder / f".{target.name}.{os.getpid()}"
-    shutil.copyfile(source, partial)
-    partial.chmod(0o555)
-    partial.replace(target)  # atomic: a concurrent worker writes the same bytes
+    # a partial file of this call's own: threads of one worker (containers started side by
+    # side) and other workers install at once, and each must rename only what it wrote
+    fd, name = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.")
+    partial = Path(name)
+    try:
+        with os.fdopen(fd, "wb") as out, source.open("rb") as src:
+            shutil.copyfileobj(src, out)
+        partial.chmod(0o555)
+        partial.replace(target)  # atomic: a concurrent install writes the same bytes
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
     return target
 
 
