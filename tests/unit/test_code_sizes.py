@@ -3,24 +3,17 @@ itself is shown to catch both on a made-up tree."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-from tests.support.paths import REPO
+from tests.support.scripts import load_script
 
 
 @pytest.fixture(scope="module")
 def code_sizes() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("code_sizes", REPO / "scripts" / "code_sizes.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["code_sizes"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_script("code_sizes")
 
 
 def test_the_product_keeps_the_limits(code_sizes: ModuleType) -> None:

@@ -9,7 +9,6 @@ itself is shown to catch each kind of violation on a small made-up tree.
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -18,18 +17,14 @@ from types import ModuleType
 import pytest
 
 from tests.support.paths import REPO
+from tests.support.scripts import load_script
 
 SCRIPT = REPO / "scripts" / "import_graph.py"
 
 
 @pytest.fixture(scope="module")
 def import_graph() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("import_graph", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["import_graph"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_script("import_graph")
 
 
 def test_repository_keeps_the_layering(import_graph: ModuleType) -> None:
