@@ -10,7 +10,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from tests.support.folder_tables import folder_rows, product_packages
+from tests.support.folder_tables import folder_rows
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
@@ -50,5 +50,5 @@ def test_the_folder_table_names_what_exists_and_every_package() -> None:
     ).stdout.split()
     top = {f"{path.split('/', 1)[0]}/" for path in tracked if "/" in path and path[0] != "."}
     subpackages = {f"polar/{p.parent.name}/" for p in (REPO / "polar").glob("*/__init__.py")}
-    missing = sorted((top | subpackages | product_packages(depth=0)) - set(named))
+    missing = sorted((top | subpackages) - set(named))
     assert not missing, f"the README's folder table leaves out {missing}"
