@@ -16,6 +16,7 @@ from typing import TypeVar, overload
 
 from polar.settings.base import PolarSettings, checkout_path, default_data_dir
 from polar.settings.client import ClientSettings
+from polar.settings.console import ConsoleSettings
 from polar.settings.devstack import DevStackSettings
 from polar.settings.gateway import GatewaySettings
 from polar.settings.service import ServiceSettings
@@ -26,6 +27,7 @@ from polar.settings.worker import WorkerSettings
 __all__ = [
     "SECTIONS",
     "ClientSettings",
+    "ConsoleSettings",
     "DevStackSettings",
     "GatewaySettings",
     "PolarSettings",
@@ -40,7 +42,7 @@ __all__ = [
 ]
 
 
-class Settings(WorkerSettings, GatewaySettings, ClientSettings, DevStackSettings):
+class Settings(WorkerSettings, GatewaySettings, ConsoleSettings, DevStackSettings):
     """Every knob of Polar, every section at once: the dev stack, the CLI and tests."""
 
 
@@ -52,6 +54,7 @@ SECTIONS: tuple[type[PolarSettings], ...] = (
     GatewaySettings,
     WorkerSettings,
     ClientSettings,
+    ConsoleSettings,
     DevStackSettings,
 )
 """The sections, each defining its own fields (docs/configuration.md lists them by section)."""

@@ -1,0 +1,158 @@
+"""One entry per model call: a CompletionRecord's dict shaped for the session page.
+
+Records are read as the gateway stored them (`polar.record_codec`); the upstream answer
+is OpenAI-chat shaped (vLLM, SGLang), the request as sent is the caller's provider's.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+PREVIEW_CHARS = 4000
+LONG_LIST = 24
+"""Lists of numbers longer than this are elided in the JSON shown (token ids, logprobs)."""
+
+
+@dataclass
+class CallEntry:
+    """One model call as the session page lists it."""
+
+    n: int
+    record_id: str
+    attempt: int
+    provider: str
+    model: str | None
+    status_code: int
+    error: str | None
+    finish_reason: str | None
+    latency_s: float
+    started_at: float
+    prompt_tokens: int
+    response_tokens: int
+    training: str
+    last_message: str
+    response_text: str
+    tool_calls: list[str] = field(default_factory=list)
+    normalized_changes: list[str] = field(default_factory=list)
+
+
+def text_of(content: Any) -> str:
+    """A message's content as text: a string, or its text parts joined."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, dict):
+                text = part.get("text") or part.get("content")
+                parts.append(text if isinstance(text, str) else json.dumps(part)[:PREVIEW_CHARS])
+            else:
+                parts.append(str(part))
+        return "\n".join(parts)
+    return json.dumps(content)[:PREVIEW_CHARS]
+
+
+def clip(text: str, limit: int = PREVIEW_CHARS) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}… [{len(text) - limit} more chars]"
+
+
+def last_message(request: dict[str, Any]) -> str:
+    """The newest message of a chat request (what this call added to the conversation)."""
+    messages = request.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return ""
+    message = messages[-1]
+    if not isinstance(message, dict):
+        return clip(str(message))
+    return clip(f"{message.get('role', '?')}: {text_of(message.get('content'))}")
+
+
+def answer_of(response: Any) -> tuple[str, list[str]]:
+    """The answer's text (reasoning first, marked) and its tool calls, each as text."""
+    if not isinstance(response, dict):
+        return "", []
+    choices = response.get("choices")
+    message = choices[0].get("message") if isinstance(choices, list) and choices else None
+    if not isinstance(message, dict):
+        return "", []
+    text = text_of(message.get("content"))
+    reasoning = message.get("reasoning_content") or message.get("reasoning")
+    if isinstance(reasoning, str) and reasoning:
+        text = f"[reasoning] {reasoning}\n{text}"
+    calls = []
+    for call in message.get("tool_calls") or []:
+        function = call.get("function") if isinstance(call, dict) else None
+        if isinstance(function, dict):
+            calls.append(clip(f"{function.get('name')}({function.get('arguments')})"))
+    return clip(text), calls
+
+
+def training_status(record: dict[str, Any], trained_ids: set[str]) -> str:
+    """What became of the call's sample: trained, or why not."""
+    if record.get("client_disconnected"):
+        return "client disconnected"
+    if record.get("untrainable"):
+        return f"untrainable: {record['untrainable']}"
+    if record.get("error") or int(record.get("status_code") or 200) >= 400:
+        return "refused" if int(record.get("status_code") or 200) < 500 else "failed"
+    if record.get("record_id") in trained_ids:
+        return "trained"
+    if not record.get("response_token_ids"):
+        return "no token ids"
+    return "unseen"
+
+
+def normalized_changes(record: dict[str, Any]) -> list[str]:
+    """The fields the gateway's normalisation changed, added or dropped."""
+    request, normalized = record.get("request") or {}, record.get("normalized_request") or {}
+    if not isinstance(request, dict) or not isinstance(normalized, dict):
+        return []
+    changed = [f"~{k}" for k in normalized if k in request and request[k] != normalized[k]]
+    added = [f"+{k}" for k in normalized if k not in request]
+    dropped = [f"-{k}" for k in request if k not in normalized]
+    return changed + added + dropped
+
+
+def call_entry(n: int, record: dict[str, Any], trained_ids: set[str]) -> CallEntry:
+    """Entry `n` of the session page from one stored record's dict."""
+    text, tools = answer_of(record.get("response"))
+    started, finished = float(record.get("started_at", 0)), float(record.get("finished_at", 0))
+    return CallEntry(
+        n=n,
+        record_id=str(record.get("record_id", "")),
+        attempt=int(record.get("attempt", 1)),
+        provider=str(record.get("provider", "")),
+        model=record.get("model"),
+        status_code=int(record.get("status_code") or 200),
+        error=clip(str(record["error"])) if record.get("error") else None,
+        finish_reason=record.get("finish_reason"),
+        latency_s=max(0.0, finished - started),
+        started_at=started,
+        prompt_tokens=len(record.get("prompt_token_ids") or ()),
+        response_tokens=len(record.get("response_token_ids") or ()),
+        training=training_status(record, trained_ids),
+        last_message=last_message(record.get("normalized_request") or {}),
+        response_text=text,
+        tool_calls=tools,
+        normalized_changes=normalized_changes(record),
+    )
+
+
+def elided(value: Any) -> Any:
+    """`value` with long lists of numbers (token ids, logprobs) cut to their length."""
+    if isinstance(value, dict):
+        return {k: elided(v) for k, v in value.items()}
+    if isinstance(value, list):
+        if len(value) > LONG_LIST and all(isinstance(v, int | float) for v in value):
+            return [*value[:8], f"… {len(value) - 8} more numbers"]
+        return [elided(v) for v in value]
+    return value
+
+
+def pretty(value: Any) -> str:
+    """Indented JSON of `value`, long number lists elided."""
+    return json.dumps(elided(value), indent=2, ensure_ascii=False, default=str)

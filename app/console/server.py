@@ -1,0 +1,207 @@
+"""The console's web app: `create_app(settings)` and its pages (read-only, server-rendered).
+
+/                                 tasks (filters: task, harness, runtime, status, since)
+/tasks/{workflow or task id}      one task run: its sessions, rewards, advantages
+/sessions/{id}                    one session: stages, calls, traces, grade, logs
+/sessions/{id}/calls/{n}          one call: request as sent and normalised, response
+/sessions/{id}/traces/{n}         one trace, token by token
+/raw/{key}                        an S3 object of Polar's as text/plain (or ?download=1)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, PlainTextResponse, Response
+from temporalio.client import Client
+from temporalio.service import RPCError
+
+from app.console.calls import pretty
+from app.console.filters import BadFilter, TaskFilters, checked_text
+from app.console.safety import Redactor, raw_key_allowed, security_headers, template_environment
+from app.console.session_objects import SessionObjects
+from app.console.session_page import session_view
+from app.console.task_page import task_view
+from app.console.temporal_reads import TemporalReads
+from app.console.tokens import trace_view
+from polar.ids import InvalidId, checked_id
+from polar.record_codec import RECORD_SUFFIX, decode_record
+from polar.settings import ConsoleSettings
+from polar.storage import Storage, completions_prefix
+from polar.temporal_client import connect
+
+STATIC = {"console.css": "text/css; charset=utf-8", "console.js": "text/javascript; charset=utf-8"}
+
+
+class NotFound(Exception):
+    """A page of something that does not exist."""
+
+
+class Console:
+    """The app's state: settings, templates, redaction, S3 reads, Temporal (connected lazily)."""
+
+    def __init__(
+        self, settings: ConsoleSettings, client: Client | None, storage: Storage | None
+    ) -> None:
+        self.settings = settings
+        self.redact = Redactor(settings)
+        self.env = template_environment(settings, self.redact)
+        self.objects = SessionObjects(storage or Storage(settings))
+        self._reads = TemporalReads(client) if client is not None else None
+        self._lock = asyncio.Lock()
+        model_dir = getattr(settings, "model_dir", None)
+        self.tokenizer_dir: Path | None = settings.console_tokenizer_dir or model_dir
+
+    async def reads(self) -> TemporalReads:
+        async with self._lock:
+            if self._reads is None:
+                self._reads = TemporalReads(await connect(self.settings))
+            return self._reads
+
+    def page(self, template: str, status: int = 200, **context: Any) -> HTMLResponse:
+        html = self.env.get_template(template).render(**context)
+        return HTMLResponse(html, status_code=status)
+
+    def problem(self, status: int, message: str) -> HTMLResponse:
+        return self.page("problem.html", status, title=f"{status}", message=message)
+
+
+def create_app(
+    settings: ConsoleSettings, *, client: Client | None = None, storage: Storage | None = None
+) -> FastAPI:
+    """The console app over `settings`' Temporal and S3 (`client`, `storage`: already made)."""
+    console = Console(settings, client, storage)
+    app = FastAPI(title="Polar console", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.console = console
+    app.middleware("http")(security_headers)
+
+    @app.exception_handler(NotFound)
+    async def not_found(request: Request, exc: NotFound) -> HTMLResponse:
+        return console.problem(404, str(exc))
+
+    @app.exception_handler(RPCError)
+    async def temporal_failed(request: Request, exc: RPCError) -> HTMLResponse:
+        return console.problem(502, f"Temporal did not answer: {exc.message}")
+
+    @app.exception_handler(BadFilter)
+    async def bad_filter(request: Request, exc: BadFilter) -> HTMLResponse:
+        return console.problem(400, str(exc))
+
+    add_pages(app, console)
+    add_files(app, console)
+    return app
+
+
+def add_pages(app: FastAPI, console: Console) -> None:
+    """The HTML pages."""
+
+    @app.get("/", response_class=HTMLResponse)
+    async def tasks(
+        task: str | None = None,
+        harness: str | None = None,
+        runtime: str | None = None,
+        status: str | None = None,
+        since: str | None = None,
+        limit: int | None = None,
+    ) -> HTMLResponse:
+        filters = TaskFilters.parse(task, harness, runtime, status, since, limit)
+        rows = await (await console.reads()).tasks(filters)
+        return console.page("tasks.html", filters=filters, rows=rows)
+
+    @app.get("/tasks/{ref}", response_class=HTMLResponse)
+    async def task(ref: str) -> HTMLResponse:
+        ref = checked_text("task", ref) or ""
+        view = await task_view(await console.reads(), ref)
+        if view is None:
+            raise NotFound(f"no task {ref}")
+        return console.page("task.html", view=view)
+
+    @app.get("/sessions/{session_id}", response_class=HTMLResponse)
+    async def session(session_id: str) -> HTMLResponse:
+        view = await session_view(await console.reads(), console.objects, safe_id(session_id))
+        if view is None:
+            raise NotFound(f"no session {session_id}")
+        return console.page("session.html", view=view)
+
+    @app.get("/sessions/{session_id}/calls/{n}", response_class=HTMLResponse)
+    async def call(session_id: str, n: int) -> HTMLResponse:
+        keys = await console.objects.keys(completions_prefix(safe_id(session_id)))
+        if not 0 <= n < len(keys):
+            raise NotFound(f"no call {n} in session {session_id}")
+        record = decode_record(await console.objects.get(keys[n]))
+        parts = {name: pretty(record.get(name)) for name in CALL_PARTS}
+        return console.page(
+            "call.html", session_id=session_id, n=n, key=keys[n], record=record, parts=parts
+        )
+
+    @app.get("/sessions/{session_id}/traces/{n}", response_class=HTMLResponse)
+    async def trace(session_id: str, n: int) -> HTMLResponse:
+        keys = await console.objects.traces_keys(safe_id(session_id))
+        found = await console.objects.trace(keys[0], n) if keys else None
+        if found is None:
+            raise NotFound(f"no trace {n} in session {session_id}")
+        view = await asyncio.to_thread(trace_view, found, console.tokenizer_dir)
+        return console.page("trace.html", session_id=session_id, n=n, key=keys[0], view=view)
+
+
+CALL_PARTS = ("request", "normalized_request", "response")
+
+
+def safe_id(value: str) -> str:
+    try:
+        return checked_id(value, "session id")
+    except InvalidId as exc:
+        raise NotFound(str(exc)) from None
+
+
+def add_files(app: FastAPI, console: Console) -> None:
+    """The stylesheet, the script, raw S3 objects and a health check."""
+
+    @app.get("/static/{name}")
+    async def static(name: str) -> Response:
+        if name not in STATIC:
+            raise NotFound(name)
+        data = resources.files("app.console").joinpath("static", name).read_bytes()
+        return Response(data, media_type=STATIC[name])
+
+    @app.get("/raw/{key:path}")
+    async def raw(key: str, download: bool = False) -> Response:
+        if not raw_key_allowed(key):
+            raise NotFound("not one of Polar's objects")
+        try:
+            data = await console.objects.get(key)
+        except KeyError:
+            raise NotFound(f"no object {key}") from None
+        text = raw_text(key, data)
+        body = console.redact(text) if text is not None else None
+        if download:
+            name = key.rsplit("/", 1)[-1].removesuffix(".zst") if text is not None else "object"
+            safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in name)[:100]
+            payload = body.encode() if body is not None else data
+            return Response(
+                payload,
+                media_type="application/octet-stream",
+                headers={"Content-Disposition": f'attachment; filename="{safe or "object"}"'},
+            )
+        if body is None:
+            return PlainTextResponse(f"binary object, {len(data)} bytes: download it")
+        return PlainTextResponse(body)
+
+    @app.get("/health")
+    async def health() -> PlainTextResponse:
+        return PlainTextResponse("ok")
+
+
+def raw_text(key: str, data: bytes) -> str | None:
+    """An object as text: a completion record as its JSON, other text as is; None: binary."""
+    if key.endswith(RECORD_SUFFIX):
+        return json.dumps(decode_record(data), indent=2, ensure_ascii=False)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None

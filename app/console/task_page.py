@@ -1,0 +1,79 @@
+"""The task page's data: one RolloutTask run, its sessions, their rewards and advantages."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from temporalio.client import WorkflowExecution, WorkflowExecutionStatus
+
+from app.console.temporal_reads import TemporalReads, status_name
+from app.console.views import (
+    HistogramBar,
+    SessionRow,
+    TaskRow,
+    reward_histogram,
+    session_row,
+    with_advantages,
+)
+from polar import search_attributes as sa
+from polar.contracts import SessionResult, TaskResult
+
+
+@dataclass
+class TaskView:
+    """Everything the task page shows."""
+
+    row: TaskRow
+    sessions: list[SessionRow]
+    histogram: list[HistogramBar]
+    has_advantages: bool
+    other_runs: list[TaskRow] = field(default_factory=list)
+
+
+def visible_session(execution: WorkflowExecution) -> SessionRow:
+    """A session's row from its search attributes alone (it has no result yet)."""
+    attrs = execution.typed_search_attributes
+    outcome = attrs.get(sa.OUTCOME) or []
+    return SessionRow(
+        session_id=execution.id,
+        index=None,
+        status=attrs.get(sa.STATUS) or status_name(execution.status),
+        stage=attrs.get(sa.STAGE),
+        outcome=outcome[0] if outcome else None,
+        reason=outcome[1] if len(outcome) > 1 else None,
+        reward=attrs.get(sa.REWARD),
+    )
+
+
+async def task_results(reads: TemporalReads, execution: WorkflowExecution) -> list[SessionResult]:
+    """The task's finished sessions: its result's, or those its progress query lists."""
+    if execution.status == WorkflowExecutionStatus.RUNNING:
+        progress = await reads.progress(execution)
+        sessions = progress.get("sessions", []) if isinstance(progress, dict) else []
+        return [SessionResult.model_validate(s) for s in sessions]
+    result, _ = await reads.result_of(execution, TaskResult)
+    return list(result.sessions) if isinstance(result, TaskResult) else []
+
+
+async def task_view(reads: TemporalReads, ref: str) -> TaskView | None:
+    """The task page of `ref` (a workflow id, or a task id: its newest run); None if none."""
+    runs = await reads.find_task(ref)
+    if not runs:
+        return None
+    execution = next((e for e in runs if e.id == ref), runs[0])
+    row = await reads.task_row(execution)
+    results = await task_results(reads, execution)
+    rows = [session_row(r) for r in results]
+    if execution.status == WorkflowExecutionStatus.RUNNING or not results:
+        known = {r.session_id for r in rows}
+        rows += [
+            visible_session(e)
+            for e in await reads.session_executions(execution.id)
+            if e.id not in known
+        ]
+    rows.sort(key=lambda r: (r.index is None, r.index or 0, r.session_id))
+    has_advantages = with_advantages(rows, results) if results else False
+    rewards = [r.reward for r in rows if r.reward is not None]
+    others = [e for e in runs if e.id != execution.id][:10]
+    other_rows = [await reads.task_row(e) for e in others]
+    return TaskView(row, rows, reward_histogram(rewards), has_advantages, other_rows)

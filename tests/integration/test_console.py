@@ -1,0 +1,167 @@
+"""The console over real sessions: a scripted model behind the real gateway, a worker, the
+suite's Temporal and S3. A task that passes and one whose harness fails are run, then the
+console's tasks, task, session, call and trace pages are read through its ASGI app and
+checked for what they show; the model's replies carry injection payloads, which the pages
+show only escaped, and no page shows a secret of the stack's settings.
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.console import create_app
+from app.console.safety import CSP
+from polar.contracts import SessionResult
+from polar.settings import Settings
+from polar.tasks.spec import TaskSpec
+from tests.support.scripted_backend import text
+from tests.support.scripted_stack import ScriptedStack, running_scripted_stack
+
+REPO = Path(__file__).resolve().parents[2]
+PAYLOAD = '<script>alert("polar")</script> "><img src=x onerror=alert(1)> </textarea>'
+REPLIES = [text(f"Turn {i} of the haiku. {PAYLOAD}") for i in range(8)]
+SECRET_FIELDS = ("s3_access_key", "s3_secret_key", "session_secret")
+
+
+@dataclass
+class Ran:
+    stack: ScriptedStack
+    ok: tuple[str, SessionResult]
+    failed: tuple[str, SessionResult]
+
+
+def spec(task_id: str, command: str, repo: Path) -> TaskSpec:
+    return TaskSpec.model_validate(
+        {
+            "task_id": task_id,
+            "instruction": "Write a haiku about rollouts to answer.txt.",
+            "num_sessions": 1,
+            "source": {"type": "dir", "path": str(repo)},
+            "harness": {
+                "kind": "command",
+                "command": command,
+                "env": {"DEMO_TURNS": "2", "DEMO_STREAM_TURNS": ""},
+            },
+            "builder": {"name": "per_request"},
+            "evaluator": {"kind": "command", "command": "test -s answer.txt"},
+            "timeouts": {"harness_s": 120, "evaluate_s": 120},
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+async def ran(
+    devstack: object, base_settings: Settings, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[Ran]:
+    repo = tmp_path_factory.mktemp("console") / "repo"
+    shutil.copytree(REPO / "examples" / "demo" / "repo", repo)
+    repo.chmod(0o755)
+    suffix = uuid.uuid4().hex[:6]
+    async with running_scripted_stack(base_settings, REPLIES) as stack:
+        outcomes = []
+        for task_id, command in (
+            (f"console-ok-{suffix}", "python agent.py"),
+            (f"console-fail-{suffix}", "python agent.py; echo 'agent gave up' >&2; exit 3"),
+        ):
+            run = await stack.polar.submit(spec(task_id, command, repo))
+            result = await stack.polar.wait(run, timeout_s=180)
+            outcomes.append((run.workflow_id, result.sessions[0]))
+        yield Ran(stack, outcomes[0], outcomes[1])
+
+
+@pytest.fixture
+async def console(ran: Ran) -> AsyncIterator[httpx.AsyncClient]:
+    settings = ran.stack.settings.model_copy(update={"console_tokenizer_dir": None})
+    app = create_app(settings, client=ran.stack.polar.client, storage=ran.stack.polar.storage)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://console") as client:
+        yield client
+
+
+def shown(ran: Ran, page: httpx.Response) -> str:
+    """The page's HTML, checked: 200, the CSP, no secret and no payload unescaped."""
+    assert page.status_code == 200, page.text[:2000]
+    assert page.headers["content-security-policy"] == CSP
+    assert page.headers["x-content-type-options"] == "nosniff"
+    html = page.text
+    for name in SECRET_FIELDS:
+        secret = getattr(ran.stack.settings, name)
+        assert secret and secret not in html, f"the page shows {name}"
+    assert "<script>alert" not in html and "<img src=x" not in html
+    assert "</textarea>" not in html
+    return html
+
+
+async def test_the_tasks_page_lists_both_tasks_newest_first(
+    ran: Ran, console: httpx.AsyncClient
+) -> None:
+    (ok_wf, ok), (failed_wf, _) = ran.ok, ran.failed
+    html = shown(ran, await console.get("/"))
+    assert ok_wf in html and failed_wf in html
+    assert html.index(failed_wf) < html.index(ok_wf)  # the newer first
+    only = shown(ran, await console.get("/", params={"task": ok.task_id}))
+    assert ok_wf in only and failed_wf not in only
+    assert "1 / 1" in only and "1.000" in only  # sessions done of total, mean reward
+    assert "ok 1" in only
+    by_runtime = shown(ran, await console.get("/", params={"task": ok.task_id, "runtime": "nope"}))
+    assert ok_wf not in by_runtime
+    refused = await console.get("/", params={"task": "x' OR 1=1"})
+    assert refused.status_code == 400 and "x&#39; OR 1=1" not in refused.text
+
+
+async def test_the_task_page_shows_its_sessions(ran: Ran, console: httpx.AsyncClient) -> None:
+    (ok_wf, ok), (_, failed) = ran.ok, ran.failed
+    html = shown(ran, await console.get(f"/tasks/{ok_wf}"))
+    assert ok.session_id in html and "completed" in html and "1.000" in html
+    assert 'id="reward-histogram"' in html
+    html = shown(ran, await console.get(f"/tasks/{failed.task_id}"))  # by task id too
+    assert failed.session_id in html and "harness_failed" in html and "policy_failure" in html
+    assert (await console.get("/tasks/no-such-task")).status_code == 404
+
+
+async def test_the_session_page_shows_calls_trace_grade_and_logs(
+    ran: Ran, console: httpx.AsyncClient
+) -> None:
+    _, ok = ran.ok
+    html = shown(ran, await console.get(f"/sessions/{ok.session_id}"))
+    assert "Turn 0 of the haiku. &lt;script&gt;alert(" in html  # the reply, escaped
+    assert html.count('class="call training-trained"') == ok.num_completions == 2
+    assert "openai_chat" in html and "finish stop" in html
+    assert "run_harness" in html and "build_trajectory" in html  # the stage timeline
+    assert "evaluate.stdout" in html and "harness-attempt1.stdout" in html
+    assert f"/sessions/{ok.session_id}/traces/0" in html
+    assert "http://127.0.0.1:" in html and "/namespaces/default/workflows/" in html
+    call = shown(ran, await console.get(f"/sessions/{ok.session_id}/calls/0"))
+    assert "Request as normalised" in call and "Write a haiku about rollouts" in call
+    trace = shown(ran, await console.get(f"/sessions/{ok.session_id}/traces/0"))
+    assert "no tokenizer available" in trace
+    assert trace.count('class="tok trained') > 10 and 'class="tok prompt"' in trace
+    assert "logprob -0." in trace
+
+
+async def test_the_failed_session_shows_why(ran: Ran, console: httpx.AsyncClient) -> None:
+    _, failed = ran.failed
+    html = shown(ran, await console.get(f"/sessions/{failed.session_id}"))
+    assert "harness_failed" in html and "policy_failure" in html
+    assert "agent gave up" in html  # the harness's stderr, inline
+    assert (await console.get("/sessions/..%2Fetc")).status_code == 404
+
+
+async def test_raw_objects_are_text_or_attachments(ran: Ran, console: httpx.AsyncClient) -> None:
+    _, failed = ran.failed
+    key = f"sessions/{failed.session_id}/artifacts/harness-attempt1.stderr"
+    raw = await console.get(f"/raw/{key}")
+    assert raw.status_code == 200 and raw.headers["content-type"].startswith("text/plain")
+    assert "agent gave up" in raw.text
+    download = await console.get(f"/raw/{key}", params={"download": 1})
+    assert download.headers["content-disposition"].startswith("attachment")
+    assert (await console.get("/raw/polar-test/other")).status_code == 404
+    records = await console.get(f"/raw/sessions/{failed.session_id}/completions/")
+    assert records.status_code == 404

@@ -1,0 +1,76 @@
+"""One entry per model call: what a stored record's dict becomes on the session page."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.console.calls import call_entry, elided, pretty, training_status
+
+
+def record(**kw: Any) -> dict[str, Any]:
+    request = {"model": "policy", "messages": [{"role": "user", "content": "list the files"}]}
+    base: dict[str, Any] = {
+        "session_id": "s1",
+        "task_id": "t1",
+        "seq": 5,
+        "record_id": "r5",
+        "provider": "anthropic_messages",
+        "request": request,
+        "normalized_request": {**request, "logprobs": True, "max_tokens": 64},
+        "response": {
+            "choices": [
+                {
+                    "message": {
+                        "content": "Listing them.",
+                        "reasoning_content": "they asked for files",
+                        "tool_calls": [
+                            {"function": {"name": "shell", "arguments": '{"cmd": "ls"}'}}
+                        ],
+                    }
+                }
+            ]
+        },
+        "prompt_token_ids": [1, 2, 3],
+        "response_token_ids": [4, 5],
+        "finish_reason": "tool_calls",
+        "started_at": 10.0,
+        "finished_at": 10.75,
+    }
+    return base | kw
+
+
+def test_an_entry_has_the_answer_the_newest_message_and_what_normalisation_changed() -> None:
+    entry = call_entry(2, record(), {"r5"})
+    assert entry.n == 2 and entry.provider == "anthropic_messages"
+    assert entry.latency_s == 0.75 and entry.finish_reason == "tool_calls"
+    assert (entry.prompt_tokens, entry.response_tokens) == (3, 2)
+    assert entry.response_text == "[reasoning] they asked for files\nListing them."
+    assert entry.tool_calls == ['shell({"cmd": "ls"})']
+    assert entry.last_message == "user: list the files"
+    assert entry.normalized_changes == ["+logprobs", "+max_tokens"]
+    assert entry.training == "trained"
+
+
+def test_training_status_says_why_a_sample_is_not_trained() -> None:
+    assert training_status(record(), set()) == "unseen"
+    assert training_status(record(client_disconnected=True), {"r5"}) == "client disconnected"
+    assert training_status(record(untrainable="logit_bias"), {"r5"}) == "untrainable: logit_bias"
+    assert training_status(record(status_code=400, error="off-policy"), set()) == "refused"
+    assert training_status(record(status_code=502, error="upstream"), set()) == "failed"
+    assert training_status(record(response_token_ids=None), set()) == "no token ids"
+
+
+def test_text_parts_and_missing_parts_read_as_text() -> None:
+    parts = {
+        "role": "tool",
+        "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}],
+    }
+    entry = call_entry(0, record(normalized_request={"messages": [parts]}, response=None), set())
+    assert entry.last_message == "tool: a\nb" and entry.response_text == ""
+
+
+def test_long_number_lists_are_elided_in_the_json_shown() -> None:
+    value = {"prompt_token_ids": list(range(100)), "text": "x", "few": [1, 2]}
+    assert elided(value)["prompt_token_ids"] == [0, 1, 2, 3, 4, 5, 6, 7, "… 92 more numbers"]
+    assert elided(value)["few"] == [1, 2]
+    assert '"text": "x"' in pretty(value)

@@ -1,0 +1,174 @@
+"""Hostile text stays text: every console page rendered from data full of injection
+payloads has only the console's own tags and attributes, links only to its own paths and
+the configured Web UI, no secret, and every response carries the strict CSP."""
+
+from __future__ import annotations
+
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from starlette.testclient import TestClient
+
+from app.console import create_app
+from app.console.safety import CSP, raw_key_allowed
+from app.console.server import Console
+from polar.settings import Settings
+from polar.storage import Storage
+from tests.support.console_views import hostile_views
+
+TEMPLATES = Path(__file__).resolve().parents[4] / "app" / "console" / "templates"
+PAYLOADS = [
+    "<script>alert(1)</script>",
+    '"><img src=x onerror=alert(1)>',
+    "' onmouseover='alert(1)",
+    "javascript:alert(1)",
+    "data:text/html,<script>alert(1)</script>",
+    "</textarea><script>alert(2)</script>",
+    "</pre><style>body{background:url(//evil.example/x)}</style>",
+    '<div style="width: expression(alert(1))">css</div>',
+    '<a href="javascript:alert(1)">click</a>',
+    "<iframe src=//evil.example></iframe>",
+    "<svg onload=alert(1)>",
+    "{{ 7*7 }} {% raw %}",
+    "abc\u202edcba\u2066x\u2069",
+]
+ALLOWED_TAGS = {
+    "html", "head", "meta", "title", "link", "script", "body", "header", "nav", "main",
+    "a", "h1", "h2", "h3", "p", "span", "div", "dl", "dt", "dd", "ul", "ol", "li", "pre",
+    "table", "thead", "tbody", "tr", "th", "td", "form", "label", "input", "select",
+    "option", "button", "section",
+}  # fmt: skip
+ALLOWED_ATTRIBUTES = {
+    "lang", "charset", "rel", "href", "src", "defer", "id", "class", "title", "method",
+    "action", "name", "value", "selected", "type", "start", "data-workflow", "data-session",
+    "colspan",
+}  # fmt: skip
+SECRETS = {
+    "s3_access_key": "AKIA-console-test-key",
+    "s3_secret_key": "s3-secret-console-0123456789",
+    "session_secret": "session-secret-console-0123456789",
+    "admin_token": "admin-token-console-0123456789",
+}
+SESSION_KEY = "pk-eyJzIjoiczEiLCJ0IjoidDEifQ.c2lnbmF0dXJlLW9mLXRoZS1rZXk"
+
+
+class Tags(HTMLParser):
+    """Every start tag and attribute of a page."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, list[tuple[str, str | None]]]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, attrs))
+
+
+def settings() -> Settings:
+    return Settings(
+        temporal_address="127.0.0.1:7233",
+        temporal_ui_port=8233,
+        console_tokenizer_dir=None,
+        **SECRETS,
+    )
+
+
+def render_all(text: str) -> dict[str, str]:
+    console = Console(settings(), None, Storage(settings()))
+    return {
+        name: bytes(console.page(name, **context).body).decode()
+        for name, context in hostile_views(text).items()
+    }
+
+
+def check_markup(page: str, html: str) -> None:
+    """Only the console's own tags and attributes; links to itself or the Web UI only."""
+    parser = Tags()
+    parser.feed(html)
+    for tag, attrs in parser.tags:
+        assert tag in ALLOWED_TAGS, f"{page}: <{tag}>"
+        for name, value in attrs:
+            assert name in ALLOWED_ATTRIBUTES, f"{page}: <{tag} {name}=...>"
+            if name in ("href", "src", "action"):
+                assert value is not None and (
+                    value.startswith("/")
+                    and not value.startswith("//")
+                    or value.startswith("http://127.0.0.1:8233/namespaces/")
+                ), f"{page}: {name}={value!r}"
+        if tag == "script":
+            assert dict(attrs).get("src") == "/static/console.js"
+
+
+@pytest.mark.parametrize("payload", PAYLOADS)
+def test_payloads_render_as_text_on_every_page(payload: str) -> None:
+    pages = render_all(payload)
+    assert set(pages) == {p.name for p in TEMPLATES.glob("*.html")} - {"base.html"}
+    for page, html in pages.items():
+        check_markup(page, html)
+        if any(c in payload for c in "<>\"'&"):
+            assert payload not in html, f"{page} shows the payload unescaped"
+        assert "\u202e" not in html and "\u2066" not in html
+    # the data is there, as text: the session page shows the payload escaped
+    escaped = payload.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    escaped = escaped.replace('"', "&#34;").replace("'", "&#39;")
+    if "\u202e" in payload:
+        escaped = "abc&lt;U+202E&gt;dcba"
+    assert escaped in pages["session.html"]
+
+
+def test_the_corpus_is_what_the_check_catches() -> None:
+    """The markup check fails on the payloads themselves (it is not vacuous)."""
+    caught = 0
+    for payload in PAYLOADS:
+        try:
+            check_markup("raw", f"<pre>{payload}</pre>")
+        except AssertionError:
+            caught += 1
+    assert caught >= 8
+
+
+def test_no_page_shows_a_secret_or_a_session_key() -> None:
+    leak = " ".join([*SECRETS.values(), SESSION_KEY])
+    for page, html in render_all(f"printed by the harness: {leak}").items():
+        for name, secret in SECRETS.items():
+            assert secret not in html, f"{page} shows {name}"
+        assert SESSION_KEY not in html and "pk-eyJ" not in html
+        if page != "problem.html" or "[redacted]" in html:
+            assert "[redacted]" in html
+
+
+def test_every_template_escapes_and_none_turns_it_off() -> None:
+    console = Console(settings(), None, Storage(settings()))
+    assert console.env.autoescape is True
+    assert console.env.from_string("{{ x }}").render(x="<b>") == "&lt;b&gt;"
+    for template in TEMPLATES.glob("*.html"):
+        source = template.read_text().lower().replace(" ", "")
+        for banned in (
+            "autoescapefalse",
+            "autoescape=false",
+            "|safe",
+            "markup(",
+            "style=",
+            "<script>",
+        ):
+            assert banned not in source, f"{template.name} has {banned}"
+
+
+def test_every_response_has_the_strict_headers() -> None:
+    client = TestClient(create_app(settings()))
+    for url in ("/health", "/static/console.css", "/static/console.js", "/static/x.html"):
+        response = client.get(url)
+        assert response.headers["content-security-policy"] == CSP
+        assert response.headers["x-content-type-options"] == "nosniff"
+    assert client.get("/static/console.css").headers["content-type"].startswith("text/css")
+    refused = client.get("/tasks/x'OR'1'='1")  # checked before any query is made
+    assert refused.status_code == 400 and refused.headers["content-security-policy"] == CSP
+    assert client.get("/raw/etc/passwd").status_code == 404
+    assert client.get("/sessions/..%2F..%2Fetc").status_code == 404
+
+
+def test_raw_keys_are_polars_own_only() -> None:
+    assert raw_key_allowed("sessions/s1/artifacts/x.stdout")
+    assert raw_key_allowed("tasks/t1/result.json")
+    for key in ("other/x", "sessions/../x", "sessions//x", "sessions/s1/./x", "/sessions/x"):
+        assert not raw_key_allowed(key), key
