@@ -2,12 +2,13 @@
 
 The Typer `app` (the console script `polar = "app.cli:app"`) assembled from its command
 groups, one module each: `main` (the process: global flags, console, exit), `services`
-(gateway, worker), `submit` (submit, status, result), `export`, `generate`, `replay`,
+(gateway, worker), `console`, `submit` (submit, status, result), `export`, `generate`, `replay`,
 `demo`, and the sub-commands `dev`, `key` (`keys`) and `tasks`."""
 
 from __future__ import annotations
 
 from app.cli import demo, export, generate, replay, services, submit
+from app.cli.console import console_command
 from app.cli.dev import dev_app
 from app.cli.keys import keys_app
 from app.cli.main import PolarApp, main
@@ -22,6 +23,7 @@ app.add_typer(keys_app, name="key")
 app.add_typer(tasks_app, name="tasks")
 app.command()(services.gateway)
 app.command()(services.worker)
+app.command("console")(console_command)
 app.command()(submit.submit)
 app.command()(submit.status)
 app.command()(submit.result)

@@ -12,7 +12,9 @@ import typer
 from app.cli.main import console
 from polar.settings import Settings, get_settings
 
-dev_app = typer.Typer(help="The embedded dev stack (Temporal, SeaweedFS, vLLM, gateway, worker).")
+dev_app = typer.Typer(
+    help="The embedded dev stack (Temporal, SeaweedFS, vLLM, gateway, console, worker)."
+)
 
 
 def default_model_dir(settings: Settings) -> Path:
@@ -84,6 +86,7 @@ def dev_up(
     s = stack.settings
     console.print(f"Temporal Web UI: http://127.0.0.1:{s.temporal_ui_port}")
     console.print(f"gateway: {s.gateway_base_url}  S3: {s.s3_endpoint}/{s.s3_bucket}")
+    console.print(f"console: {s.console_base_url}")
 
 
 @dev_app.command("down")

@@ -300,6 +300,16 @@ def gateway_service(settings: Settings, env: dict[str, str]) -> Service:
     return Service("gateway", argv, ready, env=env, start_timeout_s=60)
 
 
+def console_service(settings: Settings, env: dict[str, str]) -> Service:
+    """`python -m app.cli console` with `env` (its tokenizer: the served model's, unless
+    set), ready when it answers."""
+    argv = [sys.executable, "-m", "app.cli", "console"]
+    if settings.console_tokenizer_dir is None and settings.model_dir is not None:
+        env = env | {"POLAR_CONSOLE_TOKENIZER_DIR": str(settings.model_dir)}
+    ready = http_ready(f"{settings.console_base_url}/health")
+    return Service("console", argv, ready, env=env, start_timeout_s=60)
+
+
 def worker_service(run_dir: Path, env: dict[str, str], index: int = 0) -> Service:
     """`python -m app.cli worker` with `env`, ready when it writes its ready file."""
     argv = [sys.executable, "-m", "app.cli", "worker"]

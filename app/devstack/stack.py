@@ -16,6 +16,7 @@ from pathlib import Path
 from app.devstack.services import (
     Service,
     StackError,
+    console_service,
     docker_engine_answers,
     docker_service,
     gateway_service,
@@ -97,6 +98,9 @@ class DevStack:
     def gateway(self) -> Service:
         return gateway_service(self.settings, self.env())
 
+    def console(self) -> Service:
+        return console_service(self.settings, self.env())
+
     def worker(self, index: int = 0) -> Service:
         return worker_service(self.run_dir, self.env(), index)
 
@@ -105,6 +109,7 @@ class DevStack:
         if self.with_model:
             parts.append(self.vllm())
         parts.append(self.gateway())
+        parts.append(self.console())
         parts += [self.worker(i) for i in range(self.workers)]
         return parts
 
@@ -246,7 +251,7 @@ class DevStack:
             self.stop(service, log=log)
 
     def services_names(self) -> list[str]:
-        names = ["temporal", "seaweedfs", "vllm", "gateway"]
+        names = ["temporal", "seaweedfs", "vllm", "gateway", "console"]
         names += ["worker" if i == 0 else f"worker-{i}" for i in range(max(self.workers, 1))]
         return ["docker", *names] if self.with_docker else names
 
@@ -265,7 +270,7 @@ class DevStack:
         return out
 
     def _status_services(self) -> list[Service]:
-        parts = [self.temporal(), self.seaweedfs(), self.gateway()]
+        parts = [self.temporal(), self.seaweedfs(), self.gateway(), self.console()]
         if self.with_docker:
             parts.append(Service("docker", [], docker_engine_answers))
         if self.settings.model_dir is not None:

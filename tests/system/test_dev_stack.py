@@ -34,15 +34,20 @@ def test_dev_up_is_idempotent_and_down_stops_everything(tmp_path: Path) -> None:
         "POLAR_S3_ENDPOINT": f"http://127.0.0.1:{base + 30}",
         "POLAR_GATEWAY_PORT": str(base + 40),
         "POLAR_ADMIN_PORT": str(base + 42),
+        "POLAR_CONSOLE_PORT": str(base + 43),
     }
     try:
         first = polar("dev", "up", "--no-model", env=env)
         assert first.returncode == 0, first.stdout + first.stderr
-        for part in ("temporal", "seaweedfs", "gateway", "worker"):
+        for part in ("temporal", "seaweedfs", "gateway", "console", "worker"):
             assert f"{part}: started" in first.stdout
+        console = f"http://127.0.0.1:{env['POLAR_CONSOLE_PORT']}"
+        assert f"console: {console}" in first.stdout
+        tasks = httpx.get(f"{console}/", timeout=10)  # the console reads the stack's Temporal
+        assert tasks.status_code == 200 and 'id="task-list"' in tasks.text
         second = polar("dev", "up", "--no-model", env=env)
         assert second.returncode == 0, second.stdout + second.stderr
-        for part in ("temporal", "seaweedfs", "gateway", "worker"):
+        for part in ("temporal", "seaweedfs", "gateway", "console", "worker"):
             assert f"{part}: already running" in second.stdout
         status = polar("dev", "status", env=env).stdout
         assert "gateway" in status and "running (pid" in status
@@ -58,3 +63,5 @@ def test_dev_up_is_idempotent_and_down_stops_everything(tmp_path: Path) -> None:
     assert "running" not in after
     with pytest.raises(httpx.HTTPError):
         httpx.get(f"{gateway}/health", timeout=2)
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(f"{console}/health", timeout=2)
