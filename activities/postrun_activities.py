@@ -14,7 +14,9 @@ from activities.evaluators import (
     EvaluationJob,
     Evaluator,
     EvaluatorError,
+    InvalidKindConfig,
     UnknownEvaluator,
+    check_evaluator,
     get_evaluator,
 )
 from activities.evaluators.control import ControlGrade, control_grading
@@ -43,6 +45,18 @@ from polar.storage import TraceRewards, artifact_key, read_traces, rewards_key, 
 
 CONTROL_MARGIN_S = 20.0
 """Of the evaluate stage's time, what a control grading leaves for uploading the report."""
+
+
+def _checked_evaluator(request: EvaluateRequest) -> Evaluator:
+    """The evaluator of the request's kind, its config checked by the kind's model; an
+    unknown kind or an invalid config is a non-retryable error."""
+    try:
+        check_evaluator(request.evaluator)
+        return get_evaluator(request.evaluator.kind)
+    except UnknownEvaluator as exc:
+        raise invalid_input(str(exc), "UnknownEvaluator") from None
+    except InvalidKindConfig as exc:
+        raise invalid_input(str(exc), "InvalidTaskSpec") from None
 
 
 class PostrunActivities(PoolActivities):
@@ -116,10 +130,7 @@ class PostrunActivities(PoolActivities):
         the outcome reward first (activities/evaluators/rubric.py)."""
         request = await self.specs.with_evaluator(request)
         kind = request.evaluator.kind
-        try:
-            evaluator = get_evaluator(kind)
-        except UnknownEvaluator as exc:
-            raise invalid_input(str(exc), "UnknownEvaluator") from None
+        evaluator = _checked_evaluator(request)  # first: a bad kind or config, not retried
         self._check_host(request.runtime, "evaluate")
         runtime = self._runtime(request.runtime.kind)
         traces = None

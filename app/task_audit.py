@@ -155,12 +155,14 @@ def standard_probes(
 def harbor_targets(path: Path, image_map: Mapping[str, str] | None = None) -> list[AuditTarget]:
     """One target per Harbor task under `path`, its oracle `solution/solve.sh` (`image_map`:
     the deployment's, as `polar submit` loads them)."""
+    from activities.task_kinds import check_task_kinds
     from polar.tasks.harbor import load_harbor_tasks
     from polar.tasks.harbor_toml import find_task_dirs
 
     targets = []
     for task_dir in find_task_dirs(path):
-        (task,) = load_harbor_tasks(task_dir, image_map=image_map)
+        (loaded,) = load_harbor_tasks(task_dir, image_map=image_map)
+        task = check_task_kinds(loaded)
         solution = task_dir / "solution"
         oracle = oracle_command(solution) if (solution / "solve.sh").is_file() else None
         solution_env = task.metadata.get("harbor", {}).get("solution_env") or {}
@@ -171,8 +173,10 @@ def harbor_targets(path: Path, image_map: Mapping[str, str] | None = None) -> li
 
 def taskspec_target(path: Path, oracle: str | None = None) -> AuditTarget:
     """The TaskSpec of JSON file `path`, with `oracle` (a harness command) as its oracle."""
+    from activities.task_kinds import check_task_kinds
+
     try:
-        task = TaskSpec.model_validate_json(path.read_bytes())
+        task = check_task_kinds(TaskSpec.model_validate_json(path.read_bytes()))
     except ValueError as exc:
         raise ValueError(f"invalid TaskSpec in {path}: {exc}") from exc
     return AuditTarget(task, standard_probes(oracle), str(path))

@@ -1,11 +1,11 @@
-"""The reports evaluators write (`{kind}-report.json` among a session's artifacts).
+"""What the reports evaluators write (`{kind}-report.json` among a session's artifacts)
+share: the base every kind's report builds on, and the parts the `evaluate` activity adds.
 
-One model per evaluator kind, so a reader (the SDK, a test, a notebook) parses
-a stored report with `SweBenchReport.model_validate_json(data)` instead of
-guessing at keys. The JSON field names are those reports always had (the
-swebench grading keys `FAIL_TO_PASS` / `PASS_TO_PASS` included, as aliases), so
-reports stored before these models parse too; every field has a default, and
-keys a model does not know are ignored when reading.
+Each evaluator kind's own report model lives in its folder (activities/evaluators/<kind>/
+report.py), named by the evaluator's `report_model`; `activities.evaluators.parse_report`
+parses a stored report with its kind's model instead of guessing at keys. The JSON field
+names are those reports always had, so reports stored before these models parse too; every
+field has a default, and keys a model does not know are ignored when reading.
 """
 
 from __future__ import annotations
@@ -117,98 +117,3 @@ class Baselines(ReportModel):
 
     session: str | None = None
     eval: str | None = None
-
-
-class CommandReport(EvaluationReport):
-    """The `command` evaluator's report."""
-
-    baselines: Baselines | None = None
-    exit_code: int | None = None
-    reward_command_exit_code: int | None = None
-    reward_file: bool = Field(
-        default=False, description="the reward_command wrote POLAR_REWARD_FILE"
-    )
-
-
-class TestOutcomes(ReportModel):
-    """Graded tests that passed and failed (SWE-bench's `get_eval_tests_report`)."""
-
-    __test__ = False  # not a pytest class
-
-    success: list[str] = Field(default_factory=list)
-    failure: list[str] = Field(default_factory=list)
-
-
-class PytestSessions(ReportModel):
-    """pytest sessions the test command started and finished, and their exit statuses."""
-
-    started: int = 0
-    finished: int = 0
-    exit_statuses: list[int] = Field(default_factory=list)
-
-
-class SweBenchReport(EvaluationReport):
-    """The `swebench` evaluator's report."""
-
-    instance_id: str = ""
-    resolved: bool = False
-    reward: float = 0.0
-    tests_timed_out: bool = False
-    test_command: str | None = None
-    tests_exit_code: int | None = None
-    results_from: str = Field(
-        default="pytest plugin", description="'pytest plugin' or 'log parser <name>'"
-    )
-    fail_to_pass: TestOutcomes = Field(default_factory=TestOutcomes, alias="FAIL_TO_PASS")
-    pass_to_pass: TestOutcomes = Field(default_factory=TestOutcomes, alias="PASS_TO_PASS")
-    test_status: dict[str, str] = Field(default_factory=dict, description="test id -> status")
-    collect_problems: dict[str, str] | None = None
-    pytest_sessions: PytestSessions | None = None
-    inconsistent: str | None = Field(
-        default=None, description="why a run whose graded tests passed does not count"
-    )
-    results_problem: str | None = Field(
-        default=None,
-        description="why the runner's signed results do not count (missing, not authentic)",
-    )
-    tampered: list[str] = Field(
-        default_factory=list, description="what the plugin's tamper checks saw"
-    )
-    runner_non_dumpable: bool | None = Field(
-        default=None, description="whether the runner made itself non-dumpable"
-    )
-    apply_log: str | None = Field(default=None, description="the last failed apply's log")
-    duration_s: float | None = None
-
-
-class HarborReport(EvaluationReport):
-    """The `harbor` evaluator's report (a Harbor task's tests/test.sh)."""
-
-    task: str = ""
-    baselines: Baselines | None = None
-    reward: float | None = None
-    reward_file: str | None = Field(default=None, description="'reward.json' or 'reward.txt'")
-    components: dict[str, float] = Field(
-        default_factory=dict, description="every number reward.json gave, by name"
-    )
-    test_exit_code: int | None = None
-    test_timed_out: bool = False
-    verifier_user: str | None = None
-    duration_s: float | None = None
-
-
-REPORTS: dict[str, type[EvaluationReport]] = {
-    "command": CommandReport,
-    "swebench": SweBenchReport,
-    "harbor": HarborReport,
-}
-"""The report model of each evaluator kind."""
-
-
-def parse_report(kind: str, data: bytes | str) -> EvaluationReport:
-    """A stored `{kind}-report.json`, parsed with its kind's model (ValueError: unknown
-    kind, or not a report)."""
-    model = REPORTS.get(kind)
-    if model is None:
-        raise ValueError(f"no report model for evaluator kind {kind!r}")
-    return model.model_validate_json(data)

@@ -59,6 +59,12 @@ class Registry(Generic[T]):
         self._entries[kind] = entry
         return entry
 
+    def unregister(self, kind: str) -> T:
+        """Remove `kind` (a test's own kind, registered for the test); returns its entry."""
+        entry = self.get(kind)
+        del self._entries[kind]
+        return entry
+
     def get(self, kind: str) -> T:
         """The entry of `kind`; `unknown` naming it and the known kinds otherwise."""
         try:

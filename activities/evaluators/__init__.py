@@ -1,10 +1,13 @@
 """Evaluators by kind: `command`, `swebench`, `harbor` (`EvaluatorSpec.kind`; `none` has none).
 
-Each evaluator (activities/evaluators/base.py: `Evaluator`) says whether it
-needs a fresh runtime (the workflow prewarms one while the harness runs) and
-whether it reads the session's traces; its report is a typed model
-(polar/evaluation_reports.py). The `evaluate` activity looks the kind up here. A new
-evaluator joins the tuple in `EVALUATORS` (a `Registry`, polar/registry.py).
+Each kind owns one folder (activities/evaluators/<kind>/): its evaluator (base.py:
+`Evaluator`: whether it needs a fresh runtime, which the workflow prewarms while the
+harness runs, and whether it reads the session's traces), its config model (`config_model`,
+an `EvaluatorConfig`: what the task spec holds under the key the kind names) and its report
+model (`report_model`). The `evaluate` activity looks the kind up here; `check_evaluator`
+validates a spec's kind and config (the worker, `polar submit`, `polar tasks load`); every
+list of kinds or reports is derived from `EVALUATORS` (a `Registry`, polar/registry.py). A new
+evaluator is its folder and one line: `EVALUATORS.register("mine", MyEvaluator())`.
 
 `rubric` is no kind: it sits beside any kind (`EvaluatorSpec.rubric`), and after that
 kind's evaluator has graded, `evaluate` adds a judge model's score to its reward
@@ -13,21 +16,35 @@ kind's evaluator has graded, `evaluate` adds a judge model's score to its reward
 
 from __future__ import annotations
 
-from activities.evaluators.base import Evaluation, EvaluationJob, Evaluator, EvaluatorError
+from activities.evaluators.base import (
+    Evaluation,
+    EvaluationJob,
+    Evaluator,
+    EvaluatorConfig,
+    EvaluatorError,
+)
 from activities.evaluators.command import CommandEvaluator
 from activities.evaluators.harbor import HarborEvaluator
 from activities.evaluators.swebench import SweBenchEvaluator
+from activities.kind_configs import InvalidKindConfig, validated_config
+from polar.evaluation_reports import EvaluationReport
 from polar.registry import Registry, UnknownKind
+from polar.tasks.evaluator_spec import NO_EVALUATOR
+from polar.tasks.spec import EvaluatorSpec
 
 __all__ = [
     "EVALUATORS",
     "Evaluation",
     "EvaluationJob",
     "Evaluator",
+    "EvaluatorConfig",
     "EvaluatorError",
+    "InvalidKindConfig",
     "UnknownEvaluator",
+    "check_evaluator",
     "get_evaluator",
     "kinds_needing_fresh_runtime",
+    "parse_report",
 ]
 
 
@@ -51,3 +68,25 @@ def get_evaluator(kind: str) -> Evaluator:
 def kinds_needing_fresh_runtime() -> frozenset[str]:
     """The evaluator kinds graded in a fresh runtime (the ones the workflow prewarms)."""
     return frozenset(kind for kind, e in EVALUATORS.items() if e.needs_fresh_runtime)
+
+
+def check_evaluator(spec: EvaluatorSpec) -> EvaluatorConfig | None:
+    """The config of `spec`'s kind, validated by the kind's own model (None for `none`):
+    UnknownEvaluator naming the known kinds, or InvalidKindConfig naming each problem's
+    place (`evaluator.swebench.base_commit: ...`). Run by the worker before it grades and by
+    the CLI before it submits; never in workflow code."""
+    if spec.kind == NO_EVALUATOR:
+        return None
+    try:
+        evaluator = EVALUATORS.get(spec.kind)
+    except UnknownEvaluator as exc:
+        message = f"evaluator.kind: {exc}, or {NO_EVALUATOR!r} (not graded)"
+        raise UnknownEvaluator(message, exc.kind, exc.known) from None
+    model = evaluator.config_model
+    return validated_config(model, model.written(spec), model.where(spec))
+
+
+def parse_report(kind: str, data: bytes | str) -> EvaluationReport:
+    """A stored `{kind}-report.json`, parsed with its kind's `report_model` (ValueError:
+    unknown kind, or not a report)."""
+    return EVALUATORS.get(kind).report_model.model_validate_json(data)

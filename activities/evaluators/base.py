@@ -1,11 +1,11 @@
-"""What every evaluator shares: the interface, its input and outcome, its errors, one
-command in a runtime."""
+"""What every evaluator shares: the interface, its config model's base, its input and
+outcome, its errors, one command in a runtime."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, Self
 
 from activities import safe_files
 from activities.runtimes.base import Runtime
@@ -13,6 +13,7 @@ from polar.contracts import PrepareRequest, RuntimeHandle
 from polar.evaluation_reports import EvaluationReport
 from polar.settings import WorkerSettings, get_settings
 from polar.tasks.spec import EvaluatorSpec
+from polar.tasks.strict import StrictModel
 
 Tick = Callable[[float], Awaitable[None] | None] | None
 
@@ -29,6 +30,32 @@ and no `git maintenance run --auto` after a commit (a second git process per bas
 # git stops looking for a repository at the workspace (a workspace without .git must not
 # find one in a folder above it)
 NO_GIT_ABOVE = 'above=$(pwd -P); above=${above%/*}; export GIT_CEILING_DIRECTORIES="${above:-/}"'
+
+
+class EvaluatorConfig(StrictModel):
+    """The base of an evaluator kind's config model: it validates what the task spec holds
+    for the kind, by default the object under the key the kind's name gives
+    (`{"kind": "swebench", "swebench": {...}}`)."""
+
+    @classmethod
+    def written(cls, spec: EvaluatorSpec) -> dict[str, Any] | None:
+        """The kind's config as the spec holds it (None: the spec gives none)."""
+        return spec.kind_config()
+
+    @classmethod
+    def where(cls, spec: EvaluatorSpec) -> str:
+        """Where the spec holds it, for messages (`evaluator.swebench`)."""
+        return f"evaluator.{spec.kind}"
+
+    def written_into(self, spec: EvaluatorSpec) -> EvaluatorSpec:
+        """`spec` holding this config as the model writes it (defaults filled in): what
+        `polar submit` sends, so a spec holds what it held when the core had the model."""
+        return spec.model_copy(update={spec.kind: self.model_dump(mode="json")})
+
+    @classmethod
+    def of(cls, spec: EvaluatorSpec) -> Self:
+        """The kind's config, validated (pydantic's ValidationError where it is invalid)."""
+        return cls.model_validate(cls.written(spec) or {})
 
 
 class EvaluatorError(RuntimeError):
@@ -88,6 +115,9 @@ class Evaluator(Protocol):
     needs_traces: ClassVar[bool]
     """Reads the session's traces (the activity loads them from S3 first)."""
     report_model: ClassVar[type[EvaluationReport]]
+    """The model of the report it writes (`{kind}-report.json`)."""
+    config_model: ClassVar[type[EvaluatorConfig]]
+    """The model of its config, checked at submit and by the worker before it grades."""
 
     async def evaluate(self, job: EvaluationJob) -> Evaluation:
         """Grade the session; raises EvaluatorError where the task cannot be graded."""

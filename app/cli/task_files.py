@@ -14,6 +14,7 @@ from polar.tasks.spec import HarnessSpec, TaskSpec
 def load_task_file(path: Path) -> TaskSpec:
     """The TaskSpec in `path`; any unusable file (a builder that does not import included) is
     a clean message and exit code 2."""
+    from activities.task_kinds import check_task_kinds
     from polar.builders import check_builder
 
     try:
@@ -21,10 +22,10 @@ def load_task_file(path: Path) -> TaskSpec:
     except OSError as exc:  # missing, a directory, unreadable
         console.print(f"cannot read the TaskSpec file {path}: {exc}", markup=False)
         raise typer.Exit(2) from exc
-    try:  # not JSON, not UTF-8, invalid fields, a builder that does not resolve
+    try:  # not JSON, not UTF-8, invalid fields, a builder or kind that does not resolve
         spec = TaskSpec.model_validate_json(data)
         check_builder(spec.builder)
-        return spec
+        return check_task_kinds(spec)
     except ValueError as exc:
         console.print(f"invalid TaskSpec in {path}:", style="red", markup=False)
         console.print(str(exc), markup=False)
@@ -37,6 +38,7 @@ def load_harbor_dir(
     """The TaskSpecs of a Harbor task or dataset dir, their images present on this host's
     engine (built now where needed, unless `build` is off); a task Polar cannot honour is a
     clean message naming it and the field, and exit code 2."""
+    from activities.task_kinds import check_task_kinds
     from polar.settings import ClientSettings, get_settings
     from polar.tasks.harbor import load_harbor_tasks
     from polar.tasks.harbor_images import ensure_images
@@ -44,13 +46,16 @@ def load_harbor_dir(
     image_map = get_settings(ClientSettings).harbor_image_map
     try:
         harness_spec = HarnessSpec.model_validate({"kind": harness})
-        specs = load_harbor_tasks(
-            path, harness=harness_spec, num_sessions=sessions, image_map=image_map
-        )
+        specs = [
+            check_task_kinds(spec)
+            for spec in load_harbor_tasks(
+                path, harness=harness_spec, num_sessions=sessions, image_map=image_map
+            )
+        ]
         if build:
             for image in ensure_images(path, image_map=image_map, log=console.print):
                 console.print(f"{image.task}: {image.image} ({image.how}, {image.seconds:g} s)")
-    except ValueError as exc:  # HarborTaskError, or a harness kind that needs a command
+    except ValueError as exc:  # HarborTaskError, an invalid kind or config
         console.print(str(exc), style="red", markup=False)
         raise typer.Exit(2) from exc
     return specs

@@ -1,19 +1,21 @@
-"""How a session is scored: the evaluator spec and the parts of its kinds (SWE-bench
-instances, Harbor verifiers) and of the rubric judge beside any kind."""
+"""How a session is scored: the evaluator spec (a kind by name, its config under the key
+the kind names) and the rubric judge beside any kind."""
 
 from __future__ import annotations
 
 import math
 import shlex
-from typing import Literal
+from typing import Any
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from polar.host_paths import checked_host_path
 from polar.rubric import FormulaError, parse_formula
-from polar.tasks.runtime_spec import NetworkSpec, RuntimeSpec
+from polar.tasks.runtime_spec import RuntimeSpec
 from polar.tasks.sources import CommandAction, PrepareAction
-from polar.tasks.strict import MAX_TIMEOUT_S, StrictModel, git_arg
+from polar.tasks.strict import StrictModel
+
+NO_EVALUATOR = "none"
+"""The evaluator kind of a task that is not graded (no evaluator runs)."""
 
 
 class RubricSpec(StrictModel):
@@ -77,90 +79,32 @@ class RubricSpec(StrictModel):
         return v
 
 
-class SweBenchSpec(StrictModel):
-    """A SWE-bench-style instance's grading (activities/evaluators/swebench/).
-
-    The session's patch (`git diff` of its workspace against `base_commit`,
-    junk filtered) is applied in a fresh runtime of the same source, then the
-    `test_patch`, then the tests run; reward 1 only if every `fail_to_pass`
-    test passes and every `pass_to_pass` test still passes.
-    """
-
-    instance_id: str
-    repo: str = ""
-    base_commit: str = Field(min_length=4)
-    test_patch: str = ""
-    fail_to_pass: list[str] = Field(min_length=1)
-    pass_to_pass: list[str] = Field(default_factory=list)
-    test_cmd: str | None = Field(
-        default=None,
-        description="test command; `{test_files}` is replaced by the test files, else they "
-        "are appended (default: python -m pytest -rA -p no:cacheprovider)",
-    )
-    test_files: list[str] | None = Field(
-        default=None, description="default: the files of the test ids and of the test patch"
-    )
-    install: str | None = Field(
-        default=None,
-        description="run while preparing the evaluator's runtime (during the harness, within "
-        "`timeouts.prepare_s`), before the patches; a failure is an evaluator error",
-    )
-    log_parser: str | None = Field(
-        default=None,
-        description="trusting mode, for test commands that are not pytest: a swebench "
-        "PARSER_REGISTRY name whose parser reads per-test status from the test log (which the "
-        "code under test can print to). Default: pytest's own reports, written by Polar's "
-        "plugin to a file outside the workspace",
-    )
-    exclude: list[str] = Field(
-        default_factory=list, description="extra junk globs left out of the session's patch"
-    )
-
-    @field_validator("base_commit")
-    @classmethod
-    def _safe_commit(cls, v: str) -> str:
-        return git_arg(v, "swebench.base_commit")
-
-
-class HarborVerifierSpec(StrictModel):
-    """A Harbor task's verifier (polar/tasks/harbor.py, activities/evaluators/harbor.py).
-
-    `tests_dir` (a folder of the worker host) is copied to `/tests` of the evaluator's fresh
-    runtime only for grading; `/tests/{test_script}` runs there as `user` (None: the image's
-    user) with `env`, within `timeout_s`, and the reward is read only from a `/logs/verifier`
-    made fresh for it (`reward.json`, else `reward.txt`).
-    """
-
-    task: str = Field(min_length=1, description="the Harbor task's name (for messages)")
-    tests_dir: str = Field(min_length=1)
-    test_script: str = Field(default="test.sh", pattern=r"^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$")
-    user: str | None = Field(default=None, pattern=r"^[a-z_][a-z0-9_-]*$|^[0-9]+$")
-    env: dict[str, str] = Field(default_factory=dict)
-    timeout_s: float = Field(default=600, gt=0, le=MAX_TIMEOUT_S, allow_inf_nan=False)
-    network: NetworkSpec = Field(
-        default_factory=NetworkSpec,
-        exclude_if=lambda v: v.sealed,  # left out while sealed: older workers read the spec
-        description="what test.sh may reach (as `runtime.network`; default: nothing)",
-    )
-
-    @field_validator("tests_dir")
-    @classmethod
-    def _allowed_tests_dir(cls, v: str) -> str:
-        return checked_host_path(v, "harbor.tests_dir")
-
-
 class EvaluatorSpec(StrictModel):
-    """How a session is scored.
+    """How a session is scored: an evaluator `kind` by name, and its config, validated by
+    the kind's own model where the evaluators are (activities/evaluators/<kind>/: the
+    worker at the session's stages, `polar submit` / `polar tasks load` before submitting).
 
-    `command`: exit code 0 means reward 1, else 0; an optional `reward_command` then
-    computes the reward (and per-trace rewards) from the command's exit code and the
-    session's traces. `swebench`: the instance's tests on the session's patch in a fresh
-    runtime (`swebench` required). `harbor`: a Harbor task's `tests/test.sh` in a fresh
-    runtime, its reward read from `/logs/verifier` (`harbor` required).
+    A kind's config goes under the key its name gives (`{"kind": "swebench", "swebench":
+    {...}}`, `{"kind": "harbor", "harbor": {...}}`); the `command` kind's are the top-level
+    `command` and `reward_command`. `command`: exit code 0 means reward 1, else 0; an
+    optional `reward_command` then computes the reward (and per-trace rewards) from the
+    command's exit code and the session's traces. `swebench`: the instance's tests on the
+    session's patch in a fresh runtime. `harbor`: a Harbor task's `tests/test.sh` in a fresh
+    runtime, its reward read from `/logs/verifier`. `none`: not graded. What is common to
+    every kind (`protected`, `reward_range`, `rubric`) is checked here.
     """
 
-    kind: Literal["command", "swebench", "harbor", "none"] = "none"
-    command: str | None = None
+    # a kind's config under the key its name gives (checked in `_config_under_its_kind`)
+    model_config = ConfigDict(extra="allow")
+    __pydantic_extra__: dict[str, dict[str, Any]] = Field(init=False)
+
+    kind: str = Field(
+        default=NO_EVALUATOR,
+        min_length=1,
+        description="an evaluator kind the worker registers (activities/evaluators: command, "
+        "swebench, harbor), or `none`",
+    )
+    command: str | None = Field(default=None, description="(command) the grading command")
     reward_command: str | None = Field(
         default=None,
         description="(command) run after `command` and every process it left is gone, outside "
@@ -169,9 +113,16 @@ class EvaluatorSpec(StrictModel):
         "POLAR_REWARD_FILE (JSON: reward, trace_rewards, detail). Only it is told where the "
         "reward goes: the code under test never is",
     )
-    swebench: SweBenchSpec | None = None
+    swebench: dict[str, Any] | None = Field(
+        default=None,
+        description="(swebench) the instance: activities/evaluators/swebench/config.py",
+    )
     # left out of the JSON when unset, so older workers still read every other task
-    harbor: HarborVerifierSpec | None = Field(default=None, exclude_if=lambda v: v is None)
+    harbor: dict[str, Any] | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="(harbor) the verifier: activities/evaluators/harbor/config.py",
+    )
     protected: list[str] = Field(
         default_factory=list,
         description="task-owned paths (globs: `*` within a name, `**/` any folders) restored "
@@ -186,37 +137,60 @@ class EvaluatorSpec(StrictModel):
         description="(command, swebench) a judge's score combined with the outcome reward",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _config_under_its_kind(cls, data: Any) -> Any:
+        """A key the spec does not declare is the kind's config, named by the kind."""
+        if not isinstance(data, dict):
+            return data
+        kind = data.get("kind", NO_EVALUATOR)
+        for key in data:
+            if key in cls.model_fields or key == kind:
+                continue
+            raise ValueError(
+                f"unknown field {key!r}: a kind's config goes under the key named by "
+                f"'kind' (here {kind!r})"
+            )
+        return data
+
     @model_validator(mode="after")
-    def _command_needed(self) -> EvaluatorSpec:
-        if self.kind == "command" and not self.command:
-            raise ValueError("evaluator kind 'command' needs a non-empty 'command'")
-        if self.kind == "swebench" and self.swebench is None:
-            raise ValueError("evaluator kind 'swebench' needs its 'swebench' instance fields")
-        if (self.kind == "harbor") != (self.harbor is not None):
-            raise ValueError("'harbor' goes with evaluator kind 'harbor', and only with it")
+    def _common_checks(self) -> EvaluatorSpec:
+        extra = set(self.model_extra or {})
+        if self.harbor is not None:
+            extra.add("harbor")
+        if extra - {self.kind}:
+            key = sorted(extra - {self.kind})[0]
+            raise ValueError(f"{key!r} goes with evaluator kind {key!r}, and only with it")
         if self.reward_command is not None and self.kind != "command":
             raise ValueError("'reward_command' belongs to evaluator kind 'command'")
         lo, hi = self.reward_range
         if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
             raise ValueError(f"reward_range must be finite with lo < hi, not {self.reward_range}")
-        return self
-
-    @model_validator(mode="after")
-    def _rubric_wraps_an_outcome(self) -> EvaluatorSpec:
-        if self.rubric is not None and self.kind == "none":
+        if self.rubric is not None and self.kind == NO_EVALUATOR:
             raise ValueError(
                 "'rubric' combines a judge's score with an outcome evaluator's reward: give "
                 "an evaluator kind (e.g. command) beside it"
             )
         return self
 
+    def kind_config(self) -> dict[str, Any] | None:
+        """The config the kind's name keys, as written (None where there is none)."""
+        if self.kind in type(self).model_fields:
+            value = getattr(self, self.kind)
+            return value if isinstance(value, dict) else None
+        return (self.model_extra or {}).get(self.kind)
+
     def eval_runtime_spec(self, runtime: RuntimeSpec) -> RuntimeSpec:
         """The spec of the evaluator's fresh runtime: the task's, then (swebench) the checkout
         of `base_commit` and the instance's install as prepare actions, so they run while
-        the harness does."""
-        if self.kind != "swebench" or self.swebench is None:
+        the harness does. Workflow code calls it (the prewarm), so it reads the two keys it
+        needs from the config as written; the kind's model has checked them at submit and
+        checks them again when grading."""
+        config = self.swebench if self.kind == "swebench" else None
+        base_commit = (config or {}).get("base_commit")
+        if not isinstance(base_commit, str) or not base_commit:
             return runtime
-        base = shlex.quote(self.swebench.base_commit)
+        base = shlex.quote(base_commit)
         git = "git -c safe.directory=* -c core.hooksPath=/dev/null"
         # rev-list reads the commit after --end-of-options as a revision, never as an option;
         # rev-parse and checkout (no --end-of-options before git 2.44) get its hash
@@ -225,6 +199,7 @@ class EvaluatorSpec(StrictModel):
             f'{{ [ "$({git} rev-parse HEAD)" = "$commit" ] || {git} checkout --quiet "$commit"; }}'
         )
         actions: list[PrepareAction] = [CommandAction(command=checkout, timeout_s=300)]
-        if self.swebench.install:
-            actions.append(CommandAction(command=self.swebench.install))
+        install = (config or {}).get("install")
+        if isinstance(install, str) and install:
+            actions.append(CommandAction(command=install))
         return runtime.model_copy(update={"prepare": [*runtime.prepare, *actions]})

@@ -12,7 +12,7 @@ A Harbor task is a directory:
 A dataset is a directory of such directories. `load_harbor_tasks(path)` reads
 either into TaskSpecs: a `docker` runtime of the environment's image, the
 task's resources, the agent's timeout as the harness budget, and an evaluator
-of kind `harbor` (activities/evaluators/harbor.py) that grades in a fresh
+of kind `harbor` (activities/evaluators/harbor/) that grades in a fresh
 runtime with the task's tests, user and env. Every field Polar cannot honour
 is refused with `HarborTaskError` naming the task and the field: nothing is
 dropped silently (docs/harbor.md lists them, with the reasons).
@@ -50,8 +50,8 @@ from polar.tasks.harbor_verifier import verifier_runs_agent_code
 from polar.tasks.spec import (
     MAX_TIMEOUT_S,
     EvaluatorSpec,
-    HarborVerifierSpec,
     HarnessSpec,
+    NetworkSpec,
     TaskSpec,
     Timeouts,
 )
@@ -141,20 +141,34 @@ def task_spec(
             ),
             evaluator=EvaluatorSpec(
                 kind="harbor",
-                harbor=HarborVerifierSpec(
-                    task=task.name,
-                    tests_dir=str(task.tests_dir),
-                    user=None if user is None else str(user),
-                    env={**task_env, **verifier_env},
-                    timeout_s=verifier_timeout,
-                    network=verifier_network,
-                ),
+                harbor=verifier_config(
+                    task, None if user is None else str(user), {**task_env, **verifier_env}
+                )
+                | {"timeout_s": float(verifier_timeout)}
+                | network_config(verifier_network),
             ),
             timeouts=Timeouts(**timeouts),
             metadata={"harbor": metadata},
         )
     except ValidationError as exc:
         raise HarborTaskError(task.name, None, first_error(exc)) from exc
+
+
+def verifier_config(task: HarborTask, user: str | None, env: dict[str, str]) -> dict[str, Any]:
+    """The `harbor` evaluator's config of a task, as its model (activities/evaluators/harbor/
+    config.py) writes it; `polar submit` / `polar tasks load` validate it with that model."""
+    return {
+        "task": task.name,
+        "tests_dir": str(task.tests_dir),
+        "test_script": "test.sh",
+        "user": user,
+        "env": env,
+    }
+
+
+def network_config(network: NetworkSpec) -> dict[str, Any]:
+    """The verifier's `network`, left out while sealed (as the harbor config writes it)."""
+    return {} if network.sealed else {"network": network.model_dump(mode="json")}
 
 
 def verifier_warning(spec: TaskSpec) -> str | None:

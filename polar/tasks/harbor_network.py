@@ -18,7 +18,7 @@ _NETWORK_MODES: dict[str, Literal["none", "public", "allowlist"]] = {
     "public": "public",
     "allowlist": "allowlist",
 }
-"""Harbor's network modes and Polar's (RuntimeSpec.network, HarborVerifierSpec.network)."""
+"""Harbor's network modes and Polar's (RuntimeSpec.network, the harbor verifier's network)."""
 
 
 def baseline_policy(task: HarborTask, env_cfg: dict[str, Any]) -> tuple[str, Any]:

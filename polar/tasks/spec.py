@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from polar.ids import TaskId
-from polar.tasks.evaluator_spec import EvaluatorSpec, HarborVerifierSpec, RubricSpec, SweBenchSpec
+from polar.tasks.evaluator_spec import EvaluatorSpec, RubricSpec
 from polar.tasks.runtime_spec import (
     DEFAULT_WORKDIR,
     MAX_SIZE,
@@ -42,7 +42,6 @@ __all__ = [
     "DirSource",
     "EvaluatorSpec",
     "GitSource",
-    "HarborVerifierSpec",
     "HarnessSpec",
     "InfraErrors",
     "NetworkSpec",
@@ -51,7 +50,6 @@ __all__ = [
     "RuntimeSpec",
     "Source",
     "StrictModel",
-    "SweBenchSpec",
     "TaskSpec",
     "Timeouts",
     "UploadAction",

@@ -45,9 +45,9 @@ def spec_ref(task: TaskSpec) -> tuple[SpecRef, bytes]:
 def slim_spec(task: TaskSpec) -> TaskSpec:
     """`task` without its large fields: what Session children and stage calls carry."""
     evaluator = task.evaluator
-    if evaluator.swebench is not None and evaluator.swebench.test_patch:
+    if evaluator.swebench is not None and evaluator.swebench.get("test_patch"):
         evaluator = evaluator.model_copy(
-            update={"swebench": evaluator.swebench.model_copy(update={"test_patch": ""})}
+            update={"swebench": {**evaluator.swebench, "test_patch": ""}}
         )
     return task.model_copy(update={"instruction": "", "evaluator": evaluator, "metadata": {}})
 

@@ -181,7 +181,7 @@ def instance_to_task(
 
 
 def evaluator_fields(instance: SweInstance) -> dict[str, Any]:
-    """The `swebench` evaluator spec of an instance (polar.tasks.spec.SweBenchSpec)."""
+    """The `swebench` evaluator config of an instance (activities/evaluators/swebench/config.py)."""
     fields: dict[str, Any] = {
         "instance_id": instance.instance_id,
         "repo": instance.repo,

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from activities.evaluators.harbor import HarborConfig
 from polar.tasks.harbor import load_harbor_tasks
 from polar.tasks.harbor_toml import find_task_dirs
 from polar.tasks.spec import TaskSpec, parse_size
@@ -67,8 +68,7 @@ def harbor_python() -> Path:
 
 def polar_view(spec: TaskSpec) -> dict[str, Any]:
     """The same fields, read back from Polar's TaskSpec."""
-    meta, verifier, rt = spec.metadata["harbor"], spec.evaluator.harbor, spec.runtime
-    assert verifier is not None
+    meta, verifier, rt = spec.metadata["harbor"], HarborConfig.of(spec.evaluator), spec.runtime
 
     def mb(size: str | None) -> int | None:
         return None if size is None else parse_size(size) >> 20

@@ -15,6 +15,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from activities.evaluators.harbor import HarborConfig
 from polar.tasks.harbor import load_harbor_tasks
 from polar.tasks.spec import NetworkSpec
 from tests.integration.test_harbor_agreement import harbor_python  # noqa: F401 - fixture
@@ -86,6 +87,6 @@ def test_each_phases_network_agrees_with_harbor(
     theirs = json.loads(proc.stdout)
     for d, (agent, verifier) in zip(dirs, theirs, strict=True):
         (spec,) = load_harbor_tasks(d)
-        assert spec.evaluator.harbor is not None
+        verifier_network = HarborConfig.of(spec.evaluator).network
         assert _harbor_view(spec.runtime.network) == agent, (d.name, "agent")
-        assert _harbor_view(spec.evaluator.harbor.network) == verifier, (d.name, "verifier")
+        assert _harbor_view(verifier_network) == verifier, (d.name, "verifier")

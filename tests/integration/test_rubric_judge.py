@@ -26,10 +26,10 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from activities.evaluators.base import Evaluation
+from activities.evaluators.command import CommandReport
 from activities.evaluators.rubric import JUDGE_ATTEMPT, JudgeAccess, apply_rubric
 from polar.builders import check_builder
 from polar.builders.base import BuildContext, unseen_records
-from polar.evaluation_reports import CommandReport
 from polar.records import CompletionRecord, Trace
 from polar.settings import Settings
 from polar.storage import Storage

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from polar.evaluation_reports import CommandReport
+from activities.evaluators.command import CommandReport
 from polar.records import OutcomeClass, SessionStatus
 from polar.settings import Settings
 from polar.storage import Storage, artifact_key

@@ -57,8 +57,8 @@ def test_slim_spec_drops_only_the_large_fields() -> None:
     task = swe_task()
     slim = slim_spec(task)
     assert slim.instruction == "" and slim.metadata == {}
-    assert slim.evaluator.swebench is not None and slim.evaluator.swebench.test_patch == ""
-    assert slim.evaluator.swebench.base_commit == "abcdef1"  # the prewarm still needs it
+    assert slim.evaluator.swebench is not None and slim.evaluator.swebench["test_patch"] == ""
+    assert slim.evaluator.swebench["base_commit"] == "abcdef1"  # the prewarm still needs it
     assert slim.num_sessions == task.num_sessions and slim.harness == task.harness
     assert len(spec_json(slim)) < 2048 < SPEC_INLINE_LIMIT < len(spec_json(task))
     assert task.instruction  # the original is untouched

@@ -17,7 +17,9 @@ from temporalio.service import RPCError
 from temporalio.testing import ActivityEnvironment
 from typer.testing import CliRunner
 
+from activities.kind_configs import InvalidKindConfig
 from activities.postrun_activities import PostrunActivities
+from activities.task_kinds import check_task_kinds
 from app.cli import app
 from polar.builders import UnknownBuilder, check_builder
 from polar.client.sdk import PolarClient
@@ -57,10 +59,12 @@ def test_unknown_builder_and_missing_evaluator_command_are_rejected() -> None:
     bad_config = BuilderSpec(name="prefix_merging", config={"reward": "sum"})
     with pytest.raises(ValueError, match="builder.config: (?s:.*)reward"):
         check_builder(bad_config)
-    with pytest.raises(ValueError, match="needs a non-empty 'command'"):
-        TaskSpec.model_validate(
-            {"task_id": "t", "harness": {"command": "true"}, "evaluator": {"kind": "command"}}
-        )
+    # so is an evaluator's config, by the kind's own model (activities/evaluators/<kind>/)
+    no_command = TaskSpec.model_validate(
+        {"task_id": "t", "harness": {"command": "true"}, "evaluator": {"kind": "command"}}
+    )
+    with pytest.raises(InvalidKindConfig, match="evaluator.command: Field required"):
+        check_task_kinds(no_command)
 
 
 async def test_submit_validates_before_starting(polar: PolarClient) -> None:
@@ -177,20 +181,6 @@ INJECTIONS: dict[str, tuple[dict[str, Any], str, str]] = {
         "file://",
     ),
     "url-local-etc": ({"source": {"type": "git", "url": "/etc"}}, "source.git.url", "/etc"),
-    "base-commit-option": (
-        {
-            "evaluator": {
-                "kind": "swebench",
-                "swebench": {
-                    "instance_id": "i",
-                    "base_commit": "--output=/tmp/x",
-                    "fail_to_pass": ["t"],
-                },
-            }
-        },
-        "evaluator.swebench.base_commit",
-        "starts with '-'",
-    ),
     "harness-1e300": ({"timeouts": {"harness_s": 1e300}}, "timeouts.harness_s", "604800"),
     "harness-inf": ({"timeouts": {"harness_s": "Infinity"}}, "timeouts.harness_s", "finite"),
     "prepare-nan": ({"timeouts": {"prepare_s": "NaN"}}, "timeouts.prepare_s", "finite"),
@@ -215,6 +205,20 @@ def test_injections_are_refused_naming_the_field(name: str) -> None:
     errors = {".".join(map(str, e["loc"])): e["msg"] for e in info.value.errors()}
     assert list(errors) == [field], errors
     assert phrase in errors[field], errors
+
+
+def test_a_base_commit_git_reads_as_an_option_is_refused_by_the_kinds_model() -> None:
+    """The swebench config is the kind's own (activities/evaluators/swebench/config.py):
+    its model refuses the injection where the registries are (submit, the worker)."""
+    evaluator = {
+        "kind": "swebench",
+        "swebench": {"instance_id": "i", "base_commit": "--output=/tmp/x", "fail_to_pass": ["t"]},
+    }
+    task = TaskSpec.model_validate(BASE | {"evaluator": evaluator})
+    with pytest.raises(
+        InvalidKindConfig, match=r"evaluator\.swebench\.base_commit: .*starts with '-'"
+    ):
+        check_task_kinds(task)
 
 
 def test_allowed_neighbours_of_the_injections() -> None:

@@ -226,7 +226,7 @@ async def test_a_harbor_verifier_gets_its_own_network(
     ensure_images(task)
     (spec,) = load_harbor_tasks(task)
     assert spec.runtime.network.sealed and spec.evaluator.harbor is not None
-    assert spec.evaluator.harbor.network.mode == "allowlist"
+    assert spec.evaluator.harbor["network"]["mode"] == "allowlist"
     base = get_settings().model_copy(update={"source_roots": f"{tmp_path},{REPO}"})
     on = base.model_copy(update={"egress": "proxy", "egress_exempt": [f"127.0.0.1:{internet}"]})
     runtime = docker_runtime

@@ -33,27 +33,20 @@ import pytest
 
 from activities.evaluators import pytest_runner
 from activities.evaluators.base import Evaluation, EvaluatorError
+from activities.evaluators.command import CommandReport
 from activities.evaluators.patches import drop_protected, glob_match
 from activities.evaluators.protected import PROTECTED
 from activities.evaluators.reward_checks import InvalidReward, check_rewards
 from activities.evaluators.statuses import parse_results, verify_results
 from activities.evaluators.swebench import evaluator as swebench_evaluator
 from activities.evaluators.swebench import inconsistency, protected_paths, runner_command
+from activities.evaluators.swebench.config import SweBenchConfig
 from activities.runtimes.base import Runtime
 from activities.runtimes.kinds.local import LocalRuntime
 from polar.client.sdk import PolarClient
-from polar.evaluation_reports import CommandReport
 from polar.records import SessionStatus
 from polar.storage import Storage, artifact_key
-from polar.tasks.spec import (
-    DirSource,
-    EvaluatorSpec,
-    GitSource,
-    RuntimeSpec,
-    Source,
-    SweBenchSpec,
-    TaskSpec,
-)
+from polar.tasks.spec import DirSource, EvaluatorSpec, GitSource, RuntimeSpec, Source, TaskSpec
 from polar.tasks.swe import SweInstance, evaluator_fields, instance_to_task
 from tests.support.eval_runtimes import (
     grade,
@@ -111,7 +104,7 @@ def test_protected_globs() -> None:
         ("a/b.sh", "*.sh"),
     ]:
         assert not glob_match(path, pattern), (path, pattern)
-    spec = SweBenchSpec(
+    spec = SweBenchConfig(
         instance_id="x",
         base_commit="abcd",
         fail_to_pass=["pkg/tests/test_a.py::test_x"],
@@ -261,7 +254,7 @@ async def rt(
 async def _swe_session(
     rt: tuple[Runtime, RuntimeSpec],
     source: Source,
-    spec: SweBenchSpec,
+    spec: SweBenchConfig,
     script: str,
     sid: str,
     protected: list[str] | None = None,
@@ -276,10 +269,10 @@ async def _swe_session(
         await runtime.teardown(session)
 
 
-def _textkit(swe_dir: Path, instances: dict[str, SweInstance]) -> tuple[Source, SweBenchSpec]:
+def _textkit(swe_dir: Path, instances: dict[str, SweInstance]) -> tuple[Source, SweBenchConfig]:
     inst = instances[TEXTKIT]
     source = GitSource(url=str(swe_dir / "repos" / "polar-tasks__textkit"), ref=inst.base_commit)
-    return source, SweBenchSpec.model_validate(evaluator_fields(inst))
+    return source, SweBenchConfig.model_validate(evaluator_fields(inst))
 
 
 def _not_resolved(e: Evaluation, failing: list[str]) -> None:
@@ -415,7 +408,7 @@ async def test_correct_fix_scores_with_colour_and_without_rA(
         [*git, "rev-parse", "HEAD"], cwd=repo, check=True, capture_output=True, text=True
     ).stdout.strip()
     source = GitSource(url=str(repo), ref=base)
-    spec = SweBenchSpec.model_validate(
+    spec = SweBenchConfig.model_validate(
         {**evaluator_fields(inst), "base_commit": base, "test_cmd": "python -m pytest {test_files}"}
     )
     gold = await _swe_session(rt, source, spec, textkit_fix("gold"), "colour-gold")

@@ -22,9 +22,9 @@ import docker
 import pytest
 
 from activities.evaluators.base import Evaluation, EvaluatorError
+from activities.evaluators.harbor import HarborReport
 from activities.runtimes.kinds.docker import LABEL, DockerRuntime
 from app.adversaries import adversary_command
-from polar.evaluation_reports import HarborReport
 from polar.outcomes import classify, error_outcome
 from polar.records import SessionStatus
 from polar.settings import get_settings
@@ -349,7 +349,7 @@ async def test_a_verifier_running_the_code_as_another_user_resists_every_forgery
     the honest 0 (policy_failure), the loader has nothing to warn about, and the oracle
     still scores 1 (test_the_oracle_scores_1_and_doing_nothing_0)."""
     spec = _task(EXAMPLES / "app-workdir")
-    assert spec.evaluator.harbor is not None and spec.evaluator.harbor.user is None
+    assert spec.evaluator.harbor is not None and spec.evaluator.harbor["user"] is None
     assert "verifier_runs_agent_code" not in spec.metadata["harbor"]
     seen = {
         name: await _outcome(runtime, spec, _plant(code), f"hb-robust-{name}")

@@ -12,16 +12,18 @@ from pathlib import Path
 import pytest
 from temporalio.client import WorkflowFailureError
 
+from activities.evaluators import parse_report
 from activities.evaluators.fresh import eval_prepare_request, fresh_runtime
 from activities.evaluators.patches import apply_patch, extract_patch, filter_patch, is_junk
 from activities.evaluators.swebench import SweEvaluation, build_test_command, evaluate_swebench
+from activities.evaluators.swebench.config import SweBenchConfig
+from activities.evaluators.swebench.report import SweBenchReport, TestOutcomes
 from activities.runtimes.kinds.local import LocalRuntime
 from polar.client.sdk import PolarClient
 from polar.contracts import PrepareRequest, RuntimeHandle
-from polar.evaluation_reports import SweBenchReport, TestOutcomes, parse_report
 from polar.records import SessionStatus
 from polar.storage import Storage, artifact_key
-from polar.tasks.spec import DirSource, EvaluatorSpec, GitSource, RuntimeSpec, SweBenchSpec
+from polar.tasks.spec import DirSource, EvaluatorSpec, GitSource, RuntimeSpec
 from polar.tasks.swe import (
     SweInstance,
     dump_instances,
@@ -99,9 +101,9 @@ def test_instance_to_task(swe_dir: Path, instances: dict[str, SweInstance]) -> N
     )
     ev = task.evaluator
     assert ev.kind == "swebench" and ev.swebench is not None
-    assert ev.swebench.fail_to_pass == inst.FAIL_TO_PASS
-    assert ev.swebench.pass_to_pass == inst.PASS_TO_PASS
-    assert ev.swebench.test_patch == inst.test_patch
+    assert ev.swebench["fail_to_pass"] == inst.FAIL_TO_PASS
+    assert ev.swebench["pass_to_pass"] == inst.PASS_TO_PASS
+    assert ev.swebench["test_patch"] == inst.test_patch
     assert task.metadata["instance_id"] == inst.instance_id
     github = instance_to_task(
         inst.model_copy(update={"image": "swe/textkit:1"}),
@@ -117,7 +119,7 @@ def test_instance_to_task(swe_dir: Path, instances: dict[str, SweInstance]) -> N
 
 
 def test_default_test_command() -> None:
-    spec = SweBenchSpec(
+    spec = SweBenchConfig(
         instance_id="x",
         base_commit="abcd",
         fail_to_pass=["tests/test_a.py::test_x[1]"],
@@ -363,7 +365,7 @@ async def _grade(
     (ws / ".pytest_cache" / "v" / "lastfailed").write_text("{}")
     (ws / ".codex").mkdir()
     (ws / ".codex" / "config.toml").write_text("model = 'policy'\n")
-    spec = SweBenchSpec.model_validate({**evaluator_fields(inst), **spec_update})
+    spec = SweBenchConfig.model_validate({**evaluator_fields(inst), **spec_update})
     request = eval_prepare_request(  # the instance's install runs while preparing
         session.session_id,
         "t",
@@ -460,7 +462,7 @@ async def _grade_with_budget(
     source = swe_dir / "repos" / inst.repo.replace("/", "__")
     session = await _prepare(runtime, "sess-budget", source, inst.base_commit)
     _git(Path(session.workdir), "apply", str(swe_dir / "patches" / inst.instance_id / "gold.patch"))
-    spec = SweBenchSpec.model_validate(
+    spec = SweBenchConfig.model_validate(
         {
             **evaluator_fields(inst),
             # not a plain pytest invocation: graded in the trusting mode (its log parsed)
@@ -512,8 +514,8 @@ async def test_sessions_graded_end_to_end(
 
     broken = task("broken", "gold")  # an instance whose test patch does not apply
     assert broken.evaluator.swebench is not None
-    broken.evaluator.swebench.test_patch = inst.test_patch.replace("+def test_", "+def test")
-    broken.evaluator.swebench.test_patch += "diff --git a/nope.py b/nope.py\n--- a/nope.py\n"
+    broken.evaluator.swebench["test_patch"] = inst.test_patch.replace("+def test_", "+def test")
+    broken.evaluator.swebench["test_patch"] += "diff --git a/nope.py b/nope.py\n--- a/nope.py\n"
     runs = [await polar.submit(task(name, name)) for name in ("gold", "wrong")]
     runs.append(await polar.submit(broken))
     gold, wrong, error = await asyncio.gather(*(polar.wait(run, timeout_s=240) for run in runs))

@@ -10,7 +10,7 @@ from pathlib import Path, PurePosixPath
 
 from activities.evaluators.base import GIT
 from activities.evaluators.patches import patch_files, resolve_commit, revision
-from polar.tasks.spec import SweBenchSpec
+from activities.evaluators.swebench.config import SweBenchConfig
 
 __all__ = [
     "DEFAULT_TEST_CMD",
@@ -29,7 +29,7 @@ SHELL_EXPANSION = re.compile(r"[`$\n]")
 SHELL_OPERATOR = re.compile(r"[;&|<>()]+")
 
 
-def default_test_files(spec: SweBenchSpec) -> list[str]:
+def default_test_files(spec: SweBenchConfig) -> list[str]:
     """The files of the instance's pytest ids, then those its test patch touches."""
     files: list[str] = []
     for test in [*spec.fail_to_pass, *spec.pass_to_pass]:
@@ -40,7 +40,7 @@ def default_test_files(spec: SweBenchSpec) -> list[str]:
     return list(dict.fromkeys(files))
 
 
-def build_test_command(spec: SweBenchSpec) -> str:
+def build_test_command(spec: SweBenchConfig) -> str:
     files = spec.test_files if spec.test_files is not None else default_test_files(spec)
     quoted = " ".join(shlex.quote(f) for f in files)
     cmd = spec.test_cmd or DEFAULT_TEST_CMD

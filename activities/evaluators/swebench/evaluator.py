@@ -12,6 +12,7 @@ from activities import safe_files
 from activities.evaluators.base import (
     Evaluation,
     EvaluationJob,
+    EvaluatorConfig,
     EvaluatorError,
     Tick,
     reap,
@@ -31,6 +32,7 @@ from activities.evaluators.swebench.commands import (
     reset_test_files_command,
     runner_command,
 )
+from activities.evaluators.swebench.config import SweBenchConfig
 from activities.evaluators.swebench.grading import SweEvaluation, short_list, verdict
 from activities.evaluators.swebench.hardening import (
     GRADING_DIR,
@@ -42,10 +44,10 @@ from activities.evaluators.swebench.hardening import (
     restore_pytest_sections,
 )
 from activities.evaluators.swebench.logs import SuiteOutcome, read_test_status
+from activities.evaluators.swebench.report import SweBenchReport
 from activities.runtimes.base import Runtime
 from polar.contracts import RuntimeHandle
-from polar.evaluation_reports import EvaluationReport, SweBenchReport
-from polar.tasks.spec import SweBenchSpec
+from polar.evaluation_reports import EvaluationReport
 
 __all__ = ["SweBenchEvaluator", "evaluate_swebench"]
 
@@ -59,7 +61,7 @@ class _Clock:
         return max(floor, self.deadline - time.monotonic())
 
 
-async def _check_workspace(runtime: Runtime, handle: RuntimeHandle, spec: SweBenchSpec) -> None:
+async def _check_workspace(runtime: Runtime, handle: RuntimeHandle, spec: SweBenchConfig) -> None:
     """The evaluator's workspace is a git checkout holding `base_commit` (prepare checked it
     out, before the install); EvaluatorError where it is not."""
     check = check_workspace_command(spec.base_commit)
@@ -71,7 +73,7 @@ async def _check_workspace(runtime: Runtime, handle: RuntimeHandle, spec: SweBen
         )
 
 
-async def _reset_test_files(runtime: Runtime, handle: RuntimeHandle, spec: SweBenchSpec) -> None:
+async def _reset_test_files(runtime: Runtime, handle: RuntimeHandle, spec: SweBenchConfig) -> None:
     """Put the files the test patch touches back to `base_commit`; files it creates are
     removed first."""
     files = patch_files(spec.test_patch)
@@ -83,7 +85,9 @@ async def _reset_test_files(runtime: Runtime, handle: RuntimeHandle, spec: SweBe
         raise EvaluatorError(f"cannot reset the test files: {log.strip()}")
 
 
-async def _prepare(runtime: Runtime, handle: RuntimeHandle, spec: SweBenchSpec) -> ModuleMap | None:
+async def _prepare(
+    runtime: Runtime, handle: RuntimeHandle, spec: SweBenchConfig
+) -> ModuleMap | None:
     """Before the patch: check the workspace, and (unless in trusting mode) that the test
     command is plain pytest, put the runner and plugin in scratch and probe the runtime's
     importable modules (None in trusting mode)."""
@@ -136,7 +140,7 @@ async def _harden(
 
 
 async def _apply_test_patch(
-    runtime: Runtime, handle: RuntimeHandle, spec: SweBenchSpec, clock: _Clock
+    runtime: Runtime, handle: RuntimeHandle, spec: SweBenchConfig, clock: _Clock
 ) -> None:
     """Reset the test patch's files to `base_commit` and apply the test patch; EvaluatorError
     where it does not apply."""
@@ -159,7 +163,7 @@ async def evaluate_swebench(
     session_handle: RuntimeHandle,
     eval_runtime: Runtime,
     eval_handle: RuntimeHandle,
-    spec: SweBenchSpec,
+    spec: SweBenchConfig,
     *,
     timeout_s: float,
     protected: Sequence[str] = (),
@@ -213,7 +217,7 @@ async def evaluate_swebench(
 async def _run_test_command(
     runtime: Runtime,
     handle: RuntimeHandle,
-    spec: SweBenchSpec,
+    spec: SweBenchConfig,
     clock: _Clock,
     result: SweEvaluation,
     on_tick: Tick,
@@ -247,7 +251,7 @@ async def _run_test_command(
 async def _run_tests(
     runtime: Runtime,
     handle: RuntimeHandle,
-    spec: SweBenchSpec,
+    spec: SweBenchConfig,
     clock: _Clock,
     result: SweEvaluation,
     done: Callable[[str], SweEvaluation],
@@ -265,17 +269,16 @@ class SweBenchEvaluator:
     needs_fresh_runtime: ClassVar[bool] = True
     needs_traces: ClassVar[bool] = False
     report_model: ClassVar[type[EvaluationReport]] = SweBenchReport
+    config_model: ClassVar[type[EvaluatorConfig]] = SweBenchConfig
 
     async def evaluate(self, job: EvaluationJob) -> Evaluation:
-        if job.spec.swebench is None:
-            raise EvaluatorError("evaluator kind 'swebench' without its 'swebench' fields")
         eval_runtime, eval_handle = job.fresh()
         return await evaluate_swebench(
             job.session_runtime,
             job.session_handle,
             eval_runtime,
             eval_handle,
-            job.spec.swebench,
+            SweBenchConfig.of(job.spec),
             timeout_s=job.timeout_s,
             protected=job.spec.protected,
             on_tick=job.on_tick,

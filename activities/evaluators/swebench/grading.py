@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 
 from activities.evaluators.base import Evaluation, EvaluatorError
 from activities.evaluators.statuses import PytestRun
+from activities.evaluators.swebench.config import SweBenchConfig
 from activities.evaluators.swebench.logs import SuiteOutcome, parser_hint
-from polar.evaluation_reports import SweBenchReport, TestOutcomes
-from polar.tasks.spec import SweBenchSpec
+from activities.evaluators.swebench.report import SweBenchReport, TestOutcomes
 
 __all__ = [
     "SweEvaluation",
@@ -30,7 +30,7 @@ class SweEvaluation(Evaluation):
     test_log: bytes = b""
 
 
-def grade(status: dict[str, str], spec: SweBenchSpec) -> dict[str, dict[str, list[str]]]:
+def grade(status: dict[str, str], spec: SweBenchConfig) -> dict[str, dict[str, list[str]]]:
     """{FAIL_TO_PASS: {success, failure}, PASS_TO_PASS: {success, failure}} as SWE-bench."""
     from swebench.harness.grading import get_eval_tests_report
 
@@ -40,7 +40,7 @@ def grade(status: dict[str, str], spec: SweBenchSpec) -> dict[str, dict[str, lis
     return {k: report[k] for k in ("FAIL_TO_PASS", "PASS_TO_PASS")}
 
 
-def is_resolved(tests: dict[str, dict[str, list[str]]], spec: SweBenchSpec) -> bool:
+def is_resolved(tests: dict[str, dict[str, list[str]]], spec: SweBenchConfig) -> bool:
     f2p, p2p = tests["FAIL_TO_PASS"], tests["PASS_TO_PASS"]
     return (
         not f2p["failure"]
@@ -50,7 +50,7 @@ def is_resolved(tests: dict[str, dict[str, list[str]]], spec: SweBenchSpec) -> b
     )
 
 
-def reported_graded_tests(status: dict[str, str], spec: SweBenchSpec) -> list[str]:
+def reported_graded_tests(status: dict[str, str], spec: SweBenchConfig) -> list[str]:
     """The FAIL_TO_PASS / PASS_TO_PASS tests the run reported at all."""
     try:
         from swebench.harness.grading import _resolve_case
@@ -102,7 +102,7 @@ def short_list(tests: list[str], limit: int = 5) -> str:
 
 
 def verdict(
-    spec: SweBenchSpec, result: SweEvaluation, outcome: SuiteOutcome, budget_s: float
+    spec: SweBenchConfig, result: SweEvaluation, outcome: SuiteOutcome, budget_s: float
 ) -> str:
     """The detail of a finished test run, with its grading in the report and its reward in
     `result` (1 where resolved); EvaluatorError where the run shows the runner or the
@@ -132,7 +132,7 @@ def verdict(
     return "not resolved: " + ("; ".join(failed) or "graded tests skipped")
 
 
-def _refused_run(spec: SweBenchSpec, outcome: SuiteOutcome, report: SweBenchReport) -> str | None:
+def _refused_run(spec: SweBenchConfig, outcome: SuiteOutcome, report: SweBenchReport) -> str | None:
     """The detail where the runner's run was tampered with; EvaluatorError where its results
     vouch for nothing (a dumpable runner) or pytest never started with Polar's plugin."""
     run = outcome.run
@@ -158,7 +158,7 @@ def _refused_run(spec: SweBenchSpec, outcome: SuiteOutcome, report: SweBenchRepo
     return None
 
 
-def _nothing_graded(spec: SweBenchSpec, outcome: SuiteOutcome) -> str:
+def _nothing_graded(spec: SweBenchConfig, outcome: SuiteOutcome) -> str:
     """The detail where no graded test was reported because the tests did not run;
     EvaluatorError where they ran: the instance's test ids do not match its tests."""
     run, code, status = outcome.run, outcome.code, outcome.status
@@ -179,7 +179,7 @@ def _nothing_graded(spec: SweBenchSpec, outcome: SuiteOutcome) -> str:
     )
 
 
-def _resolved(spec: SweBenchSpec, result: SweEvaluation, outcome: SuiteOutcome) -> str:
+def _resolved(spec: SweBenchConfig, result: SweEvaluation, outcome: SuiteOutcome) -> str:
     """Every graded test passed: reward 1 unless the run is inconsistent."""
     report = result.report
     problem = inconsistency(outcome.code, outcome.run)

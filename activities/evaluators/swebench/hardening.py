@@ -18,9 +18,9 @@ from activities.evaluators.base import GIT, EvaluatorError, run_in
 from activities.evaluators.patches import patch_files, resolve_commit, revision
 from activities.evaluators.protected import PLUGIN_MODULE, PROTECTED
 from activities.evaluators.swebench.commands import default_test_files, interpreter_argv
+from activities.evaluators.swebench.config import SweBenchConfig
 from activities.runtimes.base import Runtime
 from polar.contracts import RuntimeHandle
-from polar.tasks.spec import SweBenchSpec
 
 __all__ = [
     "GRADING_DIR",
@@ -45,7 +45,7 @@ MODULE_SUFFIXES = (".py", ".pyc", ".pyw", ".so", ".pyd")
 PYTEST_SECTION_FILES = ("setup.cfg", "pyproject.toml")
 
 
-def protected_paths(spec: SweBenchSpec, extra: Sequence[str] = ()) -> list[str]:
+def protected_paths(spec: SweBenchConfig, extra: Sequence[str] = ()) -> list[str]:
     """Globs of what the session's patch may not change: PROTECTED, the task's own, the graded
     test files (those run, those of the test ids, the test patch's) and their `__init__.py`."""
     tests = [*(spec.test_files or []), *default_test_files(spec), *patch_files(spec.test_patch)]

@@ -10,8 +10,8 @@ from pathlib import Path
 from activities import safe_files
 from activities.evaluators.base import EvaluatorError
 from activities.evaluators.statuses import PytestRun, verify_results
-from polar.evaluation_reports import PytestSessions, SweBenchReport
-from polar.tasks.spec import SweBenchSpec
+from activities.evaluators.swebench.config import SweBenchConfig
+from activities.evaluators.swebench.report import PytestSessions, SweBenchReport
 
 __all__ = ["SuiteOutcome", "parse_test_log", "parser_hint", "read_or_none", "read_test_status"]
 
@@ -32,7 +32,7 @@ class SuiteOutcome:
     problem: str | None = None
 
 
-def parse_test_log(log: str, spec: SweBenchSpec) -> dict[str, str]:
+def parse_test_log(log: str, spec: SweBenchConfig) -> dict[str, str]:
     """Trusting mode: per-test status from the log, with the instance's swebench parser."""
     from swebench.harness.log_parsers import PARSER_REGISTRY
 
@@ -55,7 +55,7 @@ def _repo_parsers() -> dict[str, Callable[..., dict[str, str]]]:
     return parsers
 
 
-def parser_hint(spec: SweBenchSpec) -> str:
+def parser_hint(spec: SweBenchConfig) -> str:
     """The end of an error about tests pytest never ran: the log parser to set, if any."""
     parser = _repo_parsers().get(spec.repo)
     name = getattr(parser, "__name__", "")
@@ -75,7 +75,7 @@ def read_or_none(base: Path, relative: str) -> bytes | None:
 
 def read_test_status(
     scratch: Path,
-    spec: SweBenchSpec,
+    spec: SweBenchConfig,
     outcome: SuiteOutcome,
     key: bytes,
     files: tuple[str, str],

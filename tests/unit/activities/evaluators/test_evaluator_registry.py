@@ -1,5 +1,5 @@
 """The evaluator registry (activities/evaluators) and the typed reports it writes
-(polar/evaluation_reports.py).
+(each kind's report.py, on polar/evaluation_reports.py).
 
 The registry serves every `EvaluatorSpec.kind` but `none`; the kinds the
 workflows prewarm for are the evaluators' own declaration;
@@ -11,7 +11,6 @@ under the same names.
 from __future__ import annotations
 
 import json
-import typing
 from pathlib import Path
 
 import pytest
@@ -21,19 +20,17 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.evaluators import (
     EVALUATORS,
+    EvaluatorConfig,
     UnknownEvaluator,
     get_evaluator,
     kinds_needing_fresh_runtime,
-)
-from activities.postrun_activities import PostrunActivities
-from polar.contracts import EvaluateRequest, RuntimeHandle
-from polar.evaluation_reports import (
-    REPORTS,
-    CommandReport,
-    EvaluationReport,
-    SweBenchReport,
     parse_report,
 )
+from activities.evaluators.command import CommandReport
+from activities.evaluators.swebench.report import SweBenchReport
+from activities.postrun_activities import PostrunActivities
+from polar.contracts import EvaluateRequest, RuntimeHandle
+from polar.evaluation_reports import EvaluationReport
 from polar.settings import Settings
 from polar.storage import Storage
 from polar.tasks.spec import EvaluatorSpec
@@ -68,14 +65,17 @@ LEGACY_SWEBENCH_REPORT = {
 }
 
 
-def test_the_registry_serves_every_evaluator_kind_but_none() -> None:
-    kinds = set(typing.get_args(EvaluatorSpec.model_fields["kind"].annotation))
-    assert "none" in kinds  # the spec's own way of saying "not graded"
-    assert set(EVALUATORS) == kinds - {"none"}
+def test_every_evaluator_owns_its_config_and_report_model() -> None:
     for kind, evaluator in EVALUATORS.items():
         assert evaluator.kind == kind and get_evaluator(kind) is evaluator
         assert isinstance(evaluator.needs_fresh_runtime, bool)
-        assert REPORTS[kind] is evaluator.report_model
+        assert issubclass(evaluator.report_model, EvaluationReport)
+        assert issubclass(evaluator.config_model, EvaluatorConfig)
+        # each kind's models live in its own folder
+        folder = f"activities.evaluators.{kind}."
+        assert evaluator.report_model.__module__.startswith(folder), kind
+        assert evaluator.config_model.__module__.startswith(folder), kind
+    assert "none" not in EVALUATORS  # the spec's own way of saying "not graded"
 
 
 def test_the_fresh_runtime_kinds_are_the_evaluators_own_declaration() -> None:
@@ -157,7 +157,7 @@ def test_a_command_report_round_trips() -> None:
 
 
 def test_a_report_that_is_not_one_is_refused() -> None:
-    with pytest.raises(ValueError, match="no report model for evaluator kind 'rubric'"):
+    with pytest.raises(ValueError, match="unknown evaluator kind 'rubric'"):
         parse_report("rubric", b"{}")
     with pytest.raises(ValidationError):
         parse_report("swebench", b'{"resolved": "perhaps"}')

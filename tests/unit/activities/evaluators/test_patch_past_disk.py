@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from activities.evaluators.baseline import record_baseline
+from activities.evaluators.command import CommandReport
 from activities.evaluators.fresh import carry_changes
 from activities.runtimes.kinds.local import LocalRuntime
 from polar.contracts import PrepareRequest
-from polar.evaluation_reports import CommandReport
 from polar.tasks.spec import DirSource, RuntimeSpec
 
 pytestmark = pytest.mark.skipif(

@@ -12,8 +12,8 @@ from collections.abc import Awaitable, Callable, Iterator
 import pytest
 
 from activities.evaluators.base import Evaluation
+from activities.evaluators.command import CommandReport
 from activities.evaluators.rubric import AnswerRefused, JudgeAccess, JudgeError, apply_rubric
-from polar.evaluation_reports import CommandReport
 from polar.records import Trace, TraceProvenance
 from polar.rubric import JudgeAnswer
 from polar.tasks.spec import RubricSpec

@@ -9,12 +9,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from activities.evaluators.harbor import HarborConfig
 from app.cli import app
 from polar.tasks.harbor import load_harbor_tasks
 from polar.tasks.harbor_environment import base_images, environment_image, resolved_image_map
 from polar.tasks.harbor_images import _mapped_dockerfile
 from polar.tasks.harbor_toml import HarborTaskError, read_harbor_task
-from polar.tasks.spec import HarnessSpec, TaskSpec
+from polar.tasks.spec import EvaluatorSpec, HarnessSpec, TaskSpec
 from tests.support.paths import REPO
 
 EXAMPLES = REPO / "examples" / "harbor"
@@ -38,13 +39,13 @@ def test_the_bundled_dataset_loads_with_the_tasks_fields() -> None:
     assert (hello.runtime.cpus, hello.runtime.memory, hello.runtime.disk) == (1, "1024m", "2048m")
     assert hello.timeouts.harness_s == 300 and hello.timeouts.evaluate_s == 60 + 300
     assert hello.evaluator.kind == "harbor" and hello.evaluator.harbor is not None
-    assert hello.evaluator.harbor.timeout_s == 60
-    assert hello.evaluator.harbor.tests_dir == str(EXAMPLES.resolve() / "hello-file" / "tests")
+    assert _verifier(hello.evaluator).timeout_s == 60
+    assert _verifier(hello.evaluator).tests_dir == str(EXAMPLES.resolve() / "hello-file" / "tests")
     assert hello.metadata["harbor"]["metadata"] == {"difficulty": "easy", "category": "shell"}
     assert hello.metadata["harbor"]["solution_dir"].endswith("hello-file/solution")
     fix = specs["polar__fix-add"]
-    assert fix.evaluator.harbor is not None and fix.evaluator.harbor.user is None  # root
-    assert fix.evaluator.harbor.env == {"PYTHONDONTWRITEBYTECODE": "1"}
+    assert fix.evaluator.harbor is not None and _verifier(fix.evaluator).user is None  # root
+    assert _verifier(fix.evaluator).env == {"PYTHONDONTWRITEBYTECODE": "1"}
     # a TaskSpec as any other: it survives its JSON round trip (the workflow's input)
     for spec in specs.values():
         assert TaskSpec.model_validate_json(spec.model_dump_json()) == spec
@@ -86,7 +87,7 @@ def test_env_templates_resolve_from_the_host(tmp_path: Path) -> None:
     _append(task, '[verifier.env]\nA = "${POLAR_T_A}"\nB = "${POLAR_T_B:-dflt}"')
     (spec,) = load_harbor_tasks(task, environ={"POLAR_T_A": "a"})
     assert spec.evaluator.harbor is not None
-    assert spec.evaluator.harbor.env == {"A": "a", "B": "dflt"}
+    assert _verifier(spec.evaluator).env == {"A": "a", "B": "dflt"}
     with pytest.raises(HarborTaskError, match=r"verifier\.env\.A.*POLAR_T_A"):
         load_harbor_tasks(task, environ={})
 
@@ -136,7 +137,7 @@ def test_harbors_default_network_loads_as_public(tmp_path: Path) -> None:
     toml.write_text(toml.read_text().replace('network_mode = "no-network"\n', ""))
     (spec,) = load_harbor_tasks(task)
     assert spec.runtime.network.mode == "public" and spec.runtime.network.allowed_hosts == []
-    assert spec.evaluator.harbor is not None and spec.evaluator.harbor.network.mode == "public"
+    assert spec.evaluator.harbor is not None and _verifier(spec.evaluator).network.mode == "public"
     assert spec.metadata["harbor"]["network_mode"] == "public"
     dumped = spec.model_dump(mode="json")
     assert dumped["runtime"]["network"] == {"mode": "public", "allowed_hosts": []}
@@ -147,7 +148,7 @@ def test_a_sealed_task_leaves_network_out_of_its_json() -> None:
     spec = next(s for s in load_harbor_tasks(EXAMPLES) if s.task_id == "polar__hello-file")
     assert spec.runtime.network.sealed
     assert "network" not in spec.runtime.model_dump()
-    assert spec.evaluator.harbor is not None and "network" not in spec.evaluator.harbor.model_dump()
+    assert spec.evaluator.harbor is not None and "network" not in spec.evaluator.harbor
 
 
 def test_allowlist_and_phase_overrides_load_as_harbor_resolves_them(tmp_path: Path) -> None:
@@ -165,7 +166,7 @@ def test_allowlist_and_phase_overrides_load_as_harbor_resolves_them(tmp_path: Pa
     assert spec.runtime.network.mode == "allowlist"
     assert spec.runtime.network.allowed_hosts == hosts
     assert spec.evaluator.harbor is not None
-    assert spec.evaluator.harbor.network == spec.runtime.network  # the verifier inherits it
+    assert _verifier(spec.evaluator).network == spec.runtime.network  # the verifier inherits it
     assert TaskSpec.model_validate_json(spec.model_dump_json()) == spec
     # a phase's own mode wins, with its own hosts
     text = toml.read_text()
@@ -177,7 +178,7 @@ def test_allowlist_and_phase_overrides_load_as_harbor_resolves_them(tmp_path: Pa
     (spec,) = load_harbor_tasks(task)
     assert spec.runtime.network.sealed
     assert spec.evaluator.harbor is not None
-    assert spec.evaluator.harbor.network.allowed_hosts == ["a.test"]
+    assert _verifier(spec.evaluator).network.allowed_hosts == ["a.test"]
 
 
 @pytest.mark.parametrize(("allow", "mode"), [("true", "public"), ("false", "none")])
@@ -366,3 +367,8 @@ def test_the_cli_prints_the_warning_when_it_loads_the_task(tmp_path: Path) -> No
     assert "warning: Harbor task polar/hackable-workspace-tests: its verifier seems to run" in (
         result.output
     )
+
+
+def _verifier(evaluator: EvaluatorSpec) -> HarborConfig:
+    """The harbor config a loaded task holds, read with the kind's model."""
+    return HarborConfig.of(evaluator)

@@ -18,9 +18,10 @@ from activities.evaluators.swebench import (
     reset_test_files_command,
     restore_files_command,
 )
+from activities.evaluators.swebench.config import SweBenchConfig
 from activities.runtimes.kinds.local import LocalRuntime
 from polar.contracts import NON_RETRYABLE_ERRORS, RuntimeHandle
-from polar.tasks.spec import CommandAction, EvaluatorSpec, RuntimeSpec, SweBenchSpec
+from polar.tasks.spec import CommandAction, EvaluatorSpec, RuntimeSpec
 from tests.support.git import git
 
 SECRET = "TOP-SECRET-LINE-7f3a"
@@ -66,10 +67,8 @@ def _dangerous(trap: Path) -> list[str]:
 
 def _eval_checkout(base: str) -> str:
     """The checkout command line the evaluator's fresh runtime runs while preparing."""
-    swebench = SweBenchSpec.model_construct(  # skips the TaskSpec's own check
-        instance_id="i", base_commit=base, fail_to_pass=["t"], install=None
-    )
-    spec = EvaluatorSpec.model_construct(kind="swebench", swebench=swebench)
+    swebench = {"instance_id": "i", "base_commit": base, "fail_to_pass": ["t"]}
+    spec = EvaluatorSpec.model_construct(kind="swebench", swebench=swebench)  # unchecked
     action = spec.eval_runtime_spec(RuntimeSpec()).prepare[-1]
     assert isinstance(action, CommandAction)
     return action.command
@@ -172,7 +171,7 @@ async def test_extract_and_evaluate_refuse_it_before_any_git_call(
     with pytest.raises(ApplicationError, match="starts with '-'") as caught:
         await extract_patch(runtime, handle, base)
     assert caught.value.non_retryable and caught.value.type == "EvaluatorError"
-    spec = SweBenchSpec.model_construct(
+    spec = SweBenchConfig.model_construct(
         instance_id="i", base_commit=base, test_patch="", fail_to_pass=["t"], exclude=[]
     )
     with pytest.raises(ApplicationError, match="starts with '-'"):

@@ -17,11 +17,11 @@ import pytest
 from activities.evaluators import pytest_runner
 from activities.evaluators.base import EvaluatorError
 from activities.evaluators.swebench import GRADING_DIR, SweEvaluation
+from activities.evaluators.swebench.config import SweBenchConfig
 from activities.evaluators.swebench.evaluator import _Clock, _run_tests
+from activities.evaluators.swebench.report import SweBenchReport
 from activities.shell_command import ProcessOutcome
 from polar.contracts import RuntimeHandle
-from polar.evaluation_reports import SweBenchReport
-from polar.tasks.spec import SweBenchSpec
 
 TEST_ID = "tests/test_x.py::test_fixed"
 
@@ -78,7 +78,7 @@ class RunnerRan:
 
 
 async def _grade(tmp_path: Path, non_dumpable: object) -> SweEvaluation:
-    spec = SweBenchSpec(instance_id="i", base_commit="abcd1234", fail_to_pass=[TEST_ID])
+    spec = SweBenchConfig(instance_id="i", base_commit="abcd1234", fail_to_pass=[TEST_ID])
     runtime = RunnerRan(tmp_path, non_dumpable)
     handle = RuntimeHandle(
         session_id="s-eval", kind="stand-in", workdir=str(tmp_path / "ws"), host="here"

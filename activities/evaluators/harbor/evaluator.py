@@ -57,21 +57,23 @@ from activities import safe_files
 from activities.evaluators.base import (
     Evaluation,
     EvaluationJob,
+    EvaluatorConfig,
     EvaluatorError,
     Tick,
     reap,
     run_in,
 )
 from activities.evaluators.fresh import carry_changes
+from activities.evaluators.harbor.config import HarborConfig
+from activities.evaluators.harbor.report import HarborReport
 from activities.evaluators.protected import PROTECTED
 from activities.runtimes import Runtime
 from activities.runtimes.network.egress import EGRESS_LOG, EgressDoor, EgressRefused, open_egress
 from activities.shell_command import ProcessOutcome
 from polar.contracts import RuntimeHandle, invalid_input
-from polar.evaluation_reports import Baselines, EvaluationReport, HarborReport
+from polar.evaluation_reports import Baselines, EvaluationReport
 from polar.host_paths import outside_roots, resolved_problem, source_roots
 from polar.settings import WorkerSettings
-from polar.tasks.spec import HarborVerifierSpec
 
 __all__ = ["HarborEvaluator", "Tampering", "judge_reward_files", "parse_reward"]
 
@@ -175,7 +177,7 @@ def _setup_script(staged: str, user: str | None) -> str:
     )
 
 
-def _test_command(spec: HarborVerifierSpec) -> str:
+def _test_command(spec: HarborConfig) -> str:
     script = shlex.quote(f"{TESTS_IN_RUNTIME}/{spec.test_script}")
     if spec.user is None:
         return f"exec bash {script}"
@@ -194,11 +196,10 @@ class HarborEvaluator:
     needs_fresh_runtime: ClassVar[bool] = True
     needs_traces: ClassVar[bool] = False
     report_model: ClassVar[type[EvaluationReport]] = HarborReport
+    config_model: ClassVar[type[EvaluatorConfig]] = HarborConfig
 
     async def evaluate(self, job: EvaluationJob) -> Evaluation:
-        spec = job.spec.harbor
-        if spec is None:
-            raise EvaluatorError("evaluator kind 'harbor' without its 'harbor' fields")
+        spec = HarborConfig.of(job.spec)
         runtime, handle = job.fresh()
         session_handle = job.session_handle
         if session_handle.baseline is None:
@@ -267,7 +268,7 @@ class HarborEvaluator:
         return logs
 
 
-def _checked_tests(spec: HarborVerifierSpec, settings: WorkerSettings) -> Path:
+def _checked_tests(spec: HarborConfig, settings: WorkerSettings) -> Path:
     """The task's tests dir, a host path the worker may read, holding its test script."""
     tests = Path(spec.tests_dir)
     _check_tests_dir(tests, settings)
@@ -280,7 +281,7 @@ async def _put_tests_in_place(
     runtime: Runtime,
     handle: RuntimeHandle,
     tests: Path,
-    spec: HarborVerifierSpec,
+    spec: HarborConfig,
     on_tick: Tick,
 ) -> None:
     """Copy the tests to /tests (through scratch, under a name the code under test could not
@@ -309,7 +310,7 @@ async def _put_tests_in_place(
 async def _run_test_script(
     runtime: Runtime,
     handle: RuntimeHandle,
-    spec: HarborVerifierSpec,
+    spec: HarborConfig,
     settings: WorkerSettings,
     on_tick: Tick,
 ) -> ProcessOutcome:

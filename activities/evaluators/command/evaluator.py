@@ -44,17 +44,20 @@ from activities.evaluators.base import (
     GIT,
     Evaluation,
     EvaluationJob,
+    EvaluatorConfig,
     EvaluatorError,
     Tick,
     reap,
     run_in,
 )
+from activities.evaluators.command.config import CommandConfig
+from activities.evaluators.command.report import CommandReport
 from activities.evaluators.fresh import carry_changes, fresh_runtime
 from activities.evaluators.patches import JUNK_DIRS, revision
 from activities.evaluators.protected import PROTECTED, command_path_candidates
 from activities.runtimes.base import Runtime
 from polar.contracts import PrepareRequest, RuntimeHandle
-from polar.evaluation_reports import Baselines, CommandReport, EvaluationReport
+from polar.evaluation_reports import Baselines, EvaluationReport
 from polar.tasks.spec import EvaluatorSpec
 
 __all__ = ["CommandEvaluator", "Evaluation", "InvalidRewardFile", "evaluate_command"]
@@ -267,6 +270,7 @@ class CommandEvaluator:
     needs_fresh_runtime: ClassVar[bool] = True
     needs_traces: ClassVar[bool] = True
     report_model: ClassVar[type[EvaluationReport]] = CommandReport
+    config_model: ClassVar[type[EvaluatorConfig]] = CommandConfig
 
     async def evaluate(self, job: EvaluationJob) -> Evaluation:
         eval_runtime, eval_handle = job.fresh()

@@ -1,0 +1,38 @@
+"""The `harbor` evaluator's config: a Harbor task's verifier (`evaluator.harbor`)."""
+
+from __future__ import annotations
+
+from pydantic import Field, field_validator
+
+from activities.evaluators.base import EvaluatorConfig
+from polar.host_paths import checked_host_path
+from polar.tasks.spec import NetworkSpec
+from polar.tasks.strict import MAX_TIMEOUT_S
+
+
+class HarborConfig(EvaluatorConfig):
+    """A Harbor task's verifier (`{"kind": "harbor", "harbor": {...}}`, written by
+    polar/tasks/harbor.py).
+
+    `tests_dir` (a folder of the worker host) is copied to `/tests` of the evaluator's fresh
+    runtime only for grading; `/tests/{test_script}` runs there as `user` (None: the image's
+    user) with `env`, within `timeout_s`, and the reward is read only from a `/logs/verifier`
+    made fresh for it (`reward.json`, else `reward.txt`).
+    """
+
+    task: str = Field(min_length=1, description="the Harbor task's name (for messages)")
+    tests_dir: str = Field(min_length=1)
+    test_script: str = Field(default="test.sh", pattern=r"^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$")
+    user: str | None = Field(default=None, pattern=r"^[a-z_][a-z0-9_-]*$|^[0-9]+$")
+    env: dict[str, str] = Field(default_factory=dict)
+    timeout_s: float = Field(default=600, gt=0, le=MAX_TIMEOUT_S, allow_inf_nan=False)
+    network: NetworkSpec = Field(
+        default_factory=NetworkSpec,
+        exclude_if=lambda v: v.sealed,  # left out while sealed: older workers read the spec
+        description="what test.sh may reach (as `runtime.network`; default: nothing)",
+    )
+
+    @field_validator("tests_dir")
+    @classmethod
+    def _allowed_tests_dir(cls, v: str) -> str:
+        return checked_host_path(v, "harbor.tests_dir")

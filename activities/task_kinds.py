@@ -1,0 +1,21 @@
+"""The kinds a task names, checked by the worker's registries and each kind's own model:
+what `polar submit` and `polar tasks load` run before anything is submitted (the worker
+checks each kind again at the stage that uses it)."""
+
+from __future__ import annotations
+
+from activities.evaluators import check_evaluator
+from polar.tasks.spec import TaskSpec
+
+__all__ = ["check_task_kinds"]
+
+
+def check_task_kinds(task: TaskSpec) -> TaskSpec:
+    """`task` with its evaluator's kind and config checked (UnknownKind naming the known
+    kinds, or InvalidKindConfig naming the field: both ValueErrors), each config as its
+    kind's model writes it (defaults filled in)."""
+    evaluator = task.evaluator
+    config = check_evaluator(evaluator)
+    if config is not None:
+        evaluator = config.written_into(evaluator)
+    return task.model_copy(update={"evaluator": evaluator})
