@@ -263,7 +263,9 @@ async def _swe_session(
     session = await prepare_session(runtime, runtime_spec, source, sid)
     try:
         await run_harness(runtime, session, script)
-        evaluator = EvaluatorSpec(kind="swebench", swebench=spec, protected=protected or [])
+        evaluator = EvaluatorSpec(
+            kind="swebench", swebench=spec.model_dump(mode="json"), protected=protected or []
+        )
         return await grade(runtime, runtime_spec, source, session, evaluator)
     finally:
         await runtime.teardown(session)
@@ -609,7 +611,7 @@ async def test_nothing_runs_where_the_session_or_the_graded_code_ran(
         (
             "run-swe",
             swe_source,
-            EvaluatorSpec(kind="swebench", swebench=swe_spec),
+            EvaluatorSpec(kind="swebench", swebench=swe_spec.model_dump(mode="json")),
             textkit_fix("gold"),
             "swebench-tests",
         ),

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from temporalio.client import WorkflowFailureError
 
-from activities.evaluators import parse_report
+from activities.evaluators import InvalidKindConfig, check_evaluator, parse_report
 from activities.evaluators.fresh import eval_prepare_request, fresh_runtime
 from activities.evaluators.patches import apply_patch, extract_patch, filter_patch, is_junk
 from activities.evaluators.swebench import SweEvaluation, build_test_command, evaluate_swebench
@@ -114,8 +114,8 @@ def test_instance_to_task(swe_dir: Path, instances: dict[str, SweInstance]) -> N
         url="https://github.com/polar-tasks/textkit.git", ref=inst.base_commit
     )
     assert github.runtime.image == "swe/textkit:1"
-    with pytest.raises(ValueError, match="needs its 'swebench' instance fields"):
-        EvaluatorSpec(kind="swebench")
+    with pytest.raises(InvalidKindConfig, match="evaluator.swebench.instance_id: Field required"):
+        check_evaluator(EvaluatorSpec(kind="swebench"))
 
 
 def test_default_test_command() -> None:
@@ -372,7 +372,7 @@ async def _grade(
         GitSource(url=str(source), ref=inst.base_commit),
         RuntimeSpec(),
         "local",
-        EvaluatorSpec(kind="swebench", swebench=spec),
+        EvaluatorSpec(kind="swebench", swebench=spec.model_dump(mode="json")),
     )
     async with fresh_runtime(runtime, request) as eval_handle:
         evaluation = await evaluate_swebench(
