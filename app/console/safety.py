@@ -46,22 +46,28 @@ class Redactor:
 
     def __init__(self, settings: ConsoleSettings) -> None:
         values = [getattr(settings, name, None) for name in SECRET_FIELDS]
-        self.secrets = sorted({v for v in values if isinstance(v, str) and len(v) >= 4}, key=len)
-        self.secrets.reverse()  # longest first: one secret inside another goes whole
+        secrets = sorted({v for v in values if isinstance(v, str) and len(v) >= 4}, key=len)
+        # longest first: one secret inside another goes whole
+        parts = [re.escape(v) for v in reversed(secrets)] + [SESSION_KEY.pattern]
+        self.pattern = re.compile("|".join(parts))
 
     def __call__(self, text: str) -> str:
-        for secret in self.secrets:
-            if secret in text:
-                text = text.replace(secret, REDACTED)
-        return SESSION_KEY.sub(REDACTED, text) if "pk-" in text else text
+        return self.pattern.sub(REDACTED, text)
+
+    def spans(self, text: str) -> list[tuple[int, int]]:
+        """Where secrets are in `text` (start, end): for text shown in pieces (tokens)."""
+        return [m.span() for m in self.pattern.finditer(text)]
 
     def value(self, value: Any) -> Any:
         """Jinja2's `finalize`: every value a template prints, if it is text: redacted, its
         bidi controls shown as `<U+202E>` (then escaped as any text)."""
         if not isinstance(value, str):
             return value
-        text = self(value)
-        return BIDI_CONTROLS.sub(lambda m: f"<U+{ord(m.group()):04X}>", text)
+        return BIDI_CONTROLS.sub(shown_control, self.pattern.sub(REDACTED, value))
+
+
+def shown_control(match: re.Match[str]) -> str:
+    return f"<U+{ord(match.group()):04X}>"
 
 
 def console_path(*parts: object) -> str:

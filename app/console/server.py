@@ -140,12 +140,14 @@ def add_pages(app: FastAPI, console: Console) -> None:
         )
 
     @app.get("/sessions/{session_id}/traces/{n}", response_class=HTMLResponse)
-    async def trace(session_id: str, n: int) -> HTMLResponse:
+    async def trace(session_id: str, n: int, tokens: str | None = None) -> HTMLResponse:
         keys = await console.objects.traces_keys(safe_id(session_id))
         found = await console.objects.trace(keys[0], n) if keys else None
         if found is None:
             raise NotFound(f"no trace {n} in session {session_id}")
-        view = await asyncio.to_thread(trace_view, found, console.tokenizer_dir)
+        view = await asyncio.to_thread(
+            trace_view, found, console.tokenizer_dir, console.redact.spans, tokens == "all"
+        )
         return console.page("trace.html", session_id=session_id, n=n, key=keys[0], view=view)
 
 

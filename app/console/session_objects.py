@@ -8,6 +8,7 @@ session page only indexes them (ids, lengths, trained tokens), the trace page pa
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,11 +99,31 @@ def summarize_trace(n: int, line: dict[str, Any], rewards: dict[str, Any] | None
     )
 
 
+class ClosedSessions:
+    """What was read of recently seen closed sessions (their objects no longer change)."""
+
+    def __init__(self, size: int = 16) -> None:
+        self._items: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._size = size
+
+    def get(self, session_id: str) -> dict[str, Any] | None:
+        if session_id in self._items:
+            self._items.move_to_end(session_id)
+            return self._items[session_id]
+        return None
+
+    def put(self, session_id: str, parts: dict[str, Any]) -> None:
+        self._items[session_id] = parts
+        while len(self._items) > self._size:
+            self._items.popitem(last=False)
+
+
 class SessionObjects:
     """Reads of one bucket's session objects."""
 
     def __init__(self, storage: Storage) -> None:
         self.storage = storage
+        self.closed = ClosedSessions()
 
     async def get(self, key: str) -> bytes:
         """An object's bytes; KeyError if there is none."""

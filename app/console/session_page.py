@@ -153,8 +153,20 @@ async def session_view(
     spec = await reads.start_input(execution)
     row = session_row(result) if result is not None else visible_session(execution)
     view = SessionView(execution, status_name(execution.status), row, result, progress, spec, steps)
+    cached = objects.closed.get(session_id)
+    if cached is not None:
+        for name, value in cached.items():
+            setattr(view, name, value)
+        return view
     await add_objects(view, objects, session_id)
+    if execution.status not in (None, WorkflowExecutionStatus.RUNNING):
+        # a closed session's objects no longer change
+        objects.closed.put(session_id, {name: getattr(view, name) for name in OBJECT_FIELDS})
     return view
+
+
+OBJECT_FIELDS = ("calls", "traces_key", "traces", "artifacts", "logs", "reports", "patches")
+"""The fields of a SessionView read from S3."""
 
 
 async def add_objects(view: SessionView, objects: SessionObjects, session_id: str) -> None:

@@ -144,6 +144,9 @@ async def test_the_session_page_shows_calls_trace_grade_and_logs(
     assert "no tokenizer available" in trace
     assert trace.count('class="tok trained') > 10 and 'class="tok prompt"' in trace
     assert "logprob -0." in trace
+    every = shown(ran, await console.get(f"/sessions/{ok.session_id}/traces/0?tokens=all"))
+    assert trace.count('class="tok prompt"') == 2  # the legend's and the prompt's one run
+    assert every.count('class="tok prompt"') > 100  # each prompt token on its own
 
 
 async def test_the_failed_session_shows_why(ran: Ran, console: httpx.AsyncClient) -> None:

@@ -40,7 +40,7 @@ def test_heat_buckets_go_from_likely_to_unlikely() -> None:
 
 
 def test_without_a_tokenizer_ids_are_shown() -> None:
-    view = trace_view(trace([1, 2], [3, 4, 5], [1, 0, 1]), None)
+    view = trace_view(trace([1, 2], [3, 4, 5], [1, 0, 1]), None, every_token=True)
     assert view.decoded_by is None
     assert [t.text for t in view.prompt] == ["#1", "#2"]
     assert [(t.text, t.kind) for t in view.response] == [
@@ -64,3 +64,54 @@ def test_the_models_own_tokenizer_decodes_each_token() -> None:
     assert view.decoded_by == str(TINY_MODEL)
     assert "".join(t.text for t in view.response) == "Hello rollout world"
     assert all(not t.text.startswith("#") for t in view.prompt)
+
+
+@pytest.mark.skipif(not TINY_MODEL.is_dir(), reason="the tiny model is built by infra/setup.sh")
+def test_a_secret_split_over_tokens_is_redacted_with_its_ids() -> None:
+    from app.console.safety import Redactor
+    from polar.settings import Settings
+    from polar.tokenization import load_tokenizer
+
+    key = "pk-eyJzZXNzaW9uIjoiczEifQ.bWFjLW9mLXRoZS1zZXNzaW9u"
+    secret = "s3-secret-of-the-console-test"
+    redactor = Redactor(Settings(s3_secret_key=secret))
+    tokenizer = load_tokenizer(str(TINY_MODEL))
+    prompt = tokenizer.encode(f"env: OPENAI_API_KEY={key} ok", add_special_tokens=False)
+    response = tokenizer.encode(f"the secret is {secret}!", add_special_tokens=False)
+    assert len(prompt) > 10 and len(response) > 8  # each secret spans several tokens
+    for every_token in (True, False):
+        view = trace_view(
+            trace(prompt, response, [1] * len(response)), TINY_MODEL, redactor.spans, every_token
+        )
+        shown = "".join(t.text for t in view.prompt), "".join(t.text for t in view.response)
+        assert shown == ("env: OPENAI_API_KEY=[redacted] ok", "the secret is [redacted]!")
+    hidden = [t for t in view.prompt + view.response if t.title == "redacted"]
+    assert len(hidden) >= 4 and all("id " not in t.title for t in hidden)
+    assert not any(str(i) in " ".join(t.title for t in hidden) for i in prompt[5:8])
+
+
+def test_secrets_that_share_a_token_are_both_taken_out() -> None:
+    from app.console.tokens import redacted
+
+    texts = ["a ", "SEC", "RETxSEC", "RET b"]  # two secrets meet inside the third token
+
+    def spans(text: str) -> list[tuple[int, int]]:
+        return [(m, m + 6) for m in range(len(text)) if text.startswith("SECRET", m)]
+
+    out, hidden = redacted(texts, spans)
+    assert out == ["a ", "[redacted]", "x[redacted]", " b"] and hidden == {1, 2, 3}
+    assert "".join(out) == "a [redacted]x[redacted] b"
+
+
+def test_runs_of_prompt_and_context_tokens_are_one_span_unless_asked() -> None:
+    view = trace_view(trace([1, 2], [3, 4, 5, 6, 7], [1, 0, 0, 1, 1]), None)
+    assert [(t.text, t.kind) for t in view.prompt] == [("#1#2", "prompt")]
+    assert [(t.text, t.kind) for t in view.response] == [
+        ("#3", "trained"),
+        ("#4#5", "context"),
+        ("#6", "trained"),
+        ("#7", "trained"),
+    ]
+    assert view.prompt[0].title == "prompt · 2 tokens · policy v7"
+    assert view.response[0].title == "id 3 · logprob -0.0100 · policy v7"
+    assert view.trained == 3 and not view.every_token
