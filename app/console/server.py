@@ -42,6 +42,10 @@ class NotFound(Exception):
     """A page of something that does not exist."""
 
 
+class Unavailable(Exception):
+    """Temporal cannot be reached (the page says so; the next request tries again)."""
+
+
 class Console:
     """The app's state: settings, templates, redaction, S3 reads, Temporal (connected lazily)."""
 
@@ -60,7 +64,12 @@ class Console:
     async def reads(self) -> TemporalReads:
         async with self._lock:
             if self._reads is None:
-                self._reads = TemporalReads(await connect(self.settings))
+                try:
+                    self._reads = TemporalReads(await connect(self.settings))
+                except RuntimeError as exc:  # the SDK's "Failed client connect"
+                    raise Unavailable(
+                        f"cannot reach Temporal at {self.settings.temporal_address}"
+                    ) from exc
             return self._reads
 
     def page(self, template: str, status: int = 200, **context: Any) -> HTMLResponse:
@@ -83,6 +92,10 @@ def create_app(
     @app.exception_handler(NotFound)
     async def not_found(request: Request, exc: NotFound) -> HTMLResponse:
         return console.problem(404, str(exc))
+
+    @app.exception_handler(Unavailable)
+    async def unavailable(request: Request, exc: Unavailable) -> HTMLResponse:
+        return console.problem(503, str(exc))
 
     @app.exception_handler(RPCError)
     async def temporal_failed(request: Request, exc: RPCError) -> HTMLResponse:

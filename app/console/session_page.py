@@ -8,8 +8,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from temporalio.api.enums.v1 import EventType
+from temporalio.api.enums.v1 import EventType, PendingActivityState
 from temporalio.api.history.v1 import HistoryEvent
+from temporalio.api.workflow.v1 import PendingActivityInfo
 from temporalio.client import WorkflowExecution, WorkflowExecutionStatus
 
 from app.console.calls import CallEntry
@@ -31,6 +32,7 @@ class StageStep:
     stage: str
     queue: str
     scheduled: datetime | None
+    activity_id: str = ""
     attempts: int = 0
     worker: str = ""
     ended: datetime | None = None
@@ -58,7 +60,9 @@ def stage_steps(events: list[HistoryEvent]) -> list[StageStep]:
             name = attrs.activity_type.name
             entry = STAGE_ACTIVITIES.get(name)
             stage = entry.stage.value if entry is not None and entry.stage else ""
-            steps[event.event_id] = StageStep(name, stage, attrs.task_queue.name, _when(event))
+            steps[event.event_id] = StageStep(
+                name, stage, attrs.task_queue.name, _when(event), attrs.activity_id
+            )
         elif kind == E.EVENT_TYPE_ACTIVITY_TASK_STARTED:
             started = event.activity_task_started_event_attributes
             if (step := steps.get(started.scheduled_event_id)) is not None:
@@ -67,6 +71,28 @@ def stage_steps(events: list[HistoryEvent]) -> list[StageStep]:
         else:
             _close_step(steps, event)
     return list(steps.values())
+
+
+PENDING_STATES = {
+    PendingActivityState.PENDING_ACTIVITY_STATE_SCHEDULED: "scheduled",
+    PendingActivityState.PENDING_ACTIVITY_STATE_STARTED: "running",
+    PendingActivityState.PENDING_ACTIVITY_STATE_CANCEL_REQUESTED: "cancelling",
+}
+
+
+def with_pending(steps: list[StageStep], pending: list[PendingActivityInfo]) -> None:
+    """The open activities' attempts, workers and last failures (history records an
+    activity's start only once it ends)."""
+    by_id = {step.activity_id: step for step in steps if step.ended is None}
+    for info in pending:
+        step = by_id.get(info.activity_id)
+        if step is None:
+            continue
+        step.state = PENDING_STATES.get(info.state, "pending")
+        step.attempts = info.attempt
+        step.worker = info.last_worker_identity or step.worker
+        if info.HasField("last_failure"):
+            step.failure = f"attempt {info.attempt - 1}: {info.last_failure.message}"
 
 
 def _close_step(steps: dict[int, StageStep], event: HistoryEvent) -> None:
@@ -139,7 +165,11 @@ async def workflow_part(
     else:
         value, _ = await reads.result_of(execution, SessionResult)
         result = value if isinstance(value, SessionResult) else None
-    return execution, result, progress, stage_steps(events)
+    steps = stage_steps(events)
+    raw = getattr(execution, "raw_description", None)  # describe()'s, with open activities
+    if raw is not None:
+        with_pending(steps, list(raw.pending_activities))
+    return execution, result, progress, steps
 
 
 async def session_view(

@@ -7,6 +7,7 @@ show only escaped, and no page shows a secret of the stack's settings.
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import uuid
 from collections.abc import AsyncIterator
@@ -106,6 +107,8 @@ async def test_the_tasks_page_lists_both_tasks_newest_first(
     html = shown(ran, await console.get("/"))
     assert ok_wf in html and failed_wf in html
     assert html.index(failed_wf) < html.index(ok_wf)  # the newer first
+    prefix = shown(ran, await console.get("/", params={"task": ok.task_id[:-3]}))
+    assert ok_wf in prefix and failed_wf not in prefix  # a task id's start finds it
     only = shown(ran, await console.get("/", params={"task": ok.task_id}))
     assert ok_wf in only and failed_wf not in only
     assert "1 / 1" in only and "1.000" in only  # sessions done of total, mean reward
@@ -168,3 +171,28 @@ async def test_raw_objects_are_text_or_attachments(ran: Ran, console: httpx.Asyn
     assert (await console.get("/raw/polar-test/other")).status_code == 404
     records = await console.get(f"/raw/sessions/{failed.session_id}/completions/")
     assert records.status_code == 404
+
+
+async def test_a_running_task_shows_its_live_progress(
+    ran: Ran, console: httpx.AsyncClient, tmp_path: Path
+) -> None:
+    repo = tmp_path / "repo"
+    shutil.copytree(REPO / "examples" / "demo" / "repo", repo)
+    task_id = f"console-live-{uuid.uuid4().hex[:6]}"
+    run = await ran.stack.polar.submit(spec(task_id, "sleep 6; python agent.py", repo))
+    try:
+        for _ in range(100):  # until its session runs the harness
+            status = await ran.stack.polar.status(run)
+            if status.sessions and status.sessions[0].stage.value == "run":
+                break
+            await asyncio.sleep(0.1)
+        (session,) = status.sessions
+        row = shown(ran, await console.get("/", params={"task": task_id}))
+        assert "status-running" in row and "0 / 1" in row  # live, from the progress query
+        task = shown(ran, await console.get(f"/tasks/{run.workflow_id}"))
+        assert session.session_id in task and "(run)" in task  # its stage, from visibility
+        page = shown(ran, await console.get(f"/sessions/{session.session_id}"))
+        summary = page[page.index('id="session-status"') :][:300]
+        assert "running command harness" in summary and "state-running" in page, summary
+    finally:
+        await ran.stack.polar.wait(run, timeout_s=180)

@@ -134,7 +134,20 @@ def session_view(text: str) -> SessionView:
         result=result,
         progress=None,
         spec={"task": {"task_id": text, "harness": {"kind": text}, "runtime": {"kind": text}}},
-        steps=[StageStep(text, text, text, NOW, 2, text, NOW, "failed", text)],
+        steps=[
+            StageStep(
+                activity=text,
+                stage=text,
+                queue=text,
+                scheduled=NOW,
+                activity_id=text,
+                attempts=2,
+                worker=text,
+                ended=NOW,
+                state="failed",
+                failure=text,
+            )
+        ],
         calls=[call_entry(text)],
         traces_key=f"sessions/{SID}/traces/per_request.jsonl",
         traces=[TraceSummary(0, text, 3, 2, 1, 1.0, [text], text, 3)],

@@ -16,6 +16,7 @@ from app.console.server import Console
 from polar.settings import Settings
 from polar.storage import Storage
 from tests.support.console_views import hostile_views
+from tests.support.ports import free_port
 
 TEMPLATES = Path(__file__).resolve().parents[4] / "app" / "console" / "templates"
 PAYLOADS = [
@@ -66,7 +67,7 @@ class Tags(HTMLParser):
 
 def settings() -> Settings:
     return Settings(
-        temporal_address="127.0.0.1:7233",
+        temporal_address=f"127.0.0.1:{free_port()}",
         temporal_ui_port=8233,
         console_tokenizer_dir=None,
         **SECRETS,
@@ -164,6 +165,8 @@ def test_every_response_has_the_strict_headers() -> None:
     refused = client.get("/tasks/x'OR'1'='1")  # checked before any query is made
     assert refused.status_code == 400 and refused.headers["content-security-policy"] == CSP
     assert client.get("/raw/etc/passwd").status_code == 404
+    down = client.get("/")  # no Temporal at the settings' address: said plainly
+    assert down.status_code == 503 and "cannot reach Temporal" in down.text
     assert client.get("/sessions/..%2F..%2Fetc").status_code == 404
 
 

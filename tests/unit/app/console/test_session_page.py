@@ -102,3 +102,24 @@ def test_a_trace_summary_joins_its_sidecar_reward() -> None:
     assert (summary.prompt_tokens, summary.response_tokens, summary.trained_tokens) == (3, 4, 3)
     assert (summary.reward, summary.started_by, summary.policy_version) == (0.5, "new_context", 4)
     assert summarize_trace(0, line, None).reward is None
+
+
+def test_an_open_activity_shows_its_attempt_worker_and_last_failure() -> None:
+    from temporalio.api.enums.v1 import PendingActivityState
+    from temporalio.api.workflow.v1 import PendingActivityInfo
+
+    from app.console.session_page import with_pending
+
+    scheduled = event(5, E.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED, 0, activity="run_harness",
+                      queue="q-host-h1-run", activity_id="3")  # fmt: skip
+    (step,) = stage_steps([scheduled])
+    info = PendingActivityInfo(
+        activity_id="3",
+        state=PendingActivityState.PENDING_ACTIVITY_STATE_STARTED,
+        attempt=2,
+        last_worker_identity="7@h1",
+    )
+    info.last_failure.message = "engine said no"
+    with_pending([step], [info, PendingActivityInfo(activity_id="9")])
+    assert (step.state, step.attempts, step.worker) == ("running", 2, "7@h1")
+    assert step.failure == "attempt 1: engine said no"
