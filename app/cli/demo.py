@@ -31,8 +31,18 @@ def demo(
         run = await polar.submit(spec)
         await follow_and_print(run)
         console.print(f"submit → result: {time.monotonic() - started:.1f}s")
+        console.print(f"console: {console_link(run.workflow_id)}")
 
     asyncio.run(go())
+
+
+def console_link(workflow_id: str) -> str:
+    """The console's page of a task run."""
+    from urllib.parse import quote
+
+    from polar.settings import ConsoleSettings, get_settings
+
+    return f"{get_settings(ConsoleSettings).console_base_url}/tasks/{quote(workflow_id, safe='')}"
 
 
 def demo_task(sessions: int) -> TaskSpec:

@@ -33,6 +33,9 @@ class CallEntry:
     response_tokens: int
     training: str
     last_message: str
+    sent_last: str
+    """The newest item of the request as the caller sent it (its provider's shape)."""
+    gateway: str
     response_text: str
     tool_calls: list[str] = field(default_factory=list)
     normalized_changes: list[str] = field(default_factory=list)
@@ -69,6 +72,25 @@ def last_message(request: dict[str, Any]) -> str:
     if not isinstance(message, dict):
         return clip(str(message))
     return clip(f"{message.get('role', '?')}: {text_of(message.get('content'))}")
+
+
+def sent_last(request: Any) -> str:
+    """The newest item of a request in any provider's shape: chat or Anthropic `messages`,
+    Responses `input`, Gemini `contents`."""
+    if not isinstance(request, dict):
+        return ""
+    for key in ("messages", "input", "contents"):
+        items = request.get(key)
+        if isinstance(items, str):
+            return clip(f"user: {items}")
+        if isinstance(items, list) and items:
+            item = items[-1]
+            if not isinstance(item, dict):
+                return clip(str(item))
+            role = item.get("role") or item.get("type") or "?"
+            body = next((item[k] for k in ("content", "parts", "output") if k in item), item)
+            return clip(f"{role}: {text_of(body)}")
+    return ""
 
 
 def answer_of(response: Any) -> tuple[str, list[str]]:
@@ -136,6 +158,8 @@ def call_entry(n: int, record: dict[str, Any], trained_ids: set[str]) -> CallEnt
         response_tokens=len(record.get("response_token_ids") or ()),
         training=training_status(record, trained_ids),
         last_message=last_message(record.get("normalized_request") or {}),
+        sent_last=sent_last(record.get("request")),
+        gateway=str(record.get("gateway_id") or ""),
         response_text=text,
         tool_calls=tools,
         normalized_changes=normalized_changes(record),

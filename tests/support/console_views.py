@@ -105,6 +105,8 @@ def call_entry(text: str) -> CallEntry:
         response_tokens=2,
         training=text,
         last_message=text,
+        sent_last=f"sent {text}",
+        gateway=text,
         response_text=text,
         tool_calls=[text],
         normalized_changes=[text],

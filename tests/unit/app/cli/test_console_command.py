@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from app.cli import app
@@ -30,3 +31,15 @@ def test_the_dev_stack_runs_the_console_with_the_served_models_tokenizer(tmp_pat
     names = [s.name for s in stack.services()]
     assert names.index("gateway") < names.index("console") < names.index("worker")
     assert "console" in stack.services_names()
+
+
+def test_the_demo_links_its_task_page(monkeypatch: pytest.MonkeyPatch) -> None:
+    from app.cli.demo import console_link
+    from polar.settings import get_settings
+
+    monkeypatch.setenv("POLAR_CONSOLE_PUBLIC_URL", "https://console.example/")
+    get_settings.cache_clear()
+    try:
+        assert console_link("task-demo-1a2b") == "https://console.example/tasks/task-demo-1a2b"
+    finally:
+        get_settings.cache_clear()

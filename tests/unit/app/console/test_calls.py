@@ -47,6 +47,7 @@ def test_an_entry_has_the_answer_the_newest_message_and_what_normalisation_chang
     assert entry.response_text == "[reasoning] they asked for files\nListing them."
     assert entry.tool_calls == ['shell({"cmd": "ls"})']
     assert entry.last_message == "user: list the files"
+    assert entry.sent_last == "user: list the files"
     assert entry.normalized_changes == ["+logprobs", "+max_tokens"]
     assert entry.training == "trained"
 
@@ -74,3 +75,17 @@ def test_long_number_lists_are_elided_in_the_json_shown() -> None:
     assert elided(value)["prompt_token_ids"] == [0, 1, 2, 3, 4, 5, 6, 7, "… 92 more numbers"]
     assert elided(value)["few"] == [1, 2]
     assert '"text": "x"' in pretty(value)
+
+
+def test_the_newest_item_as_sent_reads_every_providers_shape() -> None:
+    from app.console.calls import sent_last
+
+    anthropic = {"messages": [{"role": "user", "content": [{"type": "tool_result",
+                 "content": "3 files"}]}]}  # fmt: skip
+    responses = {"input": [{"type": "function_call_output", "output": "ok"}]}
+    gemini = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
+    assert sent_last(anthropic) == "user: 3 files"
+    assert sent_last(responses) == "function_call_output: ok"
+    assert sent_last(gemini) == "user: hi"
+    assert sent_last({"input": "plain"}) == "user: plain"
+    assert sent_last(None) == "" and sent_last({}) == ""
