@@ -16,7 +16,7 @@ import obstore
 
 from app.console.calls import CallEntry, call_entry
 from polar import fastjson
-from polar.record_codec import decode_record
+from polar.record_codec import RecordDecodeError, decode_record
 from polar.records import Trace
 from polar.storage import (
     Storage,
@@ -152,7 +152,10 @@ class SessionObjects:
         async def one(key: str) -> dict[str, Any]:
             async with gate:
                 data = await self.get(key)
-            return await asyncio.to_thread(decode_record, data)
+            try:
+                return await asyncio.to_thread(decode_record, data)
+            except RecordDecodeError as exc:  # shown as a call that says so, never a crash
+                return {"record_id": key.rsplit("/", 1)[-1], "error": str(exc), "seq": 0}
 
         records = await asyncio.gather(*(one(k) for k in keys))
         return sorted(records, key=lambda r: (r.get("seq", 0), str(r.get("record_id", ""))))

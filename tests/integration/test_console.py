@@ -13,6 +13,7 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -29,6 +30,12 @@ REPO = Path(__file__).resolve().parents[2]
 PAYLOAD = '<script>alert("polar")</script> "><img src=x onerror=alert(1)> </textarea>'
 REPLIES = [text(f"Turn {i} of the haiku. {PAYLOAD}") for i in range(8)]
 SECRET_FIELDS = ("s3_access_key", "s3_secret_key", "session_secret")
+HOSTILE_NAME = '"><img src=x onerror=alert(1)>.txt'
+FAILING_AGENT = (
+    'python agent.py; mkdir -p "$POLAR_ARTIFACTS_DIR"; '
+    f"echo '<script>alert(3)</script>' > \"$POLAR_ARTIFACTS_DIR\"/'{HOSTILE_NAME}'; "
+    "echo 'agent gave up' >&2; exit 3"
+)
 
 
 @dataclass
@@ -69,7 +76,7 @@ async def ran(
         outcomes = []
         for task_id, command in (
             (f"console-ok-{suffix}", "python agent.py"),
-            (f"console-fail-{suffix}", "python agent.py; echo 'agent gave up' >&2; exit 3"),
+            (f"console-fail-{suffix}", FAILING_AGENT),
         ):
             run = await stack.polar.submit(spec(task_id, command, repo))
             result = await stack.polar.wait(run, timeout_s=180)
@@ -157,6 +164,12 @@ async def test_the_failed_session_shows_why(ran: Ran, console: httpx.AsyncClient
     html = shown(ran, await console.get(f"/sessions/{failed.session_id}"))
     assert "harness_failed" in html and "policy_failure" in html
     assert "agent gave up" in html  # the harness's stderr, inline
+    escaped = HOSTILE_NAME.replace('"', "&#34;").replace("<", "&lt;").replace(">", "&gt;")
+    assert escaped in html  # the artifact the harness named, as text
+    key = f"sessions/{failed.session_id}/artifacts/harness-attempt1/artifacts/{HOSTILE_NAME}"
+    raw = await console.get("/raw/" + quote(key))
+    assert raw.status_code == 200 and raw.headers["content-type"].startswith("text/plain")
+    assert raw.text == "<script>alert(3)</script>\n"  # served as text, never HTML
     assert (await console.get("/sessions/..%2Fetc")).status_code == 404
 
 
@@ -196,3 +209,15 @@ async def test_a_running_task_shows_its_live_progress(
         assert "running command harness" in summary and "state-running" in page, summary
     finally:
         await ran.stack.polar.wait(run, timeout_s=180)
+
+
+async def test_a_record_that_does_not_decode_is_an_entry_that_says_so(ran: Ran) -> None:
+    from app.console.session_objects import SessionObjects
+    from polar.storage import completions_prefix
+
+    storage = ran.stack.polar.storage
+    sid = f"console-broken-{uuid.uuid4().hex[:6]}"
+    storage.put_bytes(f"{completions_prefix(sid)}0001-gw-1.json.zst", b"\x28\xb5\x2f\xfdnot zstd")
+    (record,) = await SessionObjects(storage).records(sid)
+    assert record["record_id"] == "0001-gw-1.json.zst"
+    assert "not a completion record" in record["error"]
