@@ -23,6 +23,7 @@ from polar.storage import (
     artifact_key,
     completions_prefix,
     read_traces,
+    rewards_key,
     session_prefix,
 )
 
@@ -163,13 +164,17 @@ class SessionObjects:
     async def calls(self, records: list[dict[str, Any]], trained: set[str]) -> list[CallEntry]:
         return [call_entry(n, r, trained) for n, r in enumerate(records)]
 
-    async def rewards(self, traces_key: str) -> dict[str, Any] | None:
-        key = f"{traces_key.removesuffix('.jsonl')}.rewards.json"
+    async def sidecar(self, traces_key: str) -> dict[str, Any] | None:
+        """The rewards sidecar beside the traces at `traces_key` (status, rewards), if any."""
         try:
-            sidecar = fastjson.loads(await self.get(key))
-        except KeyError:
+            sidecar = fastjson.loads(await self.get(rewards_key(traces_key)))
+        except (KeyError, ValueError):
             return None
-        rewards = sidecar.get("rewards") if isinstance(sidecar, dict) else None
+        return sidecar if isinstance(sidecar, dict) else None
+
+    async def rewards(self, traces_key: str) -> dict[str, Any] | None:
+        sidecar = await self.sidecar(traces_key)
+        rewards = sidecar.get("rewards") if sidecar is not None else None
         return rewards if isinstance(rewards, dict) else None
 
     async def trace_index(self, traces_key: str) -> list[TraceSummary]:

@@ -19,6 +19,7 @@ from app.console.task_page import visible_session
 from app.console.temporal_reads import TemporalReads, status_name
 from app.console.views import SessionRow, session_row
 from polar.contracts import SessionProgress, SessionResult
+from polar.storage import session_prefix
 from workflows.stages import STAGE_ACTIVITIES
 
 E = EventType
@@ -127,7 +128,8 @@ def _close_step(steps: dict[int, StageStep], event: HistoryEvent) -> None:
 class SessionView:
     """Everything the session page shows."""
 
-    execution: WorkflowExecution
+    execution: WorkflowExecution | None
+    """None: no such workflow in Temporal (past its retention): the page shows S3 alone."""
     status: str
     row: SessionRow
     result: SessionResult | None
@@ -141,6 +143,7 @@ class SessionView:
     logs: dict[str, tuple[str, bool]] = field(default_factory=dict)
     reports: dict[str, str] = field(default_factory=dict)
     patches: dict[str, str] = field(default_factory=dict)
+    session_id: str = ""
 
 
 async def history(reads: TemporalReads, execution: WorkflowExecution) -> list[HistoryEvent]:
@@ -178,11 +181,12 @@ async def session_view(
     """The session page of `session_id`; None if there is no such Session workflow."""
     found = await workflow_part(reads, session_id)
     if found is None:
-        return None
+        return await stored_session_view(objects, session_id)
     execution, result, progress, steps = found
     spec = await reads.start_input(execution)
     row = session_row(result) if result is not None else visible_session(execution)
     view = SessionView(execution, status_name(execution.status), row, result, progress, spec, steps)
+    view.session_id = session_id
     cached = objects.closed.get(session_id)
     if cached is not None:
         for name, value in cached.items():
@@ -192,6 +196,25 @@ async def session_view(
     if execution.status not in (None, WorkflowExecutionStatus.RUNNING):
         # a closed session's objects no longer change
         objects.closed.put(session_id, {name: getattr(view, name) for name in OBJECT_FIELDS})
+    return view
+
+
+async def stored_session_view(objects: SessionObjects, session_id: str) -> SessionView | None:
+    """The page of a session Temporal no longer holds (past its retention), from S3 alone:
+    its status and reward from the rewards sidecar; None if S3 holds nothing of it."""
+    if not await objects.keys(session_prefix(session_id)):
+        return None
+    row = SessionRow(session_id=session_id, index=None, status="unknown")
+    view = SessionView(None, "not in Temporal", row, None, None, {}, [], session_id=session_id)
+    await add_objects(view, objects, session_id)
+    if view.traces_key is not None:
+        sidecar = await objects.sidecar(view.traces_key)
+        if sidecar is not None:
+            row.status = str(sidecar.get("status") or "unknown")
+        rewards = [t.reward for t in view.traces if t.reward is not None]
+        row.reward = rewards[0] if rewards else None
+    row.calls = len(view.calls)
+    row.trained_tokens = sum(t.trained_tokens for t in view.traces)
     return view
 
 

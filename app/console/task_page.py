@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 
 from temporalio.client import WorkflowExecution, WorkflowExecutionStatus
@@ -75,5 +76,5 @@ async def task_view(reads: TemporalReads, ref: str) -> TaskView | None:
     has_advantages = with_advantages(rows, results) if results else False
     rewards = [r.reward for r in rows if r.reward is not None]
     others = [e for e in runs if e.id != execution.id][:10]
-    other_rows = [await reads.task_row(e) for e in others]
+    other_rows = list(await asyncio.gather(*(reads.task_row(e) for e in others)))
     return TaskView(row, rows, reward_histogram(rewards), has_advantages, other_rows)

@@ -23,7 +23,7 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError
 
-from app.console.filters import TaskFilters
+from app.console.filters import SAFE_TEXT, TaskFilters
 from app.console.views import TaskRow, summarize_results, wall_seconds
 from polar import search_attributes as sa
 from polar.contracts import SessionResult, TaskResult
@@ -182,5 +182,7 @@ class TemporalReads:
 
     async def session_executions(self, workflow_id: str) -> list[WorkflowExecution]:
         """The Session workflows of a task (its own children or its SessionBatches')."""
+        if not SAFE_TEXT.match(workflow_id):  # an id made by hand, never put in a query
+            return []
         query = f"RootWorkflowId = '{workflow_id}' AND WorkflowType = 'Session'"
         return [e async for e in self.client.list_workflows(query, limit=MAX_SESSIONS)]

@@ -221,3 +221,20 @@ async def test_a_record_that_does_not_decode_is_an_entry_that_says_so(ran: Ran) 
     (record,) = await SessionObjects(storage).records(sid)
     assert record["record_id"] == "0001-gw-1.json.zst"
     assert "not a completion record" in record["error"]
+
+
+async def test_a_session_temporal_no_longer_holds_shows_what_s3_holds(
+    ran: Ran, console: httpx.AsyncClient
+) -> None:
+    """Past Temporal's retention its records, traces and logs are still in S3: the page
+    shows them (here: a finished session's objects copied under an id no workflow has)."""
+    storage = ran.stack.polar.storage
+    _, ok = ran.ok
+    old = f"console-retired-{uuid.uuid4().hex[:6]}"
+    for key in storage.list_keys(f"sessions/{ok.session_id}/"):
+        storage.put_bytes(key.replace(ok.session_id, old, 1), storage.get_bytes(key))
+    html = shown(ran, await console.get(f"/sessions/{old}"))
+    assert 'id="no-workflow"' in html and "Turn 0 of the haiku." in html
+    assert 'id="session-status" class="status">completed' in html and "1.000" in html
+    assert (await console.get(f"/sessions/{old}/traces/0")).status_code == 200
+    assert (await console.get("/sessions/console-never-was")).status_code == 404

@@ -130,6 +130,7 @@ def session_view(text: str) -> SessionView:
     log = f"sessions/{SID}/artifacts/harness-attempt1.stdout"
     artifacts = Artifacts(keys=[f"sessions/{SID}/artifacts/{text}", log], harness_logs=[log])
     return SessionView(
+        session_id=SID,
         execution=execution(),
         status="completed",
         row=session_row(text),

@@ -117,6 +117,17 @@ def test_payloads_render_as_text_on_every_page(payload: str) -> None:
     assert escaped in pages["session.html"]
 
 
+def test_a_session_past_temporals_retention_renders_from_s3_alone() -> None:
+    from tests.support.console_views import session_view
+
+    view = session_view(PAYLOADS[1])
+    view.execution, view.result, view.steps = None, None, []
+    console = Console(settings(), None, Storage(settings()))
+    html = bytes(console.page("session.html", view=view).body).decode()
+    check_markup("session.html", html)
+    assert 'id="no-workflow"' in html and "web-ui" not in html and PAYLOADS[1] not in html
+
+
 def test_the_corpus_is_what_the_check_catches() -> None:
     """The markup check fails on the payloads themselves (it is not vacuous)."""
     caught = 0
