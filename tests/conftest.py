@@ -109,6 +109,25 @@ STALE_RUN_S = 6 * 3600
 """An older run beyond `KEPT_RUNS` is removed once this old (so never one still running)."""
 
 
+XDIST_UID_POOL = range(61000, 61400)
+"""The local runtime's sandbox uids the suite's xdist workers share out (`xdist_uid_pool`);
+61400-61999 are the chaos tests' own (tests/support/chaos.py)."""
+
+
+def xdist_uid_pool() -> str | None:
+    """This pytest-xdist worker's share of `XDIST_UID_POOL` as POLAR_SANDBOX_UID_POOL
+    (None outside xdist): a uid is claimed per runtimes root, and two workers' roots differ,
+    so without this two workers' sessions could run as one uid and a teardown of one (which
+    kills its uid's processes) would hit the other."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if not worker.startswith("gw"):
+        return None
+    size = len(XDIST_UID_POOL) // max(count, 1)
+    first = XDIST_UID_POOL.start + int(worker[2:]) * size
+    return f"{first}-{first + size - 1}"
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     """A base temp dir of this run's own (unless `--basetemp` is given), under
@@ -117,7 +136,13 @@ def pytest_configure(config: pytest.Config) -> None:
     cut a concurrent run's harness users off their session dirs. Not under /tmp as root: a
     `local` session has a /tmp, /var/tmp and /dev/shm of its own (local_sandbox.py), so a
     harness reads the tests' files (an agent script, a patch) only outside them. The oldest
-    runs beyond `KEPT_RUNS` are removed."""
+    runs beyond `KEPT_RUNS` are removed. Under pytest-xdist, each worker takes its share of
+    the sandbox uids (`xdist_uid_pool`) and of the ports (tests/support/ports.py)."""
+    if (pool := xdist_uid_pool()) is not None:
+        os.environ["POLAR_SANDBOX_UID_POOL"] = pool
+        # a run dir of its own, not xdist's `<run>/popen-gwN`: those 10 bytes more put some
+        # session dirs' Unix sockets past the 107-byte limit
+        config.option.basetemp = None
     if config.option.basetemp is not None:
         return
     # a short name: Unix socket paths under it must stay within 107 bytes
