@@ -140,14 +140,19 @@ def test_installed_cli_runs_the_dev_stack(venv: Path, tmp_path: Path) -> None:
         POLAR_S3_ENDPOINT=f"http://127.0.0.1:{base + 30}",
         POLAR_GATEWAY_PORT=str(base + 40),
         POLAR_ADMIN_PORT=str(base + 42),
+        POLAR_CONSOLE_PORT=str(base + 43),
         POLAR_TASK_QUEUE=f"install-{base}",
     )
     polar = str(venv / "bin" / "polar")
     try:
         up = run([polar, "dev", "up", "--no-model"], tmp_path, env, timeout=600)
         print(up)
-        for part in ("temporal", "seaweedfs", "gateway", "worker"):
+        for part in ("temporal", "seaweedfs", "gateway", "console", "worker"):
             assert f"{part}: started" in up, up
+        # the console's templates and stylesheet are package data of the wheel
+        console = f"http://127.0.0.1:{base + 43}"
+        assert 'id="task-list"' in httpx.get(f"{console}/", timeout=10).text
+        assert httpx.get(f"{console}/static/console.css", timeout=10).status_code == 200
         if shutil.which("dockerd"):  # the images were checked by the installed build.py
             assert "images: polar/runtime:py311" in up, up
         assert httpx.get(f"http://127.0.0.1:{base + 42}/health", timeout=10).status_code == 200
