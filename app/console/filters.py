@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from polar import search_attributes as sa
+from polar.records import OutcomeClass
 
 SAFE_TEXT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@+-]{0,199}$")
 """What a filter value may be: an id's characters, never a quote (no query injection)."""
@@ -20,6 +21,9 @@ STATUSES = {
     "timed_out": "TimedOut",
 }
 """Workflow statuses a filter may name (lowercase) → visibility's ExecutionStatus."""
+
+OUTCOMES = tuple(o.value for o in OutcomeClass)
+"""Outcome classes a filter may name: tasks with at least one session of that class."""
 
 SINCE = {"1h": timedelta(hours=1), "24h": timedelta(days=1), "7d": timedelta(days=7)}
 """How far back the time filter may look."""
@@ -50,6 +54,7 @@ class TaskFilters:
     runtime: str | None = None
     status: str | None = None
     since: str | None = None
+    outcome: str | None = None
     limit: int = 50
 
     @classmethod
@@ -61,6 +66,7 @@ class TaskFilters:
         status: str | None = None,
         since: str | None = None,
         limit: int | None = None,
+        outcome: str | None = None,
     ) -> TaskFilters:
         """The filters of a request's query parameters; BadFilter for an unknown value."""
         status = (status or "").strip().lower() or None
@@ -69,7 +75,11 @@ class TaskFilters:
         since = (since or "").strip() or None
         if since is not None and since not in SINCE:
             raise BadFilter(f"since: one of {', '.join(SINCE)}")
+        outcome = (outcome or "").strip() or None
+        if outcome is not None and outcome not in OUTCOMES:
+            raise BadFilter(f"outcome: one of {', '.join(OUTCOMES)}")
         return cls(
+            outcome=outcome,
             task=checked_text("task", task),
             harness=checked_text("harness", harness),
             runtime=checked_text("runtime", runtime),
@@ -97,3 +107,7 @@ class TaskFilters:
     def matches_runtime(self, runtime: str | None) -> bool:
         """Whether a task of `runtime` (its spec's runtime kind) passes the runtime filter."""
         return self.runtime is None or runtime == self.runtime
+
+    def matches_outcomes(self, counts: dict[str, int]) -> bool:
+        """Whether a task with these outcome counts has a session of the filter's class."""
+        return self.outcome is None or counts.get(self.outcome, 0) > 0

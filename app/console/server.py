@@ -121,8 +121,9 @@ def add_pages(app: FastAPI, console: Console) -> None:
         status: str | None = None,
         since: str | None = None,
         limit: int | None = None,
+        outcome: str | None = None,
     ) -> HTMLResponse:
-        filters = TaskFilters.parse(task, harness, runtime, status, since, limit)
+        filters = TaskFilters.parse(task, harness, runtime, status, since, limit, outcome)
         rows = await (await console.reads()).tasks(filters)
         return console.page("tasks.html", filters=filters, rows=rows)
 

@@ -170,7 +170,11 @@ class TemporalReads:
         """The tasks page: RolloutTasks matching `filters`, newest first."""
         executions = await self.executions(filters.visibility_query(), filters.limit)
         rows = await asyncio.gather(*(self.task_row(e) for e in executions))
-        return [r for r in rows if filters.matches_runtime(r.runtime)]
+        return [
+            r
+            for r in rows
+            if filters.matches_runtime(r.runtime) and filters.matches_outcomes(r.outcome_counts)
+        ]
 
     async def find_task(self, ref: str) -> list[WorkflowExecution]:
         """The RolloutTask runs `ref` names: a workflow id, or a task id (newest first)."""

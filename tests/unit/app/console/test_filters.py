@@ -39,6 +39,7 @@ def test_each_filter_is_a_clause() -> None:
         {"status": "sleeping"},
         {"since": "1y"},
         {"task": "-leading-dash"},
+        {"outcome": "great"},
     ],
 )
 def test_values_outside_their_set_are_refused(kwargs: dict[str, str]) -> None:
@@ -48,3 +49,11 @@ def test_values_outside_their_set_are_refused(kwargs: dict[str, str]) -> None:
 
 def test_blank_values_are_no_filter() -> None:
     assert TaskFilters.parse(task="  ", status="", since="") == TaskFilters()
+
+
+def test_the_outcome_filter_keeps_tasks_with_a_session_of_that_class() -> None:
+    filters = TaskFilters.parse(outcome="infra_error")
+    assert filters.matches_outcomes({"ok": 3, "infra_error": 1, "infra_error:storage": 1})
+    assert not filters.matches_outcomes({"ok": 4})
+    assert TaskFilters.parse().matches_outcomes({})
+    assert "infra_error" not in filters.visibility_query()  # tasks carry no outcome attribute
