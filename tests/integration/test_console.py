@@ -23,6 +23,7 @@ from app.console.safety import CSP
 from polar.contracts import SessionResult
 from polar.settings import Settings
 from polar.tasks.spec import TaskSpec
+from tests.support.console_views import markup_is_the_consoles
 from tests.support.scripted_backend import text
 from tests.support.scripted_stack import ScriptedStack, running_scripted_stack
 
@@ -104,6 +105,7 @@ def shown(ran: Ran, page: httpx.Response) -> str:
         assert secret and secret not in html, f"the page shows {name}"
     assert "<script>alert" not in html and "<img src=x" not in html
     assert "</textarea>" not in html
+    markup_is_the_consoles(str(page.url), html, ran.stack.settings.temporal_ui_base_url)
     return html
 
 

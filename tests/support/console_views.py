@@ -8,6 +8,7 @@ names, ids, errors, token texts.
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from html.parser import HTMLParser
 from typing import Any
 
 from temporalio.api.workflow.v1 import WorkflowExecutionInfo
@@ -217,3 +218,46 @@ def hostile_views(text: str) -> dict[str, dict[str, Any]]:
         },
         "problem.html": {"title": text, "message": text},
     }
+
+
+ALLOWED_TAGS = {
+    "html", "head", "meta", "title", "link", "script", "body", "header", "nav", "main",
+    "a", "h1", "h2", "h3", "p", "span", "div", "dl", "dt", "dd", "ul", "ol", "li", "pre",
+    "table", "thead", "tbody", "tr", "th", "td", "form", "label", "input", "select",
+    "option", "button", "section",
+}  # fmt: skip
+ALLOWED_ATTRIBUTES = {
+    "lang", "charset", "rel", "href", "src", "defer", "id", "class", "title", "method",
+    "action", "name", "value", "selected", "type", "start", "data-workflow", "data-session",
+    "colspan",
+}  # fmt: skip
+
+
+class Tags(HTMLParser):
+    """Every start tag and attribute of a page."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, list[tuple[str, str | None]]]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, attrs))
+
+
+def markup_is_the_consoles(page: str, html: str, web_ui: str) -> None:
+    """Only the console's own tags and attributes in `html`; links to its own paths or the
+    Web UI at `web_ui` only; its one script: AssertionError naming what is not."""
+    parser = Tags()
+    parser.feed(html)
+    for tag, attrs in parser.tags:
+        assert tag in ALLOWED_TAGS, f"{page}: <{tag}>"
+        for name, value in attrs:
+            assert name in ALLOWED_ATTRIBUTES, f"{page}: <{tag} {name}=...>"
+            if name in ("href", "src", "action"):
+                assert value is not None and (
+                    value.startswith("/")
+                    and not value.startswith("//")
+                    or value.startswith(f"{web_ui.rstrip('/')}/namespaces/")
+                ), f"{page}: {name}={value!r}"
+        if tag == "script":
+            assert dict(attrs).get("src") == "/static/console.js"
