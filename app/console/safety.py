@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from starlette.requests import Request
@@ -75,6 +75,12 @@ def console_path(*parts: object) -> str:
     return "/" + "/".join(quote(str(p), safe="") for p in parts)
 
 
+def with_query(path: str, **params: object) -> str:
+    """`path` with URL-encoded query parameters (those not None)."""
+    kept = {k: str(v) for k, v in params.items() if v is not None}
+    return f"{path}?{urlencode(kept)}" if kept else path
+
+
 def raw_path(key: str, download: bool = False) -> str:
     """The console's raw view of an S3 key (`/raw/...`)."""
     path = "/raw/" + quote(key, safe="/")
@@ -107,6 +113,7 @@ def template_environment(settings: ConsoleSettings, redactor: Redactor) -> Envir
     )
     env.globals.update(
         path=console_path,
+        query=with_query,
         raw=raw_path,
         web_ui=lambda wid, run_id=None: web_ui_link(settings, wid, run_id),
     )

@@ -32,7 +32,7 @@ from app.console.tokens import trace_view
 from polar.ids import InvalidId, checked_id
 from polar.record_codec import RECORD_SUFFIX, decode_record
 from polar.settings import ConsoleSettings
-from polar.storage import Storage, completions_prefix
+from polar.storage import Storage, completion_key, legacy_completion_key
 from polar.temporal_client import connect
 
 STATIC = {"console.css": "text/css; charset=utf-8", "console.js": "text/javascript; charset=utf-8"}
@@ -142,27 +142,35 @@ def add_pages(app: FastAPI, console: Console) -> None:
             raise NotFound(f"no session {session_id}")
         return console.page("session.html", view=view)
 
-    @app.get("/sessions/{session_id}/calls/{n}", response_class=HTMLResponse)
-    async def call(session_id: str, n: int) -> HTMLResponse:
-        keys = await console.objects.keys(completions_prefix(safe_id(session_id)))
-        if not 0 <= n < len(keys):
-            raise NotFound(f"no call {n} in session {session_id}")
-        record = decode_record(await console.objects.get(keys[n]))
-        parts = {name: pretty(record.get(name)) for name in CALL_PARTS}
-        return console.page(
-            "call.html", session_id=session_id, n=n, key=keys[n], record=record, parts=parts
-        )
+    @app.get("/sessions/{session_id}/calls/{record_id}", response_class=HTMLResponse)
+    async def call(session_id: str, record_id: str) -> HTMLResponse:
+        sid = safe_id(session_id)
+        try:
+            keys = [completion_key(sid, record_id), legacy_completion_key(sid, record_id)]
+        except InvalidId as exc:
+            raise NotFound(str(exc)) from None
+        for key in keys:
+            try:
+                record = decode_record(await console.objects.get(key))
+            except KeyError:
+                continue
+            parts = {name: pretty(record.get(name)) for name in CALL_PARTS}
+            return console.page("call.html", session_id=sid, key=key, record=record, parts=parts)
+        raise NotFound(f"no call {record_id} in session {session_id}")
 
     @app.get("/sessions/{session_id}/traces/{n}", response_class=HTMLResponse)
-    async def trace(session_id: str, n: int, tokens: str | None = None) -> HTMLResponse:
+    async def trace(
+        session_id: str, n: int, file: str | None = None, tokens: str | None = None
+    ) -> HTMLResponse:
         keys = await console.objects.traces_keys(safe_id(session_id))
-        found = await console.objects.trace(keys[0], n) if keys else None
-        if found is None:
+        key = next((k for k in keys if k.rsplit("/", 1)[-1] == file), keys[0] if keys else None)
+        found = await console.objects.trace(key, n) if key else None
+        if key is None or found is None:
             raise NotFound(f"no trace {n} in session {session_id}")
         view = await asyncio.to_thread(
             trace_view, found, console.tokenizer_dir, console.redact.spans, tokens == "all"
         )
-        return console.page("trace.html", session_id=session_id, n=n, key=keys[0], view=view)
+        return console.page("trace.html", session_id=session_id, n=n, key=key, view=view)
 
 
 CALL_PARTS = ("request", "normalized_request", "response")

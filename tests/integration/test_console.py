@@ -152,9 +152,11 @@ async def test_the_session_page_shows_calls_trace_grade_and_logs(
     assert "openai_chat" in html and "finish stop" in html
     assert "run_harness" in html and "build_trajectory" in html  # the stage timeline
     assert "evaluate.stdout" in html and "harness-attempt1.stdout" in html
-    assert f"/sessions/{ok.session_id}/traces/0" in html
+    assert f"/sessions/{ok.session_id}/traces/0?file=per_request.jsonl" in html
     assert "http://127.0.0.1:" in html and "/namespaces/default/workflows/" in html
-    call = shown(ran, await console.get(f"/sessions/{ok.session_id}/calls/0"))
+    first = ran.stack.polar.storage.list_completions(ok.session_id)[0].record_id
+    assert f"/sessions/{ok.session_id}/calls/{first}" in html
+    call = shown(ran, await console.get(f"/sessions/{ok.session_id}/calls/{first}"))
     assert "Request as normalised" in call and "Write a haiku about rollouts" in call
     trace = shown(ran, await console.get(f"/sessions/{ok.session_id}/traces/0"))
     assert "no tokenizer available" in trace
@@ -177,6 +179,8 @@ async def test_the_failed_session_shows_why(ran: Ran, console: httpx.AsyncClient
     assert raw.status_code == 200 and raw.headers["content-type"].startswith("text/plain")
     assert raw.text == "<script>alert(3)</script>\n"  # served as text, never HTML
     assert (await console.get("/sessions/..%2Fetc")).status_code == 404
+    for call in ("nope", "..%2F..%2Fx"):
+        assert (await console.get(f"/sessions/{failed.session_id}/calls/{call}")).status_code == 404
 
 
 async def test_raw_objects_are_text_or_attachments(ran: Ran, console: httpx.AsyncClient) -> None:

@@ -2,7 +2,8 @@
 
 `hostile_views(text)` builds the data of every page with `text` in each field a policy,
 harness or test could write: model replies, tool calls, logs, patches, reports, file
-names, ids, errors, token texts.
+names, ids, errors, token texts. `markup_is_the_consoles` checks a rendered page holds
+only the console's own tags, attributes and links.
 """
 
 from __future__ import annotations
