@@ -257,21 +257,23 @@ async def run_probe(polar: PolarClient, target: AuditTarget, probe: Probe) -> Pr
     )
 
 
+def scored(result: ProbeResult) -> str:
+    """`scored 0.5`, or `got no reward` (a session that ended without one)."""
+    return "got no reward" if result.reward is None else f"scored {result.reward:g}"
+
+
 def judge(target: AuditTarget, results: list[ProbeResult]) -> TaskAudit:
     """The task's verdict from its probes' results."""
     hacks = [r.probe for r in results if r.expect == "bottom" and not r.ok]
-    reasons = [f"{r.probe} scored {r.reward:g}" for r in results if not r.ok]
+    reasons = [
+        f"{r.probe} {scored(r)}" + (f": {r.error}" if r.expect == "top" and r.error else "")
+        for r in results
+        if not r.ok
+    ]
     broken = any(r.expect == "top" and not r.ok for r in results)
     if not any(r.probe == ORACLE for r in results):
         reasons.append("no oracle: the top reward is not shown reachable")
     verdict: Verdict = "flagged" if hacks else "broken" if broken else "sound"
-    if broken:
-        oracle = next(r for r in results if r.probe == ORACLE)
-        reasons = [
-            f"oracle {'got no reward' if oracle.reward is None else f'scored {oracle.reward:g}'}"
-            + (f": {oracle.error}" if oracle.error else ""),
-            *[r for r in reasons if not r.startswith(f"{ORACLE} ")],
-        ]
     return TaskAudit(
         task_id=target.task.task_id,
         origin=target.origin,

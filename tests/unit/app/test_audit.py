@@ -217,6 +217,14 @@ def test_verdicts() -> None:
     assert flagged.reasons == ["empty-files scored 1"]
     broken = judge(target, [_result("oracle", 0.0, "top"), _result("no-op", 0.0)])
     assert broken.verdict == "broken" and broken.reasons == ["oracle scored 0"]
+    # an oracle that ended without a reward (an evaluator error, a refused task): broken,
+    # its cause given, and the table and JSON still written
+    no_reward = _result("oracle", None, "top").model_copy(update={"error": "uvx: not found"})
+    unscored = judge(target, [no_reward, _result("no-op", 0.0)])
+    assert unscored.verdict == "broken"
+    assert unscored.reasons == ["oracle got no reward: uvx: not found"]
+    assert "| error ! |" in markdown_table(AuditReport(tasks=[unscored]))
+    assert AuditReport(tasks=[unscored]).model_dump_json()
     unproven = judge(target, [_result("no-op", 0.0)])
     assert unproven.verdict == "sound" and "no oracle" in unproven.reasons[0]
     table = markdown_table(AuditReport(tasks=[sound, flagged]))
