@@ -84,6 +84,22 @@ def test_compose_config_renders(tmp_path: Path) -> None:
         assert env["POLAR_TEMPORAL_ADDRESS"] == "temporal:7233"
         assert env["POLAR_SESSION_SECRET"] and env["POLAR_UPSTREAM_URLS"]
         assert svc["command"][0] in ("gateway", "worker")  # the image's entry point is `polar`
+    console = services["console"]
+    assert console["command"] == ["console"]
+    assert console["environment"]["POLAR_TEMPORAL_ADDRESS"] == "temporal:7233"
+    assert console["environment"]["POLAR_S3_SECRET_KEY"]  # it reads S3, and nothing else:
+    assert not {"POLAR_SESSION_SECRET", "POLAR_ADMIN_TOKEN", "POLAR_UPSTREAM_URLS"} & set(
+        console["environment"]
+    )
+    (port,) = console["ports"]  # short syntax (docker-compose v1) or long (v2)
+    if isinstance(port, str):
+        assert port.removesuffix("/tcp") == "127.0.0.1:8410:8410", port
+    else:
+        assert (port["host_ip"], str(port["published"]), port["target"]) == (
+            "127.0.0.1",
+            "8410",
+            8410,
+        )
 
 
 def _binds(service: dict) -> dict[str, str]:
