@@ -188,11 +188,17 @@ def test_helm_template_renders_gateways_and_pools() -> None:
     for d in docs:
         by_kind.setdefault(d["kind"], []).append(d)
     assert len(by_kind["Secret"]) == 1 and len(by_kind["ConfigMap"]) == 1
-    assert [s["metadata"]["name"] for s in by_kind["Service"]] == ["prod-polar-gateway"]
+    services = [s["metadata"]["name"] for s in by_kind["Service"]]
+    assert sorted(services) == ["prod-polar-console", "prod-polar-gateway"]
     deployments = {d["metadata"]["name"]: d for d in by_kind["Deployment"]}
-    assert set(deployments) == {"prod-polar-gateway"} | {
+    assert set(deployments) == {"prod-polar-gateway", "prod-polar-console"} | {
         f"prod-polar-worker-{p}" for p in ("workflow", "init", "run", "postrun")
     }
+    (console,) = deployments["prod-polar-console"]["spec"]["template"]["spec"]["containers"]
+    assert console["command"] == ["polar", "console"]
+    assert console["envFrom"] == [{"configMapRef": {"name": "prod-polar-config"}}]  # no secret
+    secrets = {e["name"] for e in console["env"] if "valueFrom" in e}
+    assert secrets == {"POLAR_S3_ACCESS_KEY", "POLAR_S3_SECRET_KEY"}
     run = deployments["prod-polar-worker-run"]
     assert run["spec"]["replicas"] == 7
     command = run["spec"]["template"]["spec"]["containers"][0]["command"]
