@@ -8,9 +8,10 @@ from typing import Any
 from temporalio import activity
 
 from activities.harness_launch import HarnessLaunch
+from activities.harnesses import check_harness
 from activities.heartbeat import heartbeat
 from activities.pool_activities import PoolActivities
-from polar.contracts import HarnessRequest, HarnessResult
+from polar.contracts import HarnessRequest, HarnessResult, invalid_input
 
 
 class RunActivities(PoolActivities):
@@ -21,6 +22,10 @@ class RunActivities(PoolActivities):
         """Run the harness in its sandbox, its only door the session's gateway channel; then
         kill every process it left (reap) before its logs and work are read
         (activities/harness_launch.py)."""
+        try:  # first: an unknown kind or an invalid config fails at once, not retried
+            check_harness(request.harness)
+        except ValueError as exc:  # UnknownHarness, InvalidKindConfig
+            raise invalid_input(str(exc), "InvalidTaskSpec") from None
         request = await self.specs.with_instruction(request)
         self._check_host(request.runtime, "run_harness")
         tries = activity.info().attempt

@@ -5,17 +5,19 @@ checks each kind again at the stage that uses it)."""
 from __future__ import annotations
 
 from activities.evaluators import check_evaluator
+from activities.harnesses import check_harness
 from polar.tasks.spec import TaskSpec
 
 __all__ = ["check_task_kinds"]
 
 
 def check_task_kinds(task: TaskSpec) -> TaskSpec:
-    """`task` with its evaluator's kind and config checked (UnknownKind naming the known
-    kinds, or InvalidKindConfig naming the field: both ValueErrors), each config as its
-    kind's model writes it (defaults filled in)."""
+    """`task` with its harness's and evaluator's kinds and configs checked (UnknownKind
+    naming the known kinds, or InvalidKindConfig naming the field: both ValueErrors), each
+    config as its kind's model writes it (defaults filled in)."""
+    harness = check_harness(task.harness).written_into(task.harness)
     evaluator = task.evaluator
     config = check_evaluator(evaluator)
     if config is not None:
         evaluator = config.written_into(evaluator)
-    return task.model_copy(update={"evaluator": evaluator})
+    return task.model_copy(update={"harness": harness, "evaluator": evaluator})

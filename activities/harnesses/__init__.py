@@ -2,9 +2,15 @@
 
 One module per harness kind behind one interface (`HarnessAdapter`):
 `command` (any shell command), `codex` (Codex CLI), `claude_code` (Claude
-Code), `qwen_code` (Qwen Code) and `pi` (Pi). `get_adapter(kind)` picks one.
-The CLIs come from `infra/harnesses/` (pinned npm packages); a worker finds
-them in `Settings.harness_bin_dir` (`POLAR_HARNESS_BIN_DIR`, default
+Code), `qwen_code` (Qwen Code) and `pi` (Pi). Each module holds the kind's
+adapter and its config model (`config_model`, a `HarnessConfig`: what the task
+spec holds for the kind). `get_adapter(kind)` picks one; `check_harness`
+validates a spec's kind and config (the worker before the harness runs,
+`polar submit`, `polar tasks load`); every list of kinds is derived from
+`ADAPTERS` (a `Registry`, polar/registry.py). A new harness is its module and
+one line: `ADAPTERS.register("mine", MyAdapter())`. The CLIs come from
+`infra/harnesses/` (pinned npm packages); a worker finds them in
+`Settings.harness_bin_dir` (`POLAR_HARNESS_BIN_DIR`, default
 `infra/harnesses/node_modules/.bin` of this checkout).
 """
 
@@ -16,6 +22,7 @@ from typing import Protocol
 from activities.harnesses.base import (
     KEY_ENV,
     CliAdapter,
+    HarnessConfig,
     HarnessContext,
     HarnessNotInstalled,
     Launch,
@@ -25,7 +32,9 @@ from activities.harnesses.codex import CodexAdapter
 from activities.harnesses.command import CommandAdapter
 from activities.harnesses.pi import PiAdapter
 from activities.harnesses.qwen_code import QwenCodeAdapter
+from activities.kind_configs import InvalidKindConfig, validated_config
 from polar.registry import Registry, UnknownKind
+from polar.tasks.spec import HarnessSpec
 
 
 class HarnessAdapter(Protocol):
@@ -34,6 +43,11 @@ class HarnessAdapter(Protocol):
     @property
     def kind(self) -> str:
         """The harness kind this adapter serves (its key in `ADAPTERS`)."""
+        ...
+
+    @property
+    def config_model(self) -> type[HarnessConfig]:
+        """The kind's config model (`check_harness` validates the spec with it)."""
         ...
 
     def prepare(self, home: Path, workdir: str, ctx: HarnessContext) -> Launch:
@@ -75,15 +89,34 @@ def get_adapter(kind: str) -> HarnessAdapter:
     return ADAPTERS.get(kind)
 
 
+def check_harness(spec: HarnessSpec) -> HarnessConfig:
+    """The config of `spec`'s kind, validated by the kind's own model: UnknownHarness naming
+    the known kinds, or InvalidKindConfig naming each problem's place (`harness.command:
+    ...`). Run by the worker before the harness runs and by the CLI before it submits; never
+    in workflow code."""
+    try:
+        adapter = ADAPTERS.get(spec.kind)
+    except UnknownHarness as exc:
+        raise UnknownHarness(f"harness.kind: {exc}", exc.kind, exc.known) from None
+    model = adapter.config_model
+    refusal = model.refusal(spec)
+    if refusal is not None:
+        raise InvalidKindConfig(refusal)
+    return validated_config(model, model.written(spec), model.where(spec))
+
+
 __all__ = [
     "ADAPTERS",
     "CLI_ADAPTERS",
     "KEY_ENV",
     "CliAdapter",
     "HarnessAdapter",
+    "HarnessConfig",
     "HarnessContext",
     "HarnessNotInstalled",
+    "InvalidKindConfig",
     "Launch",
     "UnknownHarness",
+    "check_harness",
     "get_adapter",
 ]

@@ -21,11 +21,12 @@ import logging
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar, Self
 
 from activities import safe_files
 from activities.harnesses.artifacts import unkeyable
 from polar.tasks.spec import HarnessSpec
+from polar.tasks.strict import StrictModel
 
 log = logging.getLogger("polar.harness")
 
@@ -35,6 +36,47 @@ KEY_ENV = "POLAR_API_KEY"
 
 class HarnessNotInstalled(RuntimeError):
     """The harness CLI is not where the worker was told to find it."""
+
+
+class HarnessConfig(StrictModel):
+    """The base of a harness kind's config model: it validates what the task spec holds for
+    the kind, by default the object under the key the kind's name gives (`{"kind": "mine",
+    "mine": {...}}`; a kind without config has this empty model). What every kind shares
+    (`model`, `args`, `env`, `unknown_models`) the core checks (polar/tasks/spec.py)."""
+
+    @classmethod
+    def written(cls, spec: HarnessSpec) -> dict[str, Any] | None:
+        """The kind's config as the spec holds it (None: the spec gives none)."""
+        return spec.kind_config()
+
+    @classmethod
+    def where(cls, spec: HarnessSpec) -> str:
+        """Where the spec holds it, for messages (`harness.mine`)."""
+        return f"harness.{spec.kind}"
+
+    @classmethod
+    def refusal(cls, spec: HarnessSpec) -> str | None:
+        """Why `spec` holds a field this kind does not take (None: it holds none): by
+        default the top-level `command`, which only kind `command` runs."""
+        if spec.command is None:
+            return None
+        return (
+            f"harness.command: harness kind {spec.kind!r} runs its own program: 'command' is "
+            "only for kind 'command' (use 'args' for extra arguments)"
+        )
+
+    def written_into(self, spec: HarnessSpec) -> HarnessSpec:
+        """`spec` holding this config as the model writes it (defaults filled in): what
+        `polar submit` sends. A kind given no config and taking none is left as written."""
+        config = self.model_dump(mode="json")
+        if not config and self.written(spec) is None:
+            return spec
+        return spec.model_copy(update={spec.kind: config})
+
+    @classmethod
+    def of(cls, spec: HarnessSpec) -> Self:
+        """The kind's config, validated (pydantic's ValidationError where it is invalid)."""
+        return cls.model_validate(cls.written(spec) or {})
 
 
 @dataclass(frozen=True)
@@ -97,6 +139,7 @@ class CliAdapter:
     """A harness CLI from npm (infra/harnesses/): its package, binary, API and native logs."""
 
     kind: ClassVar[str]
+    config_model: ClassVar[type[HarnessConfig]] = HarnessConfig  # none but the shared fields
     package: ClassVar[str]  # npm package
     binary: ClassVar[str]  # executable name in node_modules/.bin
     api: ClassVar[str]  # provider API it calls (polar/providers)

@@ -13,10 +13,47 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
+from typing import Any
+
+from pydantic import Field, field_validator
 
 from activities.harnesses.artifacts import ARTIFACTS_ENV, ARTIFACTS_SUBDIR
-from activities.harnesses.base import HarnessContext, Launch, polar_env
+from activities.harnesses.base import HarnessConfig, HarnessContext, Launch, polar_env
 from polar.tasks.spec import HarnessSpec
+
+
+class CommandConfig(HarnessConfig):
+    """`{"kind": "command", "command": "..."}`: the shell command sits at the harness's top
+    level, where tasks have always written it."""
+
+    command: str = Field(
+        default="", validate_default=True, description="the shell command run in the workspace"
+    )
+
+    @field_validator("command")
+    @classmethod
+    def _not_blank(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("harness kind 'command' needs a non-empty 'command'")
+        return v
+
+    @classmethod
+    def written(cls, spec: HarnessSpec) -> dict[str, Any] | None:
+        """The top-level `command`, where it is set."""
+        return None if spec.command is None else {"command": spec.command}
+
+    @classmethod
+    def where(cls, spec: HarnessSpec) -> str:
+        return "harness"
+
+    @classmethod
+    def refusal(cls, spec: HarnessSpec) -> str | None:
+        """None: this kind takes the top-level `command`."""
+        return None
+
+    def written_into(self, spec: HarnessSpec) -> HarnessSpec:
+        """`spec` as it is: its top-level `command` is the config."""
+        return spec
 
 
 def gateway_env(
@@ -64,6 +101,7 @@ class CommandAdapter:
     artifacts directory (`$POLAR_ARTIFACTS_DIR`) whose files are kept."""
 
     kind = "command"
+    config_model = CommandConfig
 
     def prepare(self, home: Path, workdir: str, ctx: HarnessContext) -> Launch:
         (home / ARTIFACTS_SUBDIR).mkdir(parents=True, exist_ok=True)

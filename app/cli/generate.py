@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 def generate(
     dataset: Annotated[Path, typer.Argument(help="SWE-bench / SWE-Gym instances (JSONL)")],
     harness: Annotated[
-        str, typer.Option(help="command | codex | claude_code | qwen_code | pi")
+        str, typer.Option(help="a harness kind: command, or an agent CLI (docs/harnesses.md)")
     ] = "command",
     command: Annotated[str | None, typer.Option(help="the command harness's shell line")] = None,
     model: Annotated[str, typer.Option(help="model name the harness asks the backend for")] = (
@@ -94,6 +94,11 @@ def generate_specs(
     sessions: int,
 ) -> tuple[HarnessSpec, RuntimeSpec]:
     """The harness and runtime the flags describe, or exit 2 with what is wrong with them."""
+    from activities.harnesses import check_harness
+
+    if harness == "command" and not command:
+        console.print("[red]--harness command needs --command[/red]")
+        raise typer.Exit(2)
     try:
         harness_spec = HarnessSpec.model_validate(
             {"kind": harness, "model": model, **({"command": command} if command else {})}
@@ -101,14 +106,12 @@ def generate_specs(
         runtime_spec = RuntimeSpec.model_validate(
             {"kind": runtime, **({"image": image} if image else {})}
         )
+        check_harness(harness_spec)  # a kind the worker knows, its config valid
         if concurrency < 1 or sessions < 1:
             raise ValueError("--concurrency and --sessions must be at least 1")
-    except ValueError as exc:  # pydantic's ValidationError is a ValueError
+    except ValueError as exc:  # pydantic's ValidationError, UnknownKind: ValueErrors
         console.print(str(exc), style="red", markup=False)
         raise typer.Exit(2) from exc
-    if harness_spec.kind == "command" and not harness_spec.command:
-        console.print("[red]--harness command needs --command[/red]")
-        raise typer.Exit(2)
     return harness_spec, runtime_spec
 
 

@@ -7,12 +7,12 @@ import math
 import shlex
 from typing import Any
 
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from polar.rubric import FormulaError, parse_formula
 from polar.tasks.runtime_spec import RuntimeSpec
 from polar.tasks.sources import CommandAction, PrepareAction
-from polar.tasks.strict import StrictModel
+from polar.tasks.strict import KindSpec, StrictModel
 
 NO_EVALUATOR = "none"
 """The evaluator kind of a task that is not graded (no evaluator runs)."""
@@ -79,7 +79,7 @@ class RubricSpec(StrictModel):
         return v
 
 
-class EvaluatorSpec(StrictModel):
+class EvaluatorSpec(KindSpec):
     """How a session is scored: an evaluator `kind` by name, and its config, validated by
     the kind's own model where the evaluators are (activities/evaluators/<kind>/: the
     worker at the session's stages, `polar submit` / `polar tasks load` before submitting).
@@ -93,10 +93,6 @@ class EvaluatorSpec(StrictModel):
     runtime, its reward read from `/logs/verifier`. `none`: not graded. What is common to
     every kind (`protected`, `reward_range`, `rubric`) is checked here.
     """
-
-    # a kind's config under the key its name gives (checked in `_config_under_its_kind`)
-    model_config = ConfigDict(extra="allow")
-    __pydantic_extra__: dict[str, dict[str, Any]] = Field(init=False)
 
     kind: str = Field(
         default=NO_EVALUATOR,
@@ -137,22 +133,6 @@ class EvaluatorSpec(StrictModel):
         description="(command, swebench) a judge's score combined with the outcome reward",
     )
 
-    @model_validator(mode="before")
-    @classmethod
-    def _config_under_its_kind(cls, data: Any) -> Any:
-        """A key the spec does not declare is the kind's config, named by the kind."""
-        if not isinstance(data, dict):
-            return data
-        kind = data.get("kind", NO_EVALUATOR)
-        for key in data:
-            if key in cls.model_fields or key == kind:
-                continue
-            raise ValueError(
-                f"unknown field {key!r}: a kind's config goes under the key named by "
-                f"'kind' (here {kind!r})"
-            )
-        return data
-
     @model_validator(mode="after")
     def _common_checks(self) -> EvaluatorSpec:
         extra = set(self.model_extra or {})
@@ -172,13 +152,6 @@ class EvaluatorSpec(StrictModel):
                 "an evaluator kind (e.g. command) beside it"
             )
         return self
-
-    def kind_config(self) -> dict[str, Any] | None:
-        """The config the kind's name keys, as written (None where there is none)."""
-        if self.kind in type(self).model_fields:
-            value = getattr(self, self.kind)
-            return value if isinstance(value, dict) else None
-        return (self.model_extra or {}).get(self.kind)
 
     def eval_runtime_spec(self, runtime: RuntimeSpec) -> RuntimeSpec:
         """The spec of the evaluator's fresh runtime: the task's, then (swebench) the checkout

@@ -2,7 +2,9 @@
 
 Strict (unknown fields are errors) and registry-free: builder names and
 configs are checked by `polar.builders.check_builder` at submit and in the
-build activity, never while a workflow decodes its input.
+build activity, harness and evaluator kinds and configs by their kinds' own
+models (activities/task_kinds.py) at submit and in the worker, never while a
+workflow decodes its input.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from polar.tasks.sources import (
     Source,
     UploadAction,
 )
-from polar.tasks.strict import MAX_TIMEOUT_S, StrictModel
+from polar.tasks.strict import MAX_TIMEOUT_S, KindSpec, StrictModel
 
 __all__ = [
     "DEFAULT_WORKDIR",
@@ -58,18 +60,26 @@ __all__ = [
 ]
 
 
-class HarnessSpec(StrictModel):
-    """The agent program (activities/harnesses/).
+class HarnessSpec(KindSpec):
+    """The agent program: a harness `kind` by name, checked with its config by the kind's own
+    model where the harnesses are (activities/harnesses/: the worker before the harness
+    runs, `polar submit` / `polar tasks load` before submitting).
 
-    `command`: a shell command run in the workspace (`command` required).
-    `codex`, `claude_code`, `qwen_code`, `pi`: the real CLI, configured in a
-    fresh HOME to call the gateway, run non-interactively with the task's
-    instruction. `args` are appended to the command line, `env` overrides the
-    harness's environment.
+    `command`: a shell command run in the workspace (its `command`, required, is the
+    kind's config). `codex`, `claude_code`, `qwen_code`, `pi`: the real CLI, configured in a
+    fresh HOME to call the gateway, run non-interactively with the task's instruction (they
+    take no `command`). A kind's own config goes under the key its name gives. What every
+    kind shares: `args` are appended to the command line, `env` overrides the harness's
+    environment, `model` and `unknown_models`.
     """
 
-    kind: Literal["command", "codex", "claude_code", "qwen_code", "pi"] = "command"
-    command: str | None = None
+    kind: str = Field(
+        default="command",
+        min_length=1,
+        description="a harness kind the worker registers (activities/harnesses: command, "
+        "codex, claude_code, qwen_code, pi)",
+    )
+    command: str | None = Field(default=None, description="(command) the shell command")
     model: str = Field(default="policy", description="model name the harness is told to use")
     args: list[str] = Field(default_factory=list, description="extra command-line arguments")
     env: dict[str, str] = Field(default_factory=dict)
@@ -79,17 +89,6 @@ class HarnessSpec(StrictModel):
         "of its pools': served by the policy (`policy`), or answered 404 `model_not_found` in "
         "the caller's shape (`refuse`)",
     )
-
-    @model_validator(mode="after")
-    def _command_for_command_kind(self) -> HarnessSpec:
-        if self.kind == "command" and not (self.command and self.command.strip()):
-            raise ValueError("harness kind 'command' needs a non-empty 'command'")
-        if self.kind != "command" and self.command is not None:
-            raise ValueError(
-                f"harness kind {self.kind!r} runs its own CLI: 'command' is only for kind "
-                "'command' (use 'args' for extra arguments)"
-            )
-        return self
 
 
 class BuilderSpec(StrictModel):

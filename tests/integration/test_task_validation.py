@@ -41,11 +41,31 @@ async def test_invalid_task_spec_fails_workflow_without_retry(polar: PolarClient
     assert isinstance(cause, ApplicationError)
     assert cause.type == "InvalidTaskSpec"
     assert cause.non_retryable
-    for field in ("task_id", "num_sessions", "harness.kind"):
+    for field in ("task_id", "num_sessions"):
         assert field in cause.message
     history = await handle.fetch_history()
     # failed on its first workflow task: no activity, no child, no retry
     assert not [e for e in history.events if e.HasField("activity_task_scheduled_event_attributes")]
+
+
+async def test_unknown_harness_kind_started_directly_fails_at_the_run_stage(
+    polar: PolarClient,
+) -> None:
+    """The kind is a name the worker's registry checks (activities/harnesses): a task started
+    past `polar submit` with a kind no worker has fails its session at the first stage that
+    reads the harness, at once and not retried, naming the known kinds."""
+    workflow_id = f"bad-{uuid.uuid4().hex[:6]}"
+    await polar.client.start_workflow(
+        "RolloutTask",
+        BASE | {"harness": {"kind": "nope"}},
+        id=workflow_id,
+        task_queue=polar.settings.task_queue,
+    )
+    result = await polar.wait(workflow_id, timeout_s=120)
+    (session,) = result.sessions
+    assert session.status == "error", session
+    error = session.error or ""
+    assert "harness.kind: unknown harness kind 'nope' (known: claude_code, codex, command" in error
 
 
 def test_unknown_builder_and_missing_evaluator_command_are_rejected() -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from activities.task_kinds import check_task_kinds
-from polar.tasks.spec import EvaluatorSpec, TaskSpec
+from polar.tasks.spec import EvaluatorSpec, HarnessSpec, TaskSpec
 
 # `evaluator` as the core dumped it before the kinds' config models left it (the models
 # were polar/tasks/evaluator_spec.py's SweBenchSpec and HarborVerifierSpec), each beside
@@ -73,3 +73,30 @@ def test_a_checked_config_dumps_as_the_core_dumped_it(written: dict, stored: str
 @pytest.mark.parametrize(("written", "stored"), WRITTEN_AND_STORED)
 def test_stored_json_reads_back_unchanged(written: dict, stored: str) -> None:
     assert EvaluatorSpec.model_validate_json(stored).model_dump_json() == stored
+
+
+# `harness` as the core dumped it when its kinds were a Literal, beside it as written
+HARNESS_WRITTEN_AND_STORED = [
+    (
+        {"kind": "command", "command": "python agent.py", "args": ["-v"]},
+        '{"kind":"command","command":"python agent.py","model":"policy","args":["-v"],"env":{},'
+        '"unknown_models":"policy"}',
+    ),
+    (
+        {"command": "true"},
+        '{"kind":"command","command":"true","model":"policy","args":[],"env":{},'
+        '"unknown_models":"policy"}',
+    ),
+    (
+        {"kind": "codex", "model": "m", "env": {"A": "1"}, "unknown_models": "refuse"},
+        '{"kind":"codex","command":null,"model":"m","args":[],"env":{"A":"1"},'
+        '"unknown_models":"refuse"}',
+    ),
+]
+
+
+@pytest.mark.parametrize(("written", "stored"), HARNESS_WRITTEN_AND_STORED)
+def test_a_checked_harness_dumps_as_the_core_dumped_it(written: dict, stored: str) -> None:
+    task = TaskSpec.model_validate({"task_id": "t", "instruction": "x", "harness": written})
+    assert check_task_kinds(task).harness.model_dump_json() == stored
+    assert HarnessSpec.model_validate_json(stored).model_dump_json() == stored

@@ -14,10 +14,15 @@ from activities.harnesses import (
     ADAPTERS,
     CLI_ADAPTERS,
     KEY_ENV,
+    HarnessConfig,
     HarnessContext,
     HarnessNotInstalled,
+    InvalidKindConfig,
+    UnknownHarness,
+    check_harness,
     get_adapter,
 )
+from activities.harnesses.command import CommandConfig
 from polar.settings import Settings
 from polar.tasks.spec import HarnessSpec, TaskSpec
 from tests.support.paths import REPO
@@ -49,17 +54,28 @@ def bin_dir(tmp_path: Path) -> Path:
 
 
 def test_harness_spec_kinds_and_command_rule() -> None:
+    """The kinds are the registry's; each kind's model holds its rule about `command`."""
     assert set(ADAPTERS) == {"command", "codex", "claude_code", "qwen_code", "pi"}
     for kind in CLI_ADAPTERS:
-        assert HarnessSpec(kind=kind).command is None
-    with pytest.raises(ValidationError, match="kind 'command' needs a non-empty 'command'"):
-        HarnessSpec(kind="command")
-    with pytest.raises(ValidationError, match="'command' is only for kind 'command'"):
-        HarnessSpec(kind="codex", command="codex exec")
-    with pytest.raises(ValidationError):
-        TaskSpec.model_validate({"task_id": "t", "harness": {"kind": "aider"}})
+        assert check_harness(HarnessSpec(kind=kind)) == HarnessConfig()
+    assert check_harness(HarnessSpec(kind="command", command="true")) == CommandConfig(
+        command="true"
+    )
+    for blank in ({}, {"command": " "}):
+        with pytest.raises(
+            InvalidKindConfig, match="harness.command: .*kind 'command' needs a non-empty"
+        ):
+            check_harness(HarnessSpec.model_validate({"kind": "command", **blank}))
+    with pytest.raises(InvalidKindConfig, match="'command' is only for kind 'command'"):
+        check_harness(HarnessSpec(kind="codex", command="codex exec"))
+    # the core holds the kind as a name: the registry refuses one it does not know
+    spec = TaskSpec.model_validate({"task_id": "t", "harness": {"kind": "aider"}})
+    with pytest.raises(UnknownHarness, match="harness.kind: unknown harness kind 'aider'"):
+        check_harness(spec.harness)
     with pytest.raises(ValueError, match="unknown harness kind"):
         get_adapter("aider")
+    with pytest.raises(ValidationError, match="unknown field 'extra'"):
+        HarnessSpec.model_validate({"kind": "pi", "extra": {}})
 
 
 def test_default_bin_dir_is_the_pinned_install(monkeypatch: pytest.MonkeyPatch) -> None:
