@@ -157,7 +157,9 @@ def pytest_configure(config: pytest.Config) -> None:
     stale = time.time() - STALE_RUN_S  # a run that may still be going is never removed
     for old in runs[: max(0, len(runs) - (KEPT_RUNS - 1))]:
         if old.stat().st_mtime < stale:
-            shutil.rmtree(old, ignore_errors=True)
+            # rm, not shutil.rmtree: a session's planted tree can be deeper than Python's
+            # recursion limit (a RecursionError here failed every later pytest start)
+            subprocess.run(["rm", "-rf", "--one-file-system", str(old)], check=False)
     config.option.basetemp = tempfile.mkdtemp(prefix="r", dir=root)
 
 
