@@ -16,12 +16,15 @@ command -v "$PY" >/dev/null || PY=python3
 # iproute2 (`ip`: the namespace hosts of tests/system/test_multi_host_netns.py); bubblewrap (`bwrap`:
 # the local runtime's sealed sandbox for a worker that is not root, activities/runtimes/sandboxes/bwrap.py);
 # slurm-wlm and munge (the Slurm cluster of tests/system/test_slurm_cluster.py); busybox-static
-# (a container's main process is Polar's own static busybox: activities/runtimes/toolbox.py)
+# (a container's main process is Polar's own static busybox: activities/runtimes/toolbox.py);
+# chromium and chromium-driver (the console's browser test, tests/system/test_console_browser.py,
+# drives Debian's headless Chromium through Selenium)
 missing=()
 for pair in git:git strace:strace dockerd:docker.io debootstrap:debootstrap patch:patch \
     podman:podman newuidmap:uidmap slirp4netns:slirp4netns fuse-overlayfs:fuse-overlayfs \
     /usr/libexec/podman/catatonit:catatonit ip:iproute2 bwrap:bubblewrap \
-    slurmctld:slurmctld slurmd:slurmd sbatch:slurm-client munged:munge busybox:busybox-static; do
+    slurmctld:slurmctld slurmd:slurmd sbatch:slurm-client munged:munge busybox:busybox-static \
+    chromium:chromium chromedriver:chromium-driver; do
   command -v "${pair%%:*}" >/dev/null || PATH=$PATH:/usr/sbin command -v "${pair%%:*}" >/dev/null \
     || missing+=("${pair#*:}")
 done
