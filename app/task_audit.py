@@ -110,6 +110,8 @@ class TaskAudit(BaseModel):
     seconds: float
     """Session-seconds: the probes' submit-to-result times added up (what auditing this task
     alone, one session at a time, takes)."""
+    wall_seconds: float | None = None
+    """Wall time from its first probe's submit to its last probe's result."""
     grading_seconds: float | None = None
     """The longest `evaluate` stage of its probes (a fresh runtime, the changes, the tests)."""
     build: str | None = None
@@ -290,16 +292,29 @@ def judge(target: AuditTarget, results: list[ProbeResult]) -> TaskAudit:
     )
 
 
+ProbeProgress = Callable[[str, ProbeResult], None]
+"""Told each probe's result as it comes: the task id and the result."""
+
+
 async def audit_target(
-    polar: PolarClient, target: AuditTarget, slots: asyncio.Semaphore
+    polar: PolarClient,
+    target: AuditTarget,
+    slots: asyncio.Semaphore,
+    on_probe: ProbeProgress | None = None,
 ) -> TaskAudit:
     """Every probe of one target (at most `slots` sessions at once across the audit)."""
+    started = time.monotonic()
 
     async def one(probe: Probe) -> ProbeResult:
         async with slots:
-            return await run_probe(polar, target, probe)
+            result = await run_probe(polar, target, probe)
+        if on_probe is not None:
+            on_probe(target.task.task_id, result)
+        return result
 
-    return judge(target, list(await asyncio.gather(*(one(p) for p in target.probes))))
+    audit = judge(target, list(await asyncio.gather(*(one(p) for p in target.probes))))
+    audit.wall_seconds = round(time.monotonic() - started, 1)
+    return audit
 
 
 async def run_audit(
@@ -308,13 +323,15 @@ async def run_audit(
     *,
     parallel: int = 4,
     on_task: Callable[[TaskAudit], None] | None = None,
+    on_probe: ProbeProgress | None = None,
 ) -> AuditReport:
-    """Audit every target, at most `parallel` sessions at once."""
+    """Audit every target, at most `parallel` sessions at once; `on_probe` and `on_task` are
+    told each result as it comes."""
     slots = asyncio.Semaphore(parallel)
     started = time.monotonic()
 
     async def one(target: AuditTarget) -> TaskAudit:
-        audit = await audit_target(polar, target, slots)
+        audit = await audit_target(polar, target, slots, on_probe)
         if on_task is not None:
             on_task(audit)
         return audit

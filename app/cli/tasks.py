@@ -76,12 +76,27 @@ def tasks_audit(
         console.print(f"cannot audit {path}: {exc}", style="red", markup=False)
         raise typer.Exit(2) from exc
 
-    def progress(audit: au.TaskAudit) -> None:
-        console.print(f"{audit.task_id}: {audit.verdict} ({audit.seconds:g}s)", markup=False)
+    probes = sum(len(t.probes) for t in targets)
+    done: list[str] = []
+    console.print(f"auditing {len(targets)} task(s): {probes} sessions, {parallel} at once")
+
+    def probe_done(task_id: str, result: au.ProbeResult) -> None:
+        done.append(task_id)
+        line = f"  [{len(done)}/{probes}] {task_id}: {result.probe} {au.scored(result)}"
+        console.print(f"{line} ({result.seconds:g} s)", markup=False)
+
+    def task_done(audit: au.TaskAudit) -> None:
+        console.print(
+            f"{audit.task_id}: {audit.verdict} (wall {audit.wall_seconds:g} s, "
+            f"{audit.seconds:g} session-s)",
+            markup=False,
+        )
 
     async def go() -> au.AuditReport:
         polar = await PolarClient.connect()
-        return await au.run_audit(polar, targets, parallel=parallel, on_task=progress)
+        return await au.run_audit(
+            polar, targets, parallel=parallel, on_task=task_done, on_probe=probe_done
+        )
 
     report = asyncio.run(go())
     for audit in report.tasks:
@@ -105,12 +120,14 @@ def audit_targets(
 ) -> list[AuditTarget]:
     """What `polar tasks audit` runs for PATH: SWE-bench JSONL, a TaskSpec JSON, or a Harbor
     task or dataset dir (its images built first, each build noted in `builds` by task id)."""
+    from activities.runtimes import check_runtime
     from app import task_audit as au
     from polar.tasks.harbor import task_id_of
     from polar.tasks.spec import RuntimeSpec
 
     if path.is_file() and path.suffix == ".jsonl":
-        spec = RuntimeSpec(kind=runtime, **({"image": image} if image else {}))  # type: ignore[arg-type]
+        spec = RuntimeSpec.model_validate({"kind": runtime, **({"image": image} if image else {})})
+        check_runtime(spec)
         if source_root is None and (path.parent / "repos").is_dir():
             source_root = path.parent / "repos"
         return au.swe_targets(path, source_root=source_root, runtime=spec)

@@ -52,6 +52,13 @@ async def test_demo_task_is_flagged_by_a_wrong_answer(polar: PolarClient, tmp_pa
     }
     assert audit.verdict == "flagged" and audit.hacks == ["wrong-outputs"]
     assert "demo-haiku: flagged: wrong-outputs scored 1" in result.output
+    # progress as each session ends, then the task's wall time beside its session time
+    probes = len(audit.probes)
+    assert f"auditing 1 task(s): {probes} sessions" in result.output
+    assert f"[{probes}/{probes}] demo-haiku:" in result.output
+    assert "demo-haiku: oracle scored 1 (" in result.output
+    assert audit.wall_seconds is not None and 0 < audit.wall_seconds < audit.seconds
+    assert f"demo-haiku: flagged (wall {audit.wall_seconds:g} s," in result.output
     assert (tmp_path / AUDIT_FILE).is_file()
     refused = await asyncio.to_thread(invoke, ["submit", "--strict", str(task_file)], env)
     assert refused.exit_code == 3 and "refused (--strict)" in refused.output, refused.output
