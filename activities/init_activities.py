@@ -14,7 +14,13 @@ from activities.evaluators.baseline import record_baseline
 from activities.heartbeat import Heartbeater, heartbeat
 from activities.pool_activities import PoolActivities
 from activities.runtime_claims import RuntimeClaims
-from activities.runtimes import InvalidRuntime, InvalidSource, PrepareFailed
+from activities.runtimes import (
+    InvalidRuntime,
+    InvalidSource,
+    PrepareFailed,
+    UnknownRuntime,
+    check_runtime,
+)
 from activities.runtimes.network.egress import egress_refusal
 from polar.contracts import PrepareRequest, RuntimeHandle, TeardownResult, invalid_input
 from polar.host_paths import local_git_path, outside_roots, source_roots
@@ -82,6 +88,10 @@ class InitActivities(PoolActivities):
                 f"{request.session_id} by its own fault: left to another host",
                 type="AvoidedHost",
             )
+        try:  # a kind no runtime serves fails at once, not retried
+            check_runtime(request.runtime)
+        except UnknownRuntime as exc:
+            raise invalid_input(str(exc), "InvalidTaskSpec") from None
         runtime = self._runtime(request.runtime.kind)
         # a container start, a clone or a big copy must not look like a dead worker
         async with Heartbeater(step="preparing", runtime=request.runtime.kind) as hb:

@@ -6,15 +6,17 @@ from __future__ import annotations
 
 from activities.evaluators import check_evaluator
 from activities.harnesses import check_harness
+from activities.runtimes import check_runtime
 from polar.tasks.spec import TaskSpec
 
 __all__ = ["check_task_kinds"]
 
 
 def check_task_kinds(task: TaskSpec) -> TaskSpec:
-    """`task` with its harness's and evaluator's kinds and configs checked (UnknownKind
-    naming the known kinds, or InvalidKindConfig naming the field: both ValueErrors), each
-    config as its kind's model writes it (defaults filled in)."""
+    """`task` with its runtime's kind and its harness's and evaluator's kinds and configs
+    checked (UnknownKind naming the known kinds, or InvalidKindConfig naming the field: both
+    ValueErrors), each config as its kind's model writes it (defaults filled in)."""
+    check_runtime(task.runtime)
     harness = check_harness(task.harness).written_into(task.harness)
     evaluator = task.evaluator
     config = check_evaluator(evaluator)

@@ -1,5 +1,11 @@
 """Runtimes by kind: `local` (the zero-setup default), `docker`, `podman`, and `auto` (the
-best this host offers: activities/runtimes/selection.py)."""
+best this host offers: activities/runtimes/selection.py).
+
+Each kind is a module of activities/runtimes/kinds/ and one factory in `RUNTIMES` (a
+`Registry`, polar/registry.py); `check_runtime` checks a spec's kind against it (the worker
+before it prepares, `polar submit`, `polar tasks load`), and every list of kinds is derived
+from it. A new runtime is its module and one line: `RUNTIMES.register("mine", make_mine)`.
+"""
 
 from __future__ import annotations
 
@@ -15,9 +21,10 @@ from activities.runtimes.base import (
     SourceUnavailable,
 )
 from activities.runtimes.kinds.local import LocalRuntime
-from activities.runtimes.selection import concrete
+from activities.runtimes.selection import AUTO, concrete
 from polar.registry import Registry, UnknownKind
 from polar.settings import WorkerSettings
+from polar.tasks.runtime_spec import RuntimeSpec
 
 __all__ = [
     "RUNTIMES",
@@ -29,6 +36,7 @@ __all__ = [
     "RuntimePlace",
     "SourceUnavailable",
     "UnknownRuntime",
+    "check_runtime",
     "get_runtime",
 ]
 
@@ -80,6 +88,19 @@ RUNTIMES: Registry[RuntimeFactory] = Registry(
 )
 """The runtime factories, by the concrete `RuntimeSpec.kind` they make (polar/registry.py);
 `auto` is none of them: `get_runtime` resolves it first."""
+
+
+def check_runtime(spec: RuntimeSpec) -> None:
+    """UnknownRuntime, naming the known kinds, where no runtime serves `spec.kind` (`auto`
+    always has one). Run by the worker before it prepares and by the CLI before it submits;
+    never in workflow code."""
+    if spec.kind == AUTO:
+        return
+    try:
+        RUNTIMES.get(spec.kind)
+    except UnknownRuntime as exc:
+        message = f"runtime.kind: {exc}, or {AUTO!r} (the best this host offers)"
+        raise UnknownRuntime(message, exc.kind, exc.known) from None
 
 
 def get_runtime(

@@ -98,10 +98,16 @@ def concrete(kind: str) -> str:
 
 
 def sweep_kinds() -> tuple[str, ...]:
-    """The runtime kinds this host can have runtimes of: local and docker always (a docker
-    that does not answer is reported as skipped), podman where it is usable or this user has
-    used it before (its storage exists)."""
-    used = (Path.home() / ".local/share/containers/storage").exists()
-    if shutil.which("podman") and (used or podman_usable()[0]):
-        return ("local", "docker", "podman")
-    return ("local", "docker")
+    """The runtime kinds this host can have runtimes of: every registered kind
+    (activities/runtimes: `RUNTIMES`, in its order; a docker that does not answer is
+    reported as skipped), podman only where it is usable or this user has used it before
+    (its storage exists)."""
+    from activities.runtimes import RUNTIMES  # the registry's module imports this one
+
+    def here(kind: str) -> bool:
+        if kind != "podman":
+            return True
+        used = (Path.home() / ".local/share/containers/storage").exists()
+        return bool(shutil.which("podman")) and (used or podman_usable()[0])
+
+    return tuple(kind for kind in RUNTIMES if here(kind))

@@ -29,7 +29,9 @@ def generate(
         "policy"
     ),
     sessions: Annotated[int, typer.Option(help="sessions per instance")] = 1,
-    runtime: Annotated[str, typer.Option(help="local | docker")] = "local",
+    runtime: Annotated[
+        str, typer.Option(help="a runtime kind: local, a container one or auto (docs/runtimes.md)")
+    ] = "local",
     image: Annotated[str | None, typer.Option(help="docker: the session image")] = None,
     source_root: Annotated[
         str | None,
@@ -95,6 +97,7 @@ def generate_specs(
 ) -> tuple[HarnessSpec, RuntimeSpec]:
     """The harness and runtime the flags describe, or exit 2 with what is wrong with them."""
     from activities.harnesses import check_harness
+    from activities.runtimes import check_runtime
 
     if harness == "command" and not command:
         console.print("[red]--harness command needs --command[/red]")
@@ -107,6 +110,7 @@ def generate_specs(
             {"kind": runtime, **({"image": image} if image else {})}
         )
         check_harness(harness_spec)  # a kind the worker knows, its config valid
+        check_runtime(runtime_spec)
         if concurrency < 1 or sessions < 1:
             raise ValueError("--concurrency and --sessions must be at least 1")
     except ValueError as exc:  # pydantic's ValidationError, UnknownKind: ValueErrors

@@ -87,7 +87,9 @@ class NetworkSpec(StrictModel):
 
 
 class RuntimeSpec(StrictModel):
-    """Where a session runs.
+    """Where a session runs: a runtime `kind` by name, checked against the runtime registry
+    where the runtimes are (activities/runtimes: the worker before it prepares, `polar
+    submit` / `polar tasks load` before submitting), and what the kinds share.
 
     `local`: a trusted, dev-only work dir on the worker host, the harness as an
     unprivileged user in its own PID and network namespaces (zero setup, default).
@@ -100,10 +102,17 @@ class RuntimeSpec(StrictModel):
     `auto`: the best this worker's host offers, probed once per worker: docker where an
     engine answers, else podman where it can run as the worker, else `local` (sealed by
     bubblewrap on a worker that is not root; activities/runtimes/selection.py).
-    `prepare` actions run after the source is in place, in every kind.
+    `prepare` actions run after the source is in place, in every kind. The container
+    fields (`image`, `cpus`, `memory`, `pids`, `disk`, `wall_clock_s`, `workdir`) are shared
+    by docker and podman, so they stay here rather than under a kind's key.
     """
 
-    kind: Literal["local", "docker", "podman", "auto"] = "local"
+    kind: str = Field(
+        default="local",
+        min_length=1,
+        description="a runtime kind the worker registers (activities/runtimes: local, docker, "
+        "podman), or `auto`",
+    )
     image: str = Field(default="polar/runtime:py311", description="docker: the image to run")
     cpus: float | None = Field(
         default=2.0, ge=0.1, le=512, description="containers: CPU limit (None: the default)"

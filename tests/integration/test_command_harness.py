@@ -37,6 +37,7 @@ from polar.storage import Storage, artifact_key, session_prefix
 from polar.tasks.spec import HarnessSpec, TaskSpec
 from tests.integration.test_gateway import stack
 from tests.support import text
+from tests.support.runtime_kinds import every_runtime_kind
 
 POLAR = [sys.executable, "-m", "app.cli"]
 
@@ -154,7 +155,7 @@ async def _harness_result(polar: PolarClient, session_id: str) -> HarnessResult:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["local", "docker", "podman"])
+@pytest.mark.parametrize("kind", every_runtime_kind(["local", "docker", "podman"]))
 async def test_artifacts_reach_s3_and_host_files_behind_links_do_not(
     kind: str,
     polar: PolarClient,

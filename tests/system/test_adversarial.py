@@ -42,6 +42,7 @@ from tests.support.adversary.stack import (
     user_stack,
 )
 from tests.support.container_sessions import skip_without_disk_watchdog
+from tests.support.runtime_kinds import every_runtime_kind
 
 pytestmark = pytest.mark.slow
 
@@ -56,7 +57,7 @@ JUNIT_GRADER = (
 )
 
 
-RUNTIMES = ["docker", "podman", "local", "bwrap"]
+RUNTIMES = every_runtime_kind(["docker", "podman", "local", "bwrap"])
 """The sealed runtimes every attack runs against (`bwrap`: `local` on a non-root worker)."""
 BWRAP_CGROUP = "bwrap-cgroup"
 """The user worker in a delegated cgroup (its queue's suffix)."""

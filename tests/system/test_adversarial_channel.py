@@ -35,6 +35,7 @@ from tests.support.adversary.stack import (
     stack_for,
     task_repo,
 )
+from tests.support.runtime_kinds import every_runtime_kind
 from tests.support.scripted_backend import text
 
 pytestmark = pytest.mark.slow
@@ -43,7 +44,7 @@ HARNESS = "python3 tools/attacks_channel.py"
 NO_GRADE = {"kind": "none"}
 SLOWLORIS = [("local", "tcp"), ("bwrap", "tcp"), ("docker", "tcp"), ("docker", "unix")]
 SLOWLORIS += [("podman", "unix")]
-RUNTIMES = ["docker", "podman", "local", "bwrap"]
+RUNTIMES = every_runtime_kind(["docker", "podman", "local", "bwrap"])
 
 
 def _fds() -> int:

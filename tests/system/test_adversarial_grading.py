@@ -42,6 +42,7 @@ from tests.support.adversary.stack import (
     stack_for,
     task_repo,
 )
+from tests.support.runtime_kinds import every_runtime_kind
 
 pytestmark = pytest.mark.slow
 
@@ -140,7 +141,7 @@ def assert_grade_unseen(view: dict[str, Any], swebench: bool) -> None:
         assert grading and all("key" not in view["folders"][f] for f in grading), view
 
 
-@pytest.mark.parametrize("kind", ["docker", "podman", "local", "bwrap"])
+@pytest.mark.parametrize("kind", every_runtime_kind(["docker", "podman", "local", "bwrap"]))
 async def test_grading_attacks_get_reward_zero(
     kind: str, sealed_stack: SealedStack, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:

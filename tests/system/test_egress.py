@@ -29,6 +29,7 @@ from polar.records import SessionStatus
 from polar.storage import Storage, artifact_key
 from polar.tasks.spec import TaskSpec
 from tests.support.container_sessions import small_repo
+from tests.support.runtime_kinds import every_runtime_kind
 
 pytestmark = pytest.mark.slow
 
@@ -115,7 +116,7 @@ def fetching_task(
     )
 
 
-@pytest.mark.parametrize("kind", ["docker", "podman", "local"])
+@pytest.mark.parametrize("kind", every_runtime_kind(["docker", "podman", "local"]))
 async def test_a_session_reaches_only_its_allowed_hosts(
     kind: str,
     egress_polar: PolarClient,
@@ -326,7 +327,7 @@ def _public_task(task_id: str, repo: Path, image: str, command: str, kind: str) 
     )
 
 
-@pytest.mark.parametrize("kind", ["docker", "podman", "local"])
+@pytest.mark.parametrize("kind", every_runtime_kind(["docker", "podman", "local"]))
 async def test_egress_slowloris_ends_the_attacker_and_public_never_reaches_the_host(
     kind: str,
     egress_polar: PolarClient,

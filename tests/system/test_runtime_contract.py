@@ -47,11 +47,12 @@ from tests.support.container_sessions import (
     small_repo,
 )
 from tests.support.ports import free_port
+from tests.support.runtime_kinds import every_runtime_kind
 
 pytestmark = pytest.mark.slow
 
 CONTAINER_KINDS = ["docker", *(f"podman-{mode}" for mode in podman_modes())]
-KINDS = ["local", "bwrap", *CONTAINER_KINDS]
+KINDS = every_runtime_kind(["local", "bwrap", *CONTAINER_KINDS])
 
 
 def _local(root: Path, kind: str) -> Iterator[LocalRuntime]:
