@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
+from markupsafe import Markup
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -60,8 +61,9 @@ class Redactor:
 
     def value(self, value: Any) -> Any:
         """Jinja2's `finalize`: every value a template prints, if it is text: redacted, its
-        bidi controls shown as `<U+202E>` (then escaped as any text)."""
-        if not isinstance(value, str):
+        bidi controls shown as `<U+202E>` (then escaped as any text). Markup is a template's
+        own (a macro's output, its values finalized inside it): kept as it is."""
+        if not isinstance(value, str) or isinstance(value, Markup):
             return value
         return BIDI_CONTROLS.sub(shown_control, self.pattern.sub(REDACTED, value))
 

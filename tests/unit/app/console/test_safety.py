@@ -91,6 +91,17 @@ def test_a_session_past_temporals_retention_renders_from_s3_alone() -> None:
     assert 'id="no-workflow"' in html and "web-ui" not in html and PAYLOADS[1] not in html
 
 
+def test_the_patch_is_a_diff_its_lines_escaped_redacted_and_bidi_shown() -> None:
+    """The diff macro's own markup stays markup (the browser test found it escaped, the
+    diff shown as `<pre class="diff">` text); the patch's lines in it are still data."""
+    line = f"<script>alert(1)</script> {SECRETS['session_secret']} abc\u202edcba"
+    html = render_all(line)["session.html"]
+    assert '<pre class="diff"><span class="file">+++ b/&lt;script&gt;' in html
+    assert '<span class="add">+&lt;script&gt;alert(1)&lt;/script&gt; [redacted] abc' in html
+    assert "&lt;pre class=" not in html and "&lt;span class=" not in html
+    assert SECRETS["session_secret"] not in html and "\u202e" not in html
+
+
 def test_the_corpus_is_what_the_check_catches() -> None:
     """The markup check fails on the payloads themselves (it is not vacuous)."""
     caught = 0
