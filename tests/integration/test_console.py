@@ -8,7 +8,6 @@ show only escaped, and no page shows a secret of the stack's settings.
 from __future__ import annotations
 
 import asyncio
-import shutil
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -22,12 +21,12 @@ from app.console import create_app
 from app.console.safety import CSP
 from polar.contracts import SessionResult
 from polar.settings import Settings
-from polar.tasks.spec import TaskSpec
+from tests.support.console_sessions import console_spec as spec
+from tests.support.console_sessions import demo_repo, run_one
 from tests.support.console_views import markup_is_the_consoles
 from tests.support.scripted_backend import text
 from tests.support.scripted_stack import ScriptedStack, running_scripted_stack
 
-REPO = Path(__file__).resolve().parents[2]
 PAYLOAD = '<script>alert("polar")</script> "><img src=x onerror=alert(1)> </textarea>'
 REPLIES = [text(f"Turn {i} of the haiku. {PAYLOAD}") for i in range(8)]
 SECRET_FIELDS = ("s3_access_key", "s3_secret_key", "session_secret")
@@ -46,43 +45,16 @@ class Ran:
     failed: tuple[str, SessionResult]
 
 
-def spec(task_id: str, command: str, repo: Path) -> TaskSpec:
-    return TaskSpec.model_validate(
-        {
-            "task_id": task_id,
-            "instruction": "Write a haiku about rollouts to answer.txt.",
-            "num_sessions": 1,
-            "source": {"type": "dir", "path": str(repo)},
-            "harness": {
-                "kind": "command",
-                "command": command,
-                "env": {"DEMO_TURNS": "2", "DEMO_STREAM_TURNS": ""},
-            },
-            "builder": {"name": "per_request"},
-            "evaluator": {"kind": "command", "command": "test -s answer.txt"},
-            "timeouts": {"harness_s": 120, "evaluate_s": 120},
-        }
-    )
-
-
 @pytest.fixture(scope="module")
 async def ran(
     devstack: object, base_settings: Settings, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[Ran]:
-    repo = tmp_path_factory.mktemp("console") / "repo"
-    shutil.copytree(REPO / "examples" / "demo" / "repo", repo)
-    repo.chmod(0o755)
+    repo = demo_repo(tmp_path_factory.mktemp("console"))
     suffix = uuid.uuid4().hex[:6]
     async with running_scripted_stack(base_settings, REPLIES) as stack:
-        outcomes = []
-        for task_id, command in (
-            (f"console-ok-{suffix}", "python agent.py"),
-            (f"console-fail-{suffix}", FAILING_AGENT),
-        ):
-            run = await stack.polar.submit(spec(task_id, command, repo))
-            result = await stack.polar.wait(run, timeout_s=180)
-            outcomes.append((run.workflow_id, result.sessions[0]))
-        yield Ran(stack, outcomes[0], outcomes[1])
+        ok = await run_one(stack, spec(f"console-ok-{suffix}", "python agent.py", repo))
+        failed = await run_one(stack, spec(f"console-fail-{suffix}", FAILING_AGENT, repo))
+        yield Ran(stack, ok, failed)
 
 
 @pytest.fixture
@@ -199,8 +171,7 @@ async def test_raw_objects_are_text_or_attachments(ran: Ran, console: httpx.Asyn
 async def test_a_running_task_shows_its_live_progress(
     ran: Ran, console: httpx.AsyncClient, tmp_path: Path
 ) -> None:
-    repo = tmp_path / "repo"
-    shutil.copytree(REPO / "examples" / "demo" / "repo", repo)
+    repo = demo_repo(tmp_path)
     task_id = f"console-live-{uuid.uuid4().hex[:6]}"
     run = await ran.stack.polar.submit(spec(task_id, "sleep 6; python agent.py", repo))
     try:
