@@ -28,6 +28,7 @@ from temporalio.exceptions import CancelledError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
     from polar import search_attributes as sa
+    from polar.console_links import console_memo, session_link
     from polar.contracts import SessionResult, SessionSpec, SpecRef, TaskResult
     from polar.records import SessionStatus
     from polar.tasks.spec import TaskSpec
@@ -36,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.queues import Queues
     from workflows.session import Session
     from workflows.stages import STORE_TASK_SPEC
+    from workflows.web_ui import console_base, task_details
 
 # above BATCH_SIZE sessions, SessionBatch workflows start them
 BATCH_SIZE = 20
@@ -67,11 +69,13 @@ async def run_session(
     spec_ref: SpecRef | None,
     fresh_eval_runtime: bool,
     stopping: Any,
+    console: str | None = None,
 ) -> SessionResult:
     """Run one Session child to its end; a failed or cancelled child becomes a result.
 
     `stopping()`: whether a cancellation is the task's early stop (a result) rather than
-    the task itself being cancelled (re-raised)."""
+    the task itself being cancelled (re-raised). `console`: the console's base URL, handed
+    to the child in its memo and linked in its static details (None: neither, as before)."""
     status, error = SessionStatus.ERROR, ""
     try:
         result = await workflow.execute_child_workflow(
@@ -93,6 +97,8 @@ async def run_session(
                 ]
             ),
             static_summary=f"{task.task_id} · session {index} · {task.harness.kind}",
+            static_details=session_link(console, session_id),
+            memo=console_memo(console),
             # None (no priority) issues exactly the command earlier code did
             priority=(Priority(priority_key=task.priority) if task.priority else Priority.default),
         )
@@ -132,8 +138,9 @@ class SessionBatch:
         ref = SpecRef.model_validate(raw["spec_ref"]) if raw.get("spec_ref") else None
         first = int(raw["first"])
         fresh = bool(raw.get("fresh_eval_runtime", False))
+        console = console_base()
         runs = [
-            run_session(task, first + k, sid, ref, fresh, lambda: False)
+            run_session(task, first + k, sid, ref, fresh, lambda: False, console)
             for k, sid in enumerate(raw["session_ids"])
         ]
         return list(await asyncio.gather(*runs))
@@ -161,6 +168,8 @@ class RolloutTask:
         self._usable = 0
         self._stopping = False
         self._fresh_eval_runtime = False
+        self._console: str | None = None
+        self._workflow_id = ""
 
     @workflow.query(name="progress")
     def progress(self) -> dict[str, Any]:
@@ -180,7 +189,8 @@ class RolloutTask:
         workflow.upsert_search_attributes(
             [sa.TASK_ID.value_set(task.task_id), sa.HARNESS.value_set(task.harness.kind)]
         )
-        workflow.set_current_details(f"0/{task.num_sessions} sessions done")
+        self._console, self._workflow_id = console_base(), workflow.info().workflow_id
+        self._show("running")
         # run ids are time-ordered (their prefix repeats within a minute): use replay-safe
         # randomness instead, so two submissions of one task never share a session id
         nonce = workflow.uuid4().hex[:12]
@@ -198,6 +208,7 @@ class RolloutTask:
                 results = await asyncio.gather(*runs)
             else:
                 results = await self._until_usable(task.min_usable_sessions, runs)
+        self._show("done")
         return TaskResult(
             task_id=task.task_id,
             sessions=list(results),
@@ -267,6 +278,7 @@ class RolloutTask:
             id=f"{task.task_id}-{nonce}-b{k}",
             task_queue=workflow.info().task_queue,
             static_summary=f"{task.task_id} · sessions {part.start}-{part.stop - 1}",
+            memo=console_memo(self._console),
             priority=(Priority(priority_key=task.priority) if task.priority else Priority.default),
         )
 
@@ -275,9 +287,22 @@ class RolloutTask:
         if result.status == SessionStatus.COMPLETED and result.num_traces > 0:
             self._usable += 1
         self._results[result.session_id] = result
-        rewards = [r.reward for r in self._results.values() if r.reward is not None]
-        mean = f", mean reward {sum(rewards) / len(rewards):.3f}" if rewards else ""
-        workflow.set_current_details(f"{len(self._results)}/{self._total} sessions done{mean}")
+        self._show("running")
+
+    def _show(self, stage: str) -> None:
+        """The task's current details in the Web UI: stage, sessions done, mean reward,
+        outcome counts, console link (workflows/web_ui.py)."""
+        results = list(self._results.values())
+        rewards = [r.reward for r in results if r.reward is not None]
+        outcomes: dict[str, int] = {}
+        for r in results:
+            outcome = r.outcome
+            if outcome is not None:
+                outcomes[outcome.outcome.value] = outcomes.get(outcome.outcome.value, 0) + 1
+        counts = (len(results), self._total)
+        workflow.set_current_details(
+            task_details(stage, counts, rewards, outcomes, self._console, self._workflow_id)
+        )
 
     async def _until_usable(self, need: int, runs: list[Any]) -> list[SessionResult]:
         """Early stop: once `need` sessions are usable, cancel the rest and collect them.
@@ -309,7 +334,13 @@ class RolloutTask:
         self, task: TaskSpec, index: int, session_id: str, ref: SpecRef | None = None
     ) -> SessionResult:
         result = await run_session(
-            task, index, session_id, ref, self._fresh_eval_runtime, lambda: self._stopping
+            task,
+            index,
+            session_id,
+            ref,
+            self._fresh_eval_runtime,
+            lambda: self._stopping,
+            self._console,
         )
         self._record(result)
         return result

@@ -63,6 +63,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.inputs import parse_input
     from workflows.placement import HostLost, Placement, error_text, error_type
     from workflows.stage_calls import StageCalls
+    from workflows.web_ui import console_base, session_details
 
 # the long stages, whose PolarStage is worth a visibility update; the others' stage goes out
 # with the next of these (and the status and reward with the stage `done`)
@@ -99,6 +100,7 @@ class Session:
         # belong to placements given up, never this session's traces)
         self._started = 0.0
         self._pending_upserts: list[Any] = []  # status and reward, sent with the last stage
+        self._console: str | None = None  # the console's base URL, from the memo (web_ui.py)
 
     @workflow.query(name="progress")
     def progress(self) -> SessionProgress:
@@ -114,6 +116,7 @@ class Session:
         """`raw` is a SessionSpec; an invalid one (a session id that is not a safe path, say)
         fails the workflow at once, non-retryable (`InvalidSessionSpec`), before any stage."""
         spec = parse_input(SessionSpec, raw, "InvalidSessionSpec")
+        self._console = console_base()
         self._calls = StageCalls.for_task(spec.task, workflow.info().task_queue)
         placement = Placement(self._calls, spec)
         hosts: list[str] = []
@@ -176,7 +179,7 @@ class Session:
                 return await self._cancelled(result, placement)
         self._finish(result)
         await self._teardown(result, placement)
-        self._enter(Stage.DONE, f"{result.status.value}, reward {result.reward}")
+        self._enter(Stage.DONE, f"{result.status.value}, reward {result.reward}", result)
         return result
 
     async def _stages(self, spec: SessionSpec, result: SessionResult, placement: Placement) -> None:
@@ -372,7 +375,9 @@ class Session:
         await self._teardown(result, placement)
         raise asyncio.CancelledError("session cancelled")
 
-    def _enter(self, stage: Stage, detail: str) -> None:
+    def _enter(self, stage: Stage, detail: str, ended: SessionResult | None = None) -> None:
+        """Enter `stage`: the progress query's and the Web UI's current details (`ended`:
+        the result, whose status, reward and outcome the last stage shows)."""
         self._current = stage
         self._detail = detail
         if stage in UPSERTED_STAGES or stage == Stage.DONE:
@@ -380,7 +385,19 @@ class Session:
                 [sa.STAGE.value_set(stage.value), *self._pending_upserts]
             )
             self._pending_upserts = []
-        workflow.set_current_details(f"**{stage.value}**: {detail}")
+        shown: dict[str, Any] = {}
+        if ended is not None:
+            outcome = ended.outcome
+            shown = {
+                "status": ended.status.value,
+                "reward": ended.reward,
+                "outcome": outcome.label if outcome is not None else None,
+            }
+        workflow.set_current_details(
+            session_details(
+                stage.value, detail, self._console, workflow.info().workflow_id, ended=shown
+            )
+        )
 
     def _finish(self, result: SessionResult) -> None:
         self._status = result.status

@@ -38,11 +38,10 @@ def demo(
 
 def console_link(workflow_id: str) -> str:
     """The console's page of a task run."""
-    from urllib.parse import quote
-
+    from polar.console_links import task_url
     from polar.settings import ConsoleSettings, get_settings
 
-    return f"{get_settings(ConsoleSettings).console_base_url}/tasks/{quote(workflow_id, safe='')}"
+    return task_url(get_settings(ConsoleSettings).console_base_url, workflow_id)
 
 
 def demo_task(sessions: int) -> TaskSpec:

@@ -34,6 +34,7 @@ from temporalio.service import RPCError
 
 from polar.advantages import group_rewards
 from polar.builders import check_builder
+from polar.console_links import console_memo, task_link
 from polar.contracts import SessionProgress, SessionResult, Stage, TaskResult
 from polar.records import OutcomeClass, SessionStatus, Trace
 from polar.search_attributes import STAGE, STATUS
@@ -120,23 +121,28 @@ class PolarClient:
         workflow_id: str | None = None,
         *,
         resolve_builder: bool = True,
+        console_url: str | None = None,
     ) -> TaskRun:
         """Validate `spec` here (raising pydantic's ValidationError) and start its workflow.
 
         The builder must resolve here with a valid config (`check_builder`: UnknownBuilder
         naming `builder.name`, or a ValueError naming `builder.config`);
         `resolve_builder=False` leaves that to the workers (the build stage then fails the
-        session, non-retryably)."""
+        session, non-retryably). `console_url` (default: the `console_public_url` setting):
+        the console the task's and its sessions' Web UI summaries link to; none: no link."""
         task = spec if isinstance(spec, TaskSpec) else TaskSpec.model_validate(spec)
         if resolve_builder:
             check_builder(task.builder)
         workflow_id = workflow_id or f"task-{task.task_id}-{uuid.uuid4().hex[:8]}"
+        console = console_url or self.settings.console_public_url
         await self.client.start_workflow(
             "RolloutTask",
             task.model_dump(mode="json"),
             id=workflow_id,
             task_queue=self.settings.task_queue,
             static_summary=f"{task.task_id}: {task.num_sessions} × {task.harness.kind}",
+            static_details=task_link(console, workflow_id),
+            memo=console_memo(console),
             priority=Priority(priority_key=task.priority) if task.priority else Priority.default,
         )
         return TaskRun(task.task_id, workflow_id)

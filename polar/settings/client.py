@@ -9,11 +9,16 @@ from polar.settings.temporal import TemporalSettings
 
 
 class ClientSettings(TemporalSettings, StorageSettings):
-    """The SDK's and the CLI's settings: Temporal, S3, and Harbor's image map for loading
-    tasks."""
+    """The SDK's and the CLI's settings: Temporal, S3, Harbor's image map, the console's URL."""
 
     harbor_image_map: dict[str, str] = Field(
         default_factory=dict,
         description="Harbor tasks: image names (Dockerfile FROM, docker_image) -> local images, "
         "as a JSON object; a task's own [metadata.polar.image_map] wins (docs/harbor.md)",
+    )
+    console_public_url: str | None = Field(
+        default=None,
+        description="URL the console is reached at: links printed by the CLI and, when set, "
+        "a link from each submitted task's and session's summary in the Temporal Web UI "
+        "(docs/console.md); the console's own default is its host and port",
     )

@@ -10,15 +10,12 @@ from polar.settings.client import ClientSettings
 
 
 class ConsoleSettings(ClientSettings):
-    """The console's listener, its public URL, the Web UI it links to and its tokenizer."""
+    """The console's listener, the Web UI it links to and its tokenizer.
+
+    Its public URL (`console_public_url`) is a client setting: submissions link to it."""
 
     console_host: str = Field(default="127.0.0.1", description="where the console listens")
     console_port: int = Field(default=8410, description="the console's port")
-    console_public_url: str | None = Field(
-        default=None,
-        description="URL the console is reached at (links printed by the CLI); default from "
-        "host and port",
-    )
     console_temporal_ui_url: str | None = Field(
         default=None,
         description="base URL of the Temporal Web UI the console links workflows to; default: "

@@ -25,6 +25,7 @@ WORKFLOW_MODULES = (
     "session.py",
     "stage_calls.py",
     "stages.py",
+    "web_ui.py",
 )
 """The modules whose code runs inside workflows (replay.py is the tool that checks them)."""
 FINGERPRINT = HISTORIES / "workflow-code.fingerprint"
