@@ -2,12 +2,13 @@
 
 The Typer `app` (the console script `polar = "app.cli:app"`) assembled from its command
 groups, one module each: `main` (the process: global flags, console, exit), `services`
-(gateway, worker), `console`, `submit` (submit, status, result), `export`, `generate`, `replay`,
-`demo`, and the sub-commands `dev`, `key` (`keys`) and `tasks`."""
+(gateway, worker), `console`, `submit` (submit, status, result), `sessions` (logs, show,
+a session's result), `export`, `generate`, `replay`, `demo`, and the sub-commands `dev`,
+`key` (`keys`) and `tasks`."""
 
 from __future__ import annotations
 
-from app.cli import demo, export, generate, replay, services, submit
+from app.cli import demo, export, generate, replay, services, sessions, submit
 from app.cli.console import console_command
 from app.cli.dev import dev_app
 from app.cli.keys import keys_app
@@ -27,6 +28,8 @@ app.command("console")(console_command)
 app.command()(submit.submit)
 app.command()(submit.status)
 app.command()(submit.result)
+app.command()(sessions.logs)
+app.command()(sessions.show)
 app.command()(export.export)
 app.command()(generate.generate)
 app.command()(replay.replay)

@@ -113,12 +113,20 @@ def status(workflow_id: str) -> None:
     asyncio.run(go())
 
 
-def result(workflow_id: str, as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
-    """Wait for a task and print its result."""
+def result(
+    workflow_id: Annotated[str, typer.Argument(help="a task's workflow id, or a session's id")],
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Wait for a task, or one session, and print its result."""
+    from app.cli.sessions import print_session_result, session_result
     from polar.client.sdk import PolarClient
 
     async def go() -> None:
         polar = await PolarClient.connect()
+        session = await session_result(polar.client, workflow_id)
+        if session is not None:
+            print_session_result(session, as_json)
+            return
         res = await polar.wait(workflow_id)
         if as_json:
             print(json.dumps(res.model_dump(mode="json"), indent=2))
