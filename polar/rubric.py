@@ -34,6 +34,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from polar.message_text import content_text
+
 FORMULA_NAMES = ("outcome", "rubric")
 """The names a formula may use: the outcome evaluator's reward and the judge's score."""
 MAX_FORMULA_CHARS = 200
@@ -232,28 +234,10 @@ def new_boundary() -> str:
     return secrets.token_hex(12)
 
 
-def _text_of(content: Any) -> str:
-    """A message content as text: a string, or the text of its parts."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for part in content:
-            if isinstance(part, dict):
-                text = part.get("text") or part.get("content")
-                parts.append(text if isinstance(text, str) else f"[{part.get('type', 'part')}]")
-            else:
-                parts.append(str(part))
-        return "\n".join(parts)
-    return json.dumps(content, default=str)
-
-
 def render_message(message: Mapping[str, Any]) -> str:
     """One chat message as the judge reads it: its role, text and tool calls."""
     role = str(message.get("role") or "?")
-    lines = [f"[{role}] {_text_of(message.get('content'))}".rstrip()]
+    lines = [f"[{role}] {content_text(message.get('content'))}".rstrip()]
     reasoning = message.get("reasoning_content") or message.get("reasoning")
     if isinstance(reasoning, str) and reasoning.strip():
         lines.insert(0, f"[{role} reasoning] {reasoning.strip()}")

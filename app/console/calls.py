@@ -10,6 +10,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from polar.message_text import content_text
+
 PREVIEW_CHARS = 4000
 LONG_LIST = 24
 """Lists of numbers longer than this are elided in the JSON shown (token ids, logprobs)."""
@@ -41,24 +43,6 @@ class CallEntry:
     normalized_changes: list[str] = field(default_factory=list)
 
 
-def text_of(content: Any) -> str:
-    """A message's content as text: a string, or its text parts joined."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for part in content:
-            if isinstance(part, dict):
-                text = part.get("text") or part.get("content")
-                parts.append(text if isinstance(text, str) else json.dumps(part)[:PREVIEW_CHARS])
-            else:
-                parts.append(str(part))
-        return "\n".join(parts)
-    return json.dumps(content)[:PREVIEW_CHARS]
-
-
 def clip(text: str, limit: int = PREVIEW_CHARS) -> str:
     return text if len(text) <= limit else f"{text[:limit]}… [{len(text) - limit} more chars]"
 
@@ -71,7 +55,7 @@ def last_message(request: dict[str, Any]) -> str:
     message = messages[-1]
     if not isinstance(message, dict):
         return clip(str(message))
-    return clip(f"{message.get('role', '?')}: {text_of(message.get('content'))}")
+    return clip(f"{message.get('role', '?')}: {content_text(message.get('content'))}")
 
 
 def sent_last(request: Any) -> str:
@@ -89,7 +73,7 @@ def sent_last(request: Any) -> str:
                 return clip(str(item))
             role = item.get("role") or item.get("type") or "?"
             body = next((item[k] for k in ("content", "parts", "output") if k in item), item)
-            return clip(f"{role}: {text_of(body)}")
+            return clip(f"{role}: {content_text(body)}")
     return ""
 
 
@@ -101,7 +85,7 @@ def answer_of(response: Any) -> tuple[str, list[str]]:
     message = choices[0].get("message") if isinstance(choices, list) and choices else None
     if not isinstance(message, dict):
         return "", []
-    text = text_of(message.get("content"))
+    text = content_text(message.get("content"))
     reasoning = message.get("reasoning_content") or message.get("reasoning")
     if isinstance(reasoning, str) and reasoning:
         text = f"[reasoning] {reasoning}\n{text}"

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import subprocess
 import sys
 import uuid
@@ -22,7 +21,7 @@ import pytest
 
 from polar.contracts import SessionResult
 from polar.settings import Settings
-from polar.tasks.spec import TaskSpec
+from tests.support.console_sessions import console_spec, demo_repo, run_one
 from tests.support.scripted_backend import text
 from tests.support.scripted_stack import ScriptedStack, running_scripted_stack
 
@@ -44,32 +43,15 @@ class Ran:
     failed: tuple[str, SessionResult]
 
 
-def spec(task_id: str, command: str, repo: Path) -> TaskSpec:
-    return TaskSpec.model_validate(
-        {
-            "task_id": task_id,
-            "instruction": "Write a haiku about rollouts to answer.txt.",
-            "num_sessions": 1,
-            "source": {"type": "dir", "path": str(repo)},
-            "harness": {
-                "kind": "command",
-                "command": command,
-                "env": {"DEMO_TURNS": "2", "DEMO_STREAM_TURNS": ""},
-            },
-            "builder": {"name": "per_request"},
-            "evaluator": {"kind": "command", "command": "echo graded it; test -s answer.txt"},
-            "timeouts": {"harness_s": 120, "evaluate_s": 120},
-        }
-    )
+EVALUATOR = {"kind": "command", "command": "echo graded it; test -s answer.txt"}
+"""The console sessions' grading, saying so on its stdout (what `polar logs` prints)."""
 
 
 @pytest.fixture(scope="module")
 async def ran(
     devstack: object, base_settings: Settings, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[Ran]:
-    repo = tmp_path_factory.mktemp("session-commands") / "repo"
-    shutil.copytree(REPO / "examples" / "demo" / "repo", repo)
-    repo.chmod(0o755)
+    repo = demo_repo(tmp_path_factory.mktemp("session-commands"))
     suffix = uuid.uuid4().hex[:6]
     async with running_scripted_stack(base_settings, REPLIES) as stack:
         outcomes = []
@@ -77,9 +59,8 @@ async def ran(
             (f"cli-ok-{suffix}", OK_AGENT),
             (f"cli-fail-{suffix}", FAILING_AGENT),
         ):
-            run = await stack.polar.submit(spec(task_id, command, repo))
-            result = await stack.polar.wait(run, timeout_s=180)
-            outcomes.append((run.workflow_id, result.sessions[0]))
+            spec = console_spec(task_id, command, repo, evaluator=EVALUATOR)
+            outcomes.append(await run_one(stack, spec))
         yield Ran(stack, outcomes[0], outcomes[1])
 
 
