@@ -14,9 +14,9 @@ import asyncio
 import json
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, Response
 from temporalio.client import Client
 from temporalio.service import RPCError
@@ -114,16 +114,7 @@ def add_pages(app: FastAPI, console: Console) -> None:
     """The HTML pages."""
 
     @app.get("/", response_class=HTMLResponse)
-    async def tasks(
-        task: str | None = None,
-        harness: str | None = None,
-        runtime: str | None = None,
-        status: str | None = None,
-        since: str | None = None,
-        limit: int | None = None,
-        outcome: str | None = None,
-    ) -> HTMLResponse:
-        filters = TaskFilters.parse(task, harness, runtime, status, since, limit, outcome)
+    async def tasks(filters: Annotated[TaskFilters, Depends(TaskFilters.parse)]) -> HTMLResponse:
         rows = await (await console.reads()).tasks(filters)
         return console.page("tasks.html", filters=filters, rows=rows)
 
