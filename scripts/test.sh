@@ -6,11 +6,21 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash infra/setup.sh
+reports=$(mktemp -d)
+# the system lane's side venvs (.venv-trainers, .venv-gym: the trainer tests') are built in the
+# background while the checks and the first lanes run; a test that needs one waits for its
+# build (the scripts hold a lock) and reports its failure
+for side in setup_trainer_venv setup_gym_venv; do
+  bash "scripts/$side.sh" --install-only > "$reports/$side.log" 2>&1 &
+done
+# so are the Docker engine and the local images (debootstrap, harness and service images): the
+# system tests' fixtures then find them ready, or wait for the build (a lock)
+.venv/bin/python -m tests.support.suite_images up "$reports/engine" > "$reports/images.log" 2>&1 &
+trap '.venv/bin/python -m tests.support.suite_images down "$reports/engine"' EXIT
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .  # the formatter is the style: no `# fmt: skip`
 .venv/bin/mypy  # types of polar/, proxy/, workflows/, activities/ (mypy.ini)
 NO_MKDOCS_2_WARNING=1 .venv-docs/bin/mkdocs build --strict --quiet --site-dir build/site  # the docs site; broken links fail
-reports=$(mktemp -d)
 status=0
 # Each lane runs on POLAR_TEST_WORKERS pytest-xdist workers (default 2), a test file at a time
 # each (`--dist loadfile`: a module's stacks stay in one process); a worker has its own stack,
@@ -23,5 +33,6 @@ for lane in unit integration system; do
     --junitxml="$reports/$lane.xml" "$@" || status=$?
   echo "lane $lane: $((SECONDS - started)) s"
 done
+wait  # the side venvs' builds (long done by now)
 .venv/bin/python scripts/lane_summary.py "$reports"/{unit,integration,system}.xml
 exit $status

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import hashlib
 import os
 import shutil
@@ -322,9 +323,30 @@ def build_service(client: docker.DockerClient, *, force: bool, log=print) -> boo
     return True
 
 
+BUILD_LOCK = Path(tempfile.gettempdir()) / "polar-image-build.lock"
+"""One build at a time per machine (its engine is shared): a second build waits, then finds
+the images of the same recipe built and skips them, rather than building them twice at once."""
+
+
+@contextlib.contextmanager
+def build_lock(log=print) -> Iterator[None]:
+    with open(BUILD_LOCK, "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log(f"waiting for another image build ({BUILD_LOCK})")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def build_all(
     *, force: bool = False, harness: bool = False, service: bool = False, log=print
 ) -> None:
+    with build_lock(log):
+        _build_all(force=force, harness=harness, service=service, log=log)
+
+
+def _build_all(*, force: bool, harness: bool, service: bool, log) -> None:
     client = docker.from_env(timeout=1800)
     build_base(client, force=force, log=log)
     build_runtime(client, force=force, log=log)
