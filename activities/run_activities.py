@@ -22,11 +22,11 @@ class RunActivities(PoolActivities):
         """Run the harness in its sandbox, its only door the session's gateway channel; then
         kill every process it left (reap) before its logs and work are read
         (activities/harness_launch.py)."""
-        try:  # first: an unknown kind or an invalid config fails at once, not retried
-            check_harness(request.harness)
-        except ValueError as exc:  # UnknownHarness, InvalidKindConfig
-            raise invalid_input(str(exc), "InvalidTaskSpec") from None
+        # first: an unknown kind, an invalid config or a CLI's empty instruction fails at
+        # once, not retried
+        _check_harness(request)
         request = await self.specs.with_instruction(request)
+        _check_harness(request, request.instruction)
         self._check_host(request.runtime, "run_harness")
         tries = activity.info().attempt
         # a re-issued run stage (another placement) counts on from its own base
@@ -46,3 +46,11 @@ class RunActivities(PoolActivities):
 
     def all(self) -> list[Callable[..., Any]]:
         return [self.run_harness]
+
+
+def _check_harness(request: HarnessRequest, instruction: str | None = None) -> None:
+    """`check_harness` (the instruction too, when given); a non-retryable InvalidTaskSpec."""
+    try:
+        check_harness(request.harness, instruction)
+    except ValueError as exc:  # UnknownHarness, InvalidKindConfig
+        raise invalid_input(str(exc), "InvalidTaskSpec") from None

@@ -15,9 +15,10 @@ __all__ = ["check_task_kinds"]
 def check_task_kinds(task: TaskSpec) -> TaskSpec:
     """`task` with its runtime's kind and its harness's and evaluator's kinds and configs
     checked (UnknownKind naming the known kinds, or InvalidKindConfig naming the field: both
-    ValueErrors), each config as its kind's model writes it (defaults filled in)."""
+    ValueErrors; a harness kind's required task fields too, such as a CLI's instruction),
+    each config as its kind's model writes it (defaults filled in)."""
     check_runtime(task.runtime)
-    harness = check_harness(task.harness).written_into(task.harness)
+    harness = check_harness(task.harness, task.instruction).written_into(task.harness)
     evaluator = task.evaluator
     config = check_evaluator(evaluator)
     if config is not None:

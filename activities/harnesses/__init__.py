@@ -21,6 +21,7 @@ from typing import Protocol
 
 from activities.harnesses.base import (
     KEY_ENV,
+    AgentCliConfig,
     CliAdapter,
     HarnessConfig,
     HarnessContext,
@@ -89,17 +90,20 @@ def get_adapter(kind: str) -> HarnessAdapter:
     return ADAPTERS.get(kind)
 
 
-def check_harness(spec: HarnessSpec) -> HarnessConfig:
+def check_harness(spec: HarnessSpec, instruction: str | None = None) -> HarnessConfig:
     """The config of `spec`'s kind, validated by the kind's own model: UnknownHarness naming
     the known kinds, or InvalidKindConfig naming each problem's place (`harness.command:
-    ...`). Run by the worker before the harness runs and by the CLI before it submits; never
-    in workflow code."""
+    ...`, or `instruction: ...` where the kind needs the task's `instruction` and it is
+    empty; not checked when None). Run by the worker before the harness runs and by the CLI
+    before it submits; never in workflow code."""
     try:
         adapter = ADAPTERS.get(spec.kind)
     except UnknownHarness as exc:
         raise UnknownHarness(f"harness.kind: {exc}", exc.kind, exc.known) from None
     model = adapter.config_model
     refusal = model.refusal(spec)
+    if refusal is None and instruction is not None:
+        refusal = model.instruction_refusal(spec.kind, instruction)
     if refusal is not None:
         raise InvalidKindConfig(refusal)
     return validated_config(model, model.written(spec), model.where(spec))
@@ -107,6 +111,7 @@ def check_harness(spec: HarnessSpec) -> HarnessConfig:
 
 __all__ = [
     "ADAPTERS",
+    "AgentCliConfig",
     "CLI_ADAPTERS",
     "KEY_ENV",
     "CliAdapter",

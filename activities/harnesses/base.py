@@ -42,7 +42,11 @@ class HarnessConfig(StrictModel):
     """The base of a harness kind's config model: it validates what the task spec holds for
     the kind, by default the object under the key the kind's name gives (`{"kind": "mine",
     "mine": {...}}`; a kind without config has this empty model). What every kind shares
-    (`model`, `args`, `env`, `unknown_models`) the core checks (polar/tasks/spec.py)."""
+    (`model`, `args`, `env`, `unknown_models`) the core checks (polar/tasks/spec.py).
+    `needs_instruction`: the kind cannot run without the task's instruction (a CLI that
+    takes it as its prompt); `check_harness` refuses an empty one."""
+
+    needs_instruction: ClassVar[bool] = False
 
     @classmethod
     def written(cls, spec: HarnessSpec) -> dict[str, Any] | None:
@@ -77,6 +81,23 @@ class HarnessConfig(StrictModel):
     def of(cls, spec: HarnessSpec) -> Self:
         """The kind's config, validated (pydantic's ValidationError where it is invalid)."""
         return cls.model_validate(cls.written(spec) or {})
+
+    @classmethod
+    def instruction_refusal(cls, kind: str, instruction: str) -> str | None:
+        """Why the task's `instruction` cannot serve this kind (None: it can)."""
+        if not cls.needs_instruction or instruction.strip():
+            return None
+        return (
+            f"instruction: harness kind {kind!r} runs its CLI non-interactively on the task's "
+            "instruction: give a non-empty 'instruction' (kind 'command' runs without one)"
+        )
+
+
+class AgentCliConfig(HarnessConfig):
+    """The config of an agent CLI's kind (codex, claude_code, qwen_code, pi): none of its own
+    (the shared fields only), and the task's instruction, its prompt, is required."""
+
+    needs_instruction: ClassVar[bool] = True
 
 
 @dataclass(frozen=True)
@@ -139,7 +160,7 @@ class CliAdapter:
     """A harness CLI from npm (infra/harnesses/): its package, binary, API and native logs."""
 
     kind: ClassVar[str]
-    config_model: ClassVar[type[HarnessConfig]] = HarnessConfig  # none but the shared fields
+    config_model: ClassVar[type[HarnessConfig]] = AgentCliConfig  # the shared fields only
     package: ClassVar[str]  # npm package
     binary: ClassVar[str]  # executable name in node_modules/.bin
     api: ClassVar[str]  # provider API it calls (polar/providers)

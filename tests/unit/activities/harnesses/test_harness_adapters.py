@@ -9,11 +9,14 @@ from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
 
 from activities.harnesses import (
     ADAPTERS,
     CLI_ADAPTERS,
     KEY_ENV,
+    AgentCliConfig,
     HarnessConfig,
     HarnessContext,
     HarnessNotInstalled,
@@ -23,7 +26,11 @@ from activities.harnesses import (
     get_adapter,
 )
 from activities.harnesses.command import CommandConfig
+from activities.run_activities import RunActivities
+from activities.task_kinds import check_task_kinds
+from polar.contracts import HarnessRequest, RuntimeHandle
 from polar.settings import Settings
+from polar.storage import Storage
 from polar.tasks.spec import HarnessSpec, TaskSpec
 from tests.support.paths import REPO
 
@@ -53,11 +60,51 @@ def bin_dir(tmp_path: Path) -> Path:
     return path
 
 
+def test_a_cli_kind_needs_the_instruction_and_command_does_not() -> None:
+    """Issue 37: a CLI harness without an instruction is refused by its kind's model (at
+    submit: check_task_kinds), not at the run stage; kind `command` runs without one."""
+    for kind in CLI_ADAPTERS:
+        for blank in ("", " \n"):
+            with pytest.raises(
+                InvalidKindConfig, match=f"instruction: harness kind '{kind}' runs its CLI"
+            ):
+                check_harness(HarnessSpec(kind=kind), blank)
+        task = TaskSpec.model_validate({"task_id": "t", "harness": {"kind": kind}})
+        with pytest.raises(InvalidKindConfig, match="give a non-empty 'instruction'"):
+            check_task_kinds(task)
+        check_harness(HarnessSpec(kind=kind), "Fix the bug.")
+        assert check_harness(HarnessSpec(kind=kind)) == AgentCliConfig()  # not asked
+    command = TaskSpec.model_validate(
+        {"task_id": "t", "harness": {"kind": "command", "command": "true"}}
+    )
+    assert check_task_kinds(command).harness == command.harness
+
+
+async def test_the_run_activity_refuses_a_cli_without_instruction_first(tmp_path: Path) -> None:
+    """The worker's own check (a task started without `polar submit`): non-retryable
+    InvalidTaskSpec before any runtime is touched."""
+    settings = Settings(data_dir=str(tmp_path))
+    acts = RunActivities(settings, Storage(settings))
+    request = HarnessRequest(
+        session_id="s-codex",
+        task_id="t",
+        runtime=RuntimeHandle(kind="local", session_id="s-codex", workdir="", host=""),
+        harness=HarnessSpec(kind="codex"),
+        instruction=" ",
+        budget_s=60,
+    )
+    with pytest.raises(ApplicationError) as info:
+        await ActivityEnvironment().run(acts.run_harness, request)
+    assert info.value.non_retryable and info.value.type == "InvalidTaskSpec"
+    assert "instruction: harness kind 'codex'" in info.value.message
+    assert not (tmp_path / "runtimes").exists()
+
+
 def test_harness_spec_kinds_and_command_rule() -> None:
     """The kinds are the registry's; each kind's model holds its rule about `command`."""
     assert set(ADAPTERS) == {"command", "codex", "claude_code", "qwen_code", "pi"}
     for kind in CLI_ADAPTERS:
-        assert check_harness(HarnessSpec(kind=kind)) == HarnessConfig()
+        assert check_harness(HarnessSpec(kind=kind)) == AgentCliConfig()
     assert check_harness(HarnessSpec(kind="command", command="true")) == CommandConfig(
         command="true"
     )
