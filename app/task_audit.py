@@ -16,7 +16,9 @@ session), so it is graded exactly as training would grade it. Targets:
 * a TaskSpec JSON file (its oracle a command given with it, if any).
 
 Verdicts are kept by task fingerprint (`task_fingerprint`: what grading depends on, not
-the harness) in `.polar-audit.json` beside the audited path, where `polar submit` looks.
+the harness) in `.polar-audit.json` beside the audited path, where `polar submit` looks, and
+in Polar's bucket under `audits/<fingerprint>.json`, where the console finds the verdict of
+any task with that fingerprint (it reads Temporal and S3, never the dataset's folder).
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ if TYPE_CHECKING:
 
 AUDIT_FILE = ".polar-audit.json"
 """Where an audit keeps its verdicts: in the audited directory, or beside the audited file."""
+AUDIT_PREFIX = "audits/"
+"""Where an audit also keeps each task's verdict in S3 (`audit_key`), for the console."""
 ORACLE, NOOP = "oracle", "no-op"
 SWE_ADVERSARIES = ("tamper-tests",)
 """The built-in adversaries a SWE-bench instance gets besides its own test-edit patch."""
@@ -314,6 +318,8 @@ async def audit_target(
 
     audit = judge(target, list(await asyncio.gather(*(one(p) for p in target.probes))))
     audit.wall_seconds = round(time.monotonic() - started, 1)
+    data = audit.model_dump_json(indent=2).encode()
+    await asyncio.to_thread(polar.storage.put_bytes, audit_key(audit.fingerprint), data)
     return audit
 
 
@@ -346,6 +352,11 @@ async def run_audit(
 
 
 # ---------------------------------------------------------------------------- verdicts
+
+
+def audit_key(fingerprint: str) -> str:
+    """The S3 key of the verdict of the tasks with this fingerprint."""
+    return f"{AUDIT_PREFIX}{fingerprint}.json"
 
 
 def audit_file_for(path: Path) -> Path:

@@ -38,7 +38,7 @@ REDACTED = "[redacted]"
 BIDI_CONTROLS = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 """Characters that reorder the text around them (Trojan Source): shown as their code."""
 SECRET_FIELDS = ("s3_access_key", "s3_secret_key", "session_secret", "admin_token")
-RAW_PREFIXES = ("sessions/", "tasks/")
+RAW_PREFIXES = ("sessions/", "tasks/", "audits/")
 """The only keys the raw view serves: Polar's own objects."""
 
 

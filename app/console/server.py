@@ -121,7 +121,7 @@ def add_pages(app: FastAPI, console: Console) -> None:
     @app.get("/tasks/{ref}", response_class=HTMLResponse)
     async def task(ref: str) -> HTMLResponse:
         ref = checked_text("task", ref) or ""
-        view = await task_view(await console.reads(), ref)
+        view = await task_view(await console.reads(), console.objects, ref)
         if view is None:
             raise NotFound(f"no task {ref}")
         return console.page("task.html", view=view)

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 from temporalio.client import WorkflowExecution, WorkflowExecutionStatus
 
+from app.console.audits import task_audit
+from app.console.session_objects import SessionObjects
 from app.console.temporal_reads import TemporalReads, status_name
 from app.console.views import (
     HistogramBar,
@@ -16,6 +18,7 @@ from app.console.views import (
     session_row,
     with_advantages,
 )
+from app.task_audit import TaskAudit, audit_key
 from polar import search_attributes as sa
 from polar.contracts import SessionResult, TaskResult
 
@@ -29,6 +32,12 @@ class TaskView:
     histogram: list[HistogramBar]
     has_advantages: bool
     other_runs: list[TaskRow] = field(default_factory=list)
+    audit: TaskAudit | None = None
+
+    @property
+    def audit_key(self) -> str | None:
+        """The S3 key of the audit shown (for its raw link)."""
+        return audit_key(self.audit.fingerprint) if self.audit is not None else None
 
 
 def visible_session(execution: WorkflowExecution) -> SessionRow:
@@ -56,7 +65,7 @@ async def task_results(reads: TemporalReads, execution: WorkflowExecution) -> li
     return list(result.sessions) if isinstance(result, TaskResult) else []
 
 
-async def task_view(reads: TemporalReads, ref: str) -> TaskView | None:
+async def task_view(reads: TemporalReads, objects: SessionObjects, ref: str) -> TaskView | None:
     """The task page of `ref` (a workflow id, or a task id: its newest run); None if none."""
     runs = await reads.find_task(ref)
     if not runs:
@@ -77,4 +86,5 @@ async def task_view(reads: TemporalReads, ref: str) -> TaskView | None:
     rewards = [r.reward for r in rows if r.reward is not None]
     others = [e for e in runs if e.id != execution.id][:10]
     other_rows = list(await asyncio.gather(*(reads.task_row(e) for e in others)))
-    return TaskView(row, rows, reward_histogram(rewards), has_advantages, other_rows)
+    audit = await task_audit(objects, await reads.start_input(execution))
+    return TaskView(row, rows, reward_histogram(rewards), has_advantages, other_rows, audit)

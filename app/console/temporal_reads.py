@@ -24,7 +24,8 @@ from temporalio.client import (
 from temporalio.service import RPCError
 
 from app.console.filters import SAFE_TEXT, TaskFilters
-from app.console.views import TaskRow, summarize_results, wall_seconds
+from app.console.pass_at_k import top_reward
+from app.console.views import TaskRow, add_results, wall_seconds
 from polar import search_attributes as sa
 from polar.contracts import SessionResult, TaskResult
 
@@ -54,6 +55,12 @@ class Closed:
 
 def status_name(status: WorkflowExecutionStatus | None) -> str:
     return status.name.lower() if status is not None else "unknown"
+
+
+def spec_version(spec: dict[str, Any]) -> int | None:
+    """The policy version a trainer bridge tagged the task with (TaskSpec.policy_version)."""
+    version = spec.get("policy_version")
+    return version if isinstance(version, int) and not isinstance(version, bool) else None
 
 
 class TemporalReads:
@@ -150,18 +157,19 @@ class TemporalReads:
             closed=execution.close_time,
             wall_s=wall_seconds(execution.start_time, execution.close_time, datetime.now(UTC)),
             total=int(spec["num_sessions"]) if isinstance(spec.get("num_sessions"), int) else None,
+            policy_version=spec_version(spec),
         )
         if execution.status == WorkflowExecutionStatus.RUNNING:
             progress = await self.progress(execution)
             if isinstance(progress, dict):
                 sessions = [SessionResult.model_validate(s) for s in progress.get("sessions", [])]
                 row.total, row.done = int(progress.get("total", 0)), int(progress.get("done", 0))
-                row.outcome_counts, row.mean_reward = summarize_results(sessions)
+                add_results(row, sessions, top_reward(spec))
             return row
         result, why = await self.result_of(execution, TaskResult)
         if isinstance(result, TaskResult):
             row.total = row.done = len(result.sessions)
-            row.outcome_counts, row.mean_reward = summarize_results(result.sessions)
+            add_results(row, list(result.sessions), top_reward(spec))
         else:
             row.error = why or None
         return row

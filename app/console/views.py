@@ -9,9 +9,11 @@ import math
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from app.console.pass_at_k import PassRates, pass_rates
 from polar.advantages import group_rewards, session_advantages
 from polar.contracts import SessionResult, Stage
 from polar.outcomes import count_outcomes
+from polar.records import SessionStatus
 
 STAGE_ORDER = [s.value for s in Stage if s not in (Stage.PENDING, Stage.DONE)]
 """The stages a session books time to, in the order they run."""
@@ -34,6 +36,19 @@ class TaskRow:
     outcome_counts: dict[str, int] = field(default_factory=dict)
     mean_reward: float | None = None
     error: str | None = None
+    passes: PassRates | None = None
+    trained_tokens: int = 0
+    policy_version: int | None = None
+    cancelled_sessions: int = 0
+
+
+def add_results(row: TaskRow, sessions: list[SessionResult], top: float) -> None:
+    """A task row's figures from its finished sessions: outcome counts, mean reward, pass@1
+    and pass@k (app/console/pass_at_k.py: k is the task's session count), trained tokens."""
+    row.outcome_counts, row.mean_reward = summarize_results(sessions)
+    row.passes = pass_rates(sessions, top, row.total)
+    row.trained_tokens = sum(s.num_response_tokens for s in sessions)
+    row.cancelled_sessions = sum(1 for s in sessions if s.status == SessionStatus.CANCELLED)
 
 
 @dataclass

@@ -17,10 +17,14 @@ from urllib.parse import quote
 import httpx
 import pytest
 
+from app.adversaries import NOOP_COMMAND
 from app.console import create_app
 from app.console.safety import CSP
+from app.console.temporal_reads import TemporalReads
+from app.task_audit import NOOP, AuditTarget, Probe, TaskAudit, audit_target
 from polar.contracts import SessionResult
 from polar.settings import Settings
+from polar.tasks.spec import TaskSpec
 from tests.support.console_sessions import console_spec as spec
 from tests.support.console_sessions import demo_repo, run_one
 from tests.support.console_views import markup_is_the_consoles
@@ -28,7 +32,7 @@ from tests.support.scripted_backend import text
 from tests.support.scripted_stack import ScriptedStack, running_scripted_stack
 
 PAYLOAD = '<script>alert("polar")</script> "><img src=x onerror=alert(1)> </textarea>'
-REPLIES = [text(f"Turn {i} of the haiku. {PAYLOAD}") for i in range(8)]
+REPLIES = [text(f"Turn {i} of the haiku. {PAYLOAD}") for i in range(16)]
 SECRET_FIELDS = ("s3_access_key", "s3_secret_key", "session_secret")
 HOSTILE_NAME = '"><img src=x onerror=alert(1)>.txt'
 FAILING_AGENT = (
@@ -112,6 +116,38 @@ async def test_the_task_page_shows_its_sessions(ran: Ran, console: httpx.AsyncCl
     html = shown(ran, await console.get(f"/tasks/{failed.task_id}"))  # by task id too
     assert failed.session_id in html and "harness_failed" in html and "policy_failure" in html
     assert (await console.get("/tasks/no-such-task")).status_code == 404
+
+
+async def test_the_task_pages_show_pass_rates_and_the_audit_verdict(
+    ran: Ran, console: httpx.AsyncClient
+) -> None:
+    (ok_wf, ok), (failed_wf, _) = ran.ok, ran.failed
+    only = shown(ran, await console.get("/", params={"task": ok.task_id}))
+    row = only[only.index(f'data-workflow="{ok_wf}"') :]
+    assert '<td class="pass-1">1.000</td>' in row and '1.000 <span class="muted">k=1' in row
+    failed = shown(ran, await console.get(f"/tasks/{failed_wf}"))
+    facts = failed[failed.index('id="task-pass-1"') :][:300]
+    # the harness failed after writing its answer: graded 1, the top, so it counts as correct
+    assert 'id="task-pass-1">1.000 <span class="muted">1 of 1 scored' in facts, facts
+    assert 'id="task-pass-k">1.000 <span class="muted">k = 1' in facts, facts
+    assert 'id="no-audit"' in failed and 'id="task-audit"' not in failed
+
+    # a real audit of the task (one probe: the no-op); its verdict goes to S3 by fingerprint
+    execution = await ran.stack.polar.client.get_workflow_handle(ok_wf).describe()
+    task = TaskSpec.model_validate(
+        await TemporalReads(ran.stack.polar.client).start_input(execution)
+    )
+    target = AuditTarget(task, (Probe(NOOP, NOOP_COMMAND, "bottom"),), "console test")
+    audit = await audit_target(ran.stack.polar, target, asyncio.Semaphore(1))
+    assert audit.verdict == "sound" and audit.reasons  # the no-op scored 0; no oracle given
+    for wf in (ok_wf, failed_wf):  # the same grading, another harness: the same verdict
+        html = shown(ran, await console.get(f"/tasks/{wf}"))
+        assert 'id="audit-verdict" class="verdict verdict-sound">sound<' in html
+        assert "no-op (expects the bottom): 0.000 · as expected" in html
+        assert "no oracle: the top reward is not shown reachable" in html
+        assert f"/raw/audits/{audit.fingerprint}.json" in html
+    raw = await console.get(f"/raw/audits/{audit.fingerprint}.json")
+    assert TaskAudit.model_validate_json(raw.text).verdict == "sound"
 
 
 async def test_the_session_page_shows_calls_trace_grade_and_logs(

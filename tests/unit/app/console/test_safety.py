@@ -5,6 +5,7 @@ the configured Web UI, no secret, and every response carries the strict CSP."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
@@ -12,6 +13,7 @@ from starlette.testclient import TestClient
 from app.console import create_app
 from app.console.safety import CSP, raw_key_allowed
 from app.console.server import Console
+from app.task_audit import ProbeResult, TaskAudit
 from polar.settings import Settings
 from polar.storage import Storage
 from tests.support.console_views import hostile_views, markup_is_the_consoles
@@ -51,11 +53,35 @@ def settings() -> Settings:
     )
 
 
+def audit(text: str) -> TaskAudit:
+    probe = ProbeResult(
+        probe=text, expect="bottom", status=text, reward=1.0, ok=False, seconds=2.0, error=text
+    )
+    return TaskAudit(
+        task_id=text,
+        origin=text,
+        fingerprint="f" * 64,
+        verdict="flagged",
+        hacks=[text],
+        reasons=[text],
+        probes=[probe],
+        seconds=1.0,
+    )
+
+
+def all_views(text: str) -> dict[str, dict[str, Any]]:
+    """tests/support's views of every page, and the pages' parts it leaves out: the task
+    page's audit verdict."""
+    views = hostile_views(text)
+    views["task.html"]["view"].audit = audit(text)
+    return views
+
+
 def render_all(text: str) -> dict[str, str]:
     console = Console(settings(), None, Storage(settings()))
     return {
         name: bytes(console.page(name, **context).body).decode()
-        for name, context in hostile_views(text).items()
+        for name, context in all_views(text).items()
     }
 
 
@@ -78,6 +104,7 @@ def test_payloads_render_as_text_on_every_page(payload: str) -> None:
     if "\u202e" in payload:
         escaped = "abc&lt;U+202E&gt;dcba"
     assert escaped in pages["session.html"]
+    assert escaped in pages["task.html"].split('id="task-audit"')[1]  # the audit's text too
 
 
 def test_a_session_past_temporals_retention_renders_from_s3_alone() -> None:
