@@ -1,7 +1,8 @@
 """The console's web app: `create_app(settings)` and its pages (read-only, server-rendered).
 
 /                                 tasks (filters: task, harness, runtime, status, since)
-/tasks/{workflow or task id}      one task run: its sessions, rewards, advantages
+/tasks/{workflow or task id}      one task run: its sessions, rewards, advantages, audit
+/tasks/{id}/compare?session=...   sessions of the task side by side (none named: all)
 /sessions/{id}                    one session: stages, calls, traces, grade, logs
 /sessions/{id}/calls/{n}          one call: request as sent and normalised, response
 /sessions/{id}/traces/{n}         one trace, token by token
@@ -16,12 +17,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, PlainTextResponse, Response
 from temporalio.client import Client
 from temporalio.service import RPCError
 
 from app.console.calls import pretty
+from app.console.compare import CompareError, compare_sessions, selected
 from app.console.filters import BadFilter, TaskFilters, checked_text
 from app.console.safety import Redactor, raw_key_allowed, security_headers, template_environment
 from app.console.session_objects import SessionObjects
@@ -125,6 +127,21 @@ def add_pages(app: FastAPI, console: Console) -> None:
         if view is None:
             raise NotFound(f"no task {ref}")
         return console.page("task.html", view=view)
+
+    @app.get("/tasks/{ref}/compare", response_class=HTMLResponse)
+    async def compare(
+        ref: str, session: Annotated[list[str] | None, Query()] = None
+    ) -> HTMLResponse:
+        ref = checked_text("task", ref) or ""
+        view = await task_view(await console.reads(), console.objects, ref)
+        if view is None:
+            raise NotFound(f"no task {ref}")
+        try:
+            rows = selected(view.sessions, session or [])
+        except CompareError as exc:
+            return console.problem(400, str(exc))
+        items = await compare_sessions(console.objects, rows)
+        return console.page("compare.html", view=view, items=items)
 
     @app.get("/sessions/{session_id}", response_class=HTMLResponse)
     async def session(session_id: str) -> HTMLResponse:

@@ -22,7 +22,7 @@ from app.console import create_app
 from app.console.safety import CSP
 from app.console.temporal_reads import TemporalReads
 from app.task_audit import NOOP, AuditTarget, Probe, TaskAudit, audit_target
-from polar.contracts import SessionResult
+from polar.contracts import SessionResult, TaskResult
 from polar.settings import Settings
 from polar.tasks.spec import TaskSpec
 from tests.support.console_sessions import console_spec as spec
@@ -47,6 +47,7 @@ class Ran:
     stack: ScriptedStack
     ok: tuple[str, SessionResult]
     failed: tuple[str, SessionResult]
+    group: tuple[str, TaskResult]
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +59,9 @@ async def ran(
     async with running_scripted_stack(base_settings, REPLIES) as stack:
         ok = await run_one(stack, spec(f"console-ok-{suffix}", "python agent.py", repo))
         failed = await run_one(stack, spec(f"console-fail-{suffix}", FAILING_AGENT, repo))
-        yield Ran(stack, ok, failed)
+        group = spec(f"console-group-{suffix}", "python agent.py", repo, num_sessions=2)
+        run = await stack.polar.submit(group)
+        yield Ran(stack, ok, failed, (run.workflow_id, await stack.polar.wait(run, timeout_s=180)))
 
 
 @pytest.fixture
@@ -148,6 +151,29 @@ async def test_the_task_pages_show_pass_rates_and_the_audit_verdict(
         assert f"/raw/audits/{audit.fingerprint}.json" in html
     raw = await console.get(f"/raw/audits/{audit.fingerprint}.json")
     assert TaskAudit.model_validate_json(raw.text).verdict == "sound"
+
+
+async def test_sessions_of_a_group_side_by_side(ran: Ran, console: httpx.AsyncClient) -> None:
+    workflow_id, result = ran.group
+    first, second = sorted(result.sessions, key=lambda s: s.index)
+    task = shown(ran, await console.get(f"/tasks/{workflow_id}"))
+    assert f'href="/tasks/{workflow_id}/compare"' in task  # the whole group
+    assert f'<input type="checkbox" name="session" value="{second.session_id}">' in task
+    html = shown(ran, await console.get(f"/tasks/{workflow_id}/compare"))
+    assert html.index(first.session_id) < html.index(second.session_id)
+    assert html.count('<td class="reward">1.000</td>') == 2
+    assert html.count('<td class="calls">2</td>') == 2
+    assert html.count('<td class="patch-size">1 files, +') == 2  # answer.txt, each its own
+    # each got other scripted replies: they part at the first answer
+    assert '<td class="divergence">at call 0 (response)</td>' in html
+    assert 'id="diverged-1"' in html and "Turn " in html.split('id="diverged-1"')[1]
+    picked = {"session": [second.session_id, first.session_id]}  # the form's ticks, in order
+    swapped = shown(ran, await console.get(f"/tasks/{workflow_id}/compare", params=picked))
+    assert swapped.index(second.session_id) < swapped.index(first.session_id)
+    for wrong in ([first.session_id], [first.session_id, ran.ok[1].session_id]):
+        refused = await console.get(f"/tasks/{workflow_id}/compare", params={"session": wrong})
+        assert refused.status_code == 400, refused.text
+    assert (await console.get(f"/tasks/{ran.ok[0]}/compare")).status_code == 400  # one session
 
 
 async def test_the_session_page_shows_calls_trace_grade_and_logs(

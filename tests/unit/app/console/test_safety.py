@@ -11,12 +11,13 @@ import pytest
 from starlette.testclient import TestClient
 
 from app.console import create_app
+from app.console.compare import CallSide, Compared, Divergence
 from app.console.safety import CSP, raw_key_allowed
 from app.console.server import Console
 from app.task_audit import ProbeResult, TaskAudit
 from polar.settings import Settings
 from polar.storage import Storage
-from tests.support.console_views import hostile_views, markup_is_the_consoles
+from tests.support.console_views import hostile_views, markup_is_the_consoles, session_row
 from tests.support.ports import free_port
 
 TEMPLATES = Path(__file__).resolve().parents[4] / "app" / "console" / "templates"
@@ -69,11 +70,26 @@ def audit(text: str) -> TaskAudit:
     )
 
 
+def compared(text: str, divergence: Divergence | None) -> Compared:
+    patch = {f"sessions/s-1/artifacts/{text}.patch": f"+++ b/{text}\n+{text}\n-{text}"}
+    return Compared(session_row(text), 2, 10, 4, patch, 1, 1, 1, divergence)
+
+
 def all_views(text: str) -> dict[str, dict[str, Any]]:
     """tests/support's views of every page, and the pages' parts it leaves out: the task
-    page's audit verdict."""
+    page's audit verdict, the compare page."""
     views = hostile_views(text)
-    views["task.html"]["view"].audit = audit(text)
+    task = views["task.html"]["view"]
+    task.audit = audit(text)
+    task.sessions.append(session_row(f"{text}-2"))  # two: the compare form and its ticks
+    side = CallSide(text, text)
+    items = [
+        compared(text, None),
+        compared(text, Divergence(1, "response", side, side)),
+        compared(text, Divergence(2, "length", side, None)),
+        compared(text, Divergence(None, "")),
+    ]
+    views["compare.html"] = {"view": task, "items": items}
     return views
 
 
@@ -92,7 +108,7 @@ def check_markup(page: str, html: str) -> None:
 @pytest.mark.parametrize("payload", PAYLOADS)
 def test_payloads_render_as_text_on_every_page(payload: str) -> None:
     pages = render_all(payload)
-    assert set(pages) == {p.name for p in TEMPLATES.glob("*.html")} - {"base.html"}
+    assert set(pages) == {p.name for p in TEMPLATES.glob("*.html")} - {"base.html", "macros.html"}
     for page, html in pages.items():
         check_markup(page, html)
         if any(c in payload for c in "<>\"'&"):
@@ -105,6 +121,8 @@ def test_payloads_render_as_text_on_every_page(payload: str) -> None:
         escaped = "abc&lt;U+202E&gt;dcba"
     assert escaped in pages["session.html"]
     assert escaped in pages["task.html"].split('id="task-audit"')[1]  # the audit's text too
+    assert escaped in pages["compare.html"].split('id="diverged-1"')[1]  # a divergent call
+    assert 'id="compare-form"' in pages["task.html"]
 
 
 def test_a_session_past_temporals_retention_renders_from_s3_alone() -> None:

@@ -1,0 +1,167 @@
+"""The compare page's data: sessions of one task (one group) side by side.
+
+Per session: its row (status, outcome, reward, advantage), its lengths (calls, the final
+context's tokens, sampled and trained tokens, the patch's files and lines) and its patch;
+and where its conversation leaves the first session's: the first call whose request (the
+conversation sent: messages, input or contents, as normalised) or response (the answer's
+text and tool calls) differs, with both sides of that call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.console.calls import answer_of, last_message, sent_last
+from app.console.session_objects import SessionObjects
+from app.console.views import SessionRow
+
+MAX_COMPARED = 8
+"""The most sessions one compare page shows."""
+CONVERSATION_KEYS = ("messages", "input", "contents", "system", "tools")
+"""The request fields that are the conversation (what a harness sent, not sampling knobs)."""
+
+
+class CompareError(ValueError):
+    """A selection the compare page refuses (shown to the user)."""
+
+
+@dataclass(frozen=True)
+class CallSide:
+    """One session's side of a call: the request's newest message and the answer."""
+
+    request: str
+    response: str
+
+
+@dataclass
+class Divergence:
+    """Where a session's conversation leaves the reference's (None `call`: it never does)."""
+
+    call: int | None
+    part: str
+    """`request`, `response`, `length` (one has more calls) or `` (the same)."""
+    mine: CallSide | None = None
+    theirs: CallSide | None = None
+
+
+@dataclass
+class Compared:
+    """One session on the compare page."""
+
+    row: SessionRow
+    calls: int = 0
+    context_tokens: int = 0
+    sampled_tokens: int = 0
+    patches: dict[str, str] = field(default_factory=dict)
+    files_changed: int = 0
+    lines_added: int = 0
+    lines_removed: int = 0
+    divergence: Divergence | None = None
+    """None for the reference (the first session)."""
+
+
+def digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def request_digest(record: dict[str, Any]) -> str:
+    """The conversation a call sent (normalised when the gateway normalised it)."""
+    request = record.get("normalized_request") or record.get("request") or {}
+    if not isinstance(request, dict):
+        return digest(request)
+    return digest({k: request[k] for k in CONVERSATION_KEYS if k in request})
+
+
+def response_digest(record: dict[str, Any]) -> str:
+    """What a call answered: its text and tool calls (or its error)."""
+    return digest([answer_of(record.get("response")), record.get("error")])
+
+
+def call_side(record: dict[str, Any]) -> CallSide:
+    text, tools = answer_of(record.get("response"))
+    normalized = record.get("normalized_request")
+    request = last_message(normalized) if isinstance(normalized, dict) else ""
+    answer = "\n".join([text, *tools]) if tools else text
+    return CallSide(
+        request or sent_last(record.get("request")), answer or record.get("error") or ""
+    )
+
+
+def divergence(mine: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> Divergence:
+    """The first call at which conversation `mine` leaves `theirs`."""
+    for n, (a, b) in enumerate(zip(mine, theirs, strict=False)):
+        for part, same in (("request", request_digest), ("response", response_digest)):
+            if same(a) != same(b):
+                return Divergence(n, part, call_side(a), call_side(b))
+    if len(mine) != len(theirs):
+        n = min(len(mine), len(theirs))
+        extra_mine, extra_theirs = mine[n : n + 1], theirs[n : n + 1]
+        return Divergence(
+            n,
+            "length",
+            call_side(extra_mine[0]) if extra_mine else None,
+            call_side(extra_theirs[0]) if extra_theirs else None,
+        )
+    return Divergence(None, "")
+
+
+def patch_sizes(patches: dict[str, str]) -> tuple[int, int, int]:
+    """Files changed, lines added and lines removed in unified diffs."""
+    files = added = removed = 0
+    for text in patches.values():
+        for line in text.splitlines():
+            if line.startswith("+++ "):
+                files += 1
+            elif line.startswith("+") and not line.startswith("+++"):
+                added += 1
+            elif line.startswith("-") and not line.startswith("---"):
+                removed += 1
+    return files, added, removed
+
+
+async def compared(objects: SessionObjects, row: SessionRow) -> tuple[Compared, list[Any]]:
+    """One session's figures and patches, and its records (for the divergence)."""
+    records, artifacts = await asyncio.gather(
+        objects.records(row.session_id), objects.artifacts(row.session_id)
+    )
+    texts = await asyncio.gather(*(objects.text(k) for k in artifacts.patches))
+    item = Compared(row, calls=len(records))
+    item.patches = {k: t for k, (t, _) in zip(artifacts.patches, texts, strict=True)}
+    item.files_changed, item.lines_added, item.lines_removed = patch_sizes(item.patches)
+    item.sampled_tokens = sum(len(r.get("response_token_ids") or ()) for r in records)
+    if records:
+        last = records[-1]
+        item.context_tokens = len(last.get("prompt_token_ids") or ()) + len(
+            last.get("response_token_ids") or ()
+        )
+    return item, records
+
+
+def selected(rows: list[SessionRow], wanted: list[str]) -> list[SessionRow]:
+    """The rows `wanted` names, in its order (none named: every row, if not too many)."""
+    if not wanted:
+        if len(rows) > MAX_COMPARED:
+            raise CompareError(f"the task has {len(rows)} sessions: select at most {MAX_COMPARED}")
+        picked = rows
+    else:
+        by_id = {r.session_id: r for r in rows}
+        unknown = [w for w in wanted if w not in by_id]
+        if unknown:
+            raise CompareError(f"not a session of this task: {unknown[0]}")
+        picked = [by_id[w] for w in dict.fromkeys(wanted)]
+    if not 2 <= len(picked) <= MAX_COMPARED:
+        raise CompareError(f"select 2 to {MAX_COMPARED} sessions of the task to compare")
+    return picked
+
+
+async def compare_sessions(objects: SessionObjects, rows: list[SessionRow]) -> list[Compared]:
+    """The sessions `rows` side by side, each diverging from the first."""
+    found = await asyncio.gather(*(compared(objects, r) for r in rows))
+    reference = found[0][1]
+    for item, records in found[1:]:
+        item.divergence = divergence(records, reference)
+    return [item for item, _ in found]
