@@ -49,7 +49,7 @@ class StageCalls:
             timeouts=t,
             queues=Queues.for_workflow_queue(workflow_queue),
             heartbeat=timedelta(seconds=t.heartbeat_s),
-            host_wait=timedelta(seconds=max(60.0, 4 * t.heartbeat_s)),
+            host_wait=timedelta(seconds=t.host_wait()),
             probe_wait=timedelta(seconds=max(10.0, 2 * t.heartbeat_s)),
             # None keeps the commands earlier code issued
             priority=Priority(priority_key=task.priority) if task.priority else Priority.default,

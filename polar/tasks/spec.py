@@ -113,6 +113,19 @@ class Timeouts(StrictModel):
     teardown_s: float = _stage_timeout(120)
     heartbeat_s: float = _stage_timeout(30)
     max_attempts: int = Field(default=3, ge=1, le=20)
+    host_wait_s: float | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_TIMEOUT_S,
+        allow_inf_nan=False,
+        description="how long a stage may wait for its runtime's host to start it before the "
+        "host is probed (a lost host's sessions are placed again after it); default: "
+        "max(60, 4 x heartbeat_s)",
+    )
+
+    def host_wait(self) -> float:
+        """`host_wait_s`, or its default."""
+        return self.host_wait_s if self.host_wait_s is not None else max(60.0, 4 * self.heartbeat_s)
 
 
 class InfraErrors(StrictModel):

@@ -27,6 +27,7 @@ import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,7 @@ from tests.support import netns
 from tests.support.faults import Node, endless_backend
 from tests.support.hosts import (
     Engine,
+    at_once,
     check_lost_host_outcome,
     check_stayed_on_their_hosts,
     docker_task,
@@ -124,13 +126,16 @@ def cluster(
                 "gateway_port": gateway.settings.gateway_port,
             }
         )
-        engines: dict[str, Engine] = {}
+        engines = {
+            name: Engine(name, top / name, enter=host.enter) for name, host in net.hosts.items()
+        }
+        stop.callback(at_once, [engine.remove for engine in engines.values()])  # side by side
+        for engine in engines.values():
+            engine.start()  # here, not in a thread: dockerd dies with the thread starting it
+        at_once(partial(engine.load, tarball) for engine in engines.values())
         nodes: dict[str, Node] = {}
         for name, host in net.hosts.items():
-            engines[name] = engine = Engine(name, top / name, enter=host.enter)
-            stop.callback(engine.remove)
-            engine.start()
-            engine.load(tarball)
+            engine = engines[name]
             nodes[name] = node = Node(
                 remote,
                 work / name,

@@ -238,7 +238,7 @@ def _task(task_id: str, source: Path, sessions: int, pause_s: float) -> TaskSpec
                 "env": {"TURNS": "2", "PAUSE_S": str(pause_s)},
             },
             "evaluator": {"kind": "command", "command": "test -s answer.txt"},
-            "timeouts": {"harness_s": 300, "heartbeat_s": 15, "max_attempts": 3},
+            "timeouts": {"harness_s": 300, "heartbeat_s": 15, "max_attempts": 3, "host_wait_s": 30},
         }
     )
 

@@ -25,6 +25,9 @@ def test_waits_grow_with_the_heartbeat_from_their_floors() -> None:
     slow = StageCalls.for_task(_task(timeouts={"heartbeat_s": 40}), "polar")
     assert slow.heartbeat == timedelta(seconds=40)
     assert (slow.host_wait, slow.probe_wait) == (timedelta(seconds=160), timedelta(seconds=80))
+    # a task that would rather give up on a silent host sooner says so
+    eager = StageCalls.for_task(_task(timeouts={"heartbeat_s": 40, "host_wait_s": 15}), "polar")
+    assert eager.host_wait == timedelta(seconds=15)
 
 
 def test_priority_only_when_the_task_sets_one() -> None:
