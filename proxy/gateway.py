@@ -69,10 +69,10 @@ class Gateway:
     def __init__(
         self, settings: GatewaySettings, storage: Storage | None, counter: TokenCounter | None
     ) -> None:
-        self.upstream = UpstreamClient(settings)
+        store = storage or Storage(settings)
+        self.upstream = UpstreamClient(settings, storage=store)  # placements shared in S3
         self.pools = parse_pools(settings.pools)
         self.pool_clients = {p.name: UpstreamClient(settings, p) for p in self.pools}
-        store = storage or Storage(settings)
         limits = RecordLimits(store, settings.max_record_bytes, settings.max_session_bytes)
         self.recorder = Recorder(store, limits=limits)
         self.off_policy = settings.off_policy

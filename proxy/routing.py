@@ -1,26 +1,30 @@
-"""Which inference replica serves a call: session affinity with bounded load, and health.
+"""Which inference replica serves a call: session affinity with balanced load, and health.
 
 An agent session re-sends its whole history every turn; the replica that served
-the last turn holds that history in its prefix cache. `Router` keeps each
-routing key (a session, and within it a prefix chain: `route_key`) on one
-replica with consistent hashing with bounded loads (Mirrokni, Thorup and
-Zadimoghaddam, 2018): the replicas sit on a hash ring as virtual nodes; a key
-goes to the first replica clockwise from its hash whose in-flight calls are
-below `ceil(load_factor * mean)` (the mean counting the call being placed)
-and below the per-replica concurrency limit. No replica then carries more than
-`load_factor` times the mean, and an overloaded key spills to the next replica
-on its own walk, the same one each time, so even its spill stays warm. When
-every replica is at its limit the call goes to the least-loaded one.
+the last turn holds that history in its prefix cache. `Router` has three modes:
 
-Removing (or losing) a replica moves only the keys it held; adding one moves
-the keys whose hash now falls in its arcs, about 1/N of them. Health is passive
-(`failed`: a refused connection marks a replica down at once, answers of
-5xx or timeouts after `fail_threshold` in a row) and active (`set_health`, from
-the client's periodic probe); a down replica is skipped until `down_s` have
+* `affine` (the default): a routing key (a session, and within it a prefix chain:
+  `route_key`) is *placed* by load on its first call (the replica holding the fewest
+  live keys, then the fewest prompt tokens and calls in flight) and then *stays* there
+  (`proxy.routing_table`). A call spills only when its home is saturated: at
+  `max_inflight` (the replica's own concurrency limit), or past both an absolute and a
+  relative imbalance of calls in flight (`spill_abs` more than the least-loaded replica
+  and `spill_rel` times it, as SGLang's router does). The spill goes to the same
+  replica while it can take it (warm too), and the key's home stays: its next call goes
+  home as soon as home is below the limit again. A key whose home is lost (down or
+  removed) is re-placed by load and stays there; nothing else moves. Several gateways
+  share placements through `proxy.routing_store`.
+* `hash`: consistent hashing with bounded loads (Mirrokni, Thorup and Zadimoghaddam,
+  2018): a key goes to the first replica clockwise from its hash on a ring of virtual
+  nodes whose in-flight calls are below `ceil(load_factor * mean)` and `max_inflight`.
+  Stateless, so any number of gateways agree; but a few keys hash unevenly over a few
+  replicas, and at light load the bound spills warm calls to cold replicas.
+* `round_robin`: the next replica in turn, down ones last.
+
+Health is passive (`failed`: a refused connection marks a replica down at once,
+answers of 5xx or timeouts after `fail_threshold` in a row) and active (`set_health`,
+from the client's periodic probe); a down replica is skipped until `down_s` have
 passed or a probe finds it healthy. If every replica is down, all are tried.
-
-`mode="round_robin"` keeps the old behaviour (the next replica in turn, down
-ones last), for comparison and for stateless backends.
 """
 
 from __future__ import annotations
@@ -35,9 +39,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from polar import fastjson
+from proxy.routing_table import FORGET_S, LIVE_S, MAX_ENTRIES, AssignmentTable
 
-MODES = ("affine", "round_robin")
+MODES = ("affine", "hash", "round_robin")
 CHAIN_SAMPLE = 1024
+RECENT_S = 600.0
+"""time constant of a replica's decayed call count (new keys go where it is lowest)"""
 VNODES = 160
 """virtual nodes per replica: with 160, the largest arc share stays within ~1.3x of 1/N"""
 
@@ -93,13 +100,20 @@ class HashRing:
         return next(self.walk(key))
 
 
-@dataclass
+@dataclass(eq=False)
 class Replica:
-    """One replica's state as this gateway sees it."""
+    """One replica's state as this gateway sees it (compared by identity)."""
 
     url: str
     inflight: int = 0
+    inflight_tokens: int = 0
+    """prompt tokens of the calls in flight (estimated from the request's size)"""
+    sessions: int = 0
+    """live keys whose home this is (affine mode)"""
     served: int = 0
+    recent: float = 0.0
+    """calls sent here, decayed with a time constant of `RECENT_S` (as of `recent_at`)"""
+    recent_at: float = 0.0
     failures: int = 0
     """consecutive failed calls (5xx answers, timeouts)"""
     down_until: float = 0.0
@@ -109,9 +123,22 @@ class Replica:
     def up(self, now: float) -> bool:
         return now >= self.down_until and self.probe_ok is not False
 
+    def recent_calls(self, now: float) -> float:
+        """Calls sent here lately (decayed to `now`)."""
+        return self.recent * math.exp(min(0.0, self.recent_at - now) / RECENT_S)
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a call goes, and why: `new` (a key placed by load), `stay` (at its home),
+    `spill` (home saturated), `move` (home lost: re-placed by load), `hash`, `turn`."""
+
+    url: str
+    event: str
+
 
 class Router:
-    """Places calls on replicas (`order`), counts their in-flight calls and health."""
+    """Places calls on replicas (`place`, `order`), counts their load and health."""
 
     def __init__(
         self,
@@ -120,6 +147,11 @@ class Router:
         mode: str = "affine",
         load_factor: float = 1.25,
         max_inflight: int = 0,
+        spill_abs: int = 16,
+        spill_rel: float = 2.0,
+        live_s: float = LIVE_S,
+        forget_s: float = FORGET_S,
+        max_sessions: int = MAX_ENTRIES,
         down_s: float = 10.0,
         fail_threshold: int = 3,
         vnodes: int = VNODES,
@@ -132,12 +164,18 @@ class Router:
         self.mode = mode
         self.load_factor = load_factor
         self.max_inflight = max_inflight
+        self.spill_abs = spill_abs
+        self.spill_rel = spill_rel
         self.down_s = down_s
         self.fail_threshold = fail_threshold
         self.vnodes = vnodes
         self.clock = clock
         self.replicas: dict[str, Replica] = {}
         self.ring = HashRing([], vnodes)
+        self.table = AssignmentTable(
+            self._held, live_s=live_s, forget_s=forget_s, max_entries=max_sessions
+        )
+        self.events: dict[str, int] = dict.fromkeys(("new", "stay", "spill", "move"), 0)
         self._turn = itertools.count()
         self.set_replicas(urls)
 
@@ -146,57 +184,146 @@ class Router:
         return list(self.replicas)
 
     def set_replicas(self, urls: list[str]) -> bool:
-        """Make `urls` the replica set (kept ones keep their state); True if it changed."""
+        """Make `urls` the replica set (kept ones keep their state and keys; the keys of
+        removed ones move on their next call); True if it changed."""
         urls = list(dict.fromkeys(urls))
         if not urls:
             raise ValueError("no upstream URLs: set POLAR_UPSTREAM_URLS")
         if urls == list(self.replicas):
             return False
         self.replicas = {u: self.replicas.get(u) or Replica(u) for u in urls}
+        held = self.table.held_by()
+        for url, replica in self.replicas.items():
+            replica.sessions = held.get(url, 0)
         self.ring = HashRing(urls, self.vnodes)
         return True
 
+    def _held(self, url: str, delta: int) -> None:
+        replica = self.replicas.get(url)
+        if replica is not None:
+            replica.sessions = max(0, replica.sessions + delta)
+
     # ------------------------------------------------------------------ placement
 
-    def order(self, key: str | None) -> Iterator[str]:
-        """The replicas to try for a call, best first: its placement, then the others
-        (healthy ones first) for when the placed one cannot be reached."""
-        now = self.clock()
-        up = [r for r in self.replicas.values() if r.up(now)]
-        live = up or list(self.replicas.values())  # all down: try them all anyway
-        first = self._place(key, live, now, all_down=not up)
+    def order(self, key: str | None, placement: Placement | None = None) -> Iterator[str]:
+        """The replicas to try for a call, best first: its placement (`place`, unless
+        given), then the others (healthy ones first) for when it cannot be reached."""
+        first = (placement or self.place(key)).url
         yield first
-        if self.mode == "affine" and key is not None:
+        now = self.clock()
+        if self.mode != "round_robin" and key is not None:
             others: Iterator[str] = self.ring.walk(key)
         else:
             others = iter(self.replicas)
         rest = [u for u in others if u != first]
         yield from sorted(rest, key=lambda u: not self.replicas[u].up(now))
 
-    def _place(self, key: str | None, live: list[Replica], now: float, all_down: bool) -> str:
+    def place(self, key: str | None) -> Placement:
+        """Where the call of `key` goes now (None: round-robin)."""
+        now = self.clock()
+        live = [r for r in self.replicas.values() if r.up(now)]
+        if not live:  # all down: try them all anyway
+            live = list(self.replicas.values())
         if self.mode == "round_robin" or key is None:
-            return live[next(self._turn) % len(live)].url
+            return Placement(live[next(self._turn) % len(live)].url, "turn")
+        if self.mode == "hash":
+            return Placement(self._place_hash(key, live, now), "hash")
+        placement = self._place_affine(key, live, now)
+        self.events[placement.event] += 1
+        return placement
+
+    def _place_hash(self, key: str, live: list[Replica], now: float) -> str:
         bound = math.ceil(self.load_factor * (sum(r.inflight for r in live) + 1) / len(live))
         if self.max_inflight > 0:
             bound = min(bound, self.max_inflight)
+        everyone = len(live) == len(self.replicas)
         for url in self.ring.walk(key):
             replica = self.replicas[url]
-            if replica.inflight < bound and (all_down or replica.up(now)):
+            if replica.inflight < bound and (everyone or replica.up(now)):
                 return url
         return min(live, key=lambda r: r.inflight).url  # all at their limit: least-loaded
 
-    def acquire(self, url: str) -> None:
-        """A call is being sent to `url`."""
+    def _place_affine(self, key: str, live: list[Replica], now: float) -> Placement:
+        table = self.table
+        table.expire(now)
+        entry = table.touch(key, now)
+        if entry is None:
+            table.assign(key, self._least_loaded(key, live), now)
+            return Placement(table.entries[key].home, "new")
+        home = self.replicas.get(entry.home)
+        if home is None or home not in live:  # lost: re-placed by load, and stays there
+            entry = table.assign(key, self._least_loaded(key, live), now)
+            return Placement(entry.home, "move")
+        low = min(r.inflight for r in live)
+        if not self._saturated(home, low):
+            return Placement(home.url, "stay")
+        spill = self.replicas.get(entry.spill) if entry.spill else None
+        if spill is None or spill is home or spill not in live or self._saturated(spill, low):
+            spill = min(live, key=lambda r: (r.inflight, r.inflight_tokens))
+        if spill is home or self._saturated(spill, low):
+            return Placement(home.url, "stay")  # everyone saturated: wait where it is warm
+        entry.spill = spill.url
+        return Placement(spill.url, "spill")
+
+    def _saturated(self, replica: Replica, low: int) -> bool:
+        """Whether one more call would overload `replica`: at its own concurrency limit,
+        or past both the absolute and the relative imbalance over the least-loaded (`low`)."""
+        load = replica.inflight + 1
+        if 0 < self.max_inflight < load:
+            return True
+        return load - low > self.spill_abs and load > self.spill_rel * max(low, 1)
+
+    def _least_loaded(self, key: str, live: list[Replica]) -> str:
+        """The replica a new key is placed on: fewest live keys held, then fewest calls
+        lately (decayed over `RECENT_S`: the work its keys did, finished ones included),
+        then fewest prompt tokens in flight; ties go round the replicas from a point set
+        by the key's hash (the same in every gateway)."""
+        now = self.clock()
+        start = ring_hash(key) % len(live)
+        best, best_load = live[start], (1 << 62, 0.0, 0)
+        low = min(r.inflight for r in live)
+        for i in range(len(live)):
+            replica = live[(start + i) % len(live)]
+            load = (replica.sessions, replica.recent_calls(now), replica.inflight_tokens)
+            if load < best_load and not self._saturated(replica, low):
+                best, best_load = replica, load
+        if best_load[0] == 1 << 62:  # all saturated: the least busy
+            best = min(live, key=lambda r: (r.inflight, r.sessions))
+        return best.url
+
+    def home_of(self, key: str) -> str | None:
+        """The key's home replica (affine mode), if it has one."""
+        entry = self.table.get(key)
+        return entry.home if entry is not None else None
+
+    def adopt(self, key: str, url: str) -> bool:
+        """Take `url` as the key's home (a placement another gateway made and shared):
+        False if this gateway does not know `url` or finds it down."""
+        replica = self.replicas.get(url)
+        if replica is None or not replica.up(self.clock()):
+            return False
+        entry = self.table.get(key)
+        if entry is None or entry.home != url:
+            self.table.assign(key, url, self.clock())
+        return True
+
+    def acquire(self, url: str, tokens: int = 0) -> None:
+        """A call (of about `tokens` prompt tokens) is being sent to `url`."""
         replica = self.replicas.get(url)
         if replica is not None:
             replica.inflight += 1
+            replica.inflight_tokens += tokens
             replica.served += 1
+            now = self.clock()
+            replica.recent = replica.recent_calls(now) + 1.0
+            replica.recent_at = now
 
-    def release(self, url: str) -> None:
+    def release(self, url: str, tokens: int = 0) -> None:
         """The call sent to `url` has its answer (or failed)."""
         replica = self.replicas.get(url)
         if replica is not None and replica.inflight > 0:
             replica.inflight -= 1
+            replica.inflight_tokens = max(0, replica.inflight_tokens - tokens)
 
     # ------------------------------------------------------------------ health
 
@@ -233,6 +360,7 @@ class Router:
                 "url": r.url,
                 "up": r.up(now),
                 "inflight": r.inflight,
+                "sessions": r.sessions,
                 "served": r.served,
                 "failures": r.failures,
             }

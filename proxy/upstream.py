@@ -3,8 +3,9 @@
 `normalize` (proxy/training_fields.py) turns a caller's Chat Completions request
 into the one sent upstream: training fields added by backend kind, never streaming,
 model name pinned. `UpstreamClient.complete` sends it over a pooled aiohttp session to the
-replica its session is placed on (`proxy.routing`: session-affine with bounded
-load, or round-robin; an unreachable replica is marked down and skipped) and turns
+replica its session is placed on (`proxy.routing`: placed by load and then sticky, shared
+by every gateway through `proxy.routing_store`; an unreachable replica is marked down
+and skipped) and turns
 transport failures and error statuses into `UpstreamError`s (rendered in the
 caller's own error shape at the edge).
 `extract` reads the token ids, logprobs and finish reason out of the answer.
@@ -32,6 +33,8 @@ __all__ = ["ROUTING_HEADER", "UpstreamClient"]
 
 ROUTING_HEADER = "x-session-id"
 """carries a call's routing key upstream, for a router in front of the servers"""
+BYTES_PER_TOKEN = 4
+"""a request's prompt tokens, estimated from its JSON size (load in flight, for placement)"""
 
 
 class UpstreamClient(UpstreamReplicas):
@@ -60,11 +63,17 @@ class UpstreamClient(UpstreamReplicas):
         as failed; either way the next one is tried."""
         failures: list[str] = []
         data = fastjson.dumps(normalized)
+        tokens = len(data) // BYTES_PER_TOKEN
         headers = self.headers if key is None else {**self.headers, ROUTING_HEADER: key}
-        router = self.router
-        for base in router.order(key):
+        router, shared = self.router, self.shared_routes
+        if shared is not None and key is not None:
+            await shared.before(key, normalized.get("messages"))
+        placement = router.place(key)
+        if shared is not None and key is not None:
+            shared.placed(key, placement)
+        for base in router.order(key, placement):
             url = f"{base}/chat/completions"
-            router.acquire(base)
+            router.acquire(base, tokens)
             try:
                 async with self.session.post(
                     url, data=data, headers=headers, proxy=self._proxy(base)
@@ -106,7 +115,7 @@ class UpstreamClient(UpstreamReplicas):
                     url=base,
                 ) from exc
             finally:
-                router.release(base)
+                router.release(base, tokens)
             if status >= 500:
                 router.failed(base)
             else:

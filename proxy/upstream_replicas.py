@@ -14,8 +14,10 @@ from typing import Any
 import aiohttp
 
 from polar.settings import GatewaySettings
+from polar.storage import Storage
 from proxy.pools import POOL_KINDS, PoolSpec
 from proxy.routing import Router
+from proxy.routing_store import SharedRoutes
 from proxy.training_fields import KINDS
 
 log = logging.getLogger("polar.gateway")
@@ -72,9 +74,16 @@ class UpstreamReplicas:
     (session-affine by default) over a pooled aiohttp session, and probed for health in
     the background (`start`). `proxy.upstream.UpstreamClient` makes the calls."""
 
-    def __init__(self, settings: GatewaySettings, pool: PoolSpec | None = None) -> None:
+    def __init__(
+        self,
+        settings: GatewaySettings,
+        pool: PoolSpec | None = None,
+        storage: Storage | None = None,
+    ) -> None:
         """The policy's client (`pool` None), or the client of a named pool (`proxy.pools`):
-        its own upstreams, kind, model name, routing and API key; the rest from settings."""
+        its own upstreams, kind, model name, routing and API key; the rest from settings.
+        With `storage` (and `upstream_shared_routes`), affine placements are shared with
+        every other gateway through it (`proxy.routing_store`)."""
         self.kind = (pool.kind if pool else settings.upstream_kind).strip().lower()
         if self.kind not in (POOL_KINDS if pool else KINDS):
             raise ValueError(f"unknown upstream kind {self.kind!r}: use one of {KINDS}")
@@ -89,7 +98,16 @@ class UpstreamReplicas:
             mode=pool.routing if pool else settings.upstream_routing,
             load_factor=settings.upstream_load_factor,
             max_inflight=settings.upstream_max_inflight,
+            spill_abs=settings.upstream_spill_abs,
+            spill_rel=settings.upstream_spill_rel,
+            live_s=settings.upstream_session_live_s,
             down_s=settings.upstream_down_s,
+        )
+        shared = storage is not None and settings.upstream_shared_routes
+        self.shared_routes = (
+            SharedRoutes(storage, self.router, pool.name if pool else "policy")
+            if shared and storage is not None and self.router.mode == "affine"
+            else None
         )
         key = pool.api_key() if pool else None
         self._auth = {"authorization": f"Bearer {key}"} if key else {}
@@ -126,6 +144,8 @@ class UpstreamReplicas:
             self._monitor = asyncio.get_running_loop().create_task(watch)
 
     async def aclose(self) -> None:
+        if self.shared_routes is not None:
+            await self.shared_routes.drain()
         if self._monitor is not None:
             self._monitor.cancel()
             with contextlib.suppress(asyncio.CancelledError):

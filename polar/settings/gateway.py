@@ -29,18 +29,44 @@ class GatewaySettings(ServiceSettings):
         description="a file of upstream bases (one a line or comma-separated) the gateway "
         "re-reads every upstream_health_interval_s; replaces upstream_urls while non-empty",
     )
-    upstream_routing: Literal["affine", "round_robin"] = Field(
+    upstream_routing: Literal["affine", "hash", "round_robin"] = Field(
         default="affine",
-        description="affine: a session (and prefix chain) stays on one replica, consistent "
-        "hashing with bounded load; round_robin: each call to the next replica",
+        description="affine: a session (and prefix chain) is placed by load on its first call "
+        "and stays on that replica; hash: consistent hashing with bounded load; round_robin: "
+        "each call to the next replica",
     )
     upstream_load_factor: float = Field(
         default=1.25,
         ge=1.0,
-        description="affine routing: no replica takes a call past this times the mean in-flight",
+        description="hash routing: no replica takes a call past this times the mean in-flight",
     )
     upstream_max_inflight: int = Field(
-        default=0, ge=0, description="calls one replica gets at once before spilling; 0: no limit"
+        default=0,
+        ge=0,
+        description="calls one replica gets at once before a call spills (its own concurrency "
+        "limit, e.g. vLLM's max_num_seqs); 0: no limit",
+    )
+    upstream_spill_abs: int = Field(
+        default=16,
+        ge=0,
+        description="affine routing: a call spills off its home only when home would have this "
+        "many more calls in flight than the least-loaded replica...",
+    )
+    upstream_spill_rel: float = Field(
+        default=2.0,
+        ge=1.0,
+        description="...and more than this times the least-loaded replica's",
+    )
+    upstream_session_live_s: float = Field(
+        default=60.0,
+        gt=0.0,
+        description="affine routing: a session counts in its replica's load until it has made "
+        "no call for this long",
+    )
+    upstream_shared_routes: bool = Field(
+        default=True,
+        description="affine routing: share each session's replica through S3 "
+        "(sessions/{id}/routes/), so every gateway, and a restarted one, sends it to the same",
     )
     upstream_health_interval_s: float = Field(
         default=5.0, ge=0.0, description="how often replicas' /health is probed; 0: never"
