@@ -10,14 +10,15 @@ marker, the gateway's unserved calls, the failing stage's error type) into one
 * `policy_failure`: the harness ran and failed, or its work was graded 0 or less;
 * `timeout`: the harness ran past its budget;
 * `infra_error` with an `InfraReason`: the stack failed the session (the sandbox
-  never reached the harness, the image lacks what the sandbox needs, the engine or
-  S3 failed a stage, the inference backend left calls unserved before the harness
+  never reached the harness, the image lacks what the sandbox needs (`RuntimeUnfit`), the
+  engine or S3 failed a stage, the inference backend left calls unserved before the harness
   failed, the evaluator failed on the worker's side, the host was lost). Such a
   session gets no reward, is retried on fresh ground and is never trained on;
 * `task_error`: the task itself cannot run or be graded (an invalid spec, an unknown
-  evaluator, a prepare action of the task's that fails, an `EvaluatorError`: its test
-  patch does not apply, its test ids match no test, its verifier writes no reward): no
-  verdict and no retry. The evaluator failing on the worker's side (an engine or S3
+  evaluator, an image the worker does not hold (`ImageMissing`: build or load it there), a
+  prepare action of the task's that fails, an `EvaluatorError`: its test patch does not
+  apply, its test ids match no test, its verifier writes no reward): no verdict and no
+  retry. The evaluator failing on the worker's side (an engine or S3
   error, a full disk: any other error of the evaluate stage) is `infra_error`
   (`evaluator_host`), retried.
 
@@ -50,6 +51,7 @@ TASK_ERRORS: tuple[str, ...] = (
     "InvalidTaskSpec",
     "InvalidSource",
     "InvalidRuntime",
+    "ImageMissing",
     "InvalidHarness",
     "InvalidBuilder",
     "UnknownEvaluator",

@@ -27,9 +27,27 @@ class InvalidRuntime(ValueError):
 
 
 class RuntimeUnfit(InvalidRuntime):
-    """The image or host cannot hold a sandbox: the image is missing, or it lacks a tool the
-    sandbox itself needs (activities/runtimes/sandboxes/needs.py), each named. Not retryable
-    here; an `infra_error` (image) of the session, never the policy's failure."""
+    """The image or host cannot hold a sandbox: the image lacks a tool the sandbox itself
+    needs (activities/runtimes/sandboxes/needs.py), each named. Not retryable here; an
+    `infra_error` (image) of the session, never the policy's failure."""
+
+
+class ImageMissing(InvalidRuntime):
+    """The task's image is not on this worker's engine (no registry is pulled from): a
+    `task_error`, refused once and never retried; the message names the image and how to
+    provide it (`image_missing`)."""
+
+
+IMAGES_DOC = "docs/runtimes.md#images"
+
+
+def image_missing(engine: str, image: str, how: str) -> ImageMissing:
+    """The refusal of a task whose `image` this worker's `engine` does not hold: `how` says
+    how to provide it there."""
+    return ImageMissing(
+        f"{engine} image {image!r} is not on this worker: {how}, on every worker host that "
+        f"runs the task ({IMAGES_DOC})"
+    )
 
 
 class PrepareFailed(RuntimeError):

@@ -1,8 +1,10 @@
 """Infrastructure faults keep their cause (issue 22): each made to happen for real.
 
-The prepare-time checks against a real Docker engine: a missing image and an
-image that lacks what the sandbox needs are refused at prepare (`RuntimeUnfit`,
-outcome `infra_error`: image), each missing tool named, never a harness exit 97.
+The prepare-time checks against a real Docker engine (and podman's store): a missing image
+is the task's error (`ImageMissing`, outcome `task_error`: not retried), naming the image and
+how to provide it; an image that lacks what the sandbox needs is refused at prepare
+(`RuntimeUnfit`, outcome `infra_error`: image), each missing tool named, never a harness
+exit 97.
 A container gone before the harness ran leaves no started marker (`sandbox_start`).
 """
 
@@ -17,8 +19,9 @@ import pytest
 from docker.errors import NotFound
 
 from activities.runtimes import started_marker
-from activities.runtimes.base import RuntimeUnfit
+from activities.runtimes.base import ImageMissing, RuntimeUnfit
 from activities.runtimes.kinds.docker import LABEL, DockerRuntime
+from activities.runtimes.kinds.podman import PodmanRuntime
 from polar.contracts import PrepareRequest, SessionResult
 from polar.outcomes import error_outcome
 from polar.records import InfraReason, SessionStatus
@@ -41,11 +44,11 @@ def runtime(docker_image: str, tmp_path: Path) -> Iterator[DockerRuntime]:
             client.containers.get(rt.container_name(session_id)).remove(force=True)
 
 
-def _request(session_id: str, image: str) -> PrepareRequest:
+def _request(session_id: str, image: str, kind: str = "docker") -> PrepareRequest:
     return PrepareRequest(
         session_id=session_id,
         task_id="t",
-        runtime=RuntimeSpec.model_validate({"kind": "docker", "image": image}),
+        runtime=RuntimeSpec.model_validate({"kind": kind, "image": image}),
     )
 
 
@@ -63,9 +66,27 @@ async def test_an_image_without_the_sandbox_tools_is_refused_at_prepare(
     assert outcome.reason == InfraReason.IMAGE
 
 
-async def test_a_missing_image_is_an_image_fault(runtime: DockerRuntime) -> None:
-    with pytest.raises(RuntimeUnfit, match="not found"):
+async def test_a_missing_image_is_the_tasks_error_naming_how_to_provide_it(
+    runtime: DockerRuntime,
+) -> None:
+    """Issue 37: said once, as a task error, not the engine's 404 retried as an infra one."""
+    with pytest.raises(ImageMissing) as refused:
         await runtime.prepare(_request("unfit-2", "polar/no-such-image:1"))
+    message = str(refused.value)
+    assert "docker image 'polar/no-such-image:1' is not on this worker" in message
+    assert "infra/images/build.py" in message and "docs/runtimes.md#images" in message
+    assert refused.value.__cause__ is None and "404" not in message
+    assert error_outcome(type(refused.value).__name__, "prepare").outcome == "task_error"
+
+
+async def test_a_missing_podman_image_is_the_tasks_error(tmp_path: Path) -> None:
+    """The podman kind alike (its own store; no Docker engine needed)."""
+    runtime = PodmanRuntime(tmp_path / "podman")
+    with pytest.raises(ImageMissing) as refused:
+        await runtime.prepare(_request("unfit-3", "polar/no-such-image:1", kind="podman"))
+    message = str(refused.value)
+    assert "podman image 'polar/no-such-image:1' is not on this worker" in message
+    assert "activities.runtimes.kinds.podman load polar/no-such-image:1" in message
 
 
 async def test_the_default_image_has_everything(runtime: DockerRuntime, docker_image: str) -> None:

@@ -67,7 +67,7 @@ from docker.errors import APIError, ImageNotFound, NotFound
 from activities.heartbeat import heartbeating
 from activities.runtimes import toolbox
 from activities.runtimes.actions import run_prepare_actions
-from activities.runtimes.base import InvalidRuntime, RuntimeUnfit
+from activities.runtimes.base import InvalidRuntime, image_missing
 from activities.runtimes.exit_sweep import with_exit_sweep
 from activities.runtimes.kinds.container_archive import (
     SKIPPED_NOTE,
@@ -99,6 +99,10 @@ DEADLINE_ENV = "POLAR_DEADLINE"
 # the main process: sleep until the wall-clock deadline (survives a reap's restart), Polar's
 # own read-only busybox, never a program of the image's (which the harness may have replaced)
 MAIN_COMMAND = toolbox.main_command(DEADLINE_ENV)
+PROVIDE_IMAGE = (
+    "build it there (`python infra/images/build.py` builds Polar's own; `docker build` or "
+    "`docker load` a task's)"
+)
 
 
 def _safe(text: str) -> str:
@@ -242,10 +246,8 @@ class DockerRuntime:
     def _create(self, session_id: str, spec: RuntimeSpec) -> Any:
         try:
             self.client.images.get(spec.image)
-        except ImageNotFound as exc:
-            raise RuntimeUnfit(
-                f"docker image {spec.image!r} not found (build it: python infra/images/build.py)"
-            ) from exc
+        except ImageNotFound:  # said once, as the task's error: not the engine's 404
+            raise image_missing("docker", spec.image, PROVIDE_IMAGE) from None
         limits = ContainerLimits.of(spec)
         channel = self._session_dir(session_id) / "channel"
         return self.client.containers.run(

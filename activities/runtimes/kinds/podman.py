@@ -51,7 +51,7 @@ from typing import Any
 from docker.errors import APIError
 
 from activities.runtimes import toolbox
-from activities.runtimes.base import InvalidRuntime, RuntimeUnfit
+from activities.runtimes.base import InvalidRuntime, image_missing
 from activities.runtimes.kinds.container_exec import ExecPump
 from activities.runtimes.kinds.docker import (
     DEADLINE_ENV,
@@ -224,10 +224,11 @@ class PodmanRuntime(DockerRuntime):
     def _create(self, session_id: str, spec: RuntimeSpec) -> PodmanContainer:
         self._ready()
         if self.podman.image_id(spec.image) is None:
-            raise RuntimeUnfit(
-                f"podman image {spec.image!r} not found in the {self.mode} store (load it from "
-                "the local docker engine: python -m activities.runtimes.kinds.podman load "
-                f"{spec.image})"
+            raise image_missing(
+                "podman",
+                spec.image,
+                f"load it into the {self.mode} store from the local docker engine (`python -m "
+                f"activities.runtimes.kinds.podman load {spec.image}`)",
             )
         name = self.container_name(session_id)
         limits = ContainerLimits.of(spec)

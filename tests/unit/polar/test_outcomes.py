@@ -52,6 +52,12 @@ def result(status: str, **fields: object) -> SessionResult:
             OutcomeClass.INFRA_ERROR,
             InfraReason.IMAGE,
         ),
+        # an image the worker does not hold: the task's, said once (issue 37)
+        (
+            {"status": "error", "error_type": "ImageMissing", "error_stage": "prepare"},
+            OutcomeClass.TASK_ERROR,
+            None,
+        ),
         (
             {"status": "error", "error_type": HOST_LOST, "error_stage": "run"},
             OutcomeClass.INFRA_ERROR,

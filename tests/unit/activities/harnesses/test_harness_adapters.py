@@ -17,7 +17,6 @@ from activities.harnesses import (
     CLI_ADAPTERS,
     KEY_ENV,
     AgentCliConfig,
-    HarnessConfig,
     HarnessContext,
     HarnessNotInstalled,
     InvalidKindConfig,
