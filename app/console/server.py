@@ -3,6 +3,7 @@
 /                                 tasks (filters: task, harness, runtime, status, since)
 /tasks/{workflow or task id}      one task run: its sessions, rewards, advantages, audit
 /tasks/{id}/compare?session=...   sessions of the task side by side (none named: all)
+/topology                         gateways, replicas, pools, workers by queue and host, services
 /sessions/{id}                    one session: stages, calls, traces, grade, logs
 /sessions/{id}/calls/{n}          one call: request as sent and normalised, response
 /sessions/{id}/traces/{n}         one trace, token by token
@@ -31,6 +32,7 @@ from app.console.session_page import session_view
 from app.console.task_page import task_view
 from app.console.temporal_reads import TemporalReads
 from app.console.tokens import trace_view
+from app.console.topology import topology
 from polar.ids import InvalidId, checked_id
 from polar.record_codec import RECORD_SUFFIX, decode_record
 from polar.settings import ConsoleSettings
@@ -142,6 +144,11 @@ def add_pages(app: FastAPI, console: Console) -> None:
             return console.problem(400, str(exc))
         items = await compare_sessions(console.objects, rows)
         return console.page("compare.html", view=view, items=items)
+
+    @app.get("/topology", response_class=HTMLResponse)
+    async def topology_page() -> HTMLResponse:
+        found = await topology((await console.reads()).client, console.settings)
+        return console.page("topology.html", view=found)
 
     @app.get("/sessions/{session_id}", response_class=HTMLResponse)
     async def session(session_id: str) -> HTMLResponse:

@@ -21,6 +21,11 @@ class ConsoleSettings(ClientSettings):
         description="base URL of the Temporal Web UI the console links workflows to; default: "
         "the dev server's (temporal_address's host, temporal_ui_port)",
     )
+    console_gateways: str | None = Field(
+        default=None,
+        description="admin URLs of the gateways the topology page reads (/health, /metrics), "
+        "comma-separated; unset: the gateway's own settings (POLAR_ADMIN_HOST, POLAR_ADMIN_PORT)",
+    )
     console_tokenizer_dir: Path | None = Field(
         default=None,
         description="tokenizer (HF model dir) the trace pages decode tokens with; unset: "

@@ -23,17 +23,23 @@ from app.console.safety import CSP
 from app.console.temporal_reads import TemporalReads
 from app.task_audit import NOOP, AuditTarget, Probe, TaskAudit, audit_target
 from polar.contracts import SessionResult, TaskResult
+from polar.session_keys import SessionIdentity, mint_session_key
 from polar.settings import Settings
 from polar.tasks.spec import TaskSpec
+from proxy.app import create_app as gateway_app
 from tests.support.console_sessions import console_spec as spec
 from tests.support.console_sessions import demo_repo, run_one
 from tests.support.console_views import markup_is_the_consoles
-from tests.support.scripted_backend import text
+from tests.support.ports import free_port
+from tests.support.scripted_backend import serve_app, text
 from tests.support.scripted_stack import ScriptedStack, running_scripted_stack
+from workflows.queues import HostQueues, Queues
 
 PAYLOAD = '<script>alert("polar")</script> "><img src=x onerror=alert(1)> </textarea>'
 REPLIES = [text(f"Turn {i} of the haiku. {PAYLOAD}") for i in range(16)]
-SECRET_FIELDS = ("s3_access_key", "s3_secret_key", "session_secret")
+SECRET_FIELDS = ("s3_access_key", "s3_secret_key", "session_secret", "admin_token")
+ADMIN_TOKEN = "admin-token-console-test-0123456789"
+"""The console's settings hold the gateways' admin token (as a stack's do): never shown."""
 HOSTILE_NAME = '"><img src=x onerror=alert(1)>.txt'
 FAILING_AGENT = (
     'python agent.py; mkdir -p "$POLAR_ARTIFACTS_DIR"; '
@@ -66,7 +72,8 @@ async def ran(
 
 @pytest.fixture
 async def console(ran: Ran) -> AsyncIterator[httpx.AsyncClient]:
-    settings = ran.stack.settings.model_copy(update={"console_tokenizer_dir": None})
+    update = {"console_tokenizer_dir": None, "admin_token": ADMIN_TOKEN}
+    settings = ran.stack.settings.model_copy(update=update)
     app = create_app(settings, client=ran.stack.polar.client, storage=ran.stack.polar.storage)
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://console") as client:
@@ -80,7 +87,7 @@ def shown(ran: Ran, page: httpx.Response) -> str:
     assert page.headers["x-content-type-options"] == "nosniff"
     html = page.text
     for name in SECRET_FIELDS:
-        secret = getattr(ran.stack.settings, name)
+        secret = ADMIN_TOKEN if name == "admin_token" else getattr(ran.stack.settings, name)
         assert secret and secret not in html, f"the page shows {name}"
     assert "<script>alert" not in html and "<img src=x" not in html
     assert "</textarea>" not in html
@@ -174,6 +181,50 @@ async def test_sessions_of_a_group_side_by_side(ran: Ran, console: httpx.AsyncCl
         refused = await console.get(f"/tasks/{workflow_id}/compare", params={"session": wrong})
         assert refused.status_code == 400, refused.text
     assert (await console.get(f"/tasks/{ran.ok[0]}/compare")).status_code == 400  # one session
+
+
+async def test_the_topology_shows_gateways_replicas_and_workers(ran: Ran) -> None:
+    """A gateway of its own (model and admin listeners, the stack's backend its upstream) that
+    served one call, one that does not answer, and the stack's worker on its queues."""
+    stack = ran.stack
+    gw_settings = stack.settings.model_copy(update={"upstream_urls": stack.backend.url})
+    gateway = gateway_app(gw_settings)
+    dead = f"http://127.0.0.1:{free_port()}"
+    with serve_app(gateway) as model_url, serve_app(gateway.state.admin_app) as admin_url:
+        stack.backend.push(text("a topology reply"))
+        who = SessionIdentity(f"console-topology-{uuid.uuid4().hex[:6]}", "console-topology")
+        key = mint_session_key(who, gw_settings.session_secret)
+        async with httpx.AsyncClient(timeout=30) as http:
+            answer = await http.post(
+                f"{model_url}/v1/chat/completions",
+                json={"model": "policy", "messages": [{"role": "user", "content": "hi"}]},
+                headers={"authorization": f"Bearer {key}"},
+            )
+        assert answer.status_code == 200, answer.text
+        update = {"admin_token": ADMIN_TOKEN, "console_gateways": f"{admin_url}, {dead}"}
+        settings = stack.settings.model_copy(update=update)
+        app = create_app(settings, client=stack.polar.client, storage=stack.polar.storage)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://console") as console:
+            html = shown(ran, await console.get("/topology"))
+    gateway_id = gateway.state.gateway.recorder.gateway_id
+    assert f'{gateway_id} <span class="muted">admin {admin_url}</span>' in html
+    replica = html[html.index('<tr class="replica up">') :][:400]
+    assert stack.backend.url in replica and '<td class="served">1</td>' in replica, replica
+    assert '<td class="share">100%</td>' in replica
+    assert '<td class="in-flight">0</td>' in replica and "calls answered</dt><dd>1<" in html
+    assert f"admin {dead}</span>" in html and "did not answer: ConnectError" in html
+    queues = Queues.for_workflow_queue(stack.settings.task_queue).by_pool().values()
+    for name in queues:  # the stack's worker serves each shared queue
+        row = html[html.index(f'id="queue-{name}"') :][:300]
+        assert '<td class="pollers">1</td>' in row, row
+    host = stack.settings.host_id
+    assert host in html.split('id="hosts">')[1][:200]
+    row = html[
+        html.index(f'id="queue-{HostQueues.for_host(stack.settings.task_queue, host).run}"') :
+    ]
+    assert '<td class="pollers">1</td>' in row[:300]
+    assert '<nav id="pages">' in html and 'href="/topology"' in html
 
 
 async def test_the_session_page_shows_calls_trace_grade_and_logs(

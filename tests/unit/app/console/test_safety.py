@@ -14,6 +14,7 @@ from app.console import create_app
 from app.console.compare import CallSide, Compared, Divergence
 from app.console.safety import CSP, raw_key_allowed
 from app.console.server import Console
+from app.console.topology import Gateway, Poller, Pool, Queue, Replica, Topology
 from app.task_audit import ProbeResult, TaskAudit
 from polar.settings import Settings
 from polar.storage import Storage
@@ -75,6 +76,15 @@ def compared(text: str, divergence: Divergence | None) -> Compared:
     return Compared(session_row(text), 2, 10, 4, patch, 1, 1, 1, divergence)
 
 
+def topology(text: str) -> Topology:
+    """Every field a gateway's /health, a worker's identity or an error could fill."""
+    replica = Replica(text, True, 1, 1, 1, 0, 1.0)
+    gateway = Gateway(text, None, text, text, text, 10, [replica], [Pool(text, [text], text, [])])
+    gateway.gauges = {"in_flight": 1.0, "held": 1.0, "paused": 1.0}
+    queue = Queue(text, text, text, "activity", [Poller(text, None, 1.0)], text)
+    return Topology([gateway, Gateway(text, text)], [queue], [text], [(text, text)])
+
+
 def all_views(text: str) -> dict[str, dict[str, Any]]:
     """tests/support's views of every page, and the pages' parts it leaves out: the task
     page's audit verdict, the compare page."""
@@ -90,6 +100,7 @@ def all_views(text: str) -> dict[str, dict[str, Any]]:
         compared(text, Divergence(None, "")),
     ]
     views["compare.html"] = {"view": task, "items": items}
+    views["topology.html"] = {"view": topology(text)}
     return views
 
 
@@ -123,6 +134,7 @@ def test_payloads_render_as_text_on_every_page(payload: str) -> None:
     assert escaped in pages["task.html"].split('id="task-audit"')[1]  # the audit's text too
     assert escaped in pages["compare.html"].split('id="diverged-1"')[1]  # a divergent call
     assert 'id="compare-form"' in pages["task.html"]
+    assert pages["topology.html"].count(escaped) >= 10  # gateway, replica, pool, queue, host
 
 
 def test_a_session_past_temporals_retention_renders_from_s3_alone() -> None:
