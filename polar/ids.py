@@ -1,4 +1,5 @@
-"""Task and session ids: the one check for every place an id becomes a path or a key."""
+"""Task, session and workflow ids: the one check for every place an id becomes a path, a key
+or a workflow's name."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from pydantic import (
 )
 
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$"
-"""Task and session ids (with `checked_id`'s no-'..' rule): they become file names and S3 key
-segments, so no '/', no leading '.' or '-', at most 200 characters."""
+"""The one id grammar (with `checked_id`'s no-'..' rule), for task, session and workflow ids:
+they become file names, S3 key segments and Temporal workflow ids, so no '/', no leading '.'
+or '-', at most 200 characters."""
 TASK_ID_MAX = 128
 """A task id leaves room for what its session ids add (`-{nonce}-s{i}`, `-eval`)."""
 
@@ -33,6 +35,12 @@ def checked_id(value: object, what: str = "id") -> str:
             "letter or digit, without '..'"
         )
     return value
+
+
+def checked_workflow_id(value: object) -> str:
+    """`value` if it is a valid workflow id (the same grammar: `checked_id`), else InvalidId:
+    what `PolarClient.submit(workflow_id=)` and the CLI check before Temporal sees it."""
+    return checked_id(value, "workflow id")
 
 
 def _session_id(value: str) -> str:

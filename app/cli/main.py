@@ -12,6 +12,7 @@ from typing import Annotated, Any, NoReturn
 import typer
 from rich.console import Console
 
+from app.cli.exit_codes import ExitCode
 from polar.settings import ClientSettings, get_settings
 
 TEMPORAL_BRIDGE = "temporalio.bridge.temporal_sdk_bridge"
@@ -19,6 +20,9 @@ TEMPORAL_BRIDGE = "temporalio.bridge.temporal_sdk_bridge"
 
 # a pipe or CI log gets wide lines instead of 80 columns of wrapped ids
 console = Console(width=None if sys.stdout.isatty() else 160)
+err_console = Console(stderr=True, soft_wrap=True)
+"""Warnings and refusals: stderr, so that `--json` output on stdout stays JSON; one line
+each, never wrapped (a script may grep them)."""
 
 
 def exit_process(code: int | str | None) -> NoReturn:
@@ -51,6 +55,10 @@ def plain_error(exc: Exception) -> str | None:
     workflow), None for anything else (a bug: its traceback is shown)."""
     from temporalio.service import RPCError, RPCStatusCode
 
+    from polar.ids import InvalidId
+
+    if isinstance(exc, InvalidId):  # no such workflow can exist
+        return f"not found: {exc}"
     if isinstance(exc, RPCError) and exc.status == RPCStatusCode.NOT_FOUND:
         return f"not found: {exc.message}"
     if isinstance(exc, RuntimeError) and str(exc).startswith("Failed client connect"):
@@ -72,15 +80,15 @@ class PolarApp(typer.Typer):
         except SystemExit as exc:
             exit_process(exc.code)
         except KeyboardInterrupt:
-            exit_process(130)
+            exit_process(ExitCode.INTERRUPTED)
         except Exception as exc:  # noqa: BLE001 - said plainly, or Typer's traceback; exit 1
             message = plain_error(exc)
             if message is None:
                 sys.excepthook(*sys.exc_info())
             else:
                 print(f"polar: {message}", file=sys.stderr)
-            exit_process(1)
-        exit_process(0)
+            exit_process(ExitCode.ERROR)
+        exit_process(ExitCode.OK)
 
 
 def main(

@@ -8,6 +8,7 @@ stderr and exit 1."""
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from typing import Annotated, Any, NoReturn
 
@@ -134,8 +135,11 @@ async def session_result(client: Any, workflow_id: str) -> SessionResult | None:
         fail(f"session {workflow_id} ended without a result: {exc.cause or exc}")
 
 
-def print_session_result(result: SessionResult, as_json: bool) -> None:
+def print_session_result(
+    result: SessionResult, as_json: bool, extra: dict[str, Any] | None = None
+) -> None:
+    """The session's result as text, or as JSON with `extra` fields (its verdict) added."""
     if as_json:
-        print(result.model_dump_json(indent=2))
+        print(json.dumps(result.model_dump(mode="json") | (extra or {}), indent=2))
     else:
         print(session_result_text(result), end="")

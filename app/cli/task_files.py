@@ -1,5 +1,5 @@
 """Reading tasks for `polar submit` and `polar tasks load`: a TaskSpec file, a Harbor dir,
-and the warnings of their audit and verifier."""
+the workflow id option, and the warnings of their audit, verifier and source (on stderr)."""
 
 from __future__ import annotations
 
@@ -7,29 +7,31 @@ from pathlib import Path
 
 import typer
 
-from app.cli.main import console
+from app.cli.exit_codes import ExitCode
+from app.cli.main import err_console
 from polar.tasks.spec import HarnessSpec, TaskSpec
 
 
 def load_task_file(path: Path) -> TaskSpec:
-    """The TaskSpec in `path`; any unusable file (a builder that does not import included) is
-    a clean message and exit code 2."""
+    """The TaskSpec in `path`; any unusable file (a builder that does not import, a kind's
+    missing field such as a CLI harness's instruction included) is a clean message and exit
+    code 2."""
     from activities.task_kinds import check_task_kinds
     from polar.builders import check_builder
 
     try:
         data = path.read_bytes()
     except OSError as exc:  # missing, a directory, unreadable
-        console.print(f"cannot read the TaskSpec file {path}: {exc}", markup=False)
-        raise typer.Exit(2) from exc
+        err_console.print(f"cannot read the TaskSpec file {path}: {exc}", markup=False)
+        raise typer.Exit(ExitCode.INVALID_INPUT) from exc
     try:  # not JSON, not UTF-8, invalid fields, a builder or kind that does not resolve
         spec = TaskSpec.model_validate_json(data)
         check_builder(spec.builder)
         return check_task_kinds(spec)
     except ValueError as exc:
-        console.print(f"invalid TaskSpec in {path}:", style="red", markup=False)
-        console.print(str(exc), markup=False)
-        raise typer.Exit(2) from exc
+        err_console.print(f"invalid TaskSpec in {path}:", style="red", markup=False)
+        err_console.print(str(exc), markup=False)
+        raise typer.Exit(ExitCode.INVALID_INPUT) from exc
 
 
 def load_harbor_dir(
@@ -53,11 +55,11 @@ def load_harbor_dir(
             )
         ]
         if build:
-            for image in ensure_images(path, image_map=image_map, log=console.print):
-                console.print(f"{image.task}: {image.image} ({image.how}, {image.seconds:g} s)")
+            for image in ensure_images(path, image_map=image_map, log=err_console.print):
+                err_console.print(f"{image.task}: {image.image} ({image.how}, {image.seconds:g} s)")
     except ValueError as exc:  # HarborTaskError, an invalid kind or config
-        console.print(str(exc), style="red", markup=False)
-        raise typer.Exit(2) from exc
+        err_console.print(str(exc), style="red", markup=False)
+        raise typer.Exit(ExitCode.INVALID_INPUT) from exc
     return specs
 
 
@@ -72,9 +74,9 @@ def check_audit(spec: TaskSpec, near: Path, strict: bool) -> None:
     why = "; ".join(audit.reasons) or audit.verdict
     text = f"task {spec.task_id} was {audit.verdict} by its audit ({audit.origin}): {why}"
     if strict:
-        console.print(f"refused (--strict): {text}", style="red", markup=False)
-        raise typer.Exit(3)
-    console.print(f"warning: {text}", style="yellow", markup=False)
+        err_console.print(f"refused (--strict): {text}", style="red", markup=False)
+        raise typer.Exit(ExitCode.REFUSED)
+    err_console.print(f"warning: {text}", style="yellow", markup=False)
 
 
 def warn_verifier(spec: TaskSpec) -> None:
@@ -84,4 +86,29 @@ def warn_verifier(spec: TaskSpec) -> None:
 
     text = verifier_warning(spec)
     if text is not None:
-        console.print(f"warning: {text}", style="yellow", markup=False)
+        err_console.print(f"warning: {text}", style="yellow", markup=False)
+
+
+def warn_no_source(spec: TaskSpec) -> None:
+    """Warn about a task that names no source on the default image: its sessions start in an
+    empty workspace (polar/client/submit_checks.py; `"source": null` says it is meant)."""
+    from polar.client.submit_checks import missing_source
+
+    text = missing_source(spec)
+    if text is not None:
+        err_console.print(f"warning: {text}", style="yellow", markup=False)
+
+
+def checked_workflow_id_option(workflow_id: str, tasks: int) -> str:
+    """`--workflow-id`, a valid id (polar/ids.py) for one task; else a clean message and exit
+    code 2."""
+    from polar.ids import InvalidId, checked_workflow_id
+
+    if tasks != 1:
+        err_console.print(f"--workflow-id names one task, not {tasks}", style="red")
+        raise typer.Exit(ExitCode.INVALID_INPUT)
+    try:
+        return checked_workflow_id(workflow_id)
+    except InvalidId as exc:
+        err_console.print(f"--workflow-id: {exc}", style="red", markup=False)
+        raise typer.Exit(ExitCode.INVALID_INPUT) from exc

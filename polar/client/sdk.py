@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
+import warnings
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +35,7 @@ from temporalio.service import RPCError
 
 from polar.advantages import group_rewards
 from polar.builders import check_builder
+from polar.client.submit_checks import NoSourceWarning, checked_workflow_id, missing_source
 from polar.console_links import console_memo, task_link
 from polar.contracts import SessionProgress, SessionResult, Stage, TaskResult
 from polar.records import OutcomeClass, SessionStatus, Trace
@@ -129,10 +131,16 @@ class PolarClient:
         naming `builder.name`, or a ValueError naming `builder.config`);
         `resolve_builder=False` leaves that to the workers (the build stage then fails the
         session, non-retryably). `console_url` (default: the `console_public_url` setting):
-        the console the task's and its sessions' Web UI summaries link to; none: no link."""
+        the console the task's and its sessions' Web UI summaries link to; none: no link.
+        A `workflow_id` must be a valid id (polar.ids: InvalidId, a ValueError, otherwise); a
+        task naming no source on the default image warns (`NoSourceWarning`)."""
         task = spec if isinstance(spec, TaskSpec) else TaskSpec.model_validate(spec)
+        if workflow_id is not None:
+            checked_workflow_id(workflow_id)
         if resolve_builder:
             check_builder(task.builder)
+        if (note := missing_source(task)) is not None:
+            warnings.warn(note, NoSourceWarning, stacklevel=2)
         workflow_id = workflow_id or f"task-{task.task_id}-{uuid.uuid4().hex[:8]}"
         console = console_url or self.settings.console_public_url
         await self.client.start_workflow(
@@ -148,7 +156,8 @@ class PolarClient:
         return TaskRun(task.task_id, workflow_id)
 
     def handle(self, run: TaskRun | str) -> WorkflowHandle[Any, TaskResult]:
-        workflow_id = run.workflow_id if isinstance(run, TaskRun) else run
+        """The task's workflow handle; a workflow id that is not a valid id is InvalidId."""
+        workflow_id = run.workflow_id if isinstance(run, TaskRun) else checked_workflow_id(run)
         return self.client.get_workflow_handle(workflow_id, result_type=TaskResult)
 
     # ------------------------------------------------------------------ follow
