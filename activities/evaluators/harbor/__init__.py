@@ -8,6 +8,7 @@ from activities.evaluators.harbor.evaluator import (
     Tampering,
     judge_reward_files,
     parse_reward,
+    primary_reward,
 )
 from activities.evaluators.harbor.report import HarborReport
 
@@ -18,4 +19,5 @@ __all__ = [
     "Tampering",
     "judge_reward_files",
     "parse_reward",
+    "primary_reward",
 ]

@@ -26,6 +26,13 @@ class HarborConfig(EvaluatorConfig):
     user: str | None = Field(default=None, pattern=r"^[a-z_][a-z0-9_-]*$|^[0-9]+$")
     env: dict[str, str] = Field(default_factory=dict)
     timeout_s: float = Field(default=600, gt=0, le=MAX_TIMEOUT_S, allow_inf_nan=False)
+    reward_key: str | None = Field(
+        default=None,
+        min_length=1,
+        exclude_if=lambda v: v is None,  # left out when unset: older workers read the spec
+        description="which named reward of reward.json is the session's reward (None: "
+        "`reward`, else the only one, else the mean of all, as Harbor reads them)",
+    )
     network: NetworkSpec = Field(
         default_factory=NetworkSpec,
         exclude_if=lambda v: v.sealed,  # left out while sealed: older workers read the spec

@@ -13,8 +13,10 @@ left out). Only then, and only there:
    timeout; every process it left is then killed;
 3. the reward is read from `/logs/verifier` only, in Harbor's order (harbor 0.25,
    harbor/verifier/verifier.py: `reward.json` if it exists, else `reward.txt`):
-   `reward.json` is an object of numbers, its `reward` the session's reward and every
-   number a component kept in the report; `reward.txt` is one number.
+   `reward.json` is an object of named rewards, every one kept in the report, the
+   session's reward taken as Harbor takes its primary reward (`primary_reward`: `reward`,
+   else the only one; several and no `reward`: their mean, or the task's
+   `evaluator.harbor.reward_key`); `reward.txt` is one number.
 
 Who wrote the reward. test.sh often runs the agent's code (it imports the module under
 test, or runs pytest in the workspace) as the verifier user, who owns `/logs/verifier`:
@@ -75,7 +77,13 @@ from polar.evaluation_reports import Baselines, EvaluationReport
 from polar.host_paths import outside_roots, resolved_problem, source_roots
 from polar.settings import WorkerSettings
 
-__all__ = ["HarborEvaluator", "Tampering", "judge_reward_files", "parse_reward"]
+__all__ = [
+    "HarborEvaluator",
+    "Tampering",
+    "judge_reward_files",
+    "parse_reward",
+    "primary_reward",
+]
 
 TEST_LOG = "harbor-test"
 """test.sh's log in the evaluator runtime (kept as `harbor-test.stdout` / `.stderr`)."""
@@ -90,9 +98,12 @@ MAX_REWARD_BYTES = 1 << 20
 SETUP_TIMEOUT_S = 120.0
 
 
-def parse_reward(name: str, raw: bytes) -> tuple[float, dict[str, float]]:
-    """(reward, components) of a `reward.json` or `reward.txt` (EvaluatorError if it is
-    empty, not a number, not finite, or a JSON object without `reward`)."""
+def parse_reward(
+    name: str, raw: bytes, reward_key: str | None = None
+) -> tuple[float, dict[str, float]]:
+    """(reward, components) of a `reward.json` or `reward.txt`, the reward as
+    `primary_reward` takes it (EvaluatorError if the file is empty, not a number, not
+    finite, or a JSON object without the reward)."""
     text = raw.decode("utf-8", "replace").strip()
     if not text:
         raise EvaluatorError(f"{VERIFIER_DIR}/{name} is empty")
@@ -119,10 +130,28 @@ def parse_reward(name: str, raw: bytes) -> tuple[float, dict[str, float]]:
         if not math.isfinite(value):
             raise EvaluatorError(f"{VERIFIER_DIR}/reward.json: {key!r} is not finite")
         components[str(key)] = float(value)
-    if "reward" not in components:
-        keys = ", ".join(sorted(components)) or "none"
-        raise EvaluatorError(f"{VERIFIER_DIR}/reward.json has no 'reward' (keys: {keys})")
-    return components["reward"], components
+    return primary_reward(components, reward_key), components
+
+
+def primary_reward(components: dict[str, float], reward_key: str | None = None) -> float:
+    """The session's reward of a `reward.json`'s named rewards: `reward_key`'s where the task
+    names one; else as Harbor takes the primary reward (harbor 0.25, cli/jobs.py
+    `_primary_reward`): `reward`, else the only one; else, where Harbor keeps several named
+    rewards and no primary (its metrics then aggregate each name apart), their mean, as
+    Harbor's reward kit combines components by default (equal weights)."""
+    keys = ", ".join(sorted(components)) or "none"
+    if reward_key is not None:
+        if reward_key not in components:
+            raise EvaluatorError(
+                f"{VERIFIER_DIR}/reward.json has no {reward_key!r}, the task's "
+                f"evaluator.harbor.reward_key (keys: {keys})"
+            )
+        return components[reward_key]
+    if "reward" in components:
+        return components["reward"]
+    if not components:
+        raise EvaluatorError(f"{VERIFIER_DIR}/reward.json holds no reward (an empty object)")
+    return math.fsum(components.values()) / len(components)
 
 
 class Tampering(Exception):
@@ -133,7 +162,7 @@ class Tampering(Exception):
 
 
 def judge_reward_files(
-    found: dict[str, bytes], odd: dict[str, str] | None = None
+    found: dict[str, bytes], odd: dict[str, str] | None = None, reward_key: str | None = None
 ) -> tuple[str, float, dict[str, float]]:
     """(file, reward, components) of what test.sh left in /logs/verifier: `found` maps a
     reward file's name to its bytes (plain files only), `odd` a reward file that was there
@@ -150,9 +179,9 @@ def judge_reward_files(
         )
     name = present[0]
     if len(present) == 1:
-        return (name, *parse_reward(name, found[name]))
+        return (name, *parse_reward(name, found[name], reward_key))
     try:
-        parsed = {n: parse_reward(n, found[n]) for n in REWARD_FILES}
+        parsed = {n: parse_reward(n, found[n], reward_key) for n in REWARD_FILES}
     except EvaluatorError as exc:
         raise Tampering(f"both reward files exist and one is not valid: {exc}") from None
     (reward, components), (text, _) = parsed["reward.json"], parsed["reward.txt"]
@@ -247,7 +276,9 @@ class HarborEvaluator:
                 "it running): reward 0"
             )
             return evaluation
-        scored = await _score(runtime, handle, evaluation, report, outcome.exit_code, session_code)
+        scored = await _score(
+            runtime, handle, evaluation, report, outcome.exit_code, session_code, spec.reward_key
+        )
         if scored and changes.protected_dropped:
             evaluation.detail += (
                 f"; protected files kept: {', '.join(changes.protected_dropped[:5])}"
@@ -347,6 +378,7 @@ async def _score(
     report: HarborReport,
     exit_code: int | None,
     session_code: bool,
+    reward_key: str | None,
 ) -> bool:
     """The reward test.sh left in /logs/verifier, in `evaluation` and `report`; whether there
     was one (False: tampering, reward 0 where the session's code ran; an evaluator error
@@ -354,7 +386,7 @@ async def _score(
     # read from outside: nothing runs in a runtime after the code under test
     found, odd = await runtime.read_files(handle, VERIFIER_DIR, REWARD_FILES, MAX_REWARD_BYTES)
     try:
-        name, reward, components = judge_reward_files(found, odd)
+        name, reward, components = judge_reward_files(found, odd, reward_key)
     except Tampering as exc:
         if not session_code:
             raise EvaluatorError(f"{exc} (the untouched task: the task's own)") from None

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from activities.evaluators.base import EvaluatorError
-from activities.evaluators.harbor import Tampering, judge_reward_files, parse_reward
+from activities.evaluators.harbor import Tampering, judge_reward_files, parse_reward, primary_reward
 
 
 @pytest.mark.parametrize(
@@ -16,6 +16,15 @@ from activities.evaluators.harbor import Tampering, judge_reward_files, parse_re
         ("reward.txt", b"1\n", 1.0, {}),
         ("reward.txt", b" 0.25 ", 0.25, {}),
         ("reward.json", b'{"reward": 0.5, "tests": 3}', 0.5, {"reward": 0.5, "tests": 3.0}),
+        # named rewards without `reward`, as Harbor's multi-reward recipe writes them: the
+        # only one is the primary reward; several, their mean; every one kept
+        ("reward.json", b'{"score": 1}', 1.0, {"score": 1.0}),
+        (
+            "reward.json",
+            b'{"correctness": 1, "style": 0.5}',
+            0.75,
+            {"correctness": 1.0, "style": 0.5},
+        ),
     ],
 )
 def test_reward_files_parse_as_harbor_reads_them(
@@ -33,7 +42,7 @@ def test_reward_files_parse_as_harbor_reads_them(
         ("reward.json", b"[1]", "not an object"),
         ("reward.json", b'{"reward": "1"}', "'reward' is not a number"),
         ("reward.json", b'{"reward": true}', "'reward' is not a number"),
-        ("reward.json", b'{"score": 1}', "has no 'reward'"),
+        ("reward.json", b"{}", "holds no reward"),
         ("reward.json", b"{", "not JSON"),
     ],
 )
@@ -90,3 +99,14 @@ def test_no_reward_file_is_an_evaluator_error() -> None:
         judge_reward_files({})
     with pytest.raises(EvaluatorError, match="not a number"):
         judge_reward_files({"reward.txt": b"maybe"})
+
+
+def test_a_task_names_which_reward_counts() -> None:
+    """`evaluator.harbor.reward_key` picks one named reward; one that test.sh did not write
+    is the task's error, never a 0."""
+    both = {"correctness": 1.0, "style": 0.0, "reward": 0.4}
+    assert primary_reward(both) == 0.4
+    assert primary_reward(both, "style") == 0.0
+    with pytest.raises(EvaluatorError, match="has no 'speed'"):
+        primary_reward(both, "speed")
+    assert judge_reward_files({"reward.json": b'{"a": 0, "b": 1}'}, reward_key="b")[1] == 1.0
