@@ -114,9 +114,14 @@ def show(
 
 async def session_result(client: Any, workflow_id: str) -> SessionResult | None:
     """The result of `workflow_id` if it is a Session (waiting for it); None if it is a
-    RolloutTask; one line and exit 1 if there is no such workflow or it is neither."""
+    RolloutTask; one line and exit 1 if there is no such workflow or it is neither; one line
+    and its verdict's code (4 or 6, docs/errors.md) if it ended without a result."""
     from temporalio.client import WorkflowFailureError
+    from temporalio.exceptions import ApplicationError
     from temporalio.service import RPCError, RPCStatusCode
+
+    from app.cli.exit_codes import VERDICT_CODES
+    from polar.verdicts import failure_verdict
 
     handle = client.get_workflow_handle(workflow_id)
     try:
@@ -131,8 +136,12 @@ async def session_result(client: Any, workflow_id: str) -> SessionResult | None:
         fail(f"{workflow_id} is a {kind} workflow, not a task or a session")
     try:
         return await client.get_workflow_handle(workflow_id, result_type=SessionResult).result()
-    except WorkflowFailureError as exc:
-        fail(f"session {workflow_id} ended without a result: {exc.cause or exc}")
+    except WorkflowFailureError as exc:  # one line, and the verdict's code (as a task's)
+        cause = exc.cause
+        verdict = failure_verdict(cause.type if isinstance(cause, ApplicationError) else None)
+        note = f"session {workflow_id} ended without a result: {cause or exc}"
+        print(f"polar: {terminal_safe(note)}", file=sys.stderr)
+        raise typer.Exit(VERDICT_CODES[verdict]) from None
 
 
 def print_session_result(

@@ -6,8 +6,9 @@ Temporal, real sessions on the suite's worker where the worker decides (a missin
 dir, a CLI harness started without its instruction), and the real workflows with stub
 activities where a stage must fail as the stack fails (test_workflow_branches' `Stubs`): a
 missing image, a sandbox that never reached the harness, a task cancelled before any session
-ended. Each case gives what was printed (or raised) and the exit code or status, which must
-hold the row's message and equal its last column. A row without a case, or a case without
+ended (one case runs `polar` as its own process: the exit code a shell sees). Each case
+gives what was printed (or raised) and the exit code or status, which must hold the row's
+message and equal its last column. A row without a case, or a case without
 a row, fails the test.
 """
 
@@ -15,7 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
+import subprocess
+import sys
 import uuid
 import warnings
 from collections.abc import Awaitable, Callable
@@ -24,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError
 from typer.testing import CliRunner
@@ -104,6 +108,21 @@ class Stack:
             CliRunner().invoke, app, list(args), env=self.env(), catch_exceptions=False
         )
         return result.output, result.exit_code
+
+    async def process(self, *args: str) -> tuple[str, str, int]:
+        """`python -m app.cli ARGS` as its own process (the code it really exits with): its
+        stdout, stderr and exit code."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("POLAR_")} | self.env()
+        done = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-m", "app.cli", *args],
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        return done.stdout, done.stderr, done.returncode
 
 
 Case = Callable[[Stack], Awaitable[tuple[str, str]]]
@@ -241,8 +260,9 @@ async def _(stack: Stack) -> tuple[str, str]:
 async def _(stack: Stack) -> tuple[str, str]:
     gone = stack.dir / "gone"
     path = stack.task_file(source={"type": "dir", "path": str(gone)})
-    out, code = await stack.cli("submit", "--json", str(path))
-    result = json.loads(out.strip().splitlines()[-1])
+    out, err, code = await stack.process("submit", "--json", str(path))
+    assert "Traceback" not in err, err
+    result = json.loads(out)  # stdout: the one task's line of JSON, nothing else
     assert (result["verdict"], result["exit_code"]) == ("task_error", code), result
     [session] = [SessionResult.model_validate(s) for s in result["sessions"]]
     tries = await attempts(stack.client, session.session_id, "prepare_runtime")
@@ -300,6 +320,27 @@ async def _(stack: Stack) -> tuple[str, str]:
     [session] = (await stack.polar.wait(workflow_id)).sessions
     assert session.outcome is not None
     return out, f"exit {code}; session {session.outcome.outcome.value}"
+
+
+@case("spec-refused-by-workflow")
+async def _(stack: Stack) -> tuple[str, str]:
+    """`temporal workflow start` of an invalid spec: the task's workflow and a session's
+    refuse it (InvalidTaskSpec, InvalidSessionSpec) before any stage: the task's error."""
+    outs, codes = [], set()
+    bad_task = {"task_id": "../x", "harness": {"kind": "command", "command": "true"}}
+    bad_session = {"session_id": "../x", "index": 0, "task": bad_task | {"task_id": "t"}}
+    for workflow, spec in (("RolloutTask", bad_task), ("Session", bad_session)):
+        workflow_id = f"refused-{uuid.uuid4().hex[:8]}"
+        handle = await stack.client.start_workflow(
+            workflow, spec, id=workflow_id, task_queue=stack.polar.settings.task_queue
+        )
+        with pytest.raises(WorkflowFailureError):
+            await handle.result()
+        out, code = await stack.cli("result", workflow_id)
+        outs.append(out)
+        codes.add(code)
+    [code] = codes
+    return "\n".join(outs), exit_status(code)
 
 
 @case("none-completed")
