@@ -3,6 +3,7 @@
 /                                 tasks (filters: task, harness, runtime, status, since)
 /tasks/{workflow or task id}      one task run: its sessions, rewards, advantages, audit
 /tasks/{id}/compare?session=...   sessions of the task side by side (none named: all)
+/training                         tasks tagged with a policy version, per version, as a chart
 /topology                         gateways, replicas, pools, workers by queue and host, services
 /sessions/{id}                    one session: stages, calls, traces, grade, logs
 /sessions/{id}/calls/{n}          one call: request as sent and normalised, response
@@ -33,6 +34,7 @@ from app.console.task_page import task_view
 from app.console.temporal_reads import TemporalReads
 from app.console.tokens import trace_view
 from app.console.topology import topology
+from app.console.training import by_version
 from polar.ids import InvalidId, checked_id
 from polar.record_codec import RECORD_SUFFIX, decode_record
 from polar.settings import ConsoleSettings
@@ -110,6 +112,7 @@ def create_app(
         return console.problem(400, str(exc))
 
     add_pages(app, console)
+    add_overviews(app, console)
     add_files(app, console)
     return app
 
@@ -129,26 +132,6 @@ def add_pages(app: FastAPI, console: Console) -> None:
         if view is None:
             raise NotFound(f"no task {ref}")
         return console.page("task.html", view=view)
-
-    @app.get("/tasks/{ref}/compare", response_class=HTMLResponse)
-    async def compare(
-        ref: str, session: Annotated[list[str] | None, Query()] = None
-    ) -> HTMLResponse:
-        ref = checked_text("task", ref) or ""
-        view = await task_view(await console.reads(), console.objects, ref)
-        if view is None:
-            raise NotFound(f"no task {ref}")
-        try:
-            rows = selected(view.sessions, session or [])
-        except CompareError as exc:
-            return console.problem(400, str(exc))
-        items = await compare_sessions(console.objects, rows)
-        return console.page("compare.html", view=view, items=items)
-
-    @app.get("/topology", response_class=HTMLResponse)
-    async def topology_page() -> HTMLResponse:
-        found = await topology((await console.reads()).client, console.settings)
-        return console.page("topology.html", view=found)
 
     @app.get("/sessions/{session_id}", response_class=HTMLResponse)
     async def session(session_id: str) -> HTMLResponse:
@@ -188,7 +171,50 @@ def add_pages(app: FastAPI, console: Console) -> None:
         return console.page("trace.html", session_id=session_id, n=n, key=key, view=view)
 
 
+def add_overviews(app: FastAPI, console: Console) -> None:
+    """The pages over many sessions or tasks: compare, training, topology."""
+
+    @app.get("/tasks/{ref}/compare", response_class=HTMLResponse)
+    async def compare(
+        ref: str, session: Annotated[list[str] | None, Query()] = None
+    ) -> HTMLResponse:
+        ref = checked_text("task", ref) or ""
+        view = await task_view(await console.reads(), console.objects, ref)
+        if view is None:
+            raise NotFound(f"no task {ref}")
+        try:
+            rows = selected(view.sessions, session or [])
+        except CompareError as exc:
+            return console.problem(400, str(exc))
+        items = await compare_sessions(console.objects, rows)
+        return console.page("compare.html", view=view, items=items)
+
+    @app.get("/training", response_class=HTMLResponse)
+    async def training(
+        task: str | None = None,
+        harness: str | None = None,
+        since: str | None = None,
+        limit: int = TRAINING_TASKS,
+    ) -> HTMLResponse:
+        filters = TaskFilters.parse(task=task, harness=harness, since=since)
+        reads = await console.reads()
+        cap = max(1, min(limit, MAX_TRAINING_TASKS))
+        executions = await reads.executions(filters.visibility_query(), cap)
+        rows = await asyncio.gather(*(reads.task_row(e) for e in executions))
+        versions = by_version(list(rows))
+        return console.page(
+            "training.html", filters=filters, versions=versions, read=len(rows), limit=cap
+        )
+
+    @app.get("/topology", response_class=HTMLResponse)
+    async def topology_page() -> HTMLResponse:
+        found = await topology((await console.reads()).client, console.settings)
+        return console.page("topology.html", view=found)
+
+
 CALL_PARTS = ("request", "normalized_request", "response")
+TRAINING_TASKS, MAX_TRAINING_TASKS = 500, 2000
+"""How many of the newest tasks the training page reads by default, and at most."""
 
 
 def safe_id(value: str) -> str:

@@ -40,6 +40,8 @@ class TaskRow:
     trained_tokens: int = 0
     policy_version: int | None = None
     cancelled_sessions: int = 0
+    rewarded: int = 0
+    """Sessions with a reward (what `mean_reward` averages)."""
 
 
 def add_results(row: TaskRow, sessions: list[SessionResult], top: float) -> None:
@@ -49,6 +51,7 @@ def add_results(row: TaskRow, sessions: list[SessionResult], top: float) -> None
     row.passes = pass_rates(sessions, top, row.total)
     row.trained_tokens = sum(s.num_response_tokens for s in sessions)
     row.cancelled_sessions = sum(1 for s in sessions if s.status == SessionStatus.CANCELLED)
+    row.rewarded = sum(1 for s in sessions if s.reward is not None)
 
 
 @dataclass

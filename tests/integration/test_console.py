@@ -16,6 +16,7 @@ from urllib.parse import quote
 
 import httpx
 import pytest
+from temporalio.client import WorkflowExecutionStatus
 
 from app.adversaries import NOOP_COMMAND
 from app.console import create_app
@@ -225,6 +226,46 @@ async def test_the_topology_shows_gateways_replicas_and_workers(ran: Ran) -> Non
     ]
     assert '<td class="pollers">1</td>' in row[:300]
     assert '<nav id="pages">' in html and 'href="/topology"' in html
+
+
+async def test_the_training_page_sums_tagged_tasks_per_policy_version(
+    ran: Ran, console: httpx.AsyncClient, tmp_path: Path
+) -> None:
+    """Tasks tagged as a trainer bridge tags them (TaskSpec.policy_version): v7 one passing
+    and one failing, v8 one passing and one cancelled while it runs (a dropped prefetch)."""
+    polar, repo = ran.stack.polar, demo_repo(tmp_path)
+    prefix = f"console-train-{uuid.uuid4().hex[:6]}"
+    runs = [
+        await polar.submit(spec(f"{prefix}-{name}", command, repo, policy_version=version))
+        for name, command, version in (
+            ("a", "python agent.py", 7),
+            ("b", "true", 7),
+            ("c", "python agent.py", 8),
+            ("d", "sleep 120", 8),
+        )
+    ]
+    results = [await polar.wait(run, timeout_s=180) for run in runs[:3]]
+    await polar.cancel(runs[3])
+    handle = polar.client.get_workflow_handle(runs[3].workflow_id)
+    for _ in range(300):
+        if (await handle.describe()).status != WorkflowExecutionStatus.RUNNING:
+            break
+        await asyncio.sleep(0.1)
+    html = shown(ran, await console.get("/training", params={"task": prefix}))
+    trained = [sum(s.num_response_tokens for s in r.sessions) for r in results]
+    assert trained[0] > 0 and trained[1] == 0 and trained[2] > 0
+    v7 = html[html.index('id="version-7"') :].split("</tr>")[0]
+    assert '<td class="tasks">2</td><td class="sessions">2</td>' in v7, v7
+    assert '<td class="reward">0.500</td>' in v7  # 1 and 0
+    assert "ok 1</span>" in v7 and "policy_failure 1</span>" in v7
+    assert '<td class="dropped">0 · 0</td>' in v7 and f'<td class="trained">{trained[0]}<' in v7
+    v8 = html[html.index('id="version-8"') :].split("</tr>")[0]
+    assert '<td class="tasks">2</td><td class="sessions">1</td>' in v8, v8
+    assert '<td class="reward">1.000</td>' in v8 and '<td class="dropped">1 · 0</td>' in v8
+    chart = html[html.index('id="reward-chart"') : html.index('id="outcome-chart"')]
+    assert chart.count('class="bar v10"') == 1 and chart.count('class="bar v20"') == 1
+    assert html.index('id="version-7"') < html.index('id="version-8"')
+    assert "version-" not in shown(ran, await console.get("/training", params={"task": "x-none"}))
 
 
 async def test_the_session_page_shows_calls_trace_grade_and_logs(
