@@ -128,12 +128,37 @@ async def test_no_reward_or_a_bad_one_is_an_evaluator_error(
     for body, why in (
         ("true", "wrote no reward"),
         ("echo maybe > /logs/verifier/reward.txt", "not a number"),
-        ("echo '{\"score\": 1}' > /logs/verifier/reward.json", "has no 'reward'"),
+        ("echo '{}' > /logs/verifier/reward.json", "holds no reward"),
         ("ln -s /etc/hostname /logs/verifier/reward.txt", "is a link"),
     ):
         script.write_text(f"#!/bin/bash\n{body}\n")
         with pytest.raises(EvaluatorError, match=why):
             await _session(runtime, spec, "true", "hb-bad")
+
+
+async def test_named_rewards_are_graded_as_harbor_reads_them(
+    runtime: DockerRuntime, tmp_root: Path
+) -> None:
+    """A multi-reward verifier (named rewards, no `reward`, as Harbor's recipe writes them):
+    the session's reward is their mean, every one kept; the oracle 1, doing nothing 0."""
+    task = Path(shutil.copytree(EXAMPLES / "hello-file", tmp_root / "hello-named"))
+    (task / "tests" / "test.sh").write_text(
+        "#!/bin/bash\n"
+        "exists=0; exact=0\n"
+        "[ -f /workspace/hello.txt ] && exists=1\n"
+        '[ "$(cat /workspace/hello.txt 2>/dev/null)" = "Hello, world!" ] && exact=1\n'
+        'echo "{\\"exists\\": $exists, \\"exact\\": $exact}" > /logs/verifier/reward.json\n'
+    )
+    spec = _task(task)
+    solve = (task / "solution" / "solve.sh").read_text()
+    oracle = await _session(runtime, spec, solve, "hb-named-oracle")
+    assert oracle.reward == 1.0, oracle.detail
+    assert isinstance(oracle.report, HarborReport)
+    assert oracle.report.components == {"exists": 1.0, "exact": 1.0}
+    half = await _session(runtime, spec, "echo hi > hello.txt", "hb-named-half")
+    assert half.reward == 0.5, half.detail
+    noop = await _session(runtime, spec, "true", "hb-named-noop")
+    assert noop.reward == 0.0, noop.detail
 
 
 async def test_tests_outside_the_source_roots_are_never_read(
