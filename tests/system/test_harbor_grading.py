@@ -31,7 +31,7 @@ from polar.settings import get_settings
 from polar.tasks.harbor import load_harbor_tasks
 from polar.tasks.harbor_images import ensure_images
 from polar.tasks.harbor_toml import HarborTaskError
-from polar.tasks.spec import TaskSpec
+from polar.tasks.spec import EvaluatorSpec, TaskSpec
 from tests.support.eval_runtimes import grade, prepare_session, run_harness
 from tests.support.paths import REPO
 
@@ -159,6 +159,34 @@ async def test_named_rewards_are_graded_as_harbor_reads_them(
     assert half.reward == 0.5, half.detail
     noop = await _session(runtime, spec, "true", "hb-named-noop")
     assert noop.reward == 0.0, noop.detail
+
+
+async def test_the_verifier_has_its_users_home_as_harbor_gives_it(
+    runtime: DockerRuntime, tmp_root: Path
+) -> None:
+    """test.sh runs with the image user's HOME (a test.sh may source a tool the image put
+    there), as the task's verifier user too; a HOME in the verifier env wins."""
+    task = Path(shutil.copytree(EXAMPLES / "hello-file", tmp_root / "hello-home"))
+    (task / "tests" / "test.sh").write_text(
+        "#!/bin/bash\n"
+        'want=$(getent passwd "$(id -un)" | cut -d: -f6)\n'
+        'echo "$(id -un) HOME=$HOME want=$want"\n'
+        '[ "$HOME" = "$want" ] && echo 1 > /logs/verifier/reward.txt || '
+        "echo 0 > /logs/verifier/reward.txt\n"
+    )
+    spec = _task(task)
+    root = await _session(runtime, spec, "true", "hb-home-root")
+    assert root.reward == 1.0, root.detail
+
+    def verifier(**change: object) -> TaskSpec:
+        evaluator = spec.evaluator.model_dump()
+        evaluator["harbor"] = {**evaluator["harbor"], **change}
+        return spec.model_copy(update={"evaluator": EvaluatorSpec.model_validate(evaluator)})
+
+    nobody = await _session(runtime, verifier(user="nobody"), "true", "hb-home-nobody")
+    assert nobody.reward == 1.0, nobody.detail  # /nonexistent, as getent has it
+    set_home = await _session(runtime, verifier(env={"HOME": "/tmp"}), "true", "hb-home-env")
+    assert set_home.reward == 0.0, set_home.detail
 
 
 async def test_tests_outside_the_source_roots_are_never_read(

@@ -9,8 +9,8 @@ left out). Only then, and only there:
    is copied to `/tests`, readable by all; `/logs/verifier` is removed and made
    afresh, owned by the verifier user;
 2. `bash /tests/test.sh` runs in the workspace as the task's verifier user
-   (`setpriv`; None: the image's user) with the task's verifier env, within its
-   timeout; every process it left is then killed;
+   (`setpriv`; None: the image's user), with that user's `HOME` in the image and the
+   task's verifier env, within its timeout; every process it left is then killed;
 3. the reward is read from `/logs/verifier` only, in Harbor's order (harbor 0.25,
    harbor/verifier/verifier.py: `reward.json` if it exists, else `reward.txt`):
    `reward.json` is an object of named rewards, every one kept in the report, the
@@ -206,14 +206,27 @@ def _setup_script(staged: str, user: str | None) -> str:
     )
 
 
+HOME_OF = (
+    "home_of() { while IFS=: read -r name _ uid _ _ home _; do\n"
+    '  if [ "$name" = "$1" ] || [ "$uid" = "$1" ]; then printf %s "$home"; return; fi\n'
+    "done < /etc/passwd; }\n"
+)
+"""Shell: the home of a user (name or uid) in the image's /etc/passwd, with nothing but the
+shell (a task image need not have getent or awk)."""
+
+
 def _test_command(spec: HarborConfig) -> str:
+    """test.sh as the verifier user, with that user's HOME from the image (as Harbor's exec
+    has it: a test.sh may source what the image installed there; `/` where it has none),
+    unless the task's verifier env sets HOME."""
     script = shlex.quote(f"{TESTS_IN_RUNTIME}/{spec.test_script}")
+    who = '"$(id -u)"' if spec.user is None else shlex.quote(spec.user)
+    home = "" if "HOME" in spec.env else f'HOME=$(home_of {who}); export HOME="${{HOME:-/}}"\n'
     if spec.user is None:
-        return f"exec bash {script}"
-    user = shlex.quote(spec.user)
+        return f"{HOME_OF}{home}exec bash {script}"
     return (
-        f"gid=$(id -g {user}) || exit {USER_MISSING}\n"
-        f'exec setpriv --reuid={user} --regid="$gid" --init-groups -- bash {script}'
+        f"{HOME_OF}gid=$(id -g {who}) || exit {USER_MISSING}\n{home}"
+        f'exec setpriv --reuid={who} --regid="$gid" --init-groups -- bash {script}'
     )
 
 
