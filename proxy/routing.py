@@ -210,12 +210,18 @@ class Router:
         given), then the others (healthy ones first) for when it cannot be reached."""
         first = (placement or self.place(key)).url
         yield first
+        tried = {first}
+        if self.mode == "affine" and key is not None:  # placed again: a lost home moves
+            again = self.place(key).url
+            if again not in tried:
+                tried.add(again)
+                yield again
         now = self.clock()
         if self.mode != "round_robin" and key is not None:
             others: Iterator[str] = self.ring.walk(key)
         else:
             others = iter(self.replicas)
-        rest = [u for u in others if u != first]
+        rest = [u for u in others if u not in tried]
         yield from sorted(rest, key=lambda u: not self.replicas[u].up(now))
 
     def place(self, key: str | None) -> Placement:

@@ -104,17 +104,24 @@ class SharedRoutes:
         return (url, got.meta["e_tag"] or "") if isinstance(url, str) else None
 
     async def _write(self, key: str, url: str) -> None:
+        """Write `key`'s placement conditionally: created if none is stored, replaced only
+        if what is stored is the version read (a lost home); a writer that loses adopts
+        the stored placement, or replaces it if this gateway finds it lost too."""
         etag = self._etags.pop(key, None)
-        mode: Any = {"e_tag": etag} if etag else "create"
         data = json.dumps({"url": url}).encode()
-        try:
-            await obstore.put_async(
-                self.storage.store, route_object_key(key, self.scope), data, mode=mode
-            )
-        except (AlreadyExistsError, PreconditionError):
-            self.conflicts += 1  # another gateway placed it first: take its placement
-            stored = await self._read(key)
-            if stored is not None and self.router.adopt(key, stored[0]):
-                self.adopted += 1
-        except Exception as exc:  # noqa: BLE001 - unshared, the call still goes out
-            log.warning("cannot share the placement of %s: %s", key, exc)
+        target = route_object_key(key, self.scope)
+        for _ in range(3):
+            mode: Any = {"e_tag": etag} if etag else "create"
+            try:
+                await obstore.put_async(self.storage.store, target, data, mode=mode)
+                return
+            except (AlreadyExistsError, PreconditionError):
+                self.conflicts += 1
+                stored = await self._read(key)
+                if stored is not None and self.router.adopt(key, stored[0]):
+                    self.adopted += 1  # another gateway placed it first: take its placement
+                    return
+                etag = stored[1] if stored is not None else None
+            except Exception as exc:  # noqa: BLE001 - unshared, the call still goes out
+                log.warning("cannot share the placement of %s: %s", key, exc)
+                return

@@ -23,6 +23,7 @@ import aiohttp
 
 from polar import fastjson
 from polar.session_keys import SessionIdentity
+from proxy.routing import Placement
 from proxy.training_fields import Extracted, extract, normalize
 from proxy.upstream_answers import UpstreamAnswer, UpstreamError, read_answer
 from proxy.upstream_replicas import UpstreamReplicas
@@ -69,9 +70,13 @@ class UpstreamClient(UpstreamReplicas):
         if shared is not None and key is not None:
             await shared.before(key, normalized.get("messages"))
         placement = router.place(key)
+        home = router.home_of(key) if key is not None else None
         if shared is not None and key is not None:
             shared.placed(key, placement)
         for base in router.order(key, placement):
+            if shared is not None and key is not None and home != router.home_of(key):
+                home = router.home_of(key)  # its home was lost mid-call: moved by load
+                shared.placed(key, Placement(base, "move"))
             url = f"{base}/chat/completions"
             router.acquire(base, tokens)
             try:

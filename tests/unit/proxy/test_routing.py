@@ -128,6 +128,24 @@ def test_a_lost_replica_moves_only_its_sessions_re_placed_by_load() -> None:
     assert {s: call(router, s) for s in sessions} == after
 
 
+def test_a_home_lost_mid_call_is_re_placed_by_load_for_that_call() -> None:
+    """The call that finds its home unreachable goes where the session will stay: the
+    least-loaded replica, not the next one on a hash walk."""
+    router = Router(URLS[:3])
+    sessions = [f"s-{i}" for i in range(6)]
+    home = {s: call(router, s) for s in sessions}
+    quiet = URLS[2]
+    for s in sessions:  # the third replica's sessions finish: it holds none
+        if home[s] == quiet:
+            router.table.assign(s, URLS[0], router.clock())
+    mine = next(s for s in sessions if home[s] == URLS[1])
+    tries = router.order(mine)
+    assert next(tries) == URLS[1]
+    router.failed(URLS[1], unreachable=True)
+    assert next(tries) == quiet
+    assert call(router, mine) == quiet
+
+
 def test_adding_a_replica_moves_no_session_and_new_ones_fill_it() -> None:
     router = Router(URLS)
     sessions = KEYS[:80]
