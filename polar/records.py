@@ -173,32 +173,88 @@ class ReconstructionStats(BaseModel):
 
 
 class TraceProvenance(BaseModel):
-    session_id: str
-    task_id: str
-    harness: str
-    builder: str
-    model: str | None
-    completion_seqs: list[int]
-    record_ids: list[str]
-    reward_policy: Literal["broadcast", "session_normalized"] = "broadcast"
-    reconstruction: ReconstructionStats | None = None
-    policy_version: int | None = None
+    """Where a trace came from: its session, task, harness, builder and model calls."""
+
+    session_id: str = Field(description="the session whose model calls the trace is made of")
+    task_id: str = Field(description="the task (one GRPO group) the session belongs to")
+    harness: str = Field(description="the harness that made the calls (`codex`, `command`, ...)")
+    builder: str = Field(description="the builder that made the trace (`prefix_merging`, ...)")
+    model: str | None = Field(description="the model name the first call asked the gateway for")
+    completion_seqs: list[int] = Field(
+        description="each member call's `CompletionRecord.seq` (gateway start time, ns), "
+        "in chain order"
+    )
+    record_ids: list[str] = Field(
+        description="each member call's `CompletionRecord.record_id`, in chain order: "
+        "one for a `per_request` trace, the merged calls for a `prefix_merging` one"
+    )
+    reward_policy: Literal["broadcast", "session_normalized"] = Field(
+        default="broadcast",
+        description="how the session's reward reached the trace: `broadcast` (every trace "
+        "gets it) or `session_normalized` (split over the session's traces)",
+    )
+    reconstruction: ReconstructionStats | None = Field(
+        default=None, description="how the builder made the trace (chains, breaks, repairs)"
+    )
+    policy_version: int | None = Field(
+        default=None,
+        description="the policy (weights) version the task was submitted with; None: not given",
+    )
 
 
 class Trace(BaseModel):
-    """One trainer-facing sequence: prompt, response with loss mask and logprobs, reward."""
+    """One trainer-facing sequence: prompt, response with loss mask and logprobs, reward.
 
-    trace_id: str
-    prompt_ids: list[int]
-    response_ids: list[int]
-    loss_mask: list[int]
-    response_logprobs: list[float]
-    prompt_messages: list[dict[str, Any]] = Field(default_factory=list)
-    response_message: dict[str, Any] | None = None
-    tools: list[dict[str, Any]] | None = None
-    reward: float | None = None
-    status: SessionStatus | None = None
-    provenance: TraceProvenance
+    The sequence is `prompt_ids + response_ids`. `loss_mask` and `response_logprobs` are
+    aligned with `response_ids`, one value per response token: that is what `loss_mask`
+    means everywhere in Polar (every export and trainer bridge). A mask over the whole
+    sequence is `[0] * len(prompt_ids) + loss_mask`, and goes by another name where a format
+    has one (TRL's `completion_mask`, NeMo RL's `token_mask`).
+    """
+
+    trace_id: str = Field(
+        description="`{session_id}/...`, unique among the session's traces (one per chain, "
+        "or per call and choice)"
+    )
+    prompt_ids: list[int] = Field(
+        description="token ids of the first call's prompt, as the backend reported them (or "
+        "rebuilt by the tokenizer: `reconstruction.prompt_ids_rebuilt`)"
+    )
+    response_ids: list[int] = Field(
+        description="every token after the prompt: the sampled tokens of each member call, "
+        "and (for a merged trace) the context between them (tool results, the next user "
+        "turn, chat-template tokens)"
+    )
+    loss_mask: list[int] = Field(
+        description="aligned with `response_ids`: 1 = sampled by the policy (train on it), "
+        "0 = context the policy did not sample (interstitial tokens, a template-written end "
+        "token). Never covers the prompt"
+    )
+    response_logprobs: list[float] = Field(
+        description="aligned with `response_ids`: the backend's logprob of each sampled token, "
+        "exactly as reported; 0.0 where `loss_mask` is 0"
+    )
+    prompt_messages: list[dict[str, Any]] = Field(
+        default_factory=list, description="the first call's request messages (chat format)"
+    )
+    response_message: dict[str, Any] | None = Field(
+        default=None,
+        description="the assistant message (this trace's choice) the last call answered",
+    )
+    tools: list[dict[str, Any]] | None = Field(
+        default=None, description="the tool (function) schemas of the first call's request"
+    )
+    reward: float | None = Field(
+        default=None,
+        description="the trace's reward under `provenance.reward_policy`; None: not evaluated "
+        "(never read as 0)",
+    )
+    status: SessionStatus | None = Field(
+        default=None, description="the session's terminal status; None: not yet scored"
+    )
+    provenance: TraceProvenance = Field(
+        description="where the trace came from (session, task, builder, calls)"
+    )
 
     @model_validator(mode="after")
     def _aligned(self) -> Trace:

@@ -96,11 +96,16 @@ def expected_of(data: dict[str, Any]) -> Expected:
             policy_version=data["provenance"]["policy_version"],
         )
     p = data["prompt_length"]
+    if len(data["loss_mask"]) != len(data["input_ids"]) - p:  # an export from before
+        raise Mismatch(
+            f"RL row of trace {data['trace_id']}: loss_mask has {len(data['loss_mask'])} values "
+            f"for {len(data['input_ids']) - p} response tokens (it is over the response part)"
+        )
     return Expected(
         trace_id=data["trace_id"],
         prompt_ids=data["input_ids"][:p],
         response_ids=data["input_ids"][p:],
-        loss_mask=data["loss_mask"][p:],
+        loss_mask=data["loss_mask"],
         logprobs=data["response_logprobs"],
         reward=data["reward"],
         policy_version=data["policy_version"],

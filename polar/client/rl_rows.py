@@ -1,34 +1,36 @@
 """RL rows of `polar export`: `traces.jsonl` and the same rows as a Hugging Face dataset.
 
-One row per trace. Columns: `trace_id`; `input_ids` (= prompt ids + response ids);
-`loss_mask` aligned with `input_ids` (0 over the prompt and interstitial tokens, 1 on sampled
-tokens); `response_logprobs` aligned with the response part (`input_ids[prompt_length:]`, 0.0
-where the mask is 0); `prompt_length`, `response_length`; `reward` (None: not evaluated,
-never 0); `status` (the session's terminal status); provenance flattened: `session_id`,
-`task_id`, `harness`, `builder`, `model`, `reward_policy`, `record_ids`, `completion_seqs`,
-`policy_version`. Every trace is exported whatever its status or reward: a trainer filters on
-`status` and `reward`. The dataset (`dataset/`, `save_to_disk`; reload with
-`datasets.load_from_disk`) has ids int32, masks int8, logprobs float64 (so they round-trip
-exactly as the backend reported them).
+One row per trace. Columns: `trace_id`; `input_ids` (= prompt ids + response ids), the only
+column over the whole sequence; `loss_mask` and `response_logprobs`, aligned with the response
+part (`input_ids[prompt_length:]`), as `Trace.loss_mask` is everywhere in Polar (1 = sampled by
+the policy; 0 = interstitial or template-written context, logprob 0.0); `prompt_length`,
+`response_length`; `reward` (None: not evaluated, never 0); `status` (the session's terminal
+status); provenance flattened: `session_id`, `task_id`, `harness`, `builder`, `model`,
+`reward_policy`, `record_ids`, `completion_seqs`, `policy_version`. Every trace is exported
+whatever its status or reward: a trainer filters on `status` and `reward`. The dataset
+(`dataset/`, `save_to_disk`; reload with `datasets.load_from_disk`) has ids int32, masks int8,
+logprobs float64 (so they round-trip exactly as the backend reported them).
 
 How trainers read the columns (`p = prompt_length`):
 
 | trainer | its field | from this row |
 |---|---|---|
 | verl (`AgentLoopOutput`) | `prompt_ids` / `response_ids` | `input_ids[:p]` / `input_ids[p:]` |
-| | `response_mask` | `loss_mask[p:]` |
+| | `response_mask` | `loss_mask` |
 | | `response_logprobs` (rollout logprobs) | `response_logprobs` |
 | | `reward_score` | `reward` |
 | NeMo RL (GRPO `train_data`) | `input_ids`, `input_lengths` | `input_ids`, `len(input_ids)` |
-| | `token_mask` | `loss_mask` |
+| | `token_mask` (whole sequence) | `[0] * p + loss_mask` |
 | | `generation_logprobs` (whole sequence) | `[0.0] * p + response_logprobs` |
 | | `sample_mask` | `status == "completed" and reward is not None` |
 | slime (`Sample`) | `tokens` | `input_ids` |
 | | `response_length` | `response_length` |
-| | `loss_mask` (response part only) | `loss_mask[p:]` |
+| | `loss_mask` (response part) | `loss_mask` |
 | | `rollout_log_probs` | `response_logprobs` |
 | | `reward`, `metadata` | `reward`, provenance columns |
 | | `status` | `completed` → COMPLETED, `harness_failed`/`timeout` → FAILED, others → ABORTED |
+| TRL (pre-tokenized) | `input_ids` | `input_ids` |
+| | `completion_mask` (whole sequence) | `[0] * p + loss_mask` |
 """
 
 from __future__ import annotations
@@ -46,13 +48,14 @@ if TYPE_CHECKING:
 
 
 def rl_row(trace: Trace) -> dict[str, Any]:
-    """One trainer row: `input_ids`, `loss_mask` aligned with it, logprobs, reward, provenance."""
+    """One trainer row: `input_ids`; `loss_mask` and logprobs over its response part (the
+    trace's own); reward, provenance."""
     p = len(trace.prompt_ids)
     prov = trace.provenance
     return {
         "trace_id": trace.trace_id,
         "input_ids": [*trace.prompt_ids, *trace.response_ids],
-        "loss_mask": [0] * p + list(trace.loss_mask),
+        "loss_mask": list(trace.loss_mask),
         "response_logprobs": list(trace.response_logprobs),
         "prompt_length": p,
         "response_length": len(trace.response_ids),

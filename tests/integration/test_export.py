@@ -162,7 +162,7 @@ def test_rl_rows_round_trip_exactly_through_jsonl_and_datasets(
         prov = trace.provenance
         assert row["trace_id"] == trace.trace_id
         assert row["input_ids"] == trace.prompt_ids + trace.response_ids
-        assert row["loss_mask"] == [0] * p + trace.loss_mask
+        assert row["loss_mask"] == trace.loss_mask  # over the response, as in the SDK
         assert row["response_logprobs"] == trace.response_logprobs  # exact floats
         assert (row["prompt_length"], row["response_length"]) == (p, len(trace.response_ids))
         assert row["reward"] == trace.reward
@@ -179,7 +179,7 @@ def test_rl_rows_round_trip_exactly_through_jsonl_and_datasets(
         assert row["completion_seqs"] == prov.completion_seqs
         # every mask-1 token is a token the backend sampled, in order, with its logprob
         trained = [
-            (row["input_ids"][i], row["response_logprobs"][i - p])
+            (row["input_ids"][p + i], row["response_logprobs"][i])
             for i, m in enumerate(row["loss_mask"])
             if m == 1
         ]
@@ -251,7 +251,7 @@ def test_every_choice_of_an_n3_call_is_exported_in_every_format(
             [
                 (
                     r["input_ids"][r["prompt_length"] :],
-                    r["loss_mask"][r["prompt_length"] :],
+                    r["loss_mask"],
                     r["response_logprobs"],
                 )
                 for r in rl

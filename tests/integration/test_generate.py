@@ -225,7 +225,7 @@ def test_only_resolved_sessions_traces_are_written(
     exported = ex.export_traces(collector.traces, tmp_path, rewards=collector.rewards)
     rows = read_jsonl(tmp_path / ex.RL_JSONL)
     assert {r["session_id"] for r in rows} == {"ok"} and len(rows) == 2
-    assert rows[0]["input_ids"] == [1, 2, 3, 4, 5] and rows[0]["loss_mask"] == [0, 0, 0, 1, 1]
+    assert rows[0]["input_ids"] == [1, 2, 3, 4, 5] and rows[0]["loss_mask"] == [1, 1]
     hf = datasets.load_from_disk(str(tmp_path / ex.HF_DIR))
     assert set(hf["session_id"]) == {"ok"}
     sft = read_jsonl(tmp_path / ex.SFT_JSONL)

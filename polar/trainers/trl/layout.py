@@ -1,9 +1,10 @@
 """TRL's row layout of `polar export` (`trl.jsonl`), beside its rollout function and worker.
 
 A conversational prompt–completion row (`prompt`, `completion`: message lists; `tools`) that
-is also pre-tokenized (`input_ids`, `completion_mask` = the loss mask over `input_ids`), so
-`SFTTrainer` with `completion_only_loss=True` trains exactly the sampled tokens. Extra
-columns: `rollout_logprobs` (aligned with `input_ids`, 0.0 where the mask is 0; exact),
+is also pre-tokenized (`input_ids` = prompt ids + response ids; `completion_mask`, TRL's
+whole-sequence mask, = `[0] * len(prompt_ids) + Trace.loss_mask`), so `SFTTrainer` with
+`completion_only_loss=True` trains exactly the sampled tokens. Extra columns:
+`rollout_logprobs` (aligned with `input_ids`: 0.0 over the prompt and where the mask is 0; exact),
 `reward` (None: not evaluated), `policy_version`, provenance. `completion` is None where the
 conversation is unknown (a merged trace without its CompletionRecords). Each trace renders its
 own choice (a call of `n > 1` choices gives one trace, hence one row, per choice).

@@ -176,3 +176,19 @@ def test_a_missing_row_fails_the_check(
     assert said["slime"] == (
         f"slime: MISMATCH: slime.jsonl has fewer rows than Polar's traces (at row {len(lines) - 1})"
     )
+
+
+def test_rl_rows_with_a_whole_sequence_loss_mask_are_refused_as_the_reference(
+    sample: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`loss_mask` is over the response in traces.jsonl too: a row whose mask covers the prompt
+    (an export from before that was settled) is not read as Polar's traces."""
+    out = tmp_path / "export"
+    shutil.copytree(sample / "export", out)
+    rows = read_jsonl(out / "traces.jsonl")
+    for row in rows:
+        row["loss_mask"] = [0] * row["prompt_length"] + row["loss_mask"]
+    (out / "traces.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    code, said = run([str(out)], capsys)
+    assert code == 1
+    assert "loss_mask has" in said["slime"] and "(it is over the response part)" in said["slime"]
