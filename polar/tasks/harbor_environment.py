@@ -59,21 +59,34 @@ def resolved_image_map(task: HarborTask, image_map: Mapping[str, str] | None) ->
 
 
 def base_images(task: HarborTask) -> list[str]:
-    """The images the Dockerfile's FROM lines name (build stages and `scratch` left out)."""
+    """The images the Dockerfile pulls in: its FROM lines' and its `COPY --from=` ones
+    (build stages, stage indexes and `scratch` left out), in order."""
     dockerfile = task.environment_dir / "Dockerfile"
     if not dockerfile.is_file():
         return []
     stages: set[str] = set()
     images: list[str] = []
+
+    def pulled(name: str) -> None:
+        if name not in stages and name != "scratch" and not name.isdigit() and name not in images:
+            images.append(name)
+
     for line in _dockerfile_lines(dockerfile):
         words = line.split()
-        if not words or words[0].upper() != "FROM":
+        if not words:
+            continue
+        instruction = words[0].upper()
+        if instruction == "COPY":
+            for word in words[1:]:
+                if word.lower().startswith("--from="):
+                    pulled(word.split("=", 1)[1])
+            continue
+        if instruction != "FROM":
             continue
         args = [w for w in words[1:] if not w.startswith("--")]
         if not args:
             continue
-        if args[0] not in stages and args[0] != "scratch" and args[0] not in images:
-            images.append(args[0])
+        pulled(args[0])
         if len(args) >= 3 and args[1].upper() == "AS":
             stages.add(args[2])
     return images

@@ -70,12 +70,39 @@ def _missing(task: HarborTask, field: str, image: str) -> HarborTaskError:
 
 
 def _mapped_dockerfile(text: str, mapping: Mapping[str, str]) -> str:
-    """The Dockerfile with each FROM image the map names replaced by its local image."""
+    """The Dockerfile with each image the map names, in a FROM line or a `COPY --from=`,
+    replaced by its local image."""
 
     def swap(match: re.Match[str]) -> str:
         return match.group(1) + mapping.get(match.group(2), match.group(2))
 
-    return re.sub(r"(?im)^(\s*FROM\s+(?:--\S+\s+)*)(\S+)", swap, text)
+    text = re.sub(r"(?im)^(\s*FROM\s+(?:--\S+\s+)*)(\S+)", swap, text)
+    return re.sub(r"(?im)^(\s*COPY\s+(?:--\S+\s+)*?--from=)(\S+)", swap, text)
+
+
+NO_NETWORK = re.compile(
+    r"no such host|Temporary failure in name resolution|Could not resolve|"
+    r"Network is unreachable|Failed to establish a new connection|pull access denied|"
+    r"failed to resolve source metadata|getaddrinfo",
+    re.IGNORECASE,
+)
+"""What a build step that tried to reach the network prints."""
+
+
+def _build_failure(task: HarborTask, exc: Any) -> HarborTaskError:
+    """A failed build as the task's error: the log's tail, and where a step tried the
+    network, that builds have none and which step it was."""
+    log = "".join(str(c.get("stream", "")) for c in exc.build_log)
+    steps = re.findall(r"^Step \d+/\d+ : (.*)$", log, re.MULTILINE)
+    why = f"build failed: {exc}"
+    if NO_NETWORK.search(log) or NO_NETWORK.search(str(exc)):
+        step = steps[-1] if steps else "a step"
+        why = (
+            f"build failed: builds have no network (network_mode=none, no pull), and "
+            f"{step!r} needed it; bake what it fetches into a local base image and map it "
+            f"({MAP_HINT.format(image='<image>')}); {exc}"
+        )
+    return HarborTaskError(task.name, "environment/Dockerfile", f"{why}\n{log[-2000:]}")
 
 
 def ensure_image(
@@ -98,7 +125,7 @@ def ensure_image(
     mapping = resolved_image_map(task, image_map)
     for base in base_images(task):
         if not _has_image(client, mapping.get(base, base)):
-            raise _missing(task, "environment/Dockerfile FROM", mapping.get(base, base))
+            raise _missing(task, "environment/Dockerfile FROM/COPY --from", mapping.get(base, base))
     timeout = float(task.section("environment").get("build_timeout_sec", 600.0))
     started = time.monotonic()
     log(f"building {image} for {task.name}")
@@ -119,10 +146,7 @@ def ensure_image(
                 timeout=int(timeout),
             )
         except BuildError as exc:
-            tail = "".join(str(c.get("stream", "")) for c in exc.build_log)[-2000:]
-            raise HarborTaskError(
-                task.name, "environment/Dockerfile", f"build failed: {exc}\n{tail}"
-            ) from exc
+            raise _build_failure(task, exc) from exc
     return BuiltImage(task.name, image, "built", round(time.monotonic() - started, 1))
 
 

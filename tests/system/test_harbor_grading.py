@@ -211,7 +211,7 @@ def test_a_missing_image_is_named_with_the_map_and_a_mapped_one_builds(
     with pytest.raises(HarborTaskError) as info:
         ensure_images(task)
     message = str(info.value)
-    assert info.value.field == "environment/Dockerfile FROM"
+    assert info.value.field == "environment/Dockerfile FROM/COPY --from"
     assert "'python:3.12-slim-polar-absent' is not on this host's engine" in message
     assert "[metadata.polar.image_map]" in message and "POLAR_HARBOR_IMAGE_MAP" in message
     image_map = {"python:3.12-slim-polar-absent": docker_image}
@@ -235,6 +235,33 @@ def test_a_missing_image_is_named_with_the_map_and_a_mapped_one_builds(
     )
     (prebuilt,) = ensure_images(task)
     assert (prebuilt.how, prebuilt.image) == ("prebuilt", docker_image)
+
+
+def test_copy_from_an_image_is_mapped_and_a_step_needing_the_network_is_named(
+    docker_image: str, tmp_path: Path
+) -> None:
+    """`COPY --from=<image>` goes through the image map like FROM (a missing one named, a
+    mapped one built); a step that tries the network fails saying builds have none."""
+    task = Path(shutil.copytree(EXAMPLES / "hello-file", tmp_path / "hello-file"))
+    dockerfile = task / "environment" / "Dockerfile"
+    dockerfile.write_text(
+        f"FROM {docker_image}\n"
+        "COPY --from=ghcr.io/polar-absent/uv:0.9 /etc/os-release /opt/uv-os-release\n"
+        "WORKDIR /workspace\n"
+    )
+    with pytest.raises(HarborTaskError, match="'ghcr.io/polar-absent/uv:0.9' is not on"):
+        ensure_images(task)
+    (built,) = ensure_images(task, image_map={"ghcr.io/polar-absent/uv:0.9": docker_image})
+    assert built.how in ("built", "cached")
+    dockerfile.write_text(
+        f"FROM {docker_image}\n"
+        "RUN python3 -c \"import urllib.request; urllib.request.urlopen('https://pypi.org')\"\n"
+    )
+    with pytest.raises(HarborTaskError) as info:
+        ensure_images(task)
+    message = str(info.value)
+    assert "builds have no network" in message, message
+    assert "RUN python3 -c" in message, message
 
 
 def test_a_prebuilt_images_workdir_is_the_workspace(docker_image: str, tmp_path: Path) -> None:

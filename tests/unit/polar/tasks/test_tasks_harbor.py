@@ -268,6 +268,34 @@ def test_base_images_and_the_mapped_dockerfile(tmp_path: Path) -> None:
     assert environment_image(read, {"debian:bookworm": "polar/base:bookworm"}) != plain
 
 
+def test_copy_from_an_image_uses_the_map_like_from(tmp_path: Path) -> None:
+    """`COPY --from=<image>` pulls an image as FROM does: it is a base image, mapped, and
+    part of the image's key; `--from=<stage>` and `--from=<index>` are not."""
+    task = _copy(tmp_path)
+    (task / "environment" / "Dockerfile").write_text(
+        "FROM debian:bookworm AS build\n"
+        "FROM polar/runtime:py311\n"
+        "COPY --from=build /etc/hostname /a\n"
+        "COPY --from=0 /etc/hostname /b\n"
+        "COPY --chown=1:1 --from=ghcr.io/astral-sh/uv:0.9 /uv /bin/uv\n"
+    )
+    read = read_harbor_task(task)
+    assert base_images(read) == [
+        "debian:bookworm",
+        "polar/runtime:py311",
+        "ghcr.io/astral-sh/uv:0.9",
+    ]
+    mapped = _mapped_dockerfile(
+        (task / "environment" / "Dockerfile").read_text(),
+        {"ghcr.io/astral-sh/uv:0.9": "polar/uv:local", "debian:bookworm": "polar/base:bookworm"},
+    )
+    assert "COPY --chown=1:1 --from=polar/uv:local /uv /bin/uv" in mapped
+    assert "COPY --from=build /etc/hostname /a" in mapped and "--from=0 " in mapped
+    assert "FROM polar/base:bookworm AS build" in mapped
+    plain = environment_image(read)
+    assert environment_image(read, {"ghcr.io/astral-sh/uv:0.9": "polar/uv:local"}) != plain
+
+
 def test_the_tasks_own_image_map_wins(tmp_path: Path) -> None:
     task = _copy(tmp_path)
     _append(task, '[metadata.polar.image_map]\n"a:1" = "task-a"')
