@@ -98,6 +98,11 @@ class ProbeResult(BaseModel):
     stage_seconds: dict[str, float] = Field(default_factory=dict)
     """The session's time in each stage (`evaluate`: grading)."""
     error: str | None = None
+    outcome: str | None = None
+    """The session's outcome class (`policy_failure`, `infra_error:image`, ...)."""
+    stderr: list[str] = Field(default_factory=list)
+    """Where it got no reward, or an oracle missed the top: the first lines of the harness's
+    stderr (the evaluator's when the harness wrote none), to say why without opening S3."""
 
 
 class TaskAudit(BaseModel):
@@ -242,7 +247,17 @@ def probe_task(target: AuditTarget, probe: Probe) -> TaskSpec:
 async def run_probe(polar: PolarClient, target: AuditTarget, probe: Probe) -> ProbeResult:
     """Submit one probe's session and wait for its result."""
     started = time.monotonic()
-    result = await polar.wait(await polar.submit(probe_task(target, probe)))
+    try:
+        result = await polar.wait(await polar.submit(probe_task(target, probe)))
+    except Exception as exc:  # noqa: BLE001 - refused or failed: a probe without a reward
+        return ProbeResult(
+            probe=probe.name,
+            expect=probe.expect,
+            status="not run",
+            ok=probe.expect == "bottom",
+            seconds=round(time.monotonic() - started, 1),
+            error=f"{type(exc).__name__}: {exc}",
+        )
     (session,) = result.sessions
     lo, hi = target.task.evaluator.reward_range
     reward = session.reward
@@ -251,6 +266,7 @@ async def run_probe(polar: PolarClient, target: AuditTarget, probe: Probe) -> Pr
     else:
         ok = reward is None or reward <= lo
     error = session.error if session.status != SessionStatus.COMPLETED or reward is None else None
+    explain = reward is None or not ok and probe.expect == "top"
     return ProbeResult(
         probe=probe.name,
         expect=probe.expect,
@@ -260,19 +276,58 @@ async def run_probe(polar: PolarClient, target: AuditTarget, probe: Probe) -> Pr
         seconds=round(time.monotonic() - started, 1),
         stage_seconds=session.stage_seconds,
         error=error or (session.evaluation if reward is None else None),
+        outcome=session.outcome.label if session.outcome is not None else None,
+        stderr=await stderr_head(polar, session.session_id) if explain else [],
     )
 
 
+STDERR_LINES = 5
+STDERR_LINE_CHARS = 200
+
+
+async def stderr_head(polar: PolarClient, session_id: str) -> list[str]:
+    """The first non-empty lines of a session's stderr: its last harness attempt's, else its
+    evaluator's (empty where it stored none, or S3 cannot say)."""
+    from app.console.session_objects import SessionObjects
+
+    objects = SessionObjects(polar.storage)
+    try:
+        artifacts = await objects.artifacts(session_id)
+        for keys in (sorted(artifacts.harness_logs)[::-1], sorted(artifacts.eval_logs)):
+            for key in (k for k in keys if k.endswith(".stderr")):
+                lines = [
+                    line[:STDERR_LINE_CHARS]
+                    for line in (await objects.get(key)).decode("utf-8", "replace").splitlines()
+                    if line.strip()
+                ]
+                if lines:
+                    return lines[:STDERR_LINES]
+    except Exception:  # noqa: BLE001 - the cause is a courtesy: the verdict stands without it
+        return []
+    return []
+
+
 def scored(result: ProbeResult) -> str:
-    """`scored 0.5`, or `got no reward` (a session that ended without one)."""
-    return "got no reward" if result.reward is None else f"scored {result.reward:g}"
+    """`scored 0.5`, or `got no reward (infra_error:image)` (a session that ended without
+    one, and its outcome class)."""
+    if result.reward is not None:
+        return f"scored {result.reward:g}"
+    return f"got no reward ({result.outcome})" if result.outcome else "got no reward"
+
+
+def why_not(result: ProbeResult) -> str:
+    """A failed top probe's cause: its error, then the first lines of its stderr."""
+    parts = [result.error] if result.error else []
+    if result.stderr:
+        parts.append("stderr: " + " | ".join(result.stderr))
+    return "; ".join(parts)
 
 
 def judge(target: AuditTarget, results: list[ProbeResult]) -> TaskAudit:
     """The task's verdict from its probes' results."""
     hacks = [r.probe for r in results if r.expect == "bottom" and not r.ok]
     reasons = [
-        f"{r.probe} {scored(r)}" + (f": {r.error}" if r.expect == "top" and r.error else "")
+        f"{r.probe} {scored(r)}" + (f": {why_not(r)}" if r.expect == "top" and why_not(r) else "")
         for r in results
         if not r.ok
     ]

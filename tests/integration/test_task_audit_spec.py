@@ -67,3 +67,39 @@ async def test_demo_task_is_flagged_by_a_wrong_answer(polar: PolarClient, tmp_pa
     bad.write_text('{"task_id": "x"}')
     invalid = await asyncio.to_thread(invoke, ["tasks", "audit", str(bad)], env)
     assert invalid.exit_code == 2 and "invalid TaskSpec" in invalid.output, invalid.output
+
+
+async def test_an_oracle_that_fails_is_reported_with_its_stderr(
+    polar: PolarClient, tmp_path: Path
+) -> None:
+    """An oracle that scores 0 (its tool missing) and a task whose sessions end without a
+    reward (its source outside the source roots): both reported, with the outcome class and
+    the first lines of the oracle's stderr; nothing crashes."""
+    repo = tmp_path / "repo"
+    shutil.copytree(REPO / "examples" / "demo" / "repo", repo)
+    spec = json.loads((REPO / "examples" / "demo" / "task.json").read_text())
+    spec["source"]["path"] = str(repo)
+    task_file = tmp_path / "demo.json"
+    task_file.write_text(json.dumps(spec))
+    env = polar.settings.as_env()
+    oracle = "echo 'uvx: command not found' >&2; exit 127"
+    report_file = tmp_path / "audit.json"
+    args = ["tasks", "audit", str(task_file), "--oracle", oracle, "--json", str(report_file)]
+    result = await asyncio.to_thread(invoke, args, env)
+    assert result.exit_code == 1, result.output
+    (audit,) = (TaskAudit.model_validate(t) for t in json.loads(report_file.read_text())["tasks"])
+    (probe,) = (p for p in audit.probes if p.probe == ORACLE)
+    assert probe.reward == 0.0 and probe.stderr == ["uvx: command not found"], probe
+    assert "oracle scored 0: stderr: uvx: command not found" in result.output, result.output
+
+    outside = tmp_path / "outside.json"
+    spec["source"]["path"] = "/var/tmp/polar-audit-nowhere"
+    outside.write_text(json.dumps(spec))
+    args = ["tasks", "audit", str(outside), "--oracle", "true", "--json", str(report_file)]
+    result = await asyncio.to_thread(invoke, args, env)
+    assert result.exit_code == 1, result.output
+    (audit,) = (TaskAudit.model_validate(t) for t in json.loads(report_file.read_text())["tasks"])
+    assert audit.verdict == "broken", audit
+    (probe,) = (p for p in audit.probes if p.probe == ORACLE)
+    assert probe.reward is None and probe.outcome and probe.outcome.startswith("task_error")
+    assert f"oracle got no reward ({probe.outcome})" in result.output, result.output
