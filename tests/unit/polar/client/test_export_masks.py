@@ -9,7 +9,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import datasets
 import pyarrow.parquet as pq
@@ -17,14 +17,11 @@ import pytest
 
 from polar.client import export as ex
 from polar.client.export import ExportFormat
-from polar.records import SessionStatus, Trace, TraceProvenance
+from polar.records import Trace
 from polar.trainers.slime_layout import SLIME_JSONL
 from polar.trainers.trl.layout import TRL_JSONL
 from polar.trainers.verl_layout import VERL_PARQUET
-
-Over = Literal["prompt", "response", "sequence"]
-"""What a per-token column is aligned with: `prompt_ids`, `response_ids`, or both joined."""
-Holds = Literal["ids", "mask", "logprobs"]
+from tests.support.trace_samples import Holds, Over, expected, sdk_traces
 
 
 @dataclass(frozen=True)
@@ -91,88 +88,6 @@ LAYOUTS: dict[ExportFormat, Layout | None] = {
 PER_TOKEN = re.compile(r"mask|log_?probs?|_ids$|^tokens$")
 """Names of columns that hold one value per token (a list of numbers under such a name must
 be declared in its layout's `columns`)."""
-
-
-def expected(trace: Trace, holds: Holds, over: Over) -> list[Any]:
-    """What a column holding `holds` over `over` must be for `trace`."""
-    p = len(trace.prompt_ids)
-    if holds == "ids":
-        joined = {"prompt": [], "response": [], "sequence": []}[over]
-        if over in ("prompt", "sequence"):
-            joined += trace.prompt_ids
-        if over in ("response", "sequence"):
-            joined += trace.response_ids
-        return joined
-    assert over != "prompt", "a mask or logprobs column is never over the prompt alone"
-    response: list[Any] = trace.loss_mask if holds == "mask" else trace.response_logprobs
-    pad: list[Any] = [0] * p if holds == "mask" else [0.0] * p
-    return list(response) if over == "response" else pad + list(response)
-
-
-def provenance(session: str, records: int, version: int | None) -> TraceProvenance:
-    return TraceProvenance(
-        session_id=session,
-        task_id="t1",
-        harness="command",
-        builder="prefix_merging",
-        model="policy",
-        completion_seqs=list(range(100, 100 + records)),
-        record_ids=[f"{session}-r{i}" for i in range(records)],
-        policy_version=version,
-    )
-
-
-def sdk_traces() -> list[Trace]:
-    """Traces as the SDK hands them out: a merged chain with interstitial (mask 0) tokens,
-    single calls, an unscored session, a response the policy sampled none of."""
-    user = [{"role": "user", "content": "Fix it."}]
-    answer = {"role": "assistant", "content": "Done."}
-    return [
-        Trace(
-            trace_id="s1/chain-0",
-            prompt_ids=[11, 12, 13, 14],
-            response_ids=[21, 22, 90, 91, 92, 23, 24],
-            loss_mask=[1, 1, 0, 0, 0, 1, 1],
-            response_logprobs=[-0.1, -2.5e-08, 0.0, 0.0, 0.0, -0.30000000000000004, -7.0],
-            prompt_messages=user,
-            response_message=answer,
-            reward=1.0,
-            status=SessionStatus.COMPLETED,
-            provenance=provenance("s1", 2, 3),
-        ),
-        Trace(
-            trace_id="s1/r9",
-            prompt_ids=[11, 15],
-            response_ids=[25, 26, 2],
-            loss_mask=[1, 1, 1],
-            response_logprobs=[-1.5, -1e-300, -0.125],
-            prompt_messages=user,
-            response_message=answer,
-            reward=1.0,
-            status=SessionStatus.COMPLETED,
-            provenance=provenance("s1", 1, 3),
-        ),
-        Trace(
-            trace_id="s2/r0",
-            prompt_ids=[11, 12, 13, 14, 15, 16],
-            response_ids=[31, 32],
-            loss_mask=[1, 0],
-            response_logprobs=[-0.5, 0.0],
-            reward=None,
-            status=SessionStatus.ERROR,
-            provenance=provenance("s2", 1, None),
-        ),
-        Trace(
-            trace_id="s3/r0",
-            prompt_ids=[11],
-            response_ids=[2],
-            loss_mask=[0],  # an end token only the chat template wrote
-            response_logprobs=[0.0],
-            reward=0.0,
-            status=SessionStatus.HARNESS_FAILED,
-            provenance=provenance("s3", 1, 4),
-        ),
-    ]
 
 
 @pytest.fixture(scope="module")
