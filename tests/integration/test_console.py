@@ -171,7 +171,7 @@ async def test_sessions_of_a_group_side_by_side(ran: Ran, console: httpx.AsyncCl
     assert html.index(first.session_id) < html.index(second.session_id)
     assert html.count('<td class="reward">1.000</td>') == 2
     assert html.count('<td class="calls">2</td>') == 2
-    assert html.count('<td class="patch-size">1 files, +') == 2  # answer.txt, each its own
+    assert html.count('<td class="patch-size">1 file, +') == 2  # answer.txt, each its own
     # each got other scripted replies: they part at the first answer
     assert '<td class="divergence">at call 0 (response)</td>' in html
     assert 'id="diverged-1"' in html and "Turn " in html.split('id="diverged-1"')[1]

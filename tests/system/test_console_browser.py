@@ -1,17 +1,21 @@
 """The console in a real browser (issue 34, items 6 and 7): headless Chromium (Debian's, through
 Selenium and chromedriver) on the console served over real sessions of the scripted stack.
 
-Four tasks of one session each run first: one that passes, one its evaluator fails
-(reward 0), one whose model calls the gateway cannot serve (`infra_error`), and one whose
-harness plants the injection corpus (tests/support/injection_corpus.py) in its model
-requests and replies, tool output, patch (file names and content), artifact names, stdout,
-stderr and evaluator output. The browser clicks through tasks → task → session → trace →
-grade of the first three and checks what is shown; then it opens every page of the hostile
-session and checks that no payload ran: `window.__pwned` unset, no alert, no element or
+Six tasks run first: one that passes, one its evaluator fails (reward 0), one whose model
+calls the gateway cannot serve (`infra_error`), a group of two sessions, and two whose
+harnesses plant the injection corpus (tests/support/injection_corpus.py): one session in
+its model requests and replies, tool output, patch (file names and content), artifact
+names, stdout, stderr and evaluator output, and a group of two whose replies and patches
+carry it (for the compare page). The first three and the group are tagged with policy
+versions 1 and 2, as a trainer bridge tags its tasks. The browser clicks through tasks →
+task → session → trace → grade of the first three, task → compare of the group, and the
+training and topology pages, and checks what is shown; then it opens every page of the
+hostile sessions and checks that no payload ran: `window.__pwned` unset, no alert, no element or
 attribute that is not the console's own, no request to another origin (the network log and
 a canary server), no CSP report in the browser's console. A control page without the
 console (the corpus as raw HTML on the canary's origin) shows the checks catch a payload
-that runs. POLAR_CONSOLE_SCREENSHOTS=DIR saves a PNG of each page of the passing session.
+that runs. POLAR_CONSOLE_SCREENSHOTS=DIR saves a PNG of each page of the passing session,
+the group's compare page, and the training and topology pages.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from app.console import create_app
 from app.console.safety import BIDI_CONTROLS, shown_control
 from polar.contracts import SessionResult
 from polar.settings import Settings
+from proxy.app import create_app as gateway_app
 from tests.support.browser import (
     Canary,
     alert_open,
@@ -61,6 +66,24 @@ HAIKU = [
     "Rollouts run, rewards come home,\ntokens learn their place.",
 ]
 SHOTS = os.environ.get("POLAR_CONSOLE_SCREENSHOTS")
+GROUP_AGENT = '''"""One model call, then a file named by each payload that can name one."""
+import json, pathlib, subprocess, sys
+if subprocess.run([sys.executable, "-c", sys.argv[1]]).returncode:
+    sys.exit("the model call failed")
+for payload in json.loads(pathlib.Path("payloads.json").read_text()):
+    if "/" not in payload and len(payload.encode()) < 200:
+        pathlib.Path(payload).write_text(payload + "\\n")
+'''
+GROUP_COMMAND = "python group_agent.py " + CALL_MODEL_ONCE.removeprefix("python3 -c ")
+"""The hostile group's harness: one model call (its reply a payload text), the payloads as
+files (its patch)."""
+
+
+async def run_group(stack: Any, spec: Any) -> str:
+    """Submit a task of two sessions and wait for it: its workflow id."""
+    run = await stack.polar.submit(spec.model_copy(update={"num_sessions": 2}))
+    await stack.polar.wait(run, timeout_s=180)
+    return str(run.workflow_id)
 
 
 @dataclass
@@ -74,6 +97,9 @@ class Sessions:
     failed: tuple[str, SessionResult]
     infra: tuple[str, SessionResult]
     hostile: tuple[str, SessionResult]
+    group: str
+    hostile_group: str
+    backend: str
     corpus: list[str]
     canary: Canary
 
@@ -88,12 +114,27 @@ async def sessions(
         corpus = payloads(canary.url)
         plant(repo, corpus)
         async with running_scripted_stack(base_settings, []) as stack:
+            (repo / "group_agent.py").write_text(GROUP_AGENT)
             stack.backend.push(*[text(line) for line in HAIKU])
-            passed = await run_one(stack, console_spec(f"{prefix}-pass", "python agent.py", repo))
+            passed = await run_one(
+                stack, console_spec(f"{prefix}-pass", "python agent.py", repo, policy_version=1)
+            )
             stack.backend.push(*[text(line) for line in HAIKU])
             never = {"kind": "command", "command": "grep -q 'never written' answer.txt"}
             failed = await run_one(
-                stack, console_spec(f"{prefix}-fail", "python agent.py", repo, evaluator=never)
+                stack,
+                console_spec(
+                    f"{prefix}-fail", "python agent.py", repo, evaluator=never, policy_version=1
+                ),
+            )
+            stack.backend.push(*[text(line) for line in HAIKU + HAIKU[::-1]])
+            group = await run_group(
+                stack, console_spec(f"{prefix}-group", "python agent.py", repo, policy_version=2)
+            )
+            hostile_text = "\n".join(corpus)
+            stack.backend.push(text(f"A {hostile_text}"), text(f"B {hostile_text}"))
+            hostile_group = await run_group(
+                stack, console_spec(f"{prefix}-hostile-group", GROUP_COMMAND, repo)
             )
             stack.backend.push(*hostile_replies(corpus))
             hostile_eval = {"kind": "command", "command": HOSTILE_EVALUATOR}
@@ -108,19 +149,28 @@ async def sessions(
                     f"{prefix}-infra", CALL_MODEL_ONCE, repo, infra_errors={"group": "shrink"}
                 ),
             )
-            settings = stack.settings.model_copy(update={"console_tokenizer_dir": None})
-            with serve_app(create_app(settings)) as url:
-                yield Sessions(
-                    url,
-                    settings.temporal_ui_base_url,
-                    prefix,
-                    passed,
-                    failed,
-                    infra,
-                    hostile,
-                    corpus,
-                    canary,
-                )
+            # a gateway's admin listener for the topology page (the stack's serves none)
+            gateway = gateway_app(
+                stack.settings.model_copy(update={"upstream_urls": stack.backend.url})
+            )
+            with serve_app(gateway.state.admin_app) as admin:
+                update = {"console_tokenizer_dir": None, "console_gateways": admin}
+                settings = stack.settings.model_copy(update=update)
+                with serve_app(create_app(settings)) as url:
+                    yield Sessions(
+                        url,
+                        settings.temporal_ui_base_url,
+                        prefix,
+                        passed,
+                        failed,
+                        infra,
+                        hostile,
+                        group,
+                        hostile_group,
+                        stack.backend.url,
+                        corpus,
+                        canary,
+                    )
 
 
 @pytest.fixture(scope="module")
@@ -187,7 +237,7 @@ def tasks_of(driver: Any, sessions: Sessions) -> None:
     box.send_keys(sessions.prefix)
     click(driver, "form#filters button[type=submit]", "tasks")
     rows = driver.find_elements(By.CSS_SELECTOR, "tr.task-row")
-    assert len(rows) == 4, [r.text for r in rows]
+    assert len(rows) == 6, [r.text for r in rows]
 
 
 def row_of(driver: Any, workflow_id: str) -> str:
@@ -206,6 +256,8 @@ def test_a_passing_session_from_the_tasks_page_to_its_grade(
     assert shown(browser, f"{row} .done") == "1 / 1"
     assert shown(browser, f"{row} .outcomes") == "ok 1"
     assert shown(browser, f"{row} .reward") == "1.000"
+    assert shown(browser, f"{row} .pass-1") == "1.000"
+    assert shown(browser, f"{row} .pass-k") == "1.000 k=1"
     shot(browser, "tasks")
 
     click(browser, f"{row} a.task-link", "task")
@@ -217,6 +269,8 @@ def test_a_passing_session_from_the_tasks_page_to_its_grade(
     assert shown(browser, f"{srow} .reward") == "1.000"
     assert shown(browser, f"{srow} .calls") == "2"
     assert browser.find_element(By.ID, "reward-histogram").is_displayed()
+    assert shown(browser, "#task-pass-1").startswith("1.000")
+    assert shown(browser, "#no-audit").startswith("not audited")
     shot(browser, "task")
 
     click(browser, f"{srow} a.session-link", "session")
@@ -292,23 +346,94 @@ def test_an_infra_error_session_shows_no_reward_and_the_unserved_call(
     assert "model call failed: 502" in shown(browser, "pre.harness-log")
 
 
+def test_a_group_side_by_side(sessions: Sessions, browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    tasks_of(browser, sessions)
+    click(browser, f"{row_of(browser, sessions.group)} a.task-link", "task")
+    picks = browser.find_elements(By.CSS_SELECTOR, "#compare-form input[name=session]")
+    assert len(picks) == 2
+    for pick in picks:  # tick both: the form sends them, the page compares them
+        pick.click()
+    click(browser, "#compare-selected", "compare")
+    assert shown(browser, "#compare-table").count("1.000") >= 2  # both graded 1
+    heads = browser.find_elements(By.CSS_SELECTOR, "#compare-table thead a.session-link")
+    assert len(heads) == 2
+    calls = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#compare-table td.calls")]
+    assert calls == ["2", "2"]
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#patches pre.diff")) == 2
+    assert "answer.txt" in shown(browser, "#patches")
+    divergence = shown(browser, "#compare-table td.divergence:last-child")
+    assert divergence.startswith(("at call", "never")), divergence
+    shot(browser, "compare")
+    browser.back()
+    click(browser, "#compare-group", "compare")
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#compare-table thead a.session-link")) == 2
+
+
+def test_the_training_and_topology_pages(sessions: Sessions, browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    browser.get(sessions.url + "/")
+    click(browser, 'nav#pages a[href="/training"]', "training")
+    browser.find_element(By.CSS_SELECTOR, "form#filters input[name=task]").send_keys(
+        sessions.prefix
+    )
+    click(browser, "form#filters button[type=submit]", "training")
+    v1, v2 = "#version-1", "#version-2"
+    assert shown(browser, f"{v1} .tasks") == "2" and shown(browser, f"{v1} .reward") == "0.500"
+    assert shown(browser, f"{v1} .outcomes") == "ok 1 policy_failure 1"
+    assert shown(browser, f"{v2} .tasks") == "1" and shown(browser, f"{v2} .sessions") == "2"
+    assert shown(browser, f"{v2} .reward") == "1.000"
+    assert int(shown(browser, f"{v1} .trained")) > 0 and int(shown(browser, f"{v2} .trained")) > 0
+    bars = browser.find_elements(By.CSS_SELECTOR, "#reward-chart .bar")
+    heights = [b.size["height"] for b in bars]
+    assert len(bars) == 2 and 0 < heights[0] < heights[1], heights  # 0.5 and 1.0
+    shot(browser, "training")
+
+    click(browser, 'nav#pages a[href="/topology"]', "topology")
+    queues = shown(browser, "#queues")
+    assert "-init" in queues and "-postrun" in queues
+    assert browser.find_element(By.ID, "services").is_displayed()
+    replica = shown(browser, "#gateways table.replicas tr.replica")  # the stack's backend
+    assert replica.startswith(sessions.backend) and " up " in f" {replica} ", replica
+    shot(browser, "topology")
+
+
 def as_shown(payload: str) -> str:
     """A payload as the console shows it: bidi controls as their code points."""
     return BIDI_CONTROLS.sub(shown_control, payload)
 
 
 def pages_of(driver: Any, sessions: Sessions) -> list[str]:
-    """Every page of the hostile session: its task in the list, its task, the session, and
-    each console page it links to (calls, traces with every token, raw objects)."""
+    """Every page of the hostile sessions: their tasks in the list, their tasks, the compare
+    page of the hostile group, each session, and each console page they link to (calls,
+    traces with every token, raw objects); and the training and topology pages."""
     from selenium.webdriver.common.by import By
 
     workflow_id, session = sessions.hostile
-    driver.get(f"{sessions.url}/sessions/{session.session_id}")
-    links = [a.get_attribute("href") for a in driver.find_elements(By.CSS_SELECTOR, "a[href]")]
-    own = [u for u in links if u.startswith(sessions.url + "/") and "download=1" not in u]
+    compare = f"{sessions.url}/tasks/{sessions.hostile_group}/compare"
+    own: list[str] = []
+    for start in (f"{sessions.url}/sessions/{session.session_id}", compare):
+        driver.get(start)
+        links = [a.get_attribute("href") for a in driver.find_elements(By.CSS_SELECTOR, "a[href]")]
+        own += [u for u in links if u.startswith(sessions.url + "/") and "download=1" not in u]
+    group_sessions = [u for u in own if "/sessions/" in u and u.count("/") == 4]
+    for start in group_sessions:  # the hostile group's sessions and what they link to
+        driver.get(start)
+        links = [a.get_attribute("href") for a in driver.find_elements(By.CSS_SELECTOR, "a[href]")]
+        own += [u for u in links if u.startswith(sessions.url + "/") and "download=1" not in u]
     traces = [u + "&tokens=all" for u in own if "/traces/" in u and "/raw/" not in u]
     first = [f"{sessions.url}/?task={sessions.prefix}-hostile"]
-    first.append(f"{sessions.url}/tasks/{workflow_id}")
+    first += [
+        f"{sessions.url}/tasks/{workflow_id}",
+        f"{sessions.url}/tasks/{sessions.hostile_group}",
+    ]
+    first += [
+        compare,
+        f"{sessions.url}/training?task={sessions.prefix}",
+        f"{sessions.url}/topology",
+    ]
     return list(dict.fromkeys(first + own + traces))
 
 
@@ -319,7 +444,7 @@ def test_the_injection_corpus_stays_text_on_every_page(sessions: Sessions, brows
     started = time.monotonic()
     requests_made(browser), browser_errors(browser)  # what came before: not this test's
     pages = pages_of(browser, sessions)
-    assert len(pages) > 20, pages  # calls, traces, logs, the patch, every payload artifact
+    assert len(pages) > 30, pages  # calls, traces, logs, the patch, every payload artifact
     for url in pages:
         browser.get(url)
         assert alert_open(browser) is None, url
@@ -344,6 +469,17 @@ def test_the_injection_corpus_stays_text_on_every_page(sessions: Sessions, brows
     kept = [p for p in named if p.isprintable()]
     assert [p for p in kept if as_shown(p) not in artifacts] == [], artifacts
     assert [p for p in named if "+" + as_shown(p) not in patch] == [], patch
+
+    # and side by side: both replies, where the group's conversations part, and both patches
+    browser.get(f"{sessions.url}/tasks/{sessions.hostile_group}/compare")
+    parted = shown(browser, "#diverged-1")
+    sides = " ".join(e.text for e in browser.find_elements(By.CSS_SELECTOR, ".side pre"))
+    patches = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#patches pre.diff")]
+    assert "Call 0" in parted and len(patches) == 2
+    for payload in sessions.corpus:
+        assert as_shown(payload) in sides, payload
+    for patch in patches:
+        assert [p for p in named if "+" + as_shown(p) not in patch] == [], patch
     print(
         f"\ninjection corpus: {len(sessions.corpus)} payloads ({len(named)} also as file and "
         f"artifact names), {len(pages)} pages in {time.monotonic() - started:.1f} s: 0 executed"
