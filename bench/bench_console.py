@@ -1,5 +1,6 @@
 """Console benchmark: the first render of a 200-call session page and of a 1,000-session
-task page, on synthetic data in a fresh dev stack's Temporal and S3.
+task page (and the list, a trace, two 200-call sessions compared, the training and topology
+pages), on synthetic data in a fresh dev stack's Temporal and S3.
 
     .venv/bin/python bench/bench_console.py                  # 200 calls, 1,000 sessions
     .venv/bin/python bench/bench_console.py --calls 50 --sessions 100 --runs 3
@@ -8,8 +9,10 @@ The 200-call session is bench_builders' (`long_session`: the tiny Qwen3-style
 tokenizer's template, tool calls with reasoning, two sub-agents, two compactions),
 its CompletionRecords stored as the gateway stores them, its traces built by
 `prefix_merging` with their rewards sidecar, plus harness and evaluator logs, a
-report and a patch. The workflows are stand-ins named `Session` and `RolloutTask`
-(a worker of this script's own, on its own queue) that return a synthetic
+report and a patch; a second session holds the same conversation (the compare page
+reads both and finds no divergence: every call's digest compared). The workflows are
+stand-ins named `Session` and `RolloutTask` (a worker of this script's own, on its own
+queue) that return a synthetic
 `SessionResult` and a `TaskResult` of `--sessions` sessions: real visibility
 entries, histories and results, with no stage run. Each page is read through the
 console's ASGI app: "first" is a fresh app's first request (its caches empty, the
@@ -175,7 +178,9 @@ async def start_workflows(
             SearchAttributePair(sa.HARNESS, "command"),
         ]
     )
-    spec = {"task_id": session.task_id, "harness": {"kind": "command"}, "runtime": runtime}
+    spec: dict[str, Any] = {"task_id": session.task_id, "harness": {"kind": "command"}}
+    spec["runtime"] = runtime
+    spec["policy_version"] = 1  # as a trainer bridge tags its tasks: the training page
     await client.execute_workflow(
         "Session",
         {"task": spec, "result": session.model_dump(mode="json")},
@@ -223,7 +228,10 @@ async def measure(settings: Settings, args: argparse.Namespace) -> dict[str, Any
     t0 = time.perf_counter()
     records = session_records(sid, task_id, args.calls)
     session = await asyncio.to_thread(store_session, storage, records)
+    twin = session_records(f"{task_id}-s1", task_id, args.calls)  # the same conversation
+    twin_session = await asyncio.to_thread(store_session, storage, twin)
     task = task_result(task_id, args.sessions)
+    task.sessions[:2] = [session, twin_session]  # the first two: the stored 200-call ones
     setup_s = time.perf_counter() - t0
     runner = UnsandboxedWorkflowRunner()
     workflows = [StandInSession, StandInTask]
@@ -238,6 +246,11 @@ async def measure(settings: Settings, args: argparse.Namespace) -> dict[str, Any
         "task (1,000 sessions)": f"/tasks/{task_wf}",
         "tasks list": f"/?task={task_id}",
         "trace (longest)": f"/sessions/{sid}/traces/{longest_trace(storage, session)}",
+        "compare (two 200-call sessions)": (
+            f"/tasks/{task_wf}/compare?session={sid}&session={twin_session.session_id}"
+        ),
+        "training (the task, tagged)": f"/training?task={task_id}",
+        "topology (no gateway running)": "/topology",
     }
     figures = {}
     for name, url in pages.items():
@@ -296,6 +309,7 @@ def main() -> None:
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
         "runs": args.runs,
+        "load_avg_1m_at_end": round(os.getloadavg()[0], 2),  # a shared machine: others' load
     }
     report(result)
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -306,7 +320,8 @@ def report(result: dict[str, Any]) -> None:
     print(
         f"\n{result['calls']} calls, {result['prompt_tokens']:,} prompt tokens, "
         f"{result['sampled_tokens']:,} sampled, {result['traces']} traces; "
-        f"task of {result['sessions']:,} sessions (setup {result['setup_s']:.1f} s, not timed)\n"
+        f"task of {result['sessions']:,} sessions (setup {result['setup_s']:.1f} s, not timed); "
+        f"load average {result['meta']['load_avg_1m_at_end']} on {result['meta']['cpus']} CPUs\n"
     )
     print("| page | first render (s) | warm, median (s) | HTML (KB) |")
     print("|---|---|---|---|")

@@ -12,15 +12,19 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
 from app.console.calls import answer_of, last_message, sent_last
 from app.console.session_objects import SessionObjects
 from app.console.views import SessionRow
+from polar.contracts import Stage
 
 MAX_COMPARED = 8
 """The most sessions one compare page shows."""
+CACHE_SIZE = 64
+"""Finished sessions whose conversations the compare page keeps."""
 CONVERSATION_KEYS = ("messages", "input", "contents", "system", "tools")
 """The request fields that are the conversation (what a harness sent, not sampling knobs)."""
 
@@ -91,20 +95,39 @@ def call_side(record: dict[str, Any]) -> CallSide:
     )
 
 
-def divergence(mine: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> Divergence:
+@dataclass(frozen=True)
+class Conversation:
+    """What the compare page keeps of a session's records: each call's request and response
+    digests and its two sides, and the session's token lengths."""
+
+    digests: list[tuple[str, str]]
+    sides: list[CallSide]
+    context_tokens: int = 0
+    sampled_tokens: int = 0
+
+
+def conversation(records: list[dict[str, Any]]) -> Conversation:
+    """A session's conversation from its completion records, in call order."""
+    digests = [(request_digest(r), response_digest(r)) for r in records]
+    last = records[-1] if records else {}
+    context = len(last.get("prompt_token_ids") or ()) + len(last.get("response_token_ids") or ())
+    sampled = sum(len(r.get("response_token_ids") or ()) for r in records)
+    return Conversation(digests, [call_side(r) for r in records], context, sampled)
+
+
+def divergence(mine: Conversation, theirs: Conversation) -> Divergence:
     """The first call at which conversation `mine` leaves `theirs`."""
-    for n, (a, b) in enumerate(zip(mine, theirs, strict=False)):
-        for part, same in (("request", request_digest), ("response", response_digest)):
-            if same(a) != same(b):
-                return Divergence(n, part, call_side(a), call_side(b))
-    if len(mine) != len(theirs):
-        n = min(len(mine), len(theirs))
-        extra_mine, extra_theirs = mine[n : n + 1], theirs[n : n + 1]
+    for n, (a, b) in enumerate(zip(mine.digests, theirs.digests, strict=False)):
+        for part, k in (("request", 0), ("response", 1)):
+            if a[k] != b[k]:
+                return Divergence(n, part, mine.sides[n], theirs.sides[n])
+    if len(mine.digests) != len(theirs.digests):
+        n = min(len(mine.digests), len(theirs.digests))
         return Divergence(
             n,
             "length",
-            call_side(extra_mine[0]) if extra_mine else None,
-            call_side(extra_theirs[0]) if extra_theirs else None,
+            mine.sides[n] if n < len(mine.sides) else None,
+            theirs.sides[n] if n < len(theirs.sides) else None,
         )
     return Divergence(None, "")
 
@@ -123,22 +146,51 @@ def patch_sizes(patches: dict[str, str]) -> tuple[int, int, int]:
     return files, added, removed
 
 
-async def compared(objects: SessionObjects, row: SessionRow) -> tuple[Compared, list[Any]]:
-    """One session's figures and patches, and its records (for the divergence)."""
+class ClosedConversations:
+    """A bounded cache of finished sessions' conversations and patches (they never change)."""
+
+    def __init__(self, size: int = CACHE_SIZE) -> None:
+        self._items: OrderedDict[str, tuple[Conversation, dict[str, str]]] = OrderedDict()
+        self._size = size
+
+    def get(self, session_id: str) -> tuple[Conversation, dict[str, str]] | None:
+        found = self._items.get(session_id)
+        if found is not None:
+            self._items.move_to_end(session_id)
+        return found
+
+    def put(self, session_id: str, value: tuple[Conversation, dict[str, str]]) -> None:
+        self._items[session_id] = value
+        while len(self._items) > self._size:
+            self._items.popitem(last=False)
+
+
+async def session_parts(
+    objects: SessionObjects, row: SessionRow, cache: ClosedConversations
+) -> tuple[Conversation, dict[str, str]]:
+    """A session's conversation and patches: from S3, or the cache once it has finished."""
+    cached = cache.get(row.session_id)
+    if cached is not None:
+        return cached
     records, artifacts = await asyncio.gather(
         objects.records(row.session_id), objects.artifacts(row.session_id)
     )
     texts = await asyncio.gather(*(objects.text(k) for k in artifacts.patches))
-    item = Compared(row, calls=len(records))
-    item.patches = {k: t for k, (t, _) in zip(artifacts.patches, texts, strict=True)}
-    item.files_changed, item.lines_added, item.lines_removed = patch_sizes(item.patches)
-    item.sampled_tokens = sum(len(r.get("response_token_ids") or ()) for r in records)
-    if records:
-        last = records[-1]
-        item.context_tokens = len(last.get("prompt_token_ids") or ()) + len(
-            last.get("response_token_ids") or ()
-        )
-    return item, records
+    patches = {k: t for k, (t, _) in zip(artifacts.patches, texts, strict=True)}
+    parts = (await asyncio.to_thread(conversation, records), patches)
+    if row.stage == Stage.DONE.value:  # a result: the session has ended
+        cache.put(row.session_id, parts)
+    return parts
+
+
+async def compared(
+    objects: SessionObjects, row: SessionRow, cache: ClosedConversations
+) -> tuple[Compared, Conversation]:
+    """One session's figures and patches, and its conversation (for the divergence)."""
+    talk, patches = await session_parts(objects, row, cache)
+    item = Compared(row, len(talk.digests), talk.context_tokens, talk.sampled_tokens, patches)
+    item.files_changed, item.lines_added, item.lines_removed = patch_sizes(patches)
+    return item, talk
 
 
 def selected(rows: list[SessionRow], wanted: list[str]) -> list[SessionRow]:
@@ -158,10 +210,12 @@ def selected(rows: list[SessionRow], wanted: list[str]) -> list[SessionRow]:
     return picked
 
 
-async def compare_sessions(objects: SessionObjects, rows: list[SessionRow]) -> list[Compared]:
+async def compare_sessions(
+    objects: SessionObjects, rows: list[SessionRow], cache: ClosedConversations
+) -> list[Compared]:
     """The sessions `rows` side by side, each diverging from the first."""
-    found = await asyncio.gather(*(compared(objects, r) for r in rows))
+    found = await asyncio.gather(*(compared(objects, r, cache) for r in rows))
     reference = found[0][1]
-    for item, records in found[1:]:
-        item.divergence = divergence(records, reference)
+    for item, talk in found[1:]:
+        item.divergence = divergence(talk, reference)
     return [item for item, _ in found]

@@ -25,7 +25,12 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from app.console.calls import pretty
-from app.console.compare import CompareError, compare_sessions, selected
+from app.console.compare import (
+    ClosedConversations,
+    CompareError,
+    compare_sessions,
+    selected,
+)
 from app.console.filters import BadFilter, TaskFilters, checked_text
 from app.console.safety import Redactor, raw_key_allowed, security_headers, template_environment
 from app.console.session_objects import SessionObjects
@@ -62,6 +67,7 @@ class Console:
         self.redact = Redactor(settings)
         self.env = template_environment(settings, self.redact)
         self.objects = SessionObjects(storage or Storage(settings))
+        self.conversations = ClosedConversations()
         self._reads = TemporalReads(client) if client is not None else None
         self._lock = asyncio.Lock()
         model_dir = getattr(settings, "model_dir", None)
@@ -186,7 +192,7 @@ def add_overviews(app: FastAPI, console: Console) -> None:
             rows = selected(view.sessions, session or [])
         except CompareError as exc:
             return console.problem(400, str(exc))
-        items = await compare_sessions(console.objects, rows)
+        items = await compare_sessions(console.objects, rows, console.conversations)
         return console.page("compare.html", view=view, items=items)
 
     @app.get("/training", response_class=HTMLResponse)

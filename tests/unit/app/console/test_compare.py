@@ -8,12 +8,20 @@ import pytest
 
 from app.console.compare import (
     MAX_COMPARED,
+    ClosedConversations,
     CompareError,
-    divergence,
+    Divergence,
     patch_sizes,
     selected,
 )
+from app.console.compare import conversation as conversation_of
+from app.console.compare import divergence as conversations_divergence
 from app.console.views import SessionRow
+
+
+def divergence(mine: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> Divergence:
+    """Where the conversations of two sessions' records part."""
+    return conversations_divergence(conversation_of(mine), conversation_of(theirs))
 
 
 def record(messages: list[str], answer: str, **kw: Any) -> dict[str, Any]:
@@ -76,6 +84,14 @@ def test_one_that_made_more_calls_diverges_where_the_other_stopped() -> None:
     assert found.mine is not None and found.theirs is None
 
 
+def test_a_conversation_keeps_the_token_lengths() -> None:
+    calls = conversation("a", "b")
+    calls[0]["response_token_ids"], calls[1]["response_token_ids"] = [1, 2], [3, 4, 5]
+    calls[1]["prompt_token_ids"] = list(range(10))
+    talk = conversation_of(calls)
+    assert (talk.context_tokens, talk.sampled_tokens, len(talk.digests)) == (13, 5, 2)
+
+
 def test_patch_sizes_count_files_and_lines() -> None:
     patch = "diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1,2 +1,2 @@\n-old\n+new\n+more\n same\n"
     assert patch_sizes({"p": patch, "q": "+++ b/y\n+z\n"}) == (2, 3, 1)
@@ -94,3 +110,13 @@ def test_the_selection_is_of_the_task_s_sessions() -> None:
         selected(rows(3), ["s1"])
     with pytest.raises(CompareError, match="select at most"):
         selected(rows(MAX_COMPARED + 1), [])
+
+
+def test_the_cache_keeps_the_newest_finished_sessions() -> None:
+    cache = ClosedConversations(size=2)
+    parts = (conversation_of(conversation("a")), {})
+    for sid in ("s0", "s1"):
+        cache.put(sid, parts)
+    assert cache.get("s0") is parts  # s0 used: s1 is now the oldest
+    cache.put("s2", parts)
+    assert cache.get("s1") is None and cache.get("s0") is parts and cache.get("s2") is parts
