@@ -81,8 +81,20 @@ def request_digest(record: dict[str, Any]) -> str:
 
 
 def response_digest(record: dict[str, Any]) -> str:
-    """What a call answered: its text and tool calls (or its error)."""
-    return digest([answer_of(record.get("response")), record.get("error")])
+    """What a call answered, in full: its text, reasoning and tool calls' names and arguments
+    (not their ids, drawn anew each time), or its error."""
+    response = record.get("response")
+    choices = response.get("choices") if isinstance(response, dict) else None
+    message = choices[0].get("message") if isinstance(choices, list) and choices else None
+    if not isinstance(message, dict):
+        return digest([None, record.get("error")])
+    calls = [
+        [c["function"].get("name"), c["function"].get("arguments")]
+        for c in message.get("tool_calls") or []
+        if isinstance(c, dict) and isinstance(c.get("function"), dict)
+    ]
+    said = [message.get(k) for k in ("content", "reasoning_content", "reasoning")]
+    return digest([said, calls, record.get("error")])
 
 
 def call_side(record: dict[str, Any]) -> CallSide:

@@ -78,6 +78,16 @@ def test_tool_calls_are_part_of_the_response() -> None:
     assert found.mine is not None and 'bash({"cmd": "ls"})' in found.mine.response
 
 
+def test_a_long_answer_differs_past_what_is_shown_and_tool_call_ids_do_not_count() -> None:
+    long = "x" * 10_000
+    assert divergence(conversation(long + "a"), conversation(long + "b")).call == 0
+    mine, theirs = conversation("a"), conversation("a")
+    for calls, call_id in ((mine, "call_1"), (theirs, "call_2")):
+        call = {"id": call_id, "function": {"name": "ls", "arguments": "{}"}}
+        calls[0]["response"]["choices"][0]["message"]["tool_calls"] = [call]
+    assert divergence(mine, theirs).call is None
+
+
 def test_one_that_made_more_calls_diverges_where_the_other_stopped() -> None:
     found = divergence(conversation("a", "b"), conversation("a"))
     assert (found.call, found.part) == (1, "length")
