@@ -31,8 +31,9 @@ load then sticky) and cell:
 
 With `--gateways G`, each call reaches one of G gateways at random (each its own
 `Router`); with affine routing they share placements as `proxy.routing_store` does.
-`--cost` also times one routing decision at 32 replicas and 10,000 live sessions and the
-table's memory after a million finished sessions.
+`--cost` instead times one routing decision at 32 replicas and 10,000 live sessions (a
+call of a placed session, and a new session's placement) and measures the table's memory
+after a million finished sessions (bench/results/routing-cost.json).
 
 Writes bench/results/routing.json (`--json`) and prints a markdown table per setting.
 """
@@ -341,6 +342,38 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def grid_tables(rows: list[dict[str, Any]]) -> str:
+    """One markdown table per replica count: a row per (S, C), the policies side by side
+    (round_robin / hash / affine)."""
+    cells: dict[tuple[int, int, int], dict[str, dict[str, Any]]] = {}
+    for r in rows:
+        key = (r["replicas"], r["sessions_per_replica"], r["concurrency"])
+        cells.setdefault(key, {})[r["policy"]] = r
+    out = []
+    for replicas in sorted({k[0] for k in cells}):
+        out += [
+            f"\n**{replicas} replicas** (each figure: round_robin / hash / affine)\n",
+            "| S/R | C | recomputed/ideal | busiest/mean calls | busiest/mean prefill "
+            "| p99 wait s | sticky bound |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for (n, per, clients), by in sorted(cells.items()):
+            if n != replicas:
+                continue
+
+            def three(name: str, fmt: str, by: dict[str, dict[str, Any]] = by) -> str:
+                return " / ".join(format(by[p][name], fmt) if p in by else "-" for p in POLICIES)
+
+            bound = next(iter(by.values()))["sticky_bound"]
+            out.append(
+                f"| {per} | {clients} | {three('recomputed_over_ideal', '.2f')} "
+                f"| {three('calls_max_over_mean', '.2f')} "
+                f"| {three('prefill_max_over_mean', '.2f')} "
+                f"| {three('p99_wait_s', '.1f')} | {bound:.2f} |"
+            )
+    return "\n".join(out)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--replicas", type=int, nargs="+", default=[4, 8, 32])
@@ -359,9 +392,22 @@ def main() -> None:
         help="the gateways' max_inflight per replica (-1: twice the replica's slots; 0: none)",
     )  # fmt: skip
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--cost", action="store_true", help="also time one routing decision")
+    parser.add_argument(
+        "--cost", action="store_true",
+        help="only time routing decisions and the table's memory (bench/results/routing-cost.json)",
+    )  # fmt: skip
     parser.add_argument("--json", type=Path, default=REPO / "bench/results/routing.json")
+    parser.add_argument("--tables", type=Path, help="only print the grid tables of a results file")
     args = parser.parse_args()
+    if args.tables:
+        print(grid_tables(json.loads(args.tables.read_text())["rows"]))
+        return
+    if args.cost:
+        cost = routing_cost()
+        path = args.json.with_name("routing-cost.json")
+        path.write_text(json.dumps(cost, indent=1) + "\n")
+        print(json.dumps(cost, indent=1))
+        return
     rows = []
     started = time.monotonic()
     for replicas in args.replicas:
@@ -379,12 +425,10 @@ def main() -> None:
         "rows": rows,
         "wall_s": time.monotonic() - started,
     }
-    if args.cost:
-        out["cost"] = routing_cost()
-        print(json.dumps(out["cost"]), file=sys.stderr)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(out, indent=1) + "\n")
     print(table(rows))
+    print(grid_tables(rows))
     print(f"\nwritten: {args.json}")
 
 

@@ -43,7 +43,7 @@ from proxy.routing_table import FORGET_S, LIVE_S, MAX_ENTRIES, AssignmentTable
 
 MODES = ("affine", "hash", "round_robin")
 CHAIN_SAMPLE = 1024
-RECENT_S = 600.0
+RECENT_S = 6 * 3600.0
 """time constant of a replica's decayed call count (new keys go where it is lowest)"""
 VNODES = 160
 """virtual nodes per replica: with 160, the largest arc share stays within ~1.3x of 1/N"""
@@ -112,8 +112,8 @@ class Replica:
     """live keys whose home this is (affine mode)"""
     served: int = 0
     recent: float = 0.0
-    """calls sent here, decayed with a time constant of `RECENT_S` (as of `recent_at`)"""
-    recent_at: float = 0.0
+    """calls sent here, decayed with a time constant of `RECENT_S`, scaled to the
+    router's epoch (`Router._count_recent`)"""
     failures: int = 0
     """consecutive failed calls (5xx answers, timeouts)"""
     down_until: float = 0.0
@@ -122,10 +122,6 @@ class Replica:
 
     def up(self, now: float) -> bool:
         return now >= self.down_until and self.probe_ok is not False
-
-    def recent_calls(self, now: float) -> float:
-        """Calls sent here lately (decayed to `now`)."""
-        return self.recent * math.exp(min(0.0, self.recent_at - now) / RECENT_S)
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +173,7 @@ class Router:
         )
         self.events: dict[str, int] = dict.fromkeys(("new", "stay", "spill", "move"), 0)
         self._turn = itertools.count()
+        self._epoch = clock()
         self.set_replicas(urls)
 
     @property
@@ -227,16 +224,23 @@ class Router:
     def place(self, key: str | None) -> Placement:
         """Where the call of `key` goes now (None: round-robin)."""
         now = self.clock()
-        live = [r for r in self.replicas.values() if r.up(now)]
-        if not live:  # all down: try them all anyway
-            live = list(self.replicas.values())
+        if self.mode == "affine" and key is not None:
+            placement = self._place_affine(key, now)
+            self.events[placement.event] += 1
+            return placement
+        live = self._live(now)
         if self.mode == "round_robin" or key is None:
             return Placement(live[next(self._turn) % len(live)].url, "turn")
-        if self.mode == "hash":
-            return Placement(self._place_hash(key, live, now), "hash")
-        placement = self._place_affine(key, live, now)
-        self.events[placement.event] += 1
-        return placement
+        return Placement(self._place_hash(key, live, now), "hash")
+
+    def _live(self, now: float) -> list[Replica]:
+        """The replicas up now; all of them if every one is down (try them anyway)."""
+        live = [
+            r
+            for r in self.replicas.values()
+            if now >= r.down_until and r.probe_ok is not False  # `Replica.up`, inlined
+        ]
+        return live or list(self.replicas.values())
 
     def _place_hash(self, key: str, live: list[Replica], now: float) -> str:
         bound = math.ceil(self.load_factor * (sum(r.inflight for r in live) + 1) / len(live))
@@ -249,17 +253,22 @@ class Router:
                 return url
         return min(live, key=lambda r: r.inflight).url  # all at their limit: least-loaded
 
-    def _place_affine(self, key: str, live: list[Replica], now: float) -> Placement:
+    def _place_affine(self, key: str, now: float) -> Placement:
         table = self.table
         table.expire(now)
         entry = table.touch(key, now)
         if entry is None:
-            table.assign(key, self._least_loaded(key, live), now)
-            return Placement(table.entries[key].home, "new")
+            entry = table.assign(key, self._least_loaded(key, self._live(now)), now)
+            return Placement(entry.home, "new")
         home = self.replicas.get(entry.home)
-        if home is None or home not in live:  # lost: re-placed by load, and stays there
-            entry = table.assign(key, self._least_loaded(key, live), now)
+        if home is None or not (home.up(now) or self._all_down(now)):  # lost: re-placed
+            entry = table.assign(key, self._least_loaded(key, self._live(now)), now)
             return Placement(entry.home, "move")
+        if home.inflight < self.spill_abs and (
+            self.max_inflight <= 0 or home.inflight < self.max_inflight
+        ):
+            return Placement(home.url, "stay")  # the common case: O(1), no other replica read
+        live = self._live(now)
         low = min(r.inflight for r in live)
         if not self._saturated(home, low):
             return Placement(home.url, "stay")
@@ -270,6 +279,9 @@ class Router:
             return Placement(home.url, "stay")  # everyone saturated: wait where it is warm
         entry.spill = spill.url
         return Placement(spill.url, "spill")
+
+    def _all_down(self, now: float) -> bool:
+        return not any(r.up(now) for r in self.replicas.values())
 
     def _saturated(self, replica: Replica, low: int) -> bool:
         """Whether one more call would overload `replica`: at its own concurrency limit,
@@ -282,18 +294,33 @@ class Router:
     def _least_loaded(self, key: str, live: list[Replica]) -> str:
         """The replica a new key is placed on: fewest live keys held, then fewest calls
         lately (decayed over `RECENT_S`: the work its keys did, finished ones included),
-        then fewest prompt tokens in flight; ties go round the replicas from a point set
-        by the key's hash (the same in every gateway)."""
-        now = self.clock()
-        start = ring_hash(key) % len(live)
-        best, best_load = live[start], (1 << 62, 0.0, 0)
-        low = min(r.inflight for r in live)
-        for i in range(len(live)):
-            replica = live[(start + i) % len(live)]
-            load = (replica.sessions, replica.recent_calls(now), replica.inflight_tokens)
-            if load < best_load and not self._saturated(replica, low):
-                best, best_load = replica, load
-        if best_load[0] == 1 << 62:  # all saturated: the least busy
+        then fewest prompt tokens in flight, among those not saturated; ties go round the
+        replicas from a point set by the key's hash (the same in every gateway)."""
+        n = len(live)
+        start = ring_hash(key) % n
+        low = -1  # the least in flight, read only if a saturation check needs it
+        best: Replica | None = None
+        held, recent, tokens = 0, 0.0, 0
+        for i in range(n):
+            replica = live[(start + i) % n]
+            if best is not None and (
+                replica.sessions > held
+                or replica.sessions == held
+                and (
+                    replica.recent > recent
+                    or replica.recent == recent
+                    and replica.inflight_tokens >= tokens
+                )
+            ):
+                continue
+            if replica.inflight >= self.spill_abs or 0 < self.max_inflight <= replica.inflight:
+                if low < 0:
+                    low = min(r.inflight for r in live)
+                if self._saturated(replica, low):
+                    continue
+            best = replica
+            held, recent, tokens = replica.sessions, replica.recent, replica.inflight_tokens
+        if best is None:  # all saturated: the least busy
             best = min(live, key=lambda r: (r.inflight, r.sessions))
         return best.url
 
@@ -320,9 +347,18 @@ class Router:
             replica.inflight += 1
             replica.inflight_tokens += tokens
             replica.served += 1
-            now = self.clock()
-            replica.recent = replica.recent_calls(now) + 1.0
-            replica.recent_at = now
+            self._count_recent(replica)
+
+    def _count_recent(self, replica: Replica) -> None:
+        """Add a call to `replica`'s decayed count. Counts are kept scaled by
+        exp((t - epoch) / RECENT_S), so comparing them needs no decay to now; the epoch
+        moves before the scale grows past floats."""
+        age = (self.clock() - self._epoch) / RECENT_S
+        if age > 500:
+            for other in self.replicas.values():
+                other.recent *= math.exp(-age)
+            self._epoch, age = self.clock(), 0.0
+        replica.recent += math.exp(age)
 
     def release(self, url: str, tokens: int = 0) -> None:
         """The call sent to `url` has its answer (or failed)."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 LIVE_S = 60.0
 FORGET_S = 6 * 3600.0
-MAX_ENTRIES = 200_000
+MAX_ENTRIES = 100_000
 
 
 @dataclass(slots=True)
