@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from typing import Any
 
 from temporalio.client import WorkflowExecution, WorkflowExecutionStatus
 
@@ -55,6 +56,13 @@ def visible_session(execution: WorkflowExecution) -> SessionRow:
     )
 
 
+def infra_rule(spec: dict[str, Any]) -> str:
+    """The task's `infra_errors.group` rule (what an infra error does to its group)."""
+    errors = spec.get("infra_errors")
+    rule = errors.get("group") if isinstance(errors, dict) else None
+    return rule if rule in ("wait", "shrink", "drop") else "shrink"
+
+
 async def task_results(reads: TemporalReads, execution: WorkflowExecution) -> list[SessionResult]:
     """The task's finished sessions: its result's, or those its progress query lists."""
     if execution.status == WorkflowExecutionStatus.RUNNING:
@@ -82,9 +90,10 @@ async def task_view(reads: TemporalReads, objects: SessionObjects, ref: str) -> 
             if e.id not in known
         ]
     rows.sort(key=lambda r: (r.index is None, r.index or 0, r.session_id))
-    has_advantages = with_advantages(rows, results) if results else False
+    spec = await reads.start_input(execution)
+    has_advantages = with_advantages(rows, results, infra_rule(spec)) if results else False
     rewards = [r.reward for r in rows if r.reward is not None]
     others = [e for e in runs if e.id != execution.id][:10]
     other_rows = list(await asyncio.gather(*(reads.task_row(e) for e in others)))
-    audit = await task_audit(objects, await reads.start_input(execution))
+    audit = await task_audit(objects, spec)
     return TaskView(row, rows, reward_histogram(rewards), has_advantages, other_rows, audit)

@@ -104,10 +104,12 @@ def summarize_results(sessions: list[SessionResult]) -> tuple[dict[str, int], fl
     return counts, (sum(rewards) / len(rewards) if rewards else None)
 
 
-def with_advantages(rows: list[SessionRow], results: list[SessionResult]) -> bool:
-    """Give each row its group advantage (polar.advantages, the `shrink` rule); whether any
-    session has one."""
-    advantages = session_advantages(group_rewards(results))
+def with_advantages(
+    rows: list[SessionRow], results: list[SessionResult], rule: str = "shrink"
+) -> bool:
+    """Give each row its group advantage (polar.advantages, under the task's
+    `infra_errors.group` rule); whether any session has one."""
+    advantages = session_advantages(group_rewards(results, rule))
     for row in rows:
         row.advantage = advantages.get(row.session_id)
     return any(a is not None for a in advantages.values())

@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from app.console.task_page import infra_rule
 from app.console.views import (
     reward_histogram,
     session_row,
@@ -82,3 +83,18 @@ def test_wall_time_runs_to_now_while_open() -> None:
     assert wall_seconds(start, None, now) == 90.0
     assert wall_seconds(start, start + timedelta(seconds=5), now) == 5.0
     assert wall_seconds(None, None, now) is None
+
+
+def test_a_task_that_drops_groups_with_an_infra_error_shows_no_advantage() -> None:
+    lost = result("s4", SessionStatus.COMPLETED, 1.0, harness_started=False)  # infra_error
+    sessions = [*SESSIONS, lost]
+    rows = [session_row(s) for s in sessions]
+    assert with_advantages(rows, sessions, "shrink")  # the group goes on without it
+    assert not with_advantages(rows, sessions, "drop")
+    assert all(r.advantage is None for r in rows)
+
+
+def test_the_rule_is_the_task_s_own() -> None:
+    assert infra_rule({"infra_errors": {"group": "drop"}}) == "drop"
+    assert infra_rule({"infra_errors": {"group": "odd"}}) == "shrink"
+    assert infra_rule({}) == "shrink"
