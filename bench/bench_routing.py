@@ -286,23 +286,26 @@ def simulate(
 
 
 def routing_cost(replicas: int = 32, live: int = 10_000, finished: int = 1_000_000) -> dict:
-    """One decision's time at `replicas` and `live` sessions; the table after `finished`."""
+    """One decision's time at `replicas` and `live` sessions (best of 5 rounds); the
+    table's size after `finished` sessions of one call each."""
     clock = [0.0]
     router = Router([f"http://r{i}:8000/v1" for i in range(replicas)], clock=lambda: clock[0])
     keys = [f"s-{i:06d}/0a1b2c3d" for i in range(live)]
     for key in keys:
         router.place(key)
     rng = random.Random(1)
-    picks = [rng.choice(keys) for _ in range(200_000)]
-    started = time.perf_counter()
-    for key in picks:
-        clock[0] += 0.0001
-        router.place(key)
-    stay_us = (time.perf_counter() - started) / len(picks) * 1e6
-    started = time.perf_counter()
-    for i in range(20_000):
-        router.place(f"new-{i:06d}/0a1b2c3d")
-    new_us = (time.perf_counter() - started) / 20_000 * 1e6
+    stay_us = new_us = math.inf
+    for rnd in range(5):  # best of 5: the machine is shared
+        picks = [rng.choice(keys) for _ in range(40_000)]
+        started = time.perf_counter()
+        for key in picks:
+            clock[0] += 0.0001
+            router.place(key)
+        stay_us = min(stay_us, (time.perf_counter() - started) / len(picks) * 1e6)
+        started = time.perf_counter()
+        for i in range(4_000):
+            router.place(f"new-{rnd}-{i:06d}/0a1b2c3d")
+        new_us = min(new_us, (time.perf_counter() - started) / 4_000 * 1e6)
     tracemalloc.start()
     small = Router([f"http://r{i}:8000/v1" for i in range(replicas)], clock=lambda: clock[0])
     base = tracemalloc.get_traced_memory()[0]

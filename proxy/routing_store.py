@@ -31,6 +31,8 @@ log = logging.getLogger("polar.gateway")
 
 __all__ = ["SharedRoutes", "route_object_key"]
 
+MAX_PENDING_MOVES = 10_000
+
 
 def route_object_key(key: str, scope: str = "policy") -> str:
     """The S3 key holding routing key `key`'s placement (`session/chain` or `session`)."""
@@ -75,7 +77,9 @@ class SharedRoutes:
             self.adopted += 1
             self._etags.pop(key, None)
         elif stored is not None:
-            self._etags[key] = stored[1]  # lost at every gateway: a move replaces it
+            if len(self._etags) >= MAX_PENDING_MOVES:  # keys that never called again
+                self._etags.clear()
+            self._etags[key] = stored[1]  # lost here too: the move replaces that version
 
     def placed(self, key: str, placement: Placement) -> None:
         """After `key` is placed: share a new or moved placement (in the background)."""

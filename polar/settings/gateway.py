@@ -43,8 +43,8 @@ class GatewaySettings(ServiceSettings):
     upstream_max_inflight: int = Field(
         default=0,
         ge=0,
-        description="calls one replica gets at once before a call spills (its own concurrency "
-        "limit, e.g. vLLM's max_num_seqs); 0: no limit",
+        description="calls one replica gets at once before a call spills (somewhat above its "
+        "own limit, e.g. twice vLLM's max_num_seqs: a spill re-prefills the history); 0: no limit",
     )
     upstream_spill_abs: int = Field(
         default=16,
