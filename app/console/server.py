@@ -26,6 +26,7 @@ from temporalio.service import RPCError
 
 from app.console.calls import pretty
 from app.console.compare import (
+    MAX_COMPARED,
     ClosedConversations,
     CompareError,
     compare_sessions,
@@ -68,6 +69,7 @@ class Console:
         self.env = template_environment(settings, self.redact)
         self.objects = SessionObjects(storage or Storage(settings))
         self.conversations = ClosedConversations()
+        self.env.globals["max_compared"] = MAX_COMPARED
         self._reads = TemporalReads(client) if client is not None else None
         self._lock = asyncio.Lock()
         model_dir = getattr(settings, "model_dir", None)

@@ -229,3 +229,13 @@ def test_raw_keys_are_polars_own_only() -> None:
     assert raw_key_allowed("tasks/t1/result.json")
     for key in ("other/x", "sessions/../x", "sessions//x", "sessions/s1/./x", "/sessions/x"):
         assert not raw_key_allowed(key), key
+
+
+def test_a_group_too_large_to_compare_whole_offers_its_ticks_only() -> None:
+    console = Console(settings(), None, Storage(settings()))
+    view = all_views("s")["task.html"]["view"]
+    html = bytes(console.page("task.html", view=view).body).decode()
+    assert 'id="compare-group"' in html and "(2 to 8)" in html
+    view.sessions = [session_row(f"s{i}") for i in range(9)]
+    html = bytes(console.page("task.html", view=view).body).decode()
+    assert 'id="compare-group"' not in html and html.count('type="checkbox"') == 9
