@@ -8,7 +8,6 @@ from typing import Annotated
 import typer
 
 from app.cli.main import console
-from polar.settings import ConsoleSettings, get_settings
 
 
 def console_command(
@@ -20,6 +19,7 @@ def console_command(
 
     from app.console import create_app
     from polar.logs import configure_logging
+    from polar.settings import ConsoleSettings, get_settings
 
     for name, value in (("POLAR_CONSOLE_HOST", host), ("POLAR_CONSOLE_PORT", port)):
         if value is not None:

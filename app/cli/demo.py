@@ -5,14 +5,16 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from app.cli.dev import dev_up
 from app.cli.main import console
 from app.cli.submit import follow_and_print
-from polar.tasks.spec import TaskSpec
+
+if TYPE_CHECKING:
+    from polar.tasks.spec import TaskSpec
 
 
 def demo(
@@ -54,6 +56,7 @@ def demo_task(sessions: int) -> TaskSpec:
     import shutil
 
     from polar.assets import asset_dir
+    from polar.tasks.spec import TaskSpec
 
     demo_dir = asset_dir("demo")
     spec = json.loads((demo_dir / "task.json").read_text())

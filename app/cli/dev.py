@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 import subprocess
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from app.cli.main import console
-from polar.settings import Settings, get_settings
+
+if TYPE_CHECKING:
+    from polar.settings import Settings
 
 dev_app = typer.Typer(
     help="The embedded dev stack (Temporal, SeaweedFS, vLLM, gateway, console, worker)."
@@ -59,6 +61,7 @@ def ensure_tiny_model(settings: Settings) -> Path:
 
 def _stack(with_model: bool = True, workers: int = 1) -> Any:
     from app.devstack import DevStack
+    from polar.settings import get_settings
 
     settings = get_settings()
     if with_model and settings.model_dir is None and settings.upstream_model:
@@ -105,4 +108,6 @@ def dev_status() -> None:
 @dev_app.command("model")
 def dev_model() -> None:
     """Build the tiny local model the dev stack serves (no download)."""
+    from polar.settings import get_settings
+
     console.print(str(ensure_tiny_model(get_settings())))

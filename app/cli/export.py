@@ -9,7 +9,6 @@ from typing import Annotated
 import typer
 
 from app.cli.main import console
-from polar.settings import StorageSettings, get_settings
 
 
 def export(
@@ -32,6 +31,7 @@ def export(
     verl, TRL and slime layouts (polar/client/export.py; each layout beside its bridge in
     polar/trainers/)."""
     from polar.client import export as ex
+    from polar.settings import StorageSettings, get_settings
 
     try:
         formats = ex.expand_formats([fmt])

@@ -12,10 +12,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from app.cli.main import console
-from polar.tasks.spec import HarnessSpec, RuntimeSpec
 
 if TYPE_CHECKING:
     from polar.client.generate import GenerateSummary
+    from polar.tasks.spec import HarnessSpec, RuntimeSpec
     from polar.tasks.swe import SweInstance
 
 
@@ -98,6 +98,7 @@ def generate_specs(
     """The harness and runtime the flags describe, or exit 2 with what is wrong with them."""
     from activities.harnesses import check_harness
     from activities.runtimes import check_runtime
+    from polar.tasks.spec import HarnessSpec, RuntimeSpec
 
     if harness == "command" and not command:
         console.print("[red]--harness command needs --command[/red]")

@@ -7,8 +7,6 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from polar.settings import ServiceSettings, get_settings
-
 keys_app = typer.Typer(help="Session keys, for running a harness by hand against a gateway.")
 
 
@@ -31,6 +29,7 @@ def key_mint(
 
     from activities.harnesses.command import gateway_env
     from polar.session_keys import SessionIdentity, mint_session_key
+    from polar.settings import ServiceSettings, get_settings
 
     errors = Console(stderr=True)
 

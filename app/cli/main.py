@@ -13,7 +13,6 @@ import typer
 from rich.console import Console
 
 from app.cli.exit_codes import ExitCode
-from polar.settings import ClientSettings, get_settings
 
 TEMPORAL_BRIDGE = "temporalio.bridge.temporal_sdk_bridge"
 """The Temporal SDK's native module: loaded once a command has used a Temporal client."""
@@ -56,6 +55,7 @@ def plain_error(exc: Exception) -> str | None:
     from temporalio.service import RPCError, RPCStatusCode
 
     from polar.ids import InvalidId
+    from polar.settings import ClientSettings, get_settings
 
     if isinstance(exc, InvalidId):  # no such workflow can exist
         return f"not found: {exc}"
@@ -102,6 +102,8 @@ def main(
     model_dir: Annotated[Path | None, typer.Option(help="HF model dir [POLAR_MODEL_DIR]")] = None,
 ) -> None:
     """Flags override the POLAR_* environment, for this process and the ones it starts."""
+    from polar.settings import get_settings
+
     overrides = {
         "POLAR_DATA_DIR": data_dir,
         "POLAR_TEMPORAL_ADDRESS": temporal_address,

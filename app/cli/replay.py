@@ -9,7 +9,6 @@ from typing import Annotated
 import typer
 
 from app.cli.main import console
-from polar.settings import ClientSettings, get_settings
 
 
 def replay(
@@ -17,6 +16,7 @@ def replay(
     save: Annotated[Path | None, typer.Option(help="also save the fetched history here")] = None,
 ) -> None:
     """Replay a workflow history against today's code and explain any non-determinism."""
+    from polar.settings import ClientSettings, get_settings
     from workflows import replay as rp
 
     async def go() -> bool:

@@ -10,7 +10,6 @@ from typing import Annotated
 import typer
 
 from app.cli.main import console
-from polar.settings import GatewaySettings, WorkerSettings, get_settings
 
 
 @contextlib.contextmanager
@@ -27,6 +26,7 @@ def refused_cleanly() -> Iterator[None]:
 
 def gateway() -> None:
     """Run the gateway proxy in the foreground."""
+    from polar.settings import GatewaySettings, get_settings
     from proxy.server import serve
 
     with refused_cleanly():
@@ -44,6 +44,7 @@ def worker(
     """Run a worker serving the chosen queues in the foreground."""
     from activities.worker import run_worker
     from polar.logs import configure_logging
+    from polar.settings import WorkerSettings, get_settings
 
     caps = {"max_init": max_init, "max_run": max_run, "max_postrun": max_postrun}
     caps = {k: v for k, v in caps.items() if v is not None}

@@ -10,11 +10,21 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-from app.console.calls import CallEntry
-from app.console.session_objects import TraceSummary, artifact_name
-from app.console.views import SessionRow
-from polar.contracts import SessionResult
+if TYPE_CHECKING:
+    from app.console.calls import CallEntry
+    from app.console.session_objects import TraceSummary
+    from app.console.views import SessionRow
+    from polar.contracts import SessionResult
+
+
+def artifact_name_of(session_id: str, key: str) -> str:
+    """An artifact's name in its session (the console's rule, imported when first used)."""
+    from app.console.session_objects import artifact_name
+
+    return artifact_name(session_id, key)
+
 
 UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 """What a terminal would act on or reorder: C0 controls but tab and newline, DEL, C1
@@ -40,7 +50,7 @@ def reward_text(reward: float | None) -> str:
 
 def log_stage(session_id: str, key: str) -> str:
     """The stage a log artifact belongs to: the harness's (`run`) or the evaluator's."""
-    return "run" if artifact_name(session_id, key).startswith("harness-attempt") else "evaluate"
+    return "run" if artifact_name_of(session_id, key).startswith("harness-attempt") else "evaluate"
 
 
 def logs_text(session_id: str, logs: Iterable[tuple[str, str]], stage: str | None) -> str:
@@ -60,7 +70,7 @@ def logs_text(session_id: str, logs: Iterable[tuple[str, str]], stage: str | Non
         at = log_stage(session_id, key)
         if stage is not None and at != stage:
             continue
-        name = artifact_name(session_id, key)
+        name = artifact_name_of(session_id, key)
         body = terminal_safe(text).rstrip("\n") or "(empty)"
         blocks.append(f"==> {at} · {terminal_safe(name)} <==\n{body}\n")
     return "\n".join(blocks)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
@@ -21,8 +21,9 @@ from app.cli.session_text import (
     session_result_text,
     terminal_safe,
 )
-from polar.contracts import SessionResult
-from polar.settings import ClientSettings, get_settings
+
+if TYPE_CHECKING:
+    from polar.contracts import SessionResult
 
 LOG_MAX_BYTES = 64 * 1024 * 1024
 """The most of one log `polar logs` prints (its end); logs are bounded when stored."""
@@ -47,6 +48,7 @@ async def readers() -> tuple[Any, Any]:
     """The console's Temporal and S3 readers, on this process's settings."""
     from app.console.session_objects import SessionObjects
     from app.console.temporal_reads import TemporalReads
+    from polar.settings import ClientSettings, get_settings
     from polar.storage import Storage
     from polar.temporal_client import connect
 
@@ -121,6 +123,7 @@ async def session_result(client: Any, workflow_id: str) -> SessionResult | None:
     from temporalio.service import RPCError, RPCStatusCode
 
     from app.cli.exit_codes import VERDICT_CODES
+    from polar.contracts import SessionResult
     from polar.verdicts import failure_verdict
 
     handle = client.get_workflow_handle(workflow_id)

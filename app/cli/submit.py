@@ -10,7 +10,7 @@ import asyncio
 import json
 import warnings
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -26,10 +26,13 @@ from app.cli.task_files import (
     warn_no_source,
     warn_verifier,
 )
-from polar.contracts import TaskResult
-from polar.records import OutcomeClass
 
-NO_VERDICT = (OutcomeClass.TASK_ERROR, OutcomeClass.INFRA_ERROR)
+if TYPE_CHECKING:
+    from polar.contracts import TaskResult
+
+NO_VERDICT = ("task_error", "infra_error")
+"""The outcome classes (polar.records.OutcomeClass, a StrEnum) that are no verdict on the
+policy."""
 """Outcome classes whose detail is printed under the table (a session with no error text)."""
 
 

@@ -4,12 +4,15 @@ the workflow id option, and the warnings of their audit, verifier and source (on
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from app.cli.exit_codes import ExitCode
 from app.cli.main import err_console
-from polar.tasks.spec import HarnessSpec, TaskSpec
+
+if TYPE_CHECKING:
+    from polar.tasks.spec import TaskSpec
 
 
 def load_task_file(path: Path) -> TaskSpec:
@@ -18,6 +21,7 @@ def load_task_file(path: Path) -> TaskSpec:
     code 2."""
     from activities.task_kinds import check_task_kinds
     from polar.builders import check_builder
+    from polar.tasks.spec import TaskSpec
 
     try:
         data = path.read_bytes()
@@ -44,6 +48,7 @@ def load_harbor_dir(
     from polar.settings import ClientSettings, get_settings
     from polar.tasks.harbor import load_harbor_tasks
     from polar.tasks.harbor_images import ensure_images
+    from polar.tasks.spec import HarnessSpec
 
     image_map = get_settings(ClientSettings).harbor_image_map
     try:

@@ -13,7 +13,6 @@ from rich.table import Table
 
 from app.cli.main import console
 from app.cli.task_files import load_harbor_dir, warn_verifier
-from polar.settings import ClientSettings, get_settings
 
 if TYPE_CHECKING:
     from app.task_audit import AuditReport, AuditTarget
@@ -122,6 +121,7 @@ def audit_targets(
     task or dataset dir (its images built first, each build noted in `builds` by task id)."""
     from activities.runtimes import check_runtime
     from app import task_audit as au
+    from polar.settings import ClientSettings, get_settings
     from polar.tasks.harbor import task_id_of
     from polar.tasks.spec import RuntimeSpec
 
