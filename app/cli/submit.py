@@ -21,6 +21,7 @@ from app.cli.main import console, err_console
 from app.cli.task_files import (
     check_audit,
     checked_workflow_id_option,
+    harness_override,
     load_harbor_dir,
     load_task_file,
     warn_no_source,
@@ -148,9 +149,22 @@ def submit(
         bool, typer.Option(help="follow the task, print its result, exit with its verdict")
     ] = True,
     strict: Annotated[
-        bool, typer.Option(help="refuse a task `polar tasks audit` flagged (else a warning)")
+        bool,
+        typer.Option(
+            help="refuse a task `polar tasks audit` flagged (else a warning), and stop at a "
+            "Harbor task Polar refuses (else the rest are submitted)"
+        ),
     ] = False,
     harness: Annotated[str, typer.Option(help="Harbor dirs: the harness kind")] = "pi",
+    command: Annotated[
+        str | None, typer.Option(help="Harbor dirs: the command of `--harness command`")
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option(help="Harbor dirs: the model name the harness is told")
+    ] = None,
+    harness_env: Annotated[
+        list[str] | None, typer.Option(help="Harbor dirs: KEY=VALUE for the harness (repeat)")
+    ] = None,
     workflow_id: Annotated[
         str | None, typer.Option(help="the task's workflow id (one task; default: generated)")
     ] = None,
@@ -167,7 +181,11 @@ def submit(
     from polar.verdicts import Verdict, worst
 
     is_harbor = task_file.is_dir()
-    specs = load_harbor_dir(task_file, harness) if is_harbor else [load_task_file(task_file)]
+    if is_harbor:
+        override = harness_override(harness, command, model, harness_env)
+        specs = load_harbor_dir(task_file, override, strict=strict)
+    else:
+        specs = [load_task_file(task_file)]
     if workflow_id is not None:
         workflow_id = checked_workflow_id_option(workflow_id, len(specs))
     for spec in specs:

@@ -4,7 +4,7 @@ the workflow id option, and the warnings of their audit, verifier and source (on
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -39,33 +39,94 @@ def load_task_file(path: Path) -> TaskSpec:
 
 
 def load_harbor_dir(
-    path: Path, harness: str, sessions: int = 1, build: bool = True
+    path: Path, harness: dict[str, Any], sessions: int = 1, build: bool = True, strict: bool = False
 ) -> list[TaskSpec]:
     """The TaskSpecs of a Harbor task or dataset dir, their images present on this host's
-    engine (built now where needed, unless `build` is off); a task Polar cannot honour is a
-    clean message naming it and the field, and exit code 2."""
+    engine (built now where needed, unless `build` is off). `harness` overrides the agent
+    (`{"kind": "command", "command": ...}`). Every task Polar cannot honour is reported with
+    every field it refuses, and a task outside the source roots with the setting to change;
+    the rest are loaded. With `strict`, or when none is left, that is exit code 2."""
+    import os
+
     from activities.task_kinds import check_task_kinds
+    from polar.host_paths import outside_roots, source_roots
     from polar.settings import ClientSettings, get_settings
-    from polar.tasks.harbor import load_harbor_tasks
+    from polar.tasks.harbor import load_harbor_dataset
     from polar.tasks.harbor_images import ensure_images
     from polar.tasks.spec import HarnessSpec
 
     image_map = get_settings(ClientSettings).harbor_image_map
     try:
-        harness_spec = HarnessSpec.model_validate({"kind": harness})
-        specs = [
-            check_task_kinds(spec)
-            for spec in load_harbor_tasks(
-                path, harness=harness_spec, num_sessions=sessions, image_map=image_map
-            )
-        ]
-        if build:
-            for image in ensure_images(path, image_map=image_map, log=err_console.print):
-                err_console.print(f"{image.task}: {image.image} ({image.how}, {image.seconds:g} s)")
-    except ValueError as exc:  # HarborTaskError, an invalid kind or config
+        harness_spec = HarnessSpec.model_validate(harness)
+        dataset = load_harbor_dataset(
+            path, harness=harness_spec, num_sessions=sessions, image_map=image_map
+        )
+        roots = source_roots(os.environ.get("POLAR_SOURCE_ROOTS"))
+    except ValueError as exc:  # not a task dir, an invalid harness
         err_console.print(str(exc), style="red", markup=False)
         raise typer.Exit(ExitCode.INVALID_INPUT) from exc
+    refused = [str(exc) for exc in dataset.refused]
+    specs = []
+    for spec in dataset.specs:
+        harbor = spec.metadata.get("harbor") or {}
+        name, task_dir = harbor.get("name", spec.task_id), Path(harbor.get("dir", path))
+        problem = outside_roots(task_dir, roots)
+        try:
+            if problem is not None:
+                raise ValueError(f"harbor task {name}: its dir {problem}")
+            check_task_kinds(spec)  # a kind's config (the harness override, say)
+            for image in (
+                ensure_images(task_dir, image_map=image_map, log=err_console.print) if build else []
+            ):
+                err_console.print(f"{name}: {image.image} ({image.how}, {image.seconds:g} s)")
+        except ValueError as exc:  # HarborTaskError (an image that cannot be had), a config
+            text = str(exc)
+            refused.append(
+                text if text.startswith("harbor task") else f"harbor task {name}: {text}"
+            )
+            continue
+        specs.append(spec)
+        warn_dockerfile(spec)
+    for line in refused:
+        err_console.print(f"refused: {line}", style="red", markup=False)
+    if refused and (strict or not specs):
+        why = "--strict" if specs else "no task left"
+        err_console.print(f"{len(refused)} task(s) refused ({why})", style="red")
+        raise typer.Exit(ExitCode.INVALID_INPUT)
+    if refused:
+        err_console.print(
+            f"{len(refused)} task(s) refused, {len(specs)} loaded", style="yellow", markup=False
+        )
     return specs
+
+
+def harness_override(
+    kind: str, command: str | None, model: str | None, env: list[str] | None
+) -> dict[str, Any]:
+    """The harness a Harbor dir's tasks run, from the CLI's flags (`--harness command
+    --command 'python solve.py' --model m --harness-env KEY=VALUE`); a malformed `--harness-env`
+    is a clean message and exit code 2."""
+    harness: dict[str, Any] = {"kind": kind}
+    if command is not None:
+        harness["command"] = command
+    if model is not None:
+        harness["model"] = model
+    for pair in env or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            err_console.print(f"--harness-env: KEY=VALUE, not {pair!r}", style="red", markup=False)
+            raise typer.Exit(ExitCode.INVALID_INPUT)
+        harness.setdefault("env", {})[key] = value
+    return harness
+
+
+def warn_dockerfile(spec: TaskSpec) -> None:
+    """Warn about a Harbor task with both a docker_image and a Dockerfile (the image runs)."""
+    from polar.tasks.harbor import dockerfile_warning
+
+    text = dockerfile_warning(spec)
+    if text is not None:
+        err_console.print(f"warning: {text}", style="yellow", markup=False)
 
 
 def check_audit(spec: TaskSpec, near: Path, strict: bool) -> None:

@@ -12,7 +12,7 @@ import typer
 from rich.table import Table
 
 from app.cli.main import console
-from app.cli.task_files import load_harbor_dir, warn_verifier
+from app.cli.task_files import harness_override, load_harbor_dir, warn_verifier
 
 if TYPE_CHECKING:
     from app.task_audit import AuditReport, AuditTarget
@@ -25,12 +25,22 @@ def tasks_load(
     path: Annotated[Path, typer.Argument(help="a Harbor task dir, or a dataset dir of them")],
     out: Annotated[Path, typer.Option(help="where the TaskSpec JSON files go")] = Path("tasks"),
     harness: Annotated[str, typer.Option(help="the harness kind")] = "pi",
+    command: Annotated[str | None, typer.Option(help="the command of `--harness command`")] = None,
+    model: Annotated[str | None, typer.Option(help="the model name the harness is told")] = None,
+    harness_env: Annotated[
+        list[str] | None, typer.Option(help="KEY=VALUE for the harness (repeat)")
+    ] = None,
     sessions: Annotated[int, typer.Option(min=1, help="sessions per task")] = 1,
     build: Annotated[bool, typer.Option(help="build the environments' images now")] = True,
+    strict: Annotated[
+        bool, typer.Option(help="stop at the first refused task (else the rest are loaded)")
+    ] = False,
 ) -> None:
     """Read Harbor tasks into TaskSpec JSON files (`polar submit FILE` takes each), their
-    environment images built on this host first (cached by content)."""
-    specs = load_harbor_dir(path, harness, sessions, build)
+    environment images built on this host first (cached by content). Every task Polar
+    refuses is reported with every field it refuses; the rest are loaded."""
+    override = harness_override(harness, command, model, harness_env)
+    specs = load_harbor_dir(path, override, sessions, build, strict)
     out.mkdir(parents=True, exist_ok=True)
     for spec in specs:
         warn_verifier(spec)

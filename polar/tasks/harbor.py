@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +57,15 @@ from polar.tasks.spec import (
     Timeouts,
 )
 
-__all__ = ["load_harbor_tasks", "task_id_of", "task_spec", "verifier_warning"]
+__all__ = [
+    "HarborDataset",
+    "dockerfile_warning",
+    "load_harbor_dataset",
+    "load_harbor_tasks",
+    "task_id_of",
+    "task_spec",
+    "verifier_warning",
+]
 
 EVALUATE_MARGIN_S = 300.0
 """The evaluate stage's time beyond the verifier's: the fresh runtime, the changes applied."""
@@ -88,6 +97,42 @@ def load_harbor_tasks(
         )
         for d in find_task_dirs(Path(path))
     ]
+
+
+@dataclass
+class HarborDataset:
+    """What a dataset dir loads to: the TaskSpecs of the tasks Polar can honour, and each
+    refused task's error (naming its task and every field refused)."""
+
+    specs: list[TaskSpec] = field(default_factory=list)
+    refused: list[HarborTaskError] = field(default_factory=list)
+
+
+def load_harbor_dataset(
+    path: Path | str,
+    *,
+    harness: HarnessSpec | None = None,
+    num_sessions: int = 1,
+    image_map: Mapping[str, str] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> HarborDataset:
+    """`load_harbor_tasks`, going on past a refused task: every task dir is read, and each
+    one Polar cannot honour is kept with its error instead of stopping the load."""
+    out = HarborDataset()
+    for d in find_task_dirs(Path(path)):
+        try:
+            out.specs.append(
+                task_spec(
+                    read_harbor_task(d),
+                    harness=harness,
+                    num_sessions=num_sessions,
+                    image_map=image_map,
+                    environ=environ,
+                )
+            )
+        except HarborTaskError as exc:
+            out.refused.append(exc)
+    return out
 
 
 def task_spec(
@@ -169,6 +214,21 @@ def verifier_config(task: HarborTask, user: str | None, env: dict[str, str]) -> 
 def network_config(network: NetworkSpec) -> dict[str, Any]:
     """The verifier's `network`, left out while sealed (as the harbor config writes it)."""
     return {} if network.sealed else {"network": network.model_dump(mode="json")}
+
+
+def dockerfile_warning(spec: TaskSpec) -> str | None:
+    """The warning for a Harbor task that sets both `[environment].docker_image` and an
+    `environment/Dockerfile`: the prebuilt image is what runs, the Dockerfile is not built."""
+    harbor = spec.metadata.get("harbor")
+    if not isinstance(harbor, dict) or not harbor.get("docker_image") or not harbor.get("dir"):
+        return None
+    if not (Path(harbor["dir"]) / "environment" / "Dockerfile").is_file():
+        return None
+    return (
+        f"Harbor task {harbor.get('name', spec.task_id)}: it sets both "
+        f"[environment].docker_image ({harbor['docker_image']}) and environment/Dockerfile: "
+        f"its sessions run the image {spec.runtime.image}, and the Dockerfile is not built"
+    )
 
 
 def verifier_warning(spec: TaskSpec) -> str | None:

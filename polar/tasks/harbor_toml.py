@@ -192,18 +192,32 @@ def read_harbor_task(task_dir: Path) -> HarborTask:
     return HarborTask(name=label, dir=task_dir, config=config, instruction=instruction)
 
 
-def check_known_and_supported(task: HarborTask) -> None:
+def refused_fields(task: HarborTask) -> list[tuple[str, str]]:
+    """Every (field, reason) of task.toml Polar refuses: not a field of Harbor 0.25's
+    task.toml, or one Polar does not support."""
+    refused = []
     for section, keys in _KNOWN.items():
         table = task.config if not section else task.section(section)
         for key in table:
             if key not in keys:
                 where = f"{section}.{key}" if section else key
-                raise HarborTaskError(task.name, where, "not a field of Harbor 0.25's task.toml")
+                refused.append((where, "not a field of Harbor 0.25's task.toml"))
     for field, reason in _UNSUPPORTED.items():
         section, _, key = field.rpartition(".")
         table = task.config if not section else task.section(section)
         if table.get(key) not in (None, [], {}, 0, ""):
-            raise HarborTaskError(task.name, field, f"not supported: {reason}")
+            refused.append((field, f"not supported: {reason}"))
+    return refused
+
+
+def check_known_and_supported(task: HarborTask) -> None:
+    """HarborTaskError naming every field `refused_fields` finds (the first as its field)."""
+    refused = refused_fields(task)
+    if len(refused) == 1:
+        raise HarborTaskError(task.name, *refused[0])
+    if refused:
+        listed = "; ".join(f"{field}: {reason}" for field, reason in refused)
+        raise HarborTaskError(task.name, refused[0][0], f"{len(refused)} fields refused: {listed}")
 
 
 def timeout_seconds(task: HarborTask, field: str, value: Any, default: float | None) -> Any:

@@ -316,8 +316,9 @@ def test_the_cli_writes_the_specs_and_refuses_by_name(tmp_path: Path) -> None:
     task = _copy(tmp_path)
     toml = task / "task.toml"
     toml.write_text(toml.read_text().replace("[agent]\n", '[agent]\nuser = "x"\n', 1))
+    roots = {"POLAR_SOURCE_ROOTS": f"{tmp_path},{REPO}"}
     for argv in (["tasks", "load", str(task), "--no-build"], ["submit", str(task), "--no-wait"]):
-        result = runner.invoke(app, argv)
+        result = runner.invoke(app, argv, env=roots)
         assert result.exit_code == 2, result.output
         assert "harbor task polar/hello-file: agent.user: not supported" in result.output
 
@@ -389,7 +390,9 @@ def test_a_test_runner_started_in_the_workspace_is_warned_about(tmp_path: Path) 
 def test_the_cli_prints_the_warning_when_it_loads_the_task(tmp_path: Path) -> None:
     task = _copy(tmp_path, "hackable-workspace-tests")
     result = CliRunner().invoke(
-        app, ["tasks", "load", str(task), "--no-build", "--out", str(tmp_path / "o")]
+        app,
+        ["tasks", "load", str(task), "--no-build", "--out", str(tmp_path / "o")],
+        env={"POLAR_SOURCE_ROOTS": f"{tmp_path},{REPO}"},
     )
     assert result.exit_code == 0, result.output
     assert "warning: Harbor task polar/hackable-workspace-tests: its verifier seems to run" in (
