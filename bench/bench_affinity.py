@@ -1,4 +1,4 @@
-"""Prefix-cache benchmark: session-affine routing against round-robin, same sessions.
+"""Prefix-cache benchmark: affine and hash routing against round-robin, same sessions.
 
     .venv/bin/python bench/bench_affinity.py                 # simulation, 8 and 32 replicas
     .venv/bin/python bench/bench_affinity.py --vllm          # + two real vLLM CPU replicas

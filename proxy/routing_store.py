@@ -113,10 +113,10 @@ class SharedRoutes:
         the stored placement, or replaces it if this gateway finds it lost too."""
         etag = self._etags.pop(key, None)
         data = json.dumps({"url": url}).encode()
-        target = route_object_key(key, self.scope)
         for _ in range(3):
             mode: Any = {"e_tag": etag} if etag else "create"
             try:
+                target = route_object_key(key, self.scope)
                 await obstore.put_async(self.storage.store, target, data, mode=mode)
                 return
             except (AlreadyExistsError, PreconditionError):
