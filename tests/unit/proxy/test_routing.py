@@ -179,6 +179,24 @@ def test_finished_sessions_stop_counting_and_memory_stays_bounded() -> None:
     assert sorted(r.sessions for r in router.replicas.values()) == [0, 1]
 
 
+def test_a_session_that_stops_calling_soon_stops_counting() -> None:
+    """A session that called every second and went silent is not held for a minute: after
+    a few of its gaps its replica takes the next new session, though it served more calls
+    than the replica of a session still going."""
+    clock = Clock()
+    router = Router(URLS[:2], live_s=60, clock=clock)
+    going = call(router, "s-going")
+    done = None
+    for t in range(1, 13):
+        clock.now += 1
+        if t <= 6:
+            done = call(router, "s-done")  # 6 calls, then it ends
+        if t % 3 == 0:
+            call(router, "s-going")  # 5 calls in all, still going
+    assert done is not None and done != going
+    assert call(router, "s-new") == done
+
+
 def test_a_placement_made_elsewhere_is_adopted() -> None:
     """What another gateway shared wins over this gateway's own view of load."""
     router = Router(URLS)
