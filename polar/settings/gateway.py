@@ -60,8 +60,8 @@ class GatewaySettings(ServiceSettings):
     upstream_session_live_s: float = Field(
         default=60.0,
         gt=0.0,
-        description="affine routing: a session counts in its replica's load until it has made "
-        "no call for this long",
+        description="affine routing: the longest a silent session counts in its replica's load "
+        "(sooner: three of its usual gaps between calls, at least 5 s)",
     )
     upstream_shared_routes: bool = Field(
         default=True,
