@@ -57,7 +57,7 @@ with workflow.unsafe.imports_passed_through():
         SessionSpec,
         Stage,
     )
-    from polar.outcomes import HOST_LOST
+    from polar.outcomes import HOST_LOST, TASK_ERRORS
     from polar.records import SessionStatus
     from workflows import stages
     from workflows.inputs import parse_input
@@ -188,6 +188,8 @@ class Session:
         evaluated = spec.task.evaluator.kind != "none"
         runtime = await self._prepare(spec, result, placement)
         harness = await self._run(spec, result, placement, runtime)
+        if harness is None and result.error_type in TASK_ERRORS:
+            return  # the task was refused before its harness ran: nothing to build or grade
         if self._retry_infra(spec, result):
             raise InfraFault  # run again on a fresh runtime; nothing of this one is built
         if not evaluated:
