@@ -98,7 +98,7 @@ def docker_engine_answers() -> bool:
     except ImportError:
         return False
     try:
-        client = docker.from_env(timeout=3)
+        client = docker.from_env(timeout=10)  # a loaded engine is slow, not absent
         try:
             return bool(client.ping())
         finally:
@@ -127,6 +127,24 @@ TEMPORAL_DEV_SQLITE_PRAGMAS: dict[str, str] = {
 survives a crash or kill of the server (the WAL is on disk); a power loss or kernel crash may
 lose the last transactions, never corrupt the file. Production runs Temporal on PostgreSQL or
 Cassandra."""
+
+
+def default_dockerd_pids() -> list[int]:
+    """Live `dockerd` processes on the default socket and data root (no `-H`, no
+    `--data-root`): a second one started there would take the socket of the first."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:  # gone, or not ours to read
+            continue
+        if argv and Path(argv[0].decode(errors="replace")).name == "dockerd":
+            own = {a.split(b"=")[0] for a in argv[1:]}
+            if not own & {b"-H", b"--host", b"--data-root"}:
+                pids.append(int(proc.name))
+    return pids
 
 
 def docker_service(settings: Settings, run_dir: Path) -> Service:

@@ -17,6 +17,7 @@ from app.devstack.services import (
     Service,
     StackError,
     console_service,
+    default_dockerd_pids,
     docker_engine_answers,
     docker_service,
     gateway_service,
@@ -70,6 +71,13 @@ class DevStack:
             if self.pid("docker") is None:
                 log("docker: using the engine that already answers")
             return False
+        host = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+        if host == "unix:///var/run/docker.sock" and (running := default_dockerd_pids()):
+            raise StackError(
+                f"a dockerd (pid {running[0]}) already runs on the default socket but does not "
+                "answer (busy, or its socket was removed): wait for it or restart it; a second "
+                "one started over it would take its socket"
+            )
         self.start(self.docker(), log)
         return True
 
