@@ -85,18 +85,15 @@ def load_harbor_tasks(
     its own env. `image_map`: the deployment's map of image names to local images (the
     task's own `[metadata.polar.image_map]` wins). `environ`: where `${VAR}` templates in
     env tables are resolved (default: this process's environment).
-    Raises HarborTaskError naming the task and the field Polar cannot honour.
+    Raises HarborTaskError naming the first task Polar cannot honour and its fields
+    (`load_harbor_dataset` goes on past it).
     """
-    return [
-        task_spec(
-            read_harbor_task(d),
-            harness=harness,
-            num_sessions=num_sessions,
-            image_map=image_map,
-            environ=environ,
-        )
-        for d in find_task_dirs(Path(path))
-    ]
+    dataset = load_harbor_dataset(
+        path, harness=harness, num_sessions=num_sessions, image_map=image_map, environ=environ
+    )
+    if dataset.refused:
+        raise dataset.refused[0]
+    return dataset.specs
 
 
 @dataclass
