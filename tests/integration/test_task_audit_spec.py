@@ -27,13 +27,19 @@ def invoke(args: list[str], env: dict[str, str]) -> Any:
         get_settings.cache_clear()
 
 
-async def test_demo_task_is_flagged_by_a_wrong_answer(polar: PolarClient, tmp_path: Path) -> None:
+def demo_task_file(tmp_path: Path) -> tuple[dict[str, Any], Path]:
+    """The README's demo task on a copy of its repo under `tmp_path`: its JSON and its file."""
     repo = tmp_path / "repo"
     shutil.copytree(REPO / "examples" / "demo" / "repo", repo)
     spec = json.loads((REPO / "examples" / "demo" / "task.json").read_text())
     spec["source"]["path"] = str(repo)
     task_file = tmp_path / "demo.json"
     task_file.write_text(json.dumps(spec))
+    return spec, task_file
+
+
+async def test_demo_task_is_flagged_by_a_wrong_answer(polar: PolarClient, tmp_path: Path) -> None:
+    spec, task_file = demo_task_file(tmp_path)
     report_file = tmp_path / "audit.json"
     env = polar.settings.as_env()
     oracle = (
@@ -75,12 +81,7 @@ async def test_an_oracle_that_fails_is_reported_with_its_stderr(
     """An oracle that scores 0 (its tool missing) and a task whose sessions end without a
     reward (its source outside the source roots): both reported, with the outcome class and
     the first lines of the oracle's stderr; nothing crashes."""
-    repo = tmp_path / "repo"
-    shutil.copytree(REPO / "examples" / "demo" / "repo", repo)
-    spec = json.loads((REPO / "examples" / "demo" / "task.json").read_text())
-    spec["source"]["path"] = str(repo)
-    task_file = tmp_path / "demo.json"
-    task_file.write_text(json.dumps(spec))
+    spec, task_file = demo_task_file(tmp_path)
     env = polar.settings.as_env()
     oracle = "echo 'uvx: command not found' >&2; exit 127"
     report_file = tmp_path / "audit.json"

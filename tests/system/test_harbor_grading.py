@@ -136,18 +136,24 @@ async def test_no_reward_or_a_bad_one_is_an_evaluator_error(
             await _session(runtime, spec, "true", "hb-bad")
 
 
+def _hello_with_test_sh(where: Path, body: str) -> Path:
+    """hello-file copied to `where` with `body` as its tests/test.sh."""
+    task = Path(shutil.copytree(EXAMPLES / "hello-file", where))
+    (task / "tests" / "test.sh").write_text("#!/bin/bash\n" + body)
+    return task
+
+
 async def test_named_rewards_are_graded_as_harbor_reads_them(
     runtime: DockerRuntime, tmp_root: Path
 ) -> None:
     """A multi-reward verifier (named rewards, no `reward`, as Harbor's recipe writes them):
     the session's reward is their mean, every one kept; the oracle 1, doing nothing 0."""
-    task = Path(shutil.copytree(EXAMPLES / "hello-file", tmp_root / "hello-named"))
-    (task / "tests" / "test.sh").write_text(
-        "#!/bin/bash\n"
+    task = _hello_with_test_sh(
+        tmp_root / "hello-named",
         "exists=0; exact=0\n"
         "[ -f /workspace/hello.txt ] && exists=1\n"
         '[ "$(cat /workspace/hello.txt 2>/dev/null)" = "Hello, world!" ] && exact=1\n'
-        'echo "{\\"exists\\": $exists, \\"exact\\": $exact}" > /logs/verifier/reward.json\n'
+        'echo "{\\"exists\\": $exists, \\"exact\\": $exact}" > /logs/verifier/reward.json\n',
     )
     spec = _task(task)
     solve = (task / "solution" / "solve.sh").read_text()
@@ -166,13 +172,12 @@ async def test_the_verifier_has_its_users_home_as_harbor_gives_it(
 ) -> None:
     """test.sh runs with the image user's HOME (a test.sh may source a tool the image put
     there), as the task's verifier user too; a HOME in the verifier env wins."""
-    task = Path(shutil.copytree(EXAMPLES / "hello-file", tmp_root / "hello-home"))
-    (task / "tests" / "test.sh").write_text(
-        "#!/bin/bash\n"
+    task = _hello_with_test_sh(
+        tmp_root / "hello-home",
         'want=$(getent passwd "$(id -un)" | cut -d: -f6)\n'
         'echo "$(id -un) HOME=$HOME want=$want"\n'
         '[ "$HOME" = "$want" ] && echo 1 > /logs/verifier/reward.txt || '
-        "echo 0 > /logs/verifier/reward.txt\n"
+        "echo 0 > /logs/verifier/reward.txt\n",
     )
     spec = _task(task)
     root = await _session(runtime, spec, "true", "hb-home-root")
