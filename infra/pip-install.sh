@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `pip install` into a venv, through uv where it can:
 #
-#   infra/pip-install.sh VENV [PIP INSTALL ARGS...]   # e.g. .venv -q -e '.[dev,train]'
+#   infra/pip-install.sh VENV [PIP INSTALL ARGS...]   # e.g. .venv -q -e '.[server,dev]'
 #
 # uv (pinned, from PyPI, installed once into .polar/tools/uv) resolves and installs several
 # times faster than pip, which matters most on a fresh 2-core machine. It is handed pip's own

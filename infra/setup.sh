@@ -42,7 +42,7 @@ project() {
     echo "setup: installing the project into .venv"
     [[ -x .venv/bin/python ]] || "$PY" -m venv .venv
     infra/pip-install.sh .venv -q -U pip
-    infra/pip-install.sh .venv -q -e '.[dev,train]'
+    infra/pip-install.sh .venv -q -e '.[server,export,dev,train]'  # everything: the client, the server, the tests
     echo "$want" > $stamp
   fi
   # the podman runtime's unprivileged user (polar-runner, subuids, its own storage; idempotent)

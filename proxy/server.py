@@ -3,7 +3,7 @@
 Two uvicorn servers in one event loop over one app state: harnesses reach only
 the model port (`gateway_host:gateway_port`); admin, metrics, health and docs
 answer on `admin_host:admin_port` (`proxy.admin`). The loop is uvloop and the
-HTTP parser httptools when they are installed (they are project dependencies),
+HTTP parser httptools when they are installed (the `server` extra's dependencies),
 else asyncio and h11.
 """
 

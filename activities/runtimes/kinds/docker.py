@@ -78,7 +78,7 @@ from activities.runtimes.kinds.container_archive import (
     retried,
 )
 from activities.runtimes.kinds.container_exec import ContainerDiskWatchdog, ExecPump, LogPump
-from activities.runtimes.network.channel import SANDBOX_DIR
+from activities.runtimes.network.channel_paths import SANDBOX_DIR
 from activities.runtimes.resource_limits import DISK_LABEL, ContainerLimits
 from activities.runtimes.sandboxes import needs as sandbox_needs
 from activities.runtimes.workspace import (

@@ -57,7 +57,7 @@ from activities.runtimes.kinds.local_layout import (
     usable_python_dir,
     write_limits,
 )
-from activities.runtimes.network.channel import SANDBOX_DIR, SANDBOX_PORT
+from activities.runtimes.network.channel_paths import SANDBOX_DIR, SANDBOX_PORT
 from activities.runtimes.resource_limits import ContainerLimits, DirsWatchdog, watching_disk
 from activities.runtimes.sandboxes import bwrap
 from activities.runtimes.sandboxes import needs as sandbox_needs

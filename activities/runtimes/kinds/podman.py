@@ -69,7 +69,7 @@ from activities.runtimes.kinds.podman_cli import (
     PodmanContainer,
     PodmanExecPump,
 )
-from activities.runtimes.network.channel import SANDBOX_DIR
+from activities.runtimes.network.channel_paths import SANDBOX_DIR
 from activities.runtimes.resource_limits import DISK_LABEL, ContainerLimits
 from activities.runtimes.workspace import session_dirs
 from polar.tasks.spec import RuntimeSpec

@@ -40,6 +40,7 @@ import uvicorn
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from activities.runtimes.network.channel_paths import SANDBOX_PORT
 from activities.runtimes.network.guard import (
     ChannelLimits,
     Guard,
@@ -51,8 +52,6 @@ from activities.shell_command import ProcessOutcome
 from polar.outcomes import GATEWAY_FAULT_HEADER, UNSERVED_STATUS
 from polar.providers import APIError, detect
 
-SANDBOX_DIR = "/run/polar"
-SANDBOX_PORT = 4000
 SOCKET_NAME = "gateway.sock"
 FORWARDER_NAME = "forwarder.py"
 SANDBOX_GATEWAY_URL = f"http://127.0.0.1:{SANDBOX_PORT}"

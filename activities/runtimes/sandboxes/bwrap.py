@@ -52,7 +52,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from activities.runtimes.network.channel import SANDBOX_DIR
+from activities.runtimes.network.channel_paths import SANDBOX_DIR
 from activities.runtimes.resource_limits import ContainerLimits
 
 MODE = "bwrap"

@@ -18,7 +18,7 @@ import pytest
 
 from activities.runtimes.base import InvalidRuntime
 from activities.runtimes.kinds.local import LocalRuntime
-from activities.runtimes.network.channel import SANDBOX_PORT
+from activities.runtimes.network.channel_paths import SANDBOX_PORT
 from activities.runtimes.sandboxes.local_sandbox import HARNESS_USER, candidates, detect_sandbox
 from polar.contracts import PrepareRequest, RuntimeHandle
 from polar.tasks.spec import DirSource, RuntimeSpec
