@@ -5,7 +5,9 @@
 # total. Arguments go to every pytest run (`bash scripts/test.sh -x`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+started=$SECONDS
 bash infra/setup.sh
+echo "setup: $((SECONDS - started)) s"
 reports=$(mktemp -d)
 # the system lane's side venvs (.venv-trainers, .venv-gym: the trainer tests') are built in the
 # background while the checks and the first lanes run; a test that needs one waits for its
@@ -34,5 +36,7 @@ for lane in unit integration system; do
   echo "lane $lane: $((SECONDS - started)) s"
 done
 wait  # the side venvs' builds (long done by now)
+# what the background builds took
+grep -h "installed in\|suite images:" "$reports"/setup_*.log "$reports/images.log" || true
 .venv/bin/python scripts/lane_summary.py "$reports"/{unit,integration,system}.xml
 exit $status
