@@ -33,7 +33,9 @@ CHAT = {
                 "type": "object",
                 "required": ["role"],
                 "properties": {
-                    "role": {"enum": ["system", "developer", "user", "assistant", "tool"]},
+                    "role": {
+                        "enum": ["system", "developer", "user", "assistant", "tool", "function"]
+                    },
                     "content": {"oneOf": [{"type": "string"}, {"type": "array"}, {"type": "null"}]},
                     "tool_calls": {"type": "array"},
                     "tool_call_id": {"type": "string"},
@@ -62,7 +64,7 @@ RESPONSES = {
 }
 MESSAGES = {
     "type": "object",
-    "required": ["messages"],
+    "required": ["max_tokens", "messages"],
     "properties": {
         "model": {"type": "string"},
         "max_tokens": {"type": "integer", "minimum": 1},
@@ -81,6 +83,7 @@ MESSAGES = {
         "stream": {"type": "boolean"},
     },
 }
+COUNT_MESSAGES = MESSAGES | {"required": ["messages"]}  # count_tokens takes no max_tokens
 GENERATE = {
     "type": "object",
     "required": ["contents"],
@@ -106,7 +109,7 @@ BODIES = {
     "/responses": RESPONSES,
     "/responses/input_tokens": RESPONSES,
     "/messages": MESSAGES,
-    "/messages/count_tokens": MESSAGES,
+    "/messages/count_tokens": COUNT_MESSAGES,
     "/models/{target}": GENERATE,
 }
 TARGET = {

@@ -40,12 +40,12 @@ from polar.providers.base import (
     new_id,
     parse_arguments,
     reasoning_of,
-    require_object,
     split_text,
     sse,
     usage_of,
 )
 from polar.providers.canonical import canonical_json, canonical_messages
+from polar.providers.request_models import check_anthropic
 
 log = logging.getLogger("polar.providers")
 
@@ -335,7 +335,7 @@ class AnthropicMessages(ProviderAPI):
 
     @malformed_is_400
     def to_chat(self, request: dict[str, Any], call: CallContext) -> dict[str, Any]:
-        request = require_object(request)
+        request = check_anthropic(request, call)  # the API's 400s: max_tokens, roles, blocks
         messages = canonical_messages(chat_messages(request))
         if not messages:
             raise bad_request("messages: no message has any content", param="messages")

@@ -58,6 +58,7 @@ from polar.providers.google_request import (
     map_tool_choice,
     map_tools,
 )
+from polar.providers.request_models import check_google
 
 __all__ = ["ACTIONS", "GoogleGenerate", "split_action"]
 
@@ -98,6 +99,7 @@ class GoogleGenerate(ProviderAPI):
         inner = get(request, "generateContentRequest")
         if isinstance(inner, dict):  # countTokens may wrap a whole request
             request = inner
+        check_google(request)  # the API's 400s: contents, roles, config types
         if get(request, "cachedContent"):
             raise bad_request(
                 "cachedContent needs server-side state, which this gateway does not keep",

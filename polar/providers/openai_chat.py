@@ -28,6 +28,7 @@ from polar.providers.base import (
     sse,
 )
 from polar.providers.canonical import canonical_messages
+from polar.providers.request_models import check_chat
 
 
 def default_type(status_code: int) -> str:
@@ -128,26 +129,12 @@ class OpenAIChat(ProviderAPI):
 
     @malformed_is_400
     def to_chat(self, request: dict[str, Any], call: CallContext) -> dict[str, Any]:
-        if not isinstance(request, dict):
-            raise APIError(400, "the request body must be a JSON object", code="invalid_json")
-        messages = request.get("messages")
-        if not isinstance(messages, list) or not messages:
-            missing = "messages" not in request
+        messages = check_chat(request)["messages"]  # the API's 400s: fields, roles, content
+        if not messages:
             raise APIError(
                 400,
-                "Missing required parameter: 'messages'."
-                if missing
-                else "'messages' must be a non-empty array.",
+                "'messages' must be a non-empty array.",
                 param="messages",
-                code="missing_required_parameter" if missing else "invalid_type",
-            )
-        options = request.get("stream_options")
-        if options is not None and not isinstance(options, dict):
-            raise APIError(  # read when the answer is streamed: refused before it is sampled
-                400,
-                f"Invalid type for 'stream_options': expected an object, but got "
-                f"{type(options).__name__} instead.",
-                param="stream_options",
                 code="invalid_type",
             )
         return request | {"messages": canonical_messages(messages)}

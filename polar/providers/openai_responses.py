@@ -43,7 +43,6 @@ from polar.providers.base import (
     malformed_is_400,
     new_id,
     obj,
-    require_object,
     sse,
 )
 from polar.providers.canonical import canonical_messages
@@ -55,6 +54,7 @@ from polar.providers.openai_responses_output import (
     output_items,
     response_object,
 )
+from polar.providers.request_models import check_responses
 
 EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
 
@@ -70,7 +70,7 @@ class OpenAIResponses(ProviderAPI):
 
     @malformed_is_400
     def to_chat(self, request: dict[str, Any], call: CallContext) -> dict[str, Any]:
-        request = require_object(request)
+        request = check_responses(request)  # the API's 400s: required fields and types
         for stateful in ("previous_response_id", "conversation"):
             if request.get(stateful):
                 raise bad_request(

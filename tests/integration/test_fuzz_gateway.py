@@ -264,6 +264,7 @@ def test_openapi_schema_documents_provider_bodies(fuzz_settings: Settings) -> No
         ("/v1/chat/completions", "messages"),
         ("/v1/responses", "input"),
         ("/v1/messages", "messages"),
+        ("/v1/messages", "max_tokens"),
         ("/v1beta/models/{target}", "contents"),
     ]:
         body = paths[path]["post"]["requestBody"]["content"]["application/json"]["schema"]
@@ -366,7 +367,8 @@ async def test_wrong_provider_bodies_get_caller_shaped_4xx(
                 message = error_message(provider, r.json())
                 param = (r.json().get("error") or {}).get("param") or ""
                 stem = field.lower().removesuffix("s")  # "each tool needs a 'name'" names tools
-                named = stem in (message + " " + param).lower()
+                said = (message + " " + param).lower().replace("_", "")  # Google: snake_case
+                named = stem.replace("_", "") in said
                 assert named, f"{field!r} not named by {message!r} for {json.dumps(body)[:300]}"
     assert pending
 

@@ -299,7 +299,9 @@ def test_count_tokens_with_the_model_tokenizer(
         update={"upstream_urls": "http://127.0.0.1:9/v1", "model_dir": model_dir}
     )
     request: dict[str, Any] = {"model": "p", "system": SYSTEM, "messages": [USER], "tools": TOOLS}
-    chat = get_provider("anthropic_messages").to_chat(request, CallContext())
+    chat = get_provider("anthropic_messages").to_chat(
+        request, CallContext(path="/v1/messages/count_tokens")
+    )
     expected = len(render_prompt_ids(load_tokenizer(str(model_dir)), chat))
     with serve_app(create_app(settings, storage)) as url:
         key = mint_session_key(SessionIdentity("s-count", "t"), settings.session_secret)

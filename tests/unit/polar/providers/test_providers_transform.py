@@ -297,6 +297,7 @@ def test_anthropic_mapping_rules() -> None:
     with pytest.raises(APIError) as caught:
         provider.to_chat(
             {
+                "max_tokens": 10,
                 "messages": [
                     {
                         "role": "assistant",
@@ -309,7 +310,7 @@ def test_anthropic_mapping_rules() -> None:
                             }
                         ],
                     }
-                ]
+                ],
             },
             CallContext(),
         )
