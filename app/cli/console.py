@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from app.cli.extras import require_server
 from app.cli.main import console
 
 
@@ -15,6 +16,7 @@ def console_command(
     port: Annotated[int | None, typer.Option(help="its port [POLAR_CONSOLE_PORT]")] = None,
 ) -> None:
     """Serve the console: tasks, sessions, model calls, traces and grades, read-only."""
+    require_server("console")
     import uvicorn
 
     from app.console import create_app

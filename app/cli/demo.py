@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from app.cli.dev import dev_up
+from app.cli.extras import require_server
 from app.cli.main import console
 from app.cli.submit import follow_and_print
 
@@ -21,6 +22,7 @@ def demo(
     sessions: Annotated[int, typer.Option(help="sessions in the demo group")] = 4,
 ) -> None:
     """The main job: bring the stack up, roll out the demo task, print the result."""
+    require_server("demo")
     import time
 
     dev_up(model=True, workers=1)

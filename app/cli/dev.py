@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from app.cli.extras import require_server
 from app.cli.main import console
 
 if TYPE_CHECKING:
@@ -78,6 +79,7 @@ def dev_up(
     workers: Annotated[int, typer.Option(help="worker processes")] = 1,
 ) -> None:
     """Start every part of the embedded stack (idempotent)."""
+    require_server("dev up")
     from app.devstack import StackError
 
     stack = _stack(model, workers)
@@ -95,12 +97,14 @@ def dev_up(
 @dev_app.command("down")
 def dev_down() -> None:
     """Stop every part of the embedded stack."""
+    require_server("dev down")
     _stack(False).down(log=console.print)
 
 
 @dev_app.command("status")
 def dev_status() -> None:
     """Show which parts of the stack run."""
+    require_server("dev status")
     for name, state in _stack(False).status().items():
         console.print(f"{name:10} {state}")
 
@@ -108,6 +112,7 @@ def dev_status() -> None:
 @dev_app.command("model")
 def dev_model() -> None:
     """Build the tiny local model the dev stack serves (no download)."""
+    require_server("dev model")
     from polar.settings import get_settings
 
     console.print(str(ensure_tiny_model(get_settings())))

@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from app.cli.extras import require_extra
 from app.cli.main import console
 
 
@@ -39,6 +40,11 @@ def export(
         names = [f.value for f in ex.ExportFormat]
         console.print(f"[red]--format must be one of {names}, or several joined by ','[/red]")
         raise typer.Exit(2) from exc
+    extra = [f for f in formats if f in ex.FORMAT_PACKAGES]  # hf, verl: the export extra's
+    if extra:
+        packages = [ex.FORMAT_PACKAGES[f] for f in extra]
+        chosen = ",".join(f.value for f in extra)
+        require_extra("export", packages, f"`polar export --format {chosen}`")
     if (workflow_id is None) == (not traces):
         console.print("[red]give either a workflow id or --traces[/red]")
         raise typer.Exit(2)

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from app.cli.extras import require_server
 from app.cli.main import console
 
 
@@ -26,6 +27,7 @@ def refused_cleanly() -> Iterator[None]:
 
 def gateway() -> None:
     """Run the gateway proxy in the foreground."""
+    require_server("gateway")
     from polar.settings import GatewaySettings, get_settings
     from proxy.server import serve
 
@@ -42,6 +44,7 @@ def worker(
     max_postrun: Annotated[int | None, typer.Option()] = None,
 ) -> None:
     """Run a worker serving the chosen queues in the foreground."""
+    require_server("worker")
     from activities.worker import run_worker
     from polar.logs import configure_logging
     from polar.settings import WorkerSettings, get_settings

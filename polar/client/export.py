@@ -85,6 +85,12 @@ FORMATS: dict[ExportFormat, Format] = {
 }
 """Every format but `all`, by name."""
 
+FORMAT_PACKAGES: dict[ExportFormat, str] = {
+    ExportFormat.HF: "datasets",
+    ExportFormat.VERL: "pyarrow",
+}
+"""The package a format writes with beyond the client install (the `export` extra)."""
+
 
 # --------------------------------------------------------------------------- writing
 
