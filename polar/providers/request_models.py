@@ -30,7 +30,6 @@ from polar.providers.request_schema import (
     Model,
     Tagged,
     check,
-    check_items,
     field,
     optional,
     snake_case,
@@ -158,14 +157,24 @@ RESPONSES_REQUEST = Model(
     }
 )
 RESPONSES_ITEM = Model({"type": optional("string"), "role": optional("string")})
+RESPONSES_MESSAGE = Model(
+    {
+        "role": field("string", required=True, values=("user", "assistant", "system", "developer")),
+        "content": field("string", "array", required=True),
+    }
+)
 
 
 def check_responses(request: Any) -> dict[str, Any]:
-    """A Responses request as the API requires it (`input`, item types, field types); the
-    items' roles and content are checked where they are read (`openai_responses_input`)."""
+    """A Responses request as the API requires it (`input`, its messages' roles and content,
+    field types); the other items' fields are checked where they are read
+    (`openai_responses_input`)."""
     check(request, RESPONSES_REQUEST, OPENAI)
     if type(request["input"]) is list:
-        check_items(request["input"], RESPONSES_ITEM, OPENAI, ("input",))
+        for i, item in enumerate(request["input"]):
+            check(item, RESPONSES_ITEM, OPENAI, ("input", i))
+            if item.get("type", "message") == "message":
+                check(item, RESPONSES_MESSAGE, OPENAI, ("input", i))
     return request
 
 

@@ -263,10 +263,3 @@ class Tagged:
             check(value, self.fallback, dialect, path)
             model = self.models[value[self.tag]]  # unreachable: the fallback refused it
         return check(value, model, dialect, path)
-
-
-def check_items(items: list[Any], model: Model, dialect: Dialect, path: Path) -> list[Any]:
-    """Each item of an array checked against `model` (every item must be an object)."""
-    for index, item in enumerate(items):
-        check(item, model, dialect, (*path, index))
-    return items

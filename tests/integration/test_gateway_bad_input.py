@@ -83,6 +83,10 @@ CASES: dict[str, tuple[tuple[str, dict[str, str], str], dict[str, Any]]] = {
     ),
     "chat-field-type": (CHAT, {"max_tokens": "16", "messages": HI}),
     "responses-input-type": (RESPONSES, {"model": "policy", "input": 42}),
+    "responses-wrong-role": (
+        RESPONSES,
+        {"model": "policy", "input": [{"role": "wizard", "content": "hi"}]},
+    ),
     "responses-no-input": (RESPONSES, {"model": "policy", "instructions": "be brief"}),
     "google-no-contents": (GOOGLE, {"generationConfig": {"temperature": 0.5}}),
     "google-wrong-role": (GOOGLE, {"contents": [{"role": "wizard", "parts": [{"text": "hi"}]}]}),

@@ -122,6 +122,9 @@ PATHS: dict[str, list[tuple[Any, ...]]] = {
         ("reasoning",),
         ("text",),
         ("input", 0),
+        ("input", 0, "role"),
+        ("input", 0, "content"),
+        ("input", 0, "content", 0, "type"),
     ],
     "anthropic_messages": [
         ("model",),
