@@ -27,7 +27,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-import shlex
 import shutil
 import socket
 import ssl
@@ -40,20 +39,20 @@ import uvicorn
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from activities.runtimes.network.channel_paths import SANDBOX_PORT
-from activities.runtimes.network.guard import (
-    ChannelLimits,
-    Guard,
-    bind_unix,
-    guarded_protocol,
-    run_until_shut,
+from activities.runtimes.network.channel_paths import (  # the sandbox's side; re-exported
+    FORWARDER_NAME,
+    FORWARDER_SCRIPT,
+    SANDBOX_DIR,  # noqa: F401
+    SANDBOX_PORT,
+    SOCKET_NAME,
+    with_forwarder,  # noqa: F401
 )
+from activities.runtimes.network.guard import ChannelLimits, Guard, bind_unix, run_until_shut
+from activities.runtimes.network.guarded_http import guarded_protocol
 from activities.shell_command import ProcessOutcome
 from polar.outcomes import GATEWAY_FAULT_HEADER, UNSERVED_STATUS
 from polar.providers import APIError, detect
 
-SOCKET_NAME = "gateway.sock"
-FORWARDER_NAME = "forwarder.py"
 SANDBOX_GATEWAY_URL = f"http://127.0.0.1:{SANDBOX_PORT}"
 PLACEHOLDER_KEY = "polar-sealed-channel"
 ALLOWED_PREFIXES = ("/v1/", "/v1beta/")
@@ -76,7 +75,6 @@ HOP_BY_HOP = frozenset(
         "host",
     }
 )
-FORWARDER_SCRIPT = Path(__file__).with_name(FORWARDER_NAME)
 CLIENT_CLOSED = 499  # answered to nobody: the caller hung up before its answer
 log = logging.getLogger("polar.worker")
 
@@ -370,29 +368,3 @@ class GatewayRelay:
             status_code=answer.status_code,
             headers=dict(_clean_headers(answer.headers, answer.headers.get("connection", ""))),
         )
-
-
-def with_forwarder(
-    command: str,
-    channel_in_sandbox: str,
-    port: int = SANDBOX_PORT,
-    socket_name: str = SOCKET_NAME,
-) -> str:
-    """A bash command line that runs `command` behind the in-sandbox forwarder: `python3`
-    binds 127.0.0.1:{port}, forks the forwarder (`{channel}/forwarder.py`, spliced to
-    `{channel}/{socket_name}`, its stderr in `$TMPDIR/polar-forwarder-{port}.log`) and execs
-    `bash -c command` in its place, so the port listens before the command starts and the
-    command's exit code is the result. Without `python3` or the script, or when the port
-    cannot be bound, the command never runs: exit 97 and a line on stderr saying why. Nests:
-    the egress proxy's forwarder (activities/runtimes/network/egress.py) wraps the gateway's."""
-    channel = channel_in_sandbox.rstrip("/") or "/"
-    script = shlex.quote(f"{channel}/{FORWARDER_NAME}")
-    sock = shlex.quote(f"{channel}/{socket_name}")
-    failed = f"polar: the forwarder did not start on 127.0.0.1:{port}"
-    return (
-        f"if ! command -v python3 >/dev/null || [ ! -r {script} ]; then "
-        f"echo {shlex.quote(failed + ': no python3 or no ' + channel + '/' + FORWARDER_NAME)} >&2; "
-        "exit 97; fi; "
-        f"exec python3 -I -S {script} --socket {sock} --port {port} "
-        f'--log "${{TMPDIR:-/tmp}}/polar-forwarder-{port}.log" -- bash -c {shlex.quote(command)}'
-    )

@@ -44,7 +44,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from activities.runtimes.base import Runtime
-from activities.runtimes.network.channel import with_forwarder
+from activities.runtimes.network.channel_paths import with_forwarder
 from activities.runtimes.network.egress_policy import EgressPolicy
 from activities.runtimes.network.egress_proxy import EGRESS_SOCKET, EgressProxy
 from polar.contracts import RuntimeHandle

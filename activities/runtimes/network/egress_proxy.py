@@ -18,7 +18,7 @@ from collections.abc import Awaitable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from activities.runtimes.network.channel import FORWARDER_NAME, FORWARDER_SCRIPT
+from activities.runtimes.network.channel_paths import FORWARDER_NAME, FORWARDER_SCRIPT
 from activities.runtimes.network.egress_policy import EgressPolicy, host_networks
 from activities.runtimes.network.guard import ChannelLimits, Guard, bind_unix, run_until_shut
 from activities.shell_command import ProcessOutcome

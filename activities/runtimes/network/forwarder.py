@@ -16,7 +16,7 @@ and `signal` (with the `enum` and `selectors` they import) about 15 ms of CPU.
 With a command after `--`, it binds the port, forks the forwarder into the
 background and execs the command in its own place: the port accepts
 connections before the command's first instruction, with no readiness polling
-(`channel.with_forwarder`). A port that cannot be bound ends it with exit 97
+(`channel_paths.with_forwarder`). A port that cannot be bound ends it with exit 97
 before the command runs.
 
     python3 -I -S forwarder.py --socket /run/polar/gateway.sock --port 4000 \

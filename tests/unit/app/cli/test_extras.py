@@ -96,3 +96,43 @@ def test_export_in_a_format_of_the_export_extra_says_which(
     others = CliRunner().invoke(app, [*argv, "--format", "jsonl,verl"])
     assert others.exit_code == 0, others.output  # pyarrow is here: verl is not refused
     assert (tmp_path / "out" / "verl.parquet").exists()
+
+
+CLIENT_MODULES = (
+    "app.cli",
+    "polar.client.sdk",
+    "polar.client.export",
+    "polar.client.generate",
+    "activities.task_kinds",  # `polar submit`, `polar tasks load`: a task's kinds checked
+    "activities.runtimes",  # `polar generate`, `polar tasks audit`
+    "activities.harnesses.command",  # `polar key`
+    "app.task_audit",
+    "app.console.session_page",  # `polar show`, `polar logs`
+    "app.console.session_objects",
+    "app.console.temporal_reads",
+    "workflows.replay",  # `polar replay`
+)
+"""What the CLI's client commands import (each command imports its own when it runs)."""
+SERVER_PACKAGES = (
+    "uvicorn",
+    "starlette",
+    "fastapi",
+    "docker",
+    "aiohttp",
+    "transformers",
+    "swebench",
+    "jinja2",
+    "prometheus_client",
+    "datasets",
+)
+
+
+def test_the_client_commands_import_none_of_the_servers_packages() -> None:
+    probe = (
+        f"import importlib, sys; [importlib.import_module(m) for m in {CLIENT_MODULES!r}]; "
+        f"print(sorted(p for p in {SERVER_PACKAGES!r} if p in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "[]", f"a client command's import loads {out.strip()}"
