@@ -157,10 +157,17 @@ def ensure_images(
     client: Any = None,
     log: Callable[[str], None] = lambda _: None,
 ) -> list[BuiltImage]:
-    """`ensure_image` for the task dir, or every task dir of the dataset, at `path`."""
+    """`ensure_image` for the task dir, or every task dir of the dataset, at `path`; a
+    ValueError saying so where the docker package is not installed (the client install)."""
     if client is None:
-        import docker
-
+        try:
+            import docker
+        except ImportError as exc:
+            raise ValueError(
+                "its environment image is built on this host's Docker engine, which needs "
+                "polar-rollout[server] (docker not installed): pip install "
+                "'polar-rollout[server]' (`polar tasks load --no-build` skips the build)"
+            ) from exc
         client = docker.from_env()
     return [
         ensure_image(read_harbor_task(d), client, image_map, log)

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from app.cli import app
@@ -92,3 +94,14 @@ def test_the_harness_flags_override_every_tasks_agent(tmp_path: Path) -> None:
     assert code == 2 and "command" in output, output
     code, output = load([*args, "--command", "x", "--harness-env", "novalue"], str(tmp_path))
     assert code == 2 and "--harness-env: KEY=VALUE" in output, output
+
+
+def test_a_build_without_the_docker_package_names_the_server_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    task = Path(shutil.copytree(EXAMPLES / "hello-file", tmp_path / "hello"))
+    monkeypatch.setitem(sys.modules, "docker", None)  # the client install: no docker package
+    code, output = load([str(task), "--out", str(tmp_path / "o")], str(tmp_path))
+    assert code == 2, output
+    assert "needs polar-rollout[server] (docker not installed)" in output
+    assert "--no-build" in output
