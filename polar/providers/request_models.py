@@ -278,27 +278,27 @@ def _both_spellings(fields: dict[str, Field]) -> Model:
 
 GOOGLE_REQUEST = _both_spellings(
     {
-        "contents": field("array", "object"),
-        "systemInstruction": field("object", "string"),
-        "generationConfig": field("object"),
-        "tools": field("array"),
-        "toolConfig": field("object"),
-        "safetySettings": field("array"),
-        "cachedContent": field("string"),
+        "contents": optional("array", "object"),
+        "systemInstruction": optional("object", "string"),
+        "generationConfig": optional("object"),
+        "tools": optional("array"),
+        "toolConfig": optional("object"),
+        "safetySettings": optional("array"),
+        "cachedContent": optional("string"),
     }
 )
 GOOGLE_CONFIG = _both_spellings(
     {
-        "temperature": field("number"),
-        "topP": field("number"),
-        "topK": field("number"),
-        "maxOutputTokens": field("integer"),
-        "candidateCount": field("integer"),
-        "seed": field("integer"),
-        "presencePenalty": field("number"),
-        "frequencyPenalty": field("number"),
-        "stopSequences": field("array", items="string"),
-        "responseMimeType": field("string"),
+        "temperature": optional("number"),
+        "topP": optional("number"),
+        "topK": optional("number"),
+        "maxOutputTokens": optional("integer"),
+        "candidateCount": optional("integer"),
+        "seed": optional("integer"),
+        "presencePenalty": optional("number"),
+        "frequencyPenalty": optional("number"),
+        "stopSequences": optional("array", items="string"),
+        "responseMimeType": optional("string"),
     }
 )
 GOOGLE_CONTENT = Model(
@@ -312,7 +312,7 @@ GOOGLE_CONTENT = Model(
 def check_google(request: Any) -> dict[str, Any]:
     """A generateContent request as the API requires it (`contents`, roles, config types)."""
     check(request, GOOGLE_REQUEST, GOOGLE)
-    if "contents" not in request:
+    if request.get("contents") is None:
         raise GOOGLE.missing(("contents",))
     contents = request["contents"]
     for i, content in enumerate(contents if type(contents) is list else [contents]):

@@ -6,8 +6,9 @@ one of the values the APIs name. The gateway's verdict (its adapter's `to_chat` 
 message_create_params`, `openai.types.chat.completion_create_params`, `openai.types.responses.
 response_create_params`, validated strictly with pydantic's TypeAdapter), except where the
 gateway is deliberately more lenient (`polar.providers.request_models`, docs/gateway.md):
-each such case is named by `lenient` below. Google has no official request model installed:
-its cases check the gateway's verdict on the fields its API documents.
+each such case is named by `lenient` below. Google's SDK (`google.genai.types`) models the
+client's side, not the REST request: its `GenerationConfig` is the reference for the sampling
+fields (typed the same on the wire); roles and `contents` follow the REST reference.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 import pytest
 from anthropic.types import message_create_params
+from google.genai import types as genai_types
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from openai.types.chat import completion_create_params
@@ -339,5 +341,49 @@ def test_fuzzed_values_agree_with_the_sdk(provider: str) -> None:
     )
     def run(path: tuple[Any, ...], value: Any) -> None:
         compare(path, value)
+
+    run()
+
+
+GOOGLE_CONFIG_FIELDS = [
+    "temperature",
+    "topP",
+    "topK",
+    "maxOutputTokens",
+    "candidateCount",
+    "seed",
+    "presencePenalty",
+    "frequencyPenalty",
+    "stopSequences",
+    "responseMimeType",
+]
+
+
+def _compare_google_config(name: str, value: Any) -> None:
+    config = {} if value is REMOVED else {name: value}
+    try:
+        genai_types.GenerationConfig.model_validate(config, strict=True)
+        sdk_ok = True
+    except ValidationError:
+        sdk_ok = False
+    body = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}], "generationConfig": config}
+    refusal = gateway_refusal("google_generate", body)
+    assert sdk_ok == (refusal is None), f"generationConfig.{name}={value!r}: {refusal}"
+
+
+@pytest.mark.parametrize("name", GOOGLE_CONFIG_FIELDS)
+def test_google_generation_config_agrees_with_the_sdk(name: str) -> None:
+    for value in NAMED_VALUES:
+        _compare_google_config(name, value)
+
+    @given(value=json_values)
+    @settings(
+        max_examples=EXAMPLES // 10,
+        deadline=None,
+        derandomize=True,
+        suppress_health_check=list(HealthCheck),
+    )
+    def run(value: Any) -> None:
+        _compare_google_config(name, value)
 
     run()
