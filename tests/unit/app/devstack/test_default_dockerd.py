@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 from app.devstack.services import default_dockerd_pids
+from tests.support.polling import wait_until
 
 
 def test_a_dockerd_on_the_default_socket_is_found(tmp_path: Path) -> None:
@@ -16,7 +17,8 @@ def test_a_dockerd_on_the_default_socket_is_found(tmp_path: Path) -> None:
     fake.symlink_to(shutil.which("sleep") or "/bin/sleep")
     proc = subprocess.Popen([str(fake), "30"])
     try:
-        assert proc.pid in default_dockerd_pids()
+        # Popen returns once the child forked; its command line is dockerd's once it has exec'd
+        wait_until(lambda: proc.pid in default_dockerd_pids(), 10, "the fake dockerd")
     finally:
         proc.kill()
         proc.wait()
