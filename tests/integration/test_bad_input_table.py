@@ -43,33 +43,13 @@ from polar.ids import InvalidId
 from polar.tasks.spec import TaskSpec
 from polar.temporal_client import connect
 from tests.integration.test_workflow_branches import Stubs, serving, task_spec, until_cancelled
+from tests.support.doc_tables import Row, table_rows
 from tests.support.paths import REPO
 from tests.support.polling import wait_for
 
 TABLE_HEADER = "| case | input | message | exit code or status |"
 TRAVERSAL = "../../etc/passwd"
 MISSING_IMAGE = "polar/no-such:1"
-
-
-@dataclass(frozen=True)
-class Row:
-    case: str
-    message: str
-    status: str
-
-
-def table_rows() -> list[Row]:
-    """The rows of docs/errors.md's bad-input table (backticks stripped from each cell)."""
-    lines = (REPO / "docs" / "errors.md").read_text().splitlines()
-    start = lines.index(TABLE_HEADER) + 2
-    rows = []
-    for line in lines[start:]:
-        if not line.startswith("|"):
-            break
-        cells = [c.strip() for c in line.strip("|").split("|")]
-        case, _, message, status = cells
-        rows.append(Row(case.strip("`"), message.strip("`"), status))
-    return rows
 
 
 def flat(text: str) -> str:
@@ -358,7 +338,7 @@ async def _(stack: Stack) -> tuple[str, str]:
 
 
 # ---------------------------------------------------------------- the table
-ROWS = table_rows()
+ROWS = table_rows(TABLE_HEADER)
 
 
 @pytest.fixture(scope="module")

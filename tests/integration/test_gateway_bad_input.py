@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 from collections import deque
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -26,7 +25,7 @@ from tests.integration.test_fuzz_gateway import (
     error_message,
     session_key,
 )
-from tests.support.paths import REPO
+from tests.support.doc_tables import Row, table_rows
 from tests.support.scripted_backend import backend_app, serve_app
 
 TABLE_HEADER = "| case | call | message | status |"
@@ -36,26 +35,6 @@ CHAT = ("/v1/chat/completions", {}, "openai_chat")
 RESPONSES = ("/v1/responses", {}, "openai_responses")
 GOOGLE = ("/v1beta/models/policy:generateContent", {}, "google_generate")
 HI = [{"role": "user", "content": "hi"}]
-
-
-@dataclass(frozen=True)
-class Row:
-    case: str
-    message: str
-    status: int
-
-
-def table_rows() -> list[Row]:
-    """The rows of the gateway's bad-input table (backticks stripped from each cell)."""
-    lines = (REPO / "docs" / "errors.md").read_text().splitlines()
-    start = lines.index(TABLE_HEADER) + 2
-    rows = []
-    for line in lines[start:]:
-        if not line.startswith("|"):
-            break
-        case, _, message, status = [c.strip() for c in line.strip("|").split("|")]
-        rows.append(Row(case.strip("`"), message.strip("`"), int(status)))
-    return rows
 
 
 CASES: dict[str, tuple[tuple[str, dict[str, str], str], dict[str, Any]]] = {
@@ -96,7 +75,7 @@ CASES: dict[str, tuple[tuple[str, dict[str, str], str], dict[str, Any]]] = {
     ),
     "body-too-large": (CHAT, {"messages": [{"role": "user", "content": "x" * (LIMIT + 1)}]}),
 }
-ROWS = table_rows()
+ROWS = table_rows(TABLE_HEADER)
 
 
 def flat(text: str) -> str:
@@ -137,6 +116,6 @@ async def test_gateway_bad_input_row(row: Row, client: httpx.AsyncClient) -> Non
     (path, extra, provider), body = CASES[row.case]
     headers = {"Authorization": f"Bearer {session_key()}", **extra}
     answer = await client.post(path, json=body, headers=headers)
-    assert answer.status_code == row.status, answer.text[:300]
+    assert answer.status_code == int(row.status), answer.text[:300]
     message = error_message(provider, answer.json())  # the caller's own error shape
     assert row.message in flat(message), message
