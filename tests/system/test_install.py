@@ -25,21 +25,11 @@ import pytest
 
 from tests.support.paths import REPO
 from tests.support.ports import free_port
+from tests.support.wheel_build import project_files
 
 pytestmark = pytest.mark.slow
 
 CHECKOUT_SITE = Path(sysconfig.get_paths()["purelib"])  # the checkout venv's site-packages
-
-
-def project_files() -> list[str]:
-    """The checkout's files as a fresh clone plus today's uncommitted work would have them."""
-    listed = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
-        cwd=REPO,
-        capture_output=True,
-        check=True,
-    ).stdout.decode()
-    return [name for name in listed.split("\0") if name and (REPO / name).is_file()]
 
 
 def run(argv: list[str], cwd: Path, env: dict[str, str], timeout: float = 300) -> str:
