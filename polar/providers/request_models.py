@@ -77,11 +77,20 @@ CHAT_MESSAGES = Tagged(
     "role",
     CHAT_ROLES,
     {
-        "system": {"content": CONTENT},
-        "developer": {"content": CONTENT},
-        "user": {"content": CONTENT},
-        "tool": {"content": CONTENT, "tool_call_id": field("string", required=True)},
-        "function": {"content": field("string", "null", required=True), "name": field("string")},
+        # `tool_calls` is read on every message (below), so its type is checked on every role
+        "system": {"content": CONTENT, "tool_calls": optional("array")},
+        "developer": {"content": CONTENT, "tool_calls": optional("array")},
+        "user": {"content": CONTENT, "tool_calls": optional("array")},
+        "tool": {
+            "content": CONTENT,
+            "tool_call_id": field("string", required=True),
+            "tool_calls": optional("array"),
+        },
+        "function": {
+            "content": field("string", "null", required=True),
+            "name": field("string"),
+            "tool_calls": optional("array"),
+        },
         "assistant": {"content": optional("string", "array"), "tool_calls": optional("array")},
     },
 )

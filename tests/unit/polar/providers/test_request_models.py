@@ -387,3 +387,13 @@ def test_google_generation_config_agrees_with_the_sdk(name: str) -> None:
         _compare_google_config(name, value)
 
     run()
+
+
+def test_tool_calls_of_any_role_must_be_an_array() -> None:
+    """The adapter reads `tool_calls` on every message: a non-array one on a user message is
+    a 400 naming it, never a crash with a generic message (found by test_fuzz_gateway)."""
+    from polar.providers.request_models import check_chat
+
+    body = {"model": "policy", "messages": [{"role": "user", "content": "hi", "tool_calls": 7}]}
+    with pytest.raises(Exception, match=r"messages\[0\]\.tool_calls"):
+        check_chat(body)
