@@ -288,6 +288,7 @@ STDERR_LINE_CHARS = 200
 async def stderr_head(polar: PolarClient, session_id: str) -> list[str]:
     """The first non-empty lines of a session's stderr: its last harness attempt's, else its
     evaluator's (empty where it stored none, or S3 cannot say)."""
+    from app.cli.session_text import terminal_safe
     from app.console.session_objects import SessionObjects
 
     objects = SessionObjects(polar.storage)
@@ -296,7 +297,7 @@ async def stderr_head(polar: PolarClient, session_id: str) -> list[str]:
         for keys in (sorted(artifacts.harness_logs)[::-1], sorted(artifacts.eval_logs)):
             for key in (k for k in keys if k.endswith(".stderr")):
                 lines = [
-                    line[:STDERR_LINE_CHARS]
+                    terminal_safe(line[:STDERR_LINE_CHARS])  # the session's text: escaped
                     for line in (await objects.get(key)).decode("utf-8", "replace").splitlines()
                     if line.strip()
                 ]
