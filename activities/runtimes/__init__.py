@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Protocol
 
 from activities.runtimes.base import (
+    ImageMissing,
     InvalidRuntime,
     InvalidSource,
     PrepareFailed,
@@ -28,6 +29,7 @@ from polar.tasks.runtime_spec import RuntimeSpec
 
 __all__ = [
     "RUNTIMES",
+    "ImageMissing",
     "InvalidRuntime",
     "InvalidSource",
     "PrepareFailed",

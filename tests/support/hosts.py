@@ -25,13 +25,15 @@ import docker
 import pytest
 from temporalio.api.enums.v1 import PendingActivityState
 
+from app.console.topology import Queue, describe_queue
 from polar.client.sdk import PolarClient
 from polar.contracts import SessionResult, TaskResult
 from polar.processes import dying_with_parent
 from polar.records import SessionStatus
 from polar.tasks.spec import TaskSpec
 from tests.support.faults import Node, activity_runs
-from tests.support.polling import wait_until
+from tests.support.polling import wait_for, wait_until
+from workflows.queues import Queues
 
 IMAGE = "polar/runtime:py311"
 # the stages that touch a session's runtime after prepare_runtime: they must run on its host
@@ -235,6 +237,23 @@ def start_host(node: Node, engine: Engine, max_run: int, enter: list[str] | None
     ]
     env = service.env | {"DOCKER_HOST": engine.url}
     node.stack.start(replace(service, argv=argv, env=env), log=lambda _: None)
+
+
+async def wait_for_hosts_polling(polar: PolarClient, nodes: Iterable[Node]) -> None:
+    """Until every node's worker polls the shared init queue: a worker writes its ready file
+    once it has started polling, but under load the server may not list a slow host's pollers
+    yet, and a task submitted then is prepared wholly on the host that was first."""
+    settings = polar.settings
+    init = Queues.for_workflow_queue(settings.task_queue).init
+    pids = {f"{node.pid('worker')}@" for node in nodes}
+
+    async def all_polling() -> bool:
+        queue = Queue(init, "init", None, "activity")
+        await describe_queue(polar.client, settings.temporal_namespace, queue)
+        seen = {p.identity.split("@")[0] + "@" for p in queue.pollers}
+        return pids <= seen
+
+    await wait_for(all_polling, 60, f"every host's worker polling {init}", every_s=0.5)
 
 
 def docker_task(task_id: str, source: Path, sessions: int, pause_s: float) -> TaskSpec:

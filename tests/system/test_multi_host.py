@@ -42,6 +42,7 @@ from tests.support.hosts import (
     runtime_dirs,
     stage_hosts,
     start_host,
+    wait_for_hosts_polling,
 )
 from tests.support.polling import wait_for
 
@@ -90,6 +91,7 @@ async def test_stages_follow_the_runtime_across_two_hosts(
             for node, engine in zip(nodes, engines, strict=True):
                 start_host(node, engine, max_run=2)
             polar = PolarClient(await connect(base), base)
+            await wait_for_hosts_polling(polar, nodes)
             run = await polar.submit(docker_task("hosts", source, sessions=6, pause_s=1.0))
             result = await polar.wait(run, timeout_s=600)
             host_of = host_by_pid({str(node.pid("worker")): node.name for node in nodes})
@@ -144,6 +146,7 @@ async def test_a_lost_host_sessions_go_on_elsewhere_and_nothing_leaks(
             for node, engine in zip(nodes, engines, strict=True):
                 start_host(node, engine, max_run=3)
             polar = PolarClient(await connect(base), base)
+            await wait_for_hosts_polling(polar, nodes)
             run = await polar.submit(docker_task("hosts-kill", source, sessions=12, pause_s=4.0))
             lost, survivor = nodes
             # kill host A once it runs harnesses (its worker and its engine)

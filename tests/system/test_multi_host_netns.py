@@ -52,6 +52,7 @@ from tests.support.hosts import (
     runtime_dirs,
     stage_hosts,
     start_host,
+    wait_for_hosts_polling,
 )
 from tests.support.netns import NetHost
 from tests.support.polling import wait_for
@@ -154,6 +155,7 @@ def cluster(
 
 async def test_sessions_spread_over_namespace_hosts_and_stay_on_theirs(cluster: Cluster) -> None:
     polar = PolarClient(await connect(cluster.settings), cluster.settings)
+    await wait_for_hosts_polling(polar, cluster.nodes.values())
     started = time.monotonic()
     run = await polar.submit(docker_task("netns", cluster.source, sessions=12, pause_s=1.0))
     result = await polar.wait(run, timeout_s=900)
@@ -170,6 +172,7 @@ async def test_sessions_spread_over_namespace_hosts_and_stay_on_theirs(cluster: 
 async def test_a_killed_namespace_host_is_survived_and_nothing_leaks(cluster: Cluster) -> None:
     lost, survivors = "hc", ("ha", "hb")
     polar = PolarClient(await connect(cluster.settings), cluster.settings)
+    await wait_for_hosts_polling(polar, cluster.nodes.values())
     run = await polar.submit(docker_task("netns-kill", cluster.source, sessions=12, pause_s=4.0))
     await wait_for(
         lambda: runs_harness(polar, run, lambda identity: host_of(identity) == lost),

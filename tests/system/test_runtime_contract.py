@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from activities.runtimes import InvalidRuntime, PrepareFailed, get_runtime
+from activities.runtimes import ImageMissing, PrepareFailed, get_runtime
 from activities.runtimes.kinds.docker import LABEL
 from activities.runtimes.kinds.local import LocalRuntime
 from activities.runtimes.network.channel_paths import SANDBOX_DIR
@@ -469,7 +469,7 @@ async def test_prepare_actions_upload_and_retry(runtime: Any, tmp_path: Path) ->
 
 async def test_missing_image_and_wall_clock_budget(container_runtime: Any) -> None:
     runtime = container_runtime
-    with pytest.raises(InvalidRuntime, match="not found"):
+    with pytest.raises(ImageMissing, match="'polar/no-such-image:1' is not on this worker"):
         await runtime.prepare(_request(runtime, "img-1", image="polar/no-such-image:1"))
     handle = await runtime.prepare(_request(runtime, "wall-1", wall_clock_s=6))
     try:
