@@ -93,6 +93,17 @@ class CompletionRecord(BaseModel):
         description="why this sample is not the policy's own (off-policy sampling controls, "
         "POLAR_OFF_POLICY=record_untrainable): recorded, but no builder trains on it",
     )
+    upstream_url: str | None = Field(
+        default=None,
+        description="the replica (upstream base URL) that answered, or that failed; None: no "
+        "replica was reached",
+    )
+    policy_version: int | None = Field(
+        default=None,
+        description="the weight version the gateway served when it admitted the call: the "
+        "version the last weight sync resumed it with (POST /admin/resume?policy_version=N); "
+        "None: no sync has named one to this gateway",
+    )
 
     def sampled(self) -> list[SampledChoice]:
         """Every choice the upstream sampled: `choices`, or choice 0 from the top-level fields."""

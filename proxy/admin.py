@@ -6,8 +6,10 @@ model port harnesses reach: `/admin/*` below, `/metrics` (Prometheus),
 
     POST /admin/pause[?drain_s=S]   stop admitting model calls; answer once the
                                     in-flight ones have finished (or S seconds passed)
-    POST /admin/resume              admit again; held calls go through
-    GET  /admin/status              paused?, in flight, held
+    POST /admin/resume[?policy_version=N]
+                                    admit again; held calls go through, and every call
+                                    admitted from now on records weight version N
+    GET  /admin/status              paused?, in flight, held, policy version
 
 While paused a new call is held (not refused) for up to `pause_hold_s`, then
 answered 503 `gateway_paused` in its caller's shape, which harness SDKs retry.
@@ -25,9 +27,9 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, FastAPI, Request
+from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -49,6 +51,8 @@ class Admission:
         self.in_flight = 0
         self.held = 0
         self.paused_at: float | None = None
+        self.policy_version: int | None = None
+        """the weight version served, as the last resume named it (stamped on each call)"""
         self._open = asyncio.Event()
         self._open.set()
         self._idle = asyncio.Event()
@@ -110,7 +114,11 @@ class Admission:
             "waited_s": round(time.monotonic() - started, 3),
         }
 
-    def resume(self) -> dict[str, Any]:
+    def resume(self, policy_version: int | None = None) -> dict[str, Any]:
+        """Admit calls again; from now on they are stamped with `policy_version` (None: the
+        version stays as it was)."""
+        if policy_version is not None:
+            self.policy_version = policy_version
         released = self.held
         self._open.set()
         self.paused_at = None
@@ -124,6 +132,7 @@ class Admission:
             "paused_at": self.paused_at,
             "in_flight": self.in_flight,
             "held": self.held,
+            "policy_version": self.policy_version,
         }
 
 
@@ -151,9 +160,13 @@ def admin_routes(admission: Admission, settings: GatewaySettings) -> APIRouter:
         return await admission.pause(wait)
 
     @router.post("/resume")
-    async def resume(request: Request) -> dict[str, Any]:
+    async def resume(
+        request: Request, policy_version: Annotated[int | None, Query(ge=0)] = None
+    ) -> dict[str, Any]:
+        """Admit calls again; `policy_version`: the weight version now served (a weight sync
+        names it), stamped on every call admitted after this."""
         _check_token(request, settings.admin_token)
-        return admission.resume()
+        return admission.resume(policy_version)
 
     @router.get("/status")
     async def status(request: Request) -> dict[str, Any]:

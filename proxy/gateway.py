@@ -252,7 +252,9 @@ class Gateway:
     ) -> Response:
         await self.sessions.check(identity)  # a closed session's key records nothing
         body = await read_json(request)
-        pending = self.recorder.start(identity, body, provider=provider.name)
+        pending = self.recorder.start(
+            identity, body, provider=provider.name, policy_version=self.admission.policy_version
+        )
         chat = provider.to_chat(body, call)
         self._check_choices(chat, provider)
         client, untrainable, recorder = self._route(chat, identity)
@@ -281,6 +283,7 @@ class Gateway:
                 error=exc.message,
                 client_disconnected=gone,
                 untrainable=untrainable,
+                upstream_url=exc.url,
             )
             raise
         extracted = client.extract(answer.body)
@@ -297,6 +300,7 @@ class Gateway:
                 error=f"the answer could not be rendered for the caller: {exc}",
                 client_disconnected=gone,
                 untrainable=untrainable,
+                upstream_url=answer.url,
             )
             raise
         await _record(
@@ -308,6 +312,7 @@ class Gateway:
             status_code=answer.status_code,
             client_disconnected=gone,
             untrainable=untrainable,
+            upstream_url=answer.url,
         )
         if gone:
             self.metrics.client_disconnects.inc()

@@ -48,6 +48,8 @@ class PendingCall:
     seq: int
     record_id: str
     started_at: float
+    policy_version: int | None = None
+    """the gateway's weight version when it admitted the call"""
 
 
 class Recorder:
@@ -65,9 +67,14 @@ class Recorder:
         self._counter = itertools.count(1)
 
     def start(
-        self, identity: SessionIdentity, request: dict[str, Any], provider: str = "openai_chat"
+        self,
+        identity: SessionIdentity,
+        request: dict[str, Any],
+        provider: str = "openai_chat",
+        policy_version: int | None = None,
     ) -> PendingCall:
-        """Stamp a call at its arrival (request as the caller sent it)."""
+        """Stamp a call at its arrival (request as the caller sent it; the weight version the
+        gateway serves)."""
         seq = time.time_ns()
         return PendingCall(
             identity=identity,
@@ -76,6 +83,7 @@ class Recorder:
             seq=seq,
             record_id=f"{seq:020d}-{self.gateway_id}-{next(self._counter)}",
             started_at=seq / 1e9,
+            policy_version=policy_version,
         )
 
     def build(
@@ -89,6 +97,7 @@ class Recorder:
         error: str | None = None,
         client_disconnected: bool = False,
         untrainable: str | None = None,
+        upstream_url: str | None = None,
     ) -> CompletionRecord:
         """The call's record, built through the model unvalidated (see the module docstring)."""
         ex = extracted or Extracted()
@@ -117,6 +126,8 @@ class Recorder:
             gateway_id=self.gateway_id,
             client_disconnected=client_disconnected,
             untrainable=untrainable,
+            upstream_url=upstream_url,
+            policy_version=call.policy_version,
         )
 
     async def write(self, record: CompletionRecord) -> str:
@@ -155,6 +166,7 @@ class Recorder:
         error: str | None = None,
         client_disconnected: bool = False,
         untrainable: str | None = None,
+        upstream_url: str | None = None,
     ) -> CompletionRecord:
         """Build and store the record of a finished (or failed) call; the record."""
         record = self.build(
@@ -166,6 +178,7 @@ class Recorder:
             error=error,
             client_disconnected=client_disconnected,
             untrainable=untrainable,
+            upstream_url=upstream_url,
         )
         await self.write(record)
         return record

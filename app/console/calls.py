@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from polar.message_text import content_text
 
@@ -41,6 +42,10 @@ class CallEntry:
     response_text: str
     tool_calls: list[str] = field(default_factory=list)
     normalized_changes: list[str] = field(default_factory=list)
+    replica: str | None = None
+    """The upstream replica that answered (or failed), without any credentials in its URL."""
+    policy_version: int | None = None
+    """The weight version the gateway served when it admitted the call (None: not named)."""
 
 
 def clip(text: str, limit: int = PREVIEW_CHARS) -> str:
@@ -123,6 +128,18 @@ def normalized_changes(record: dict[str, Any]) -> list[str]:
     return changed + added + dropped
 
 
+def replica_of(url: Any) -> str | None:
+    """A replica's URL as shown: scheme, host, port and path; never a user or password."""
+    if not isinstance(url, str) or not url:
+        return None
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    netloc = f"[{host}]" if ":" in host else host
+    if parts.port is not None:
+        netloc += f":{parts.port}"
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
 def call_entry(n: int, record: dict[str, Any], trained_ids: set[str]) -> CallEntry:
     """Entry `n` of the session page from one stored record's dict."""
     text, tools = answer_of(record.get("response"))
@@ -147,6 +164,8 @@ def call_entry(n: int, record: dict[str, Any], trained_ids: set[str]) -> CallEnt
         response_text=text,
         tool_calls=tools,
         normalized_changes=normalized_changes(record),
+        replica=replica_of(record.get("upstream_url")),
+        policy_version=record.get("policy_version"),
     )
 
 

@@ -24,7 +24,7 @@ from fastapi.responses import HTMLResponse, PlainTextResponse, Response
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from app.console.calls import pretty
+from app.console.calls import pretty, replica_of
 from app.console.compare import (
     MAX_COMPARED,
     ClosedConversations,
@@ -161,7 +161,10 @@ def add_pages(app: FastAPI, console: Console) -> None:
             except KeyError:
                 continue
             parts = {name: pretty(record.get(name)) for name in CALL_PARTS}
-            return console.page("call.html", session_id=sid, key=key, record=record, parts=parts)
+            replica = replica_of(record.get("upstream_url"))
+            return console.page(
+                "call.html", session_id=sid, key=key, record=record, parts=parts, replica=replica
+            )
         raise NotFound(f"no call {record_id} in session {session_id}")
 
     @app.get("/sessions/{session_id}/traces/{n}", response_class=HTMLResponse)

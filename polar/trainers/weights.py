@@ -40,8 +40,15 @@ class InPlaceReload:
     admin_urls: Sequence[str]
     admin_token: str
     timeout_s: float = 600.0
+    initial_version: int = 0
+    """the weight version served before the first sync."""
     syncs: int = field(default=0, init=False)
     """how many syncs completed."""
+
+    @property
+    def version(self) -> int:
+        """The weight version served now: `initial_version` plus the syncs that completed."""
+        return self.initial_version + self.syncs
 
     @classmethod
     def from_settings(cls, settings: Settings, policy_dir: Path | None = None) -> InPlaceReload:
@@ -74,10 +81,15 @@ class InPlaceReload:
                 http.post(f"{url}/reset_prefix_cache").raise_for_status()
 
     def resume(self) -> None:
-        """Admit model calls again on every gateway (held calls go through)."""
+        """Admit model calls again on every gateway (held calls go through); each call they
+        admit from now on records `version` as the weights that sampled it."""
         with self._client() as http:
             for url in self.admin_urls:
-                http.post(f"{url}/admin/resume", headers=self._auth()).raise_for_status()
+                http.post(
+                    f"{url}/admin/resume",
+                    params={"policy_version": self.version},
+                    headers=self._auth(),
+                ).raise_for_status()
 
     def sync(self, save: Callable[[Path], None]) -> None:
         """Pause, `save(policy_dir)` (write the new weights there), reload, resume (always)."""
@@ -85,9 +97,9 @@ class InPlaceReload:
         try:
             save(self.policy_dir)
             self.reload()
+            self.syncs += 1
         finally:
-            self.resume()
-        self.syncs += 1
+            self.resume()  # with the new version if the reload went through
 
     async def sync_async(self, save: Callable[[Path], None]) -> None:
         """`sync` off the event loop (the gateways and vLLM are other processes)."""

@@ -284,6 +284,10 @@ async def test_the_session_page_shows_calls_trace_grade_and_logs(
     assert f"/sessions/{ok.session_id}/calls/{first}" in html
     call = shown(ran, await console.get(f"/sessions/{ok.session_id}/calls/{first}"))
     assert "Request as normalised" in call and "Write a haiku about rollouts" in call
+    # the replica that answered, and the weights: no sync has named a version to this gateway
+    assert '<dd id="call-replica">http://127.0.0.1:' in call
+    assert '<dd id="call-weights">not named' in call
+    assert html.count('· replica <span class="replica">http://127.0.0.1:') == 2
     trace = shown(ran, await console.get(f"/sessions/{ok.session_id}/traces/0"))
     assert "no tokenizer available" in trace
     assert trace.count('class="tok trained') > 10 and 'class="tok prompt"' in trace

@@ -13,6 +13,7 @@ import secrets
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -23,6 +24,7 @@ from polar.logs import ContextFilter, JsonFormatter
 from polar.session_keys import SessionIdentity, mint_session_key
 from polar.settings import Settings
 from polar.storage import Storage
+from polar.trainers.weights import InPlaceReload
 from proxy.app import create_app
 from tests.support import error, scripted_backend, serve_app, text
 from tests.support.polling import wait_for
@@ -101,6 +103,44 @@ async def test_pause_drains_in_flight_holds_new_calls_and_resume_releases_them(
             assert answer.json()["choices"][0]["message"]["content"] == "after resume"
     records = storage.list_completions(session_id)
     assert len(records) == 4 and all(r.status_code == 200 for r in records)
+
+
+async def test_each_call_records_its_replica_and_the_weight_version_the_last_resume_named(
+    base_settings: Settings, storage: Storage
+) -> None:
+    replies = [text("before any sync"), text("held across the sync"), text("after")] * 2
+    with gateway(base_settings, replies) as (url, admin, settings):
+        session_id, key = session_key(settings)
+        async with httpx.AsyncClient(timeout=30) as client:
+            assert (await chat(client, url, key)).status_code == 200
+            await client.post(f"{admin}/admin/pause", headers=ADMIN)
+            held = asyncio.create_task(chat(client, url, key))
+            await asyncio.sleep(0.3)
+            refused = await client.post(
+                f"{admin}/admin/resume", params={"policy_version": -1}, headers=ADMIN
+            )
+            assert refused.status_code == 400 and "policy_version" in refused.text
+            resumed = await client.post(
+                f"{admin}/admin/resume", params={"policy_version": 3}, headers=ADMIN
+            )
+            assert resumed.json()["policy_version"] == 3 and resumed.json()["released"] == 1
+            assert (await asyncio.wait_for(held, 10)).status_code == 200
+            # a resume that names no version keeps the one served
+            await client.post(f"{admin}/admin/pause", headers=ADMIN)
+            await client.post(f"{admin}/admin/resume", headers=ADMIN)
+            assert (await chat(client, url, key)).status_code == 200
+            status = (await client.get(f"{admin}/admin/status", headers=ADMIN)).json()
+            assert status["policy_version"] == 3
+            # a trainer's weight sync names its version: initial_version plus its syncs
+            sync = InPlaceReload(Path("/nonexistent"), [], [admin], TOKEN, initial_version=6)
+            sync.syncs = 1
+            await asyncio.to_thread(sync.pause)
+            await asyncio.to_thread(sync.resume)
+            assert (await chat(client, url, key)).status_code == 200
+    records = sorted(storage.list_completions(session_id), key=lambda r: r.seq)
+    assert [r.policy_version for r in records] == [None, 3, 3, 7]
+    upstream = settings.upstream_urls.split(",")[0].rstrip("/")
+    assert [r.upstream_url for r in records] == [upstream] * 4
 
 
 async def test_held_call_times_out_with_503_in_callers_shape(

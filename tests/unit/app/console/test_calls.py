@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.console.calls import call_entry, elided, pretty, training_status
+from app.console.calls import call_entry, elided, pretty, replica_of, training_status
 
 
 def record(**kw: Any) -> dict[str, Any]:
@@ -89,3 +89,12 @@ def test_the_newest_item_as_sent_reads_every_providers_shape() -> None:
     assert sent_last(gemini) == "user: hi"
     assert sent_last({"input": "plain"}) == "user: plain"
     assert sent_last(None) == "" and sent_last({}) == ""
+
+
+def test_a_replica_is_shown_without_credentials_and_a_version_as_recorded() -> None:
+    entry = call_entry(
+        0, record(upstream_url="http://user:pw@10.0.0.5:8000/v1?k=s", policy_version=4), set()
+    )
+    assert entry.replica == "http://10.0.0.5:8000/v1" and entry.policy_version == 4
+    assert replica_of("http://[::1]:9/v1") == "http://[::1]:9/v1"
+    assert replica_of(None) is None and call_entry(0, record(), set()).replica is None
