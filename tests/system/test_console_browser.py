@@ -45,6 +45,7 @@ from tests.support.browser import (
     headless_chromium,
     requests_made,
 )
+from tests.support.byte_tokenizer import END_TEXT, write_byte_tokenizer
 from tests.support.console_sessions import CALL_MODEL_ONCE, console_spec, demo_repo, run_one
 from tests.support.injection_corpus import (
     HOSTILE_COMMAND,
@@ -154,7 +155,9 @@ async def sessions(
                 stack.settings.model_copy(update={"upstream_urls": stack.backend.url})
             )
             with serve_app(gateway.state.admin_app) as admin:
-                update = {"console_tokenizer_dir": None, "console_gateways": admin}
+                # the scripted model's own tokenizer (a byte per token): traces decode as text
+                tokenizer = write_byte_tokenizer(tmp_path_factory.mktemp("byte-tokenizer"))
+                update = {"console_tokenizer_dir": tokenizer, "console_gateways": admin}
                 settings = stack.settings.model_copy(update=update)
                 with serve_app(create_app(settings)) as url:
                     yield Sessions(
@@ -293,6 +296,11 @@ def test_a_passing_session_from_the_tasks_page_to_its_grade(
     shade = "return getComputedStyle(arguments[0]).backgroundColor"
     assert browser.execute_script(shade, trained[0]) != browser.execute_script(shade, prompt)
     assert "logprob" in trained[0].get_attribute("title")  # on hover
+    # decoded with the model's tokenizer: the trained tokens spell the reply, then its end
+    spelled = "".join(t.get_attribute("textContent") for t in trained)
+    assert spelled == HAIKU[0] + END_TEXT, spelled
+    assert "byte-tokenizer" in shown(browser, "#decoded-by")
+    assert "<|im_start|>user" in shown(browser, "#prompt-tokens")
     shot(browser, "trace")
 
     browser.back()
