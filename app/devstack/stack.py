@@ -28,6 +28,7 @@ from app.devstack.services import (
 )
 from polar.assets import AssetMissing, asset_dir
 from polar.credentials import with_dev_secrets
+from polar.dev_console import forget_console_url, record_console_url
 from polar.processes import dying_with_parent
 from polar.settings import Settings
 
@@ -190,6 +191,8 @@ class DevStack:
                 raise StackError(f"{service.name} exited with {proc.returncode}:\n{tail}")
             if service.ready():
                 log(f"{service.name}: started (pid {proc.pid}), log {self.log_path(service.name)}")
+                if service.name == "console":  # submissions of this data dir link to it
+                    record_console_url(self.settings.data_dir, self.settings.console_base_url)
                 return
             time.sleep(0.5)
         raise StackError(
@@ -224,6 +227,8 @@ class DevStack:
         pid = self.pid(name)
         ready_file = self.run_dir / f"{name}.ready"
         ready_file.unlink(missing_ok=True)
+        if name == "console":
+            forget_console_url(self.settings.data_dir)
         if pid is None:
             self._pidfile(name).unlink(missing_ok=True)
             if not quiet:

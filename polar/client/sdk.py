@@ -38,6 +38,7 @@ from polar.builders import check_builder
 from polar.client.submit_checks import NoSourceWarning, checked_workflow_id, missing_source
 from polar.console_links import console_memo, task_link
 from polar.contracts import SessionProgress, SessionResult, Stage, TaskResult
+from polar.dev_console import dev_console_url
 from polar.records import OutcomeClass, SessionStatus, Trace
 from polar.search_attributes import STAGE, STATUS
 from polar.settings import ClientSettings, get_settings
@@ -130,8 +131,9 @@ class PolarClient:
         The builder must resolve here with a valid config (`check_builder`: UnknownBuilder
         naming `builder.name`, or a ValueError naming `builder.config`);
         `resolve_builder=False` leaves that to the workers (the build stage then fails the
-        session, non-retryably). `console_url` (default: the `console_public_url` setting):
-        the console the task's and its sessions' Web UI summaries link to; none: no link.
+        session, non-retryably). `console_url` (default: the `console_public_url` setting, else
+        the console a dev stack of the same data dir runs: polar.dev_console): the console the
+        task's and its sessions' Web UI summaries link to; none: no link.
         A `workflow_id` must be a valid id (polar.ids: InvalidId, a ValueError, otherwise); a
         task naming no source on the default image warns (`NoSourceWarning`)."""
         task = spec if isinstance(spec, TaskSpec) else TaskSpec.model_validate(spec)
@@ -142,7 +144,11 @@ class PolarClient:
         if (note := missing_source(task)) is not None:
             warnings.warn(note, NoSourceWarning, stacklevel=2)
         workflow_id = workflow_id or f"task-{task.task_id}-{uuid.uuid4().hex[:8]}"
-        console = console_url or self.settings.console_public_url
+        console = (
+            console_url
+            or self.settings.console_public_url
+            or dev_console_url(self.settings.data_dir)
+        )
         await self.client.start_workflow(
             "RolloutTask",
             task.model_dump(mode="json"),

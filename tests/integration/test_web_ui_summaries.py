@@ -16,6 +16,7 @@ from temporalio.client import WorkflowHistory
 
 from polar.client.sdk import PolarClient, TaskRun
 from polar.console_links import session_url, task_url
+from polar.dev_console import forget_console_url, record_console_url
 from polar.records import SessionStatus
 from polar.tasks.spec import TaskSpec
 from workflows import replay as rp
@@ -105,6 +106,28 @@ async def test_without_a_console_there_is_no_link(polar: PolarClient, repo: Path
         assert current.startswith("**done**: ") and "console" not in current
         desc = await polar.client.get_workflow_handle(workflow_id).describe()
         assert await desc.memo() == {}
+
+
+async def test_a_dev_stack_console_is_linked_without_the_setting(
+    polar: PolarClient, repo: Path, tmp_path: Path
+) -> None:
+    """The console a dev stack of the client's data dir noted (polar.dev_console) is linked;
+    once forgotten (its console stopped), nothing is."""
+    settings = polar.settings.model_copy(update={"data_dir": tmp_path})
+    client = PolarClient(polar.client, settings)
+    record_console_url(tmp_path, "http://127.0.0.1:8410/")
+    run = await client.submit(spec("web-ui-dev-console", repo))
+    _, details, _ = await shown(polar, run.workflow_id)
+    assert (
+        details
+        == f"[Task in the Polar console]({task_url('http://127.0.0.1:8410', run.workflow_id)})"
+    )
+    await polar.wait(run, timeout_s=120)
+    forget_console_url(tmp_path)
+    unlinked = await client.submit(spec("web-ui-dev-console-gone", repo))
+    _, details, _ = await shown(polar, unlinked.workflow_id)
+    assert details is None
+    await polar.wait(unlinked, timeout_s=120)
 
 
 def without_child_metadata(history: WorkflowHistory) -> tuple[WorkflowHistory, int]:

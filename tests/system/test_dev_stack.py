@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from polar.dev_console import dev_console_url
 from tests.support.ports import free_port
 
 pytestmark = pytest.mark.slow
@@ -45,6 +46,8 @@ def test_dev_up_is_idempotent_and_down_stops_everything(tmp_path: Path) -> None:
         assert f"console: {console}" in first.stdout
         tasks = httpx.get(f"{console}/", timeout=10)  # the console reads the stack's Temporal
         assert tasks.status_code == 200 and 'id="task-list"' in tasks.text
+        # noted for the clients of this data dir: their submissions link to it
+        assert dev_console_url(tmp_path / "data") == console
         second = polar("dev", "up", "--no-model", env=env)
         assert second.returncode == 0, second.stdout + second.stderr
         for part in ("temporal", "seaweedfs", "gateway", "console", "worker"):
@@ -65,3 +68,4 @@ def test_dev_up_is_idempotent_and_down_stops_everything(tmp_path: Path) -> None:
         httpx.get(f"{gateway}/health", timeout=2)
     with pytest.raises(httpx.HTTPError):
         httpx.get(f"{console}/health", timeout=2)
+    assert dev_console_url(tmp_path / "data") is None
