@@ -7,6 +7,10 @@ the policy (polar/outcomes.py). Everything else (no reward, `error`, `cancelled`
 status added later) says nothing about the policy and is left out, never turned into a
 zero-reward sample. A group that lost members to infra errors follows its task's
 `infra_errors.group` rule (`drop`: none of its sessions trains).
+
+A batch in which no session (or fewer than the share `min_scored` the trainer sets) was scored
+is never trained on: every bridge calls `require_scored`, which raises `UnscoredBatch` naming
+the counts and each outcome label with one example of its detail.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,14 +58,119 @@ def trainable(session: SessionResult) -> bool:
 
 
 def absent_reason(session: SessionResult) -> str:
-    """Why `trainable(session)` is False, for counters and logs."""
+    """Why `trainable(session)` is False, as a counter's key: the outcome label of a session
+    that is no verdict (`task_error`, `infra_error:inference_backend`), `cancelled`, else
+    `no reward` or `no traces`."""
+    outcome = session.outcome
+    if outcome is not None and not is_verdict(session):
+        return outcome.label
     if session.status not in GRADED:
-        return f"status {session.status.value}"
-    if not is_verdict(session) and session.outcome is not None:
-        return session.outcome.label  # e.g. infra_error:inference_backend (a counter's key)
+        return session.status.value  # cancelled (no outcome), or a status added later
     if session.reward is None:
         return "no reward"
     return "no traces"
+
+
+def absent_detail(session: SessionResult) -> str:
+    """One line on why a session is not trained on: the failing stage's error (its message),
+    else the outcome's detail ("" where there is none)."""
+    if session.error:
+        return session.error
+    outcome = session.outcome
+    return outcome.detail if outcome is not None else ""
+
+
+@dataclass(frozen=True)
+class Unscored:
+    """Why one session is not trained on: a counter's `label` (`absent_reason`, or the group
+    rule that dropped it) and one line of `detail`."""
+
+    label: str
+    detail: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.label}: {self.detail}" if self.detail else self.label
+
+
+def unscored(session: SessionResult, reason: str | None) -> Unscored | None:
+    """`reason` (from `left_out`: None, the session trains) with the session's detail."""
+    return None if reason is None else Unscored(reason, absent_detail(session))
+
+
+class UnscoredBatch(RuntimeError):
+    """A batch with no scored session, or fewer than the trainer's `min_scored` share: training
+    on it would train on nothing (see `require_scored`)."""
+
+    def __init__(self, message: str, *, scored: int, asked: int, labels: dict[str, int]) -> None:
+        super().__init__(message)
+        self.scored = scored
+        self.asked = asked
+        self.labels = labels
+        """how many sessions were left out, by label."""
+
+
+def check_min_scored(min_scored: float | None) -> float | None:
+    """`min_scored` as a bridge takes it: a share in 0..1, or None (never raise)."""
+    if min_scored is None:
+        return None
+    share = float(min_scored)
+    if not 0.0 <= share <= 1.0:
+        raise ValueError(f"min_scored must be a share between 0 and 1 (or None), not {min_scored}")
+    return share
+
+
+def require_scored(
+    reasons: Sequence[Unscored | None],
+    min_scored: float | None = 0.0,
+    *,
+    asked: int | None = None,
+    what: str = "batch",
+    note: str = "",
+) -> None:
+    """Raise `UnscoredBatch` when too few of a batch's sessions were scored.
+
+    `reasons`: each session's (None: scored and trained on). `min_scored`: the share of the
+    sessions asked for that must be scored: 0.0 (the default) raises only when none was, None
+    never raises. `asked`: how many sessions the batch asked for (default: len(reasons));
+    extra sessions that an early stop cancelled do not count against it. `what` names the
+    batch, `note` says what the trainer can do, in the message."""
+    share_needed = check_min_scored(min_scored)
+    if share_needed is None:
+        return
+    total = len(reasons) if asked is None else asked
+    scored = sum(reason is None for reason in reasons)
+    if total <= 0 or (scored > 0 and min(scored, total) / total >= share_needed):
+        return
+    raise unscored_batch(reasons, share_needed, asked=total, what=what, note=note)
+
+
+def unscored_batch(
+    reasons: Sequence[Unscored | None],
+    min_scored: float,
+    *,
+    asked: int | None = None,
+    what: str = "batch",
+    note: str = "",
+) -> UnscoredBatch:
+    """The `UnscoredBatch` of `reasons`: `{what}: {scored} of {asked} sessions scored
+    (min_scored …): {n} × {label} ({an example detail}); …. {note}`."""
+    total = len(reasons) if asked is None else asked
+    scored = sum(reason is None for reason in reasons)
+    labels = Counter(reason.label for reason in reasons if reason is not None)
+    example: dict[str, str] = {}
+    for reason in reasons:
+        if reason is not None and reason.detail:
+            example.setdefault(reason.label, reason.detail)
+    parts = [
+        f"{count} × {label}" + (f" ({example[label]})" if label in example else "")
+        for label, count in labels.most_common()
+    ]
+    message = (
+        f"{what}: {scored} of {total} sessions scored (min_scored {min_scored}): "
+        + ("; ".join(parts) or "no session ran")
+        + (f". {note}" if note else "")
+    )
+    return UnscoredBatch(message, scored=scored, asked=total, labels=dict(labels))
 
 
 def chains(traces: Sequence[Trace]) -> list[Trace]:
@@ -134,6 +244,11 @@ class SessionRun:
     left_out: str | None = None
     """Why the session does not train (None: it trains): `absent_reason`, or its group dropped
     by the task's `infra_errors.group` rule."""
+
+    @property
+    def unscored(self) -> Unscored | None:
+        """`left_out` with the session's detail (None: it trains)."""
+        return unscored(self.session, self.left_out)
 
 
 def left_out(sessions: Sequence[SessionResult], rule: str) -> dict[str, str | None]:

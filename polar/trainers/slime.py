@@ -34,14 +34,21 @@ once (its chains share its normalised reward), and equals slime's default where 
 one chain.
 
 Sessions that cannot train (no reward, `error`/`cancelled`/infra statuses) never become
-zero-reward samples: the group's missing sessions are run again as one more task, up to
-`polar_max_attempts` tasks per group, and then the rollout raises.
+zero-reward samples, and slime's batch cannot leave a sample out: a group's missing sessions
+are run again as one more task, up to `polar_max_attempts` tasks per group, and then the
+rollout raises `UnscoredBatch` (polar/trainers/_sessions.py) naming the counts and each
+outcome label with an example detail. It raises at once, without rerunning, where the first
+tasks scored fewer than the share `polar_min_scored` of the batch's samples (by default:
+none), or where a session ended `task_error` (the task itself cannot run: a rerun would end
+the same).
 
 Settings come from slime's args, which `--custom-config-path polar.yaml` fills:
 
     polar_task: /path/to/task.json   # a TaskSpec template (dict, JSON text or file)
     polar_policy_version: null       # null: the rollout id (slime updates weights once per rollout)
     polar_max_attempts: 2            # tasks tried per group before the rollout fails
+    polar_min_scored: 0.0            # share of the first tasks' sessions that must be scored
+                                     # (0.0: fail at once when none was; null: always rerun)
     polar_timeout_s: 1800            # per task
 
 A row's `metadata["polar_task"]` (slime's `--metadata-key` column) goes over the template; with
@@ -66,8 +73,11 @@ from polar.settings import ClientSettings, get_settings
 from polar.tasks.spec import TaskSpec
 from polar.trainers._sessions import (
     SessionRun,
+    Unscored,
     chains,
+    check_min_scored,
     load_template,
+    require_scored,
     row_task,
     run_task,
     task_with,
@@ -87,6 +97,7 @@ class RolloutConfig:
     task: dict[str, Any] | None = None
     policy_version: int | None = None
     max_attempts: int = 2
+    min_scored: float | None = 0.0
     timeout_s: float = 1800.0
 
     @classmethod
@@ -96,6 +107,7 @@ class RolloutConfig:
             task=load_template(getattr(args, "polar_task", None)),
             policy_version=None if version is None else int(version),
             max_attempts=max(1, int(getattr(args, "polar_max_attempts", 2) or 2)),
+            min_scored=check_min_scored(getattr(args, "polar_min_scored", 0.0)),
             timeout_s=float(getattr(args, "polar_timeout_s", 1800.0) or 1800.0),
         )
 
@@ -201,55 +213,94 @@ def group_task(config: RolloutConfig, group: Group, version: int | None) -> Task
     return task_with(spec, num_sessions=len(group), policy_version=version)
 
 
+@dataclass
+class GroupRollout:
+    """One prompt group's samples so far: filled (`out`) or still to run (`pending`), and why
+    each pending one's last session did not train."""
+
+    group: Group
+    out: dict[int, list[Any]] = field(default_factory=dict)
+    pending: list[int] = field(default_factory=list)
+    why: dict[int, Unscored] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.pending = list(range(len(self.group)))
+
+    def reasons(self) -> list[Unscored | None]:
+        """Each sample's reason (None: filled), in the group's order."""
+        return [None if i in self.out else self.why.get(i) for i in range(len(self.group))]
+
+
 async def rollout_group(
     polar: PolarClient,
     config: RolloutConfig,
-    group: Group,
+    state: GroupRollout,
     version: int | None,
     stats: RolloutStats,
-) -> list[list[Any]]:
-    """One prompt group: a Polar task of len(group) sessions (the untrainable ones rerun), as
-    `[session][chain]` slime `Sample`s in the group's order."""
-    out: dict[int, list[Any]] = {}
-    pending = list(range(len(group)))
-    reasons: list[str] = []
-    for attempt in range(config.max_attempts):
-        spec = group_task(config, [group[i] for i in pending], version)
-        runs = await run_task(polar, spec, timeout_s=config.timeout_s)
-        stats.sessions += len(runs)
-        still = []
-        for i, run in zip(pending, runs, strict=True):
-            if run.left_out is not None:
-                reasons.append(f"{run.session.session_id}: {run.left_out}")
-                log.warning("polar session not trainable, rerunning: %s", reasons[-1])
-                still.append(i)
-                continue
-            out[i] = session_samples(group[i], run, rerun=attempt)
-            stats.reruns += attempt
-            stats.samples += len(out[i])
-            stats.chains_beyond_first += len(out[i]) - 1
-            stats.rewards.append(float(run.session.reward or 0.0))
-            stats.run_s.append(float(run.session.stage_seconds.get("run", 0.0)))
-            stats.evaluate_s.append(float(run.session.stage_seconds.get("evaluate", 0.0)))
-        pending = still
-        if not pending:
-            return [out[i] for i in range(len(group))]
-    raise RuntimeError(
-        f"no trainable Polar session for {len(pending)} sample(s) of group "
-        f"{group[0].group_index} after {config.max_attempts} tasks: " + "; ".join(reasons)
-    )
+    attempt: int,
+) -> None:
+    """One task of the group's pending samples' sessions; the trainable ones fill their
+    samples (`[session][chain]` slime `Sample`s), the others stay pending, with their reason."""
+    group = state.group
+    spec = group_task(config, [group[i] for i in state.pending], version)
+    runs = await run_task(polar, spec, timeout_s=config.timeout_s)
+    stats.sessions += len(runs)
+    still = []
+    for i, run in zip(state.pending, runs, strict=True):
+        why = run.unscored
+        if why is not None:
+            state.why[i] = why
+            log.warning("polar session %s not trainable: %s", run.session.session_id, why)
+            still.append(i)
+            continue
+        state.out[i] = session_samples(group[i], run, rerun=attempt)
+        stats.reruns += attempt
+        stats.samples += len(state.out[i])
+        stats.chains_beyond_first += len(state.out[i]) - 1
+        stats.rewards.append(float(run.session.reward or 0.0))
+        stats.run_s.append(float(run.session.stage_seconds.get("run", 0.0)))
+        stats.evaluate_s.append(float(run.session.stage_seconds.get("evaluate", 0.0)))
+    state.pending = still
+
+
+def check_rollout(states: Sequence[GroupRollout], config: RolloutConfig, attempt: int) -> None:
+    """Raise `UnscoredBatch` where the rollout cannot end with every sample scored: after its
+    first tasks scored fewer than `min_scored` of the samples, a `task_error` left a sample
+    (a rerun would end the same), or the last task left one."""
+    reasons = [r for state in states for r in state.reasons()]
+    what = f"slime rollout (after {attempt + 1} of {config.max_attempts} tasks per group)"
+    if attempt == 0:
+        require_scored(
+            reasons, config.min_scored, what=what, note="polar_min_scored sets the share"
+        )
+    hopeless = any(r is not None and r.label == "task_error" for r in reasons)
+    if hopeless or attempt + 1 == config.max_attempts:
+        require_scored(
+            reasons,
+            1.0,
+            what=what,
+            note="slime's batch cannot leave a sample out: every sample must be scored",
+        )
 
 
 async def rollout(
     groups: Sequence[Group], config: RolloutConfig, version: int | None
 ) -> tuple[list[list[list[Any]]], dict[str, float]]:
-    """Every group's task at once; the filled samples (prompt × session × chain) and metrics."""
+    """Every group's task at once (then its reruns); the filled samples (prompt × session ×
+    chain) and metrics."""
     stats = RolloutStats()
+    states = [GroupRollout(list(g)) for g in groups]
     async with await PolarClient.connect(get_settings(ClientSettings)) as polar:
-        data = await asyncio.gather(
-            *(rollout_group(polar, config, list(g), version, stats) for g in groups)
-        )
-    return list(data), stats.metrics()
+        for attempt in range(config.max_attempts):
+            live = [state for state in states if state.pending]
+            if not live:
+                break
+            await asyncio.gather(
+                *(rollout_group(polar, config, s, version, stats, attempt) for s in live)
+            )
+            check_rollout(states, config, attempt)
+    data = [[state.out[i] for i in range(len(state.group))] for state in states]
+    return data, stats.metrics()
 
 
 NORMALISED = frozenset({"grpo", "gspo", "cispo", "reinforce_plus_plus_baseline"})

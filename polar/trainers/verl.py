@@ -34,8 +34,12 @@ repairs) where that share matters, or TRL/slime, which take every chain.
 A session that is not trainable (no reward, an `error`/`cancelled`/infra
 status) cannot be left out of verl's fixed-shape batch, and must not become a
 zero-reward row: the loop runs the sample again, up to `max_attempts`
-sessions, then raises (verl then fails the step loudly). How many were rerun
-is in `extra_fields["polar"]["rerun"]`.
+sessions, then raises `UnscoredBatch` (polar/trainers/_sessions.py: the
+counts, each outcome label with an example detail), and verl fails the step
+loudly. A `task_error` (the task itself cannot run) raises at once: a rerun
+would end the same. How many were rerun is in `extra_fields["polar"]["rerun"]`.
+There is no `min_scored` here: the loop sees one sample, and verl's batch needs
+every sample scored.
 
 Versions: `extra_fields["min_global_steps"]`/`["max_global_steps"]` hold the
 policy version Polar stamped on the trace, so verl's own staleness metrics
@@ -57,12 +61,14 @@ from verl.experimental.agent_loop.agent_loop import (
 from polar.tasks.spec import TaskSpec
 from polar.trainers._sessions import (
     SessionRun,
+    Unscored,
     chains,
     load_template,
     row_task,
     run_task,
     shared_client,
     task_with,
+    unscored_batch,
 )
 from polar.trainers.provenance import provenance_fields
 
@@ -153,15 +159,20 @@ class PolarAgentLoop(AgentLoopBase):
         `sampling_params` are verl's; the harness makes its own model calls through Polar's
         gateway, which serves them from the policy's servers."""
         polar = await shared_client()
-        reasons: list[str] = []
+        reasons: list[Unscored | None] = []
         for attempt in range(self.max_attempts):
             spec = self.task_for(kwargs)
             (run,) = await run_task(polar, spec, timeout_s=self.timeout_s)
-            if run.left_out is None:
+            why = run.unscored
+            if why is None:
                 return agent_loop_output(run, rerun=attempt)
-            reasons.append(f"{run.session.session_id}: {run.left_out}")
-            log.warning("polar session not trainable, rerunning: %s", reasons[-1])
-        raise RuntimeError(
-            f"no trainable Polar session for this sample after {self.max_attempts} tries: "
-            + "; ".join(reasons)
+            reasons.append(why)
+            log.warning("polar session %s not trainable: %s", run.session.session_id, why)
+            if why.label == "task_error":
+                break  # the task cannot run: a rerun would end the same
+        raise unscored_batch(
+            reasons,
+            1.0,
+            what=f"verl sample (one session a try, {len(reasons)} of {self.max_attempts} tries)",
+            note="verl's batch cannot leave a sample out: every sample must be scored",
         )

@@ -11,9 +11,13 @@
   session's result through Polar's SDK, never recomputed.
 
 A row whose sessions never became trainable is answered with Gym's failure routing
-(`_ng_failure_class: polar_untrainable`): Gym's rollout collection writes it to the failures
-sidecar, not to the rollouts file, so it is never a zero-reward sample. Polar's stack is named by
-the servers' `POLAR_*` environment. Entry points: `responses_api_agents/polar_agent/` and
+(`_ng_failure_class: polar_untrainable`, and under `polar` the outcome label and reason of each
+try): Gym's rollout collection writes it to the failures sidecar, not to the rollouts file, and
+the agent's `/aggregate_metrics` leaves it out of Gym's aggregate, so it is never a zero-reward
+sample. There, where Gym hands over the whole collection, a collection with no scored row (or
+fewer than the share `min_scored` of the agent's config; None: never) is refused with
+`UnscoredBatch`'s message (HTTP 422), and Gym's `ng_collect_rollouts` fails. Polar's stack is
+named by the servers' `POLAR_*` environment. Entry points: `responses_api_agents/polar_agent/` and
 `resources_servers/polar/` beside this file; config: `configs/polar.yaml`.
 """
 
@@ -32,23 +36,29 @@ from nemo_gym.base_resources_server import (
     SimpleResourcesServer,
 )
 from nemo_gym.base_responses_api_agent import BaseResponsesAPIAgentConfig, SimpleResponsesAPIAgent
-from nemo_gym.config_types import ResourcesServerRef
+from nemo_gym.config_types import AggregateMetrics, AggregateMetricsRequest, ResourcesServerRef
 from nemo_gym.openai_utils import NeMoGymResponse, NeMoGymResponseCreateParamsNonStreaming
+from nemo_gym.reward_profile import compute_aggregate_metrics
 from nemo_gym.server_utils import get_response_json, raise_for_status
 from pydantic import ConfigDict
 
 from polar.records import CompletionRecord
 from polar.trainers._sessions import (
     SessionRun,
+    Unscored,
+    UnscoredBatch,
     absent_reason,
+    check_min_scored,
     load_template,
+    require_scored,
     run_task,
     shared_client,
+    unscored,
 )
 from polar.trainers.nemo_gym import shapes
 
 log = logging.getLogger("polar.trainers.nemo_gym")
-FAILURE_CLASS = "polar_untrainable"
+FAILURE_CLASS = shapes.FAILURE_CLASS
 
 
 class PolarAgentConfig(BaseResponsesAPIAgentConfig):
@@ -60,6 +70,9 @@ class PolarAgentConfig(BaseResponsesAPIAgentConfig):
     policy_version: int | None = None
     """Stamped on the sessions (a row's `policy_version` wins)."""
     max_attempts: int = 2
+    min_scored: float | None = 0.0
+    """The share of a collection's rows that must be scored (checked at /aggregate_metrics;
+    0.0: refuse only when none was; None: never)."""
     timeout_s: float = 1800.0
 
 
@@ -82,21 +95,25 @@ class PolarAgent(SimpleResponsesAPIAgent):
 
     async def session(
         self, row: dict[str, Any]
-    ) -> tuple[SessionRun | None, list[CompletionRecord], list[str]]:
-        """The row's session, rerun while not trainable: (run or None, its records, reasons)."""
+    ) -> tuple[SessionRun | None, list[CompletionRecord], list[tuple[str, Unscored]]]:
+        """The row's session, rerun while not trainable (a `task_error` is not: a rerun would
+        end the same): (run or None, its records, each untrained try's session id and why)."""
         polar = await shared_client()
         template = load_template(self.config.task)
-        reasons: list[str] = []
+        tries: list[tuple[str, Unscored]] = []
         for _ in range(max(1, self.config.max_attempts)):
             spec = shapes.task_for_row(template, row, version=self.config.policy_version)
             (run,) = await run_task(polar, spec, timeout_s=self.config.timeout_s)
-            if run.left_out is None:
+            why = run.unscored
+            if why is None:
                 sid = run.session.session_id
                 records = await asyncio.to_thread(polar.storage.list_completions, sid)
-                return run, list(records), reasons
-            reasons.append(f"{run.session.session_id}: {run.left_out}")
-            log.warning("polar session not trainable: %s", reasons[-1])
-        return None, [], reasons
+                return run, list(records), tries
+            tries.append((run.session.session_id, why))
+            log.warning("polar session %s not trainable: %s", run.session.session_id, why)
+            if why.label == "task_error":
+                break
+        return None, [], tries
 
     async def responses(
         self,
@@ -105,9 +122,9 @@ class PolarAgent(SimpleResponsesAPIAgent):
         body: NeMoGymResponseCreateParamsNonStreaming = Body(),  # noqa: B008  (FastAPI's way)
     ) -> NeMoGymResponse:
         params = body.model_dump(mode="json", exclude_none=True)
-        run, records, reasons = await self.session({"responses_create_params": params})
+        run, records, tries = await self.session({"responses_create_params": params})
         if run is None:
-            detail = "no trainable Polar session: " + "; ".join(reasons)
+            detail = "no trainable Polar session: " + "; ".join(f"{s}: {w}" for s, w in tries)
             raise HTTPException(status_code=503, detail=detail)
         return NeMoGymResponse.model_validate(shapes.response(run, records, params))
 
@@ -121,27 +138,10 @@ class PolarAgent(SimpleResponsesAPIAgent):
             cookies=request.cookies,
         )
         await raise_for_status(seeded)
-        run, records, reasons = await self.session(row)
+        run, records, tries = await self.session(row)
         if run is None:
-            empty: dict[str, Any] = {
-                "id": "resp_polar_untrainable",
-                "object": "response",
-                "created_at": 0.0,
-                "model": params.get("model") or "policy",
-                "output": [],
-                "parallel_tool_calls": True,
-                "tool_choice": "auto",
-                "tools": [],
-            }
-            return PolarVerifyResponse.model_validate(
-                row
-                | {
-                    "response": empty,
-                    "reward": 0.0,  # Gym's schema wants a float; the row goes to the failures file
-                    "_ng_failure_class": FAILURE_CLASS,
-                    shapes.POLAR_KEY: {"reasons": reasons},
-                }
-            )
+            model = params.get("model") or "policy"
+            return PolarVerifyResponse.model_validate(shapes.failure_row(row, tries, model))
         answer = shapes.response(run, records, params)
         verify_request = PolarVerifyRequest.model_validate(
             row | {"response": answer, shapes.POLAR_KEY: shapes.polar_fields(run)}
@@ -154,6 +154,30 @@ class PolarAgent(SimpleResponsesAPIAgent):
         )
         await raise_for_status(verified)
         return PolarVerifyResponse.model_validate(await get_response_json(verified))
+
+    async def aggregate_metrics(
+        self,
+        body: AggregateMetricsRequest = Body(),  # noqa: B008  (FastAPI's way)
+    ) -> AggregateMetrics:
+        """Gym's aggregate of a collection's rows, failure rows left out (Gym hands them all
+        over, its failures file's rows with `reward: 0.0`); a collection with too few scored
+        rows (`min_scored`) is refused with `UnscoredBatch`'s message."""
+        rows = body.verify_responses
+        try:
+            require_scored(
+                [shapes.row_unscored(row) for row in rows],
+                check_min_scored(self.config.min_scored),
+                what="Gym rollout collection",
+                note="The Polar agent's config sets the share (min_scored)",
+            )
+        except UnscoredBatch as exc:
+            log.error("%s", exc)
+            raise HTTPException(status_code=422, detail=str(exc)) from exc
+        return compute_aggregate_metrics(
+            shapes.scored_rows(rows),
+            compute_metrics_fn=self.compute_metrics,
+            get_key_metrics_fn=self.get_key_metrics,
+        )
 
 
 class PolarResources(SimpleResourcesServer):
@@ -176,7 +200,8 @@ class PolarResources(SimpleResourcesServer):
             raise HTTPException(status_code=404, detail=detail)
         session = found[0]
         if session.reward is None:
-            detail = f"Polar session {session_id} has no grade: {absent_reason(session)}"
+            why = unscored(session, absent_reason(session))
+            detail = f"Polar session {session_id} has no grade: {why}"
             raise HTTPException(status_code=409, detail=detail)
         data = body.model_dump(mode="json")
         data["reward"] = session.reward

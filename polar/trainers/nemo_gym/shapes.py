@@ -9,6 +9,10 @@ holds one assistant message per model call Polar trained on, in the order of the
 and their calls, each carrying that call's `prompt_token_ids`, `generation_token_ids` and
 `generation_log_probs` exactly as the gateway recorded them (nemo-gym's
 `NeMoGymResponseOutputMessageForTraining`), and `metadata` naming the Polar session.
+
+A row with no trainable session is a failure row (`failure_row`): Gym's failure class
+`polar_untrainable`, the outcome label and reason of each try under `polar`; `scored_rows`
+leaves such rows out of what Gym aggregates, and `row_unscored` reads their reason back.
 """
 
 from __future__ import annotations
@@ -19,10 +23,15 @@ from typing import Any
 from polar.records import CompletionRecord
 from polar.tasks.spec import TaskSpec
 from polar.tasks.swe import SweInstance, instance_to_task
-from polar.trainers._sessions import SessionRun, chains, row_task, task_with
+from polar.trainers._sessions import SessionRun, Unscored, chains, row_task, task_with
 
 POLAR_KEY = "polar"
 """The key of Polar's provenance in a Gym answer (and of its reference in `response.metadata`)."""
+FAILURE_CLASS = "polar_untrainable"
+"""Gym's `_ng_failure_class` of a row with no trainable session."""
+FAILURE_KEY = "_ng_failure_class"
+"""Gym's key (nemo_gym.rollout_collection.NG_FAILURE_CLASS_KEY) routing a row to its failures
+file, and here out of its aggregate."""
 
 
 def task_for_row(
@@ -122,3 +131,49 @@ def response(
             f"{POLAR_KEY}_session_id": run.session.session_id,
         },
     }
+
+
+def failure_row(
+    row: dict[str, Any], tries: list[tuple[str, Unscored]], model: str
+) -> dict[str, Any]:
+    """Gym's answer for a row with no trainable session after its `tries` (session id, why):
+    routed to Gym's failures file, its `polar` naming the last try's outcome label and reason
+    and every try's. `reward` is 0.0 only because Gym's schema wants a float: `scored_rows`
+    keeps the row out of Gym's aggregate."""
+    last = tries[-1][1] if tries else Unscored("no session ran")
+    empty = {
+        "id": "resp_polar_untrainable",
+        "object": "response",
+        "created_at": 0.0,
+        "model": model,
+        "output": [],
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+    }
+    return row | {
+        "response": empty,
+        "reward": 0.0,
+        FAILURE_KEY: FAILURE_CLASS,
+        POLAR_KEY: {
+            "outcome": last.label,
+            "left_out": str(last),
+            "reasons": [f"{sid}: {why}" for sid, why in tries],
+        },
+    }
+
+
+def row_unscored(row: dict[str, Any]) -> Unscored | None:
+    """Why a verify response Gym collected is not a scored row (None: it is)."""
+    failure = row.get(FAILURE_KEY)
+    if failure is None:
+        return None
+    polar = row.get(POLAR_KEY) or {}
+    label = polar.get("outcome") or str(failure)
+    left_out = str(polar.get("left_out") or label)
+    return Unscored(label, left_out.removeprefix(f"{label}: ") if left_out != label else "")
+
+
+def scored_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows Gym's aggregate may count: those not routed to its failures file."""
+    return [row for row in rows if row.get(FAILURE_KEY) is None]

@@ -1,7 +1,8 @@
 """TRL 1.16: Polar as `GRPOTrainer`'s rollout function, and as `AsyncGRPOTrainer`'s rollout
 worker and weight transfer; `polar export`'s TRL rows beside them.
 
-* `rollout_func.py`: `GRPOTrainer(rollout_func=PolarRolloutFunc(...), reward_funcs=polar_reward)`.
+* `rollout_func.py`: `GRPOTrainer(rollout_func=PolarRolloutFunc(...), reward_funcs=polar_reward)`;
+  `rollout_state.py`: what it keeps between calls.
 * `async_worker.py`: `AsyncGRPOTrainer(rollout_worker=PolarRolloutWorker(...))`.
 * `weight_transfer.py`: `AsyncGRPOTrainer(weight_transfer=PolarWeightTransfer(...))`.
 * `loop_thread.py`: the asyncio loop on a thread of its own where both keep Polar's client.
@@ -14,14 +15,8 @@ from polar.trainers.trl.async_worker import (
     WorkerCounts,
     rollout_samples,
 )
-from polar.trainers.trl.rollout_func import (
-    GroupRun,
-    PolarRolloutFunc,
-    Prefetched,
-    RolloutStats,
-    polar_reward,
-    prompt_text,
-)
+from polar.trainers.trl.rollout_func import PolarRolloutFunc, polar_reward, prompt_text
+from polar.trainers.trl.rollout_state import GroupRun, Prefetched, RolloutStats
 from polar.trainers.trl.weight_transfer import PolarWeightTransfer
 
 __all__ = [

@@ -24,7 +24,16 @@ from polar.contracts import TaskResult
 from polar.records import Trace
 from polar.settings import Settings, get_settings
 from polar.tasks.spec import TaskSpec
-from polar.trainers._sessions import absent_reason, chains, task_with, trainable
+from polar.trainers._sessions import (
+    UnscoredBatch,
+    absent_reason,
+    chains,
+    check_min_scored,
+    require_scored,
+    task_with,
+    trainable,
+    unscored,
+)
 from polar.trainers.trl.loop_thread import LoopThread
 
 log = logging.getLogger("polar.trainers.trl")
@@ -92,8 +101,10 @@ class WorkerCounts:
     filtered_zero_spread: int = 0
     failed_tasks: int = 0
     left_out_sessions: Counter[str] = field(default_factory=Counter)
-    """sessions not trained on, by reason (`status error`, `no reward`, `status cancelled`:
-    stragglers cancelled by the early stop)."""
+    """sessions not trained on, by label (`task_error`, `infra_error:storage`, `no reward`,
+    `cancelled`: stragglers cancelled by the early stop)."""
+    left_out_examples: dict[str, str] = field(default_factory=dict)
+    """one example detail of each label (the first seen)."""
 
 
 class PolarRolloutWorker:
@@ -108,11 +119,16 @@ class PolarRolloutWorker:
     `reward_policy`), pushed onto `rollout_buffer`.
 
     Left out, and counted (`counts`, and in `metrics_queue`): sessions that are not trainable
-    (an infrastructure failure or a cancelled straggler is never a zero-reward sample); groups
-    with no reward spread or fewer than two graded sessions (`filter_zero_spread`); groups
-    more than `max_staleness` versions behind (`stale="drop"`), or kept with their advantage
-    scaled by `stale_weight` per version past the bound (`stale="downweight"`: then give TRL's
-    own `max_staleness` room for them)."""
+    (an infrastructure failure or a cancelled straggler is never a zero-reward sample),
+    by outcome label; groups with no reward spread or fewer than two graded sessions
+    (`filter_zero_spread`); groups more than `max_staleness` versions behind
+    (`stale="drop"`), or kept with their advantage scaled by `stale_weight` per version past
+    the bound (`stale="downweight"`: then give TRL's own `max_staleness` room for them).
+
+    A group with no scored session, or fewer than the share `min_scored` of the `group_size`
+    it asked for (None: never), stops the worker with `UnscoredBatch`, which `check_health`
+    raises into TRL's training loop: a run whose every session fails never trains on
+    nothing."""
 
     def __init__(
         self,
@@ -127,6 +143,7 @@ class PolarRolloutWorker:
         stale_weight: float = 0.5,
         reward_policy: Literal["broadcast", "session_normalized"] | None = None,
         filter_zero_spread: bool = True,
+        min_scored: float | None = 0.0,
         queue_maxsize: int = 0,
         timeout_s: float = 1800.0,
     ) -> None:
@@ -148,6 +165,7 @@ class PolarRolloutWorker:
         self.stale = stale
         self.stale_weight = stale_weight
         self.filter_zero_spread = filter_zero_spread
+        self.min_scored = check_min_scored(min_scored)
         self.timeout_s = timeout_s
         self.rollout_buffer: queue.Queue[Any] = queue.Queue(maxsize=queue_maxsize)
         self.metrics_queue: queue.Queue[dict[str, float | tuple[float, float]]] = queue.Queue(
@@ -200,7 +218,10 @@ class PolarRolloutWorker:
         self.model_version = int(model_version)
 
     def check_health(self, stale_after_s: float) -> None:
-        """Raise when the producer failed, or has handed nothing over for `stale_after_s`."""
+        """Raise when the producer failed (an `UnscoredBatch` as itself), or has handed nothing
+        over for `stale_after_s`."""
+        if isinstance(self._failure, UnscoredBatch):
+            raise self._failure
         if self._failure is not None:
             raise RuntimeError("the Polar rollout worker failed") from self._failure
         if self._loop is None:
@@ -257,14 +278,24 @@ class PolarRolloutWorker:
         """One finished task: its samples onto the buffer, or why not, counted."""
         started = time.monotonic()
         self.counts.sessions += len(result.sessions)
+        reasons = [None if trainable(s) else unscored(s, absent_reason(s)) for s in result.sessions]
+        for why in reasons:
+            if why is not None:
+                self.counts.left_out_sessions[why.label] += 1
+                self.counts.left_out_examples.setdefault(why.label, why.detail)
+        require_scored(
+            reasons,
+            self.min_scored,
+            asked=self.group_size,
+            what=f"Polar task {workflow_id}",
+            note="PolarRolloutWorker(min_scored=None) lets such groups pass (they train nothing)",
+        )
         rewards: dict[str, float | None] = {}
         traces: list[Trace] = []
-        for session in result.sessions:
-            if not trainable(session):
-                self.counts.left_out_sessions[absent_reason(session)] += 1
-                continue
-            rewards[session.session_id] = session.reward
-            traces += await asyncio.to_thread(polar.load_traces, session)
+        for session, why in zip(result.sessions, reasons, strict=True):
+            if why is None:
+                rewards[session.session_id] = session.reward
+                traces += await asyncio.to_thread(polar.load_traces, session)
         version = result.policy_version if result.policy_version is not None else 0
         staleness = self.model_version - version
         self._last_progress = time.time()

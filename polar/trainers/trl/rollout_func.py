@@ -26,11 +26,16 @@ tagged with the trainer's policy version), and one row per session, in session o
   `polar_left_out_tokens` say what was left out.
 * `polar_reward`: the session's reward (what `polar_reward` hands TRL), `polar_policy_version`,
   `polar_staleness` (trainer version − sampled version), `polar_session_id`, `polar_trace_id`,
-  `polar_workflow_id`, `polar_status`.
-* A session that is not trainable (no reward, an `error` or `cancelled` status: an
-  infrastructure failure, not an outcome of the policy) becomes a row with one end-of-turn
+  `polar_workflow_id`, `polar_status`, `polar_outcome` (the session's outcome label:
+  `ok`, `policy_failure`, `task_error`, `infra_error:storage`, ...; None while cancelled) and
+  `polar_left_out` (None for a trained row; else why not, with its detail).
+* A session that is not trainable (no reward, an `error` or `cancelled` status, a `task_error`
+  or `infra_error` outcome: not a verdict on the policy) becomes a row with one end-of-turn
   token, mask 0 and reward None: TRL leaves a None reward out of the group baseline and gives
   it advantage 0, so it is neither trained on nor a zero-reward sample.
+* A batch in which no session was scored (or fewer than the share `min_scored`) raises
+  `UnscoredBatch` (polar/trainers/_sessions.py) out of TRL's `train()`, naming the counts and
+  each outcome label with an example detail: such a batch would train on nothing.
 
 Advantages and the loss are TRL's own; rewards are Polar's.
 
@@ -41,11 +46,15 @@ and steps. At the next call, a prefetched task is used when its prompt matches a
 most `max_staleness` versions behind; unmatched or older ones are cancelled and counted.
 
 Weights: at each call after an optimizer step (TRL's own `use_vllm` path does the same), the
-trainer's model is saved into the served model directory and `weights` (an `InPlaceReload`)
-pauses the gateway, reloads vLLM in place and resumes; the policy version is then the
-trainer's `global_step` (plus `initial_version`). Sessions still running from the prefetch
-continue on the new weights after the pause; they keep the version they were submitted at,
-the older one, so their staleness is never understated.
+trainer's model is saved into `weights.policy_dir` (an `InPlaceReload`: a folder of the
+trainer's own, never the one vLLM was started from) and `weights` pauses the gateway, reloads
+vLLM in place from it and resumes. The policy version counts weight versions only: it starts
+at `initial_version` and goes up by one at each sync, never at an optimizer step alone. With
+`weights=None` (a frozen policy, or a caller that syncs the weights itself) it stays where it
+is: a caller that syncs itself sets `rollout.version` to the version it served after each of
+its syncs. Sessions still running from the prefetch continue on the new weights after the
+pause; they keep the version they were submitted at, the older one, so their staleness is
+never understated.
 
 TRL's GRPOTrainer uses the returned `logprobs` for its importance-sampling correction only
 when it drives vLLM itself (`use_vllm`); with a rollout function on its own it treats the
@@ -59,26 +68,30 @@ import asyncio
 import logging
 import statistics
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from polar.client.sdk import PolarClient, TaskRun
-from polar.contracts import SessionResult, TaskResult
+from polar.contracts import SessionResult
 from polar.records import Trace
 from polar.settings import Settings, get_settings
 from polar.tasks.spec import TaskSpec
 from polar.trainers._sessions import (
+    Unscored,
     absent_reason,
     chains,
+    check_min_scored,
     last_user_text,
     left_out,
+    require_scored,
     task_with,
     trainable,
+    unscored,
 )
 from polar.trainers.trl.loop_thread import LoopThread
+from polar.trainers.trl.rollout_state import GroupRun, Prefetched, RolloutStats
 from polar.trainers.weights import InPlaceReload
 
 log = logging.getLogger("polar.trainers.trl")
@@ -105,56 +118,15 @@ def polar_reward(
     return [None if r is None else float(r) for r in polar_reward]
 
 
-@dataclass
-class Prefetched:
-    """A task submitted ahead for a prompt, with the version it was submitted at."""
-
-    key: str
-    run: TaskRun
-    version: int
-    submitted: float
-
-
-@dataclass
-class GroupRun:
-    """One group's finished task: its workflow, result, and each session with its traces."""
-
-    workflow_id: str
-    result: TaskResult
-    sessions: list[tuple[SessionResult, list[Trace]]] = field(default_factory=list)
-    left_out: dict[str, str] = field(default_factory=dict)
-    """Why a session does not train (`_sessions.left_out`: its own state, or its group
-    dropped by the task's `infra_errors.group` rule), by session id."""
-
-
-@dataclass
-class RolloutStats:
-    """What the rollout function did, cumulated (and per call in `per_call`)."""
-
-    calls: int = 0
-    tasks: int = 0
-    sessions: int = 0
-    rows_trained: int = 0
-    unscored_rows: int = 0
-    unscored_reasons: Counter[str] = field(default_factory=Counter)
-    chains_left_out: int = 0
-    tokens_left_out: int = 0
-    prefetch_used: int = 0
-    prefetch_dropped: int = 0
-    prefetch_dropped_reasons: Counter[str] = field(default_factory=Counter)
-    syncs: int = 0
-    wait_s: float = 0.0
-    sync_s: float = 0.0
-    per_call: list[dict[str, Any]] = field(default_factory=list)
-
-
 class PolarRolloutFunc:
     """`GRPOTrainer(rollout_func=...)`: Polar sessions as TRL rows (see the module docstring).
 
     `task`: the TaskSpec template (its instruction is replaced by each prompt's text).
     `weights`: how new weights reach the servers after each optimizer step (None: not synced,
-    for a frozen policy or a caller that syncs itself). `max_staleness`: how many policy
-    versions a prefetched task may lag. `timeout_s`: per task."""
+    for a frozen policy or a caller that syncs itself and sets `version`). `max_staleness`:
+    how many policy versions a prefetched task may lag. `min_scored`: the share of a batch's
+    sessions that must be scored, else `UnscoredBatch` (0.0: raise only when none was; None:
+    never). `timeout_s`: per task."""
 
     def __init__(
         self,
@@ -165,6 +137,7 @@ class PolarRolloutFunc:
         max_staleness: int = 1,
         prefetch: Literal["repeat"] | Callable[[list[Any]], list[Any]] | bool = "repeat",
         initial_version: int = 0,
+        min_scored: float | None = 0.0,
         timeout_s: float = 1800.0,
     ) -> None:
         if max_staleness < 0:
@@ -175,6 +148,7 @@ class PolarRolloutFunc:
         self.max_staleness = max_staleness
         self.prefetch = prefetch
         self.initial_version = initial_version
+        self.min_scored = check_min_scored(min_scored)
         self.timeout_s = timeout_s
         self.version = initial_version
         self.stats = RolloutStats()
@@ -197,9 +171,20 @@ class PolarRolloutFunc:
         waited = time.monotonic() - started
         self.stats.wait_s += waited
         rows = self.rows(results, trainer)
-        self._prefetch(groups, size)
         self._log(trainer, mode, rows, waited, called)
+        self.check_scored(results)
+        self._prefetch(groups, size)
         return rows
+
+    def check_scored(self, groups: list[GroupRun]) -> None:
+        """Raise `UnscoredBatch` where fewer of the batch's sessions were scored than
+        `min_scored` asks (by default: none)."""
+        require_scored(
+            self.reasons(groups),
+            self.min_scored,
+            what=f"TRL rollout call {self.stats.calls}",
+            note="Such a batch trains on nothing; PolarRolloutFunc(min_scored=None) allows it",
+        )
 
     # ------------------------------------------------------------------ pieces
     @staticmethod
@@ -291,6 +276,22 @@ class PolarRolloutFunc:
                 log.debug("cancel %s: %s", item.run.workflow_id, exc)
         self.pending = []
 
+    @staticmethod
+    def left_out_of(
+        group: GroupRun, session: SessionResult, traces: list[Trace]
+    ) -> Unscored | None:
+        """Why a session of `group` gives no trained row (None: it gives one)."""
+        if trainable(session) and traces:
+            return None
+        reason = group.left_out.get(session.session_id) or (
+            absent_reason(session) if not trainable(session) else "no traces"
+        )
+        return unscored(session, reason)
+
+    def reasons(self, groups: list[GroupRun]) -> list[Unscored | None]:
+        """Each session's `left_out_of`, in row order."""
+        return [self.left_out_of(g, s, traces) for g in groups for s, traces in g.sessions]
+
     def rows(self, groups: list[GroupRun], trainer: Any) -> dict[str, list[Any]]:
         """TRL's rows, one per session, in group then session order."""
         rows: dict[str, list[Any]] = defaultdict(list)
@@ -298,7 +299,8 @@ class PolarRolloutFunc:
         for group in groups:
             self.stats.sessions += len(group.sessions)
             for session, traces in group.sessions:
-                if trainable(session) and traces:
+                why = self.left_out_of(group, session, traces)
+                if why is None:
                     ordered = chains(traces)
                     chain, rest = ordered[0], ordered[1:]
                     filler_prompt = filler_prompt or list(chain.prompt_ids)
@@ -318,17 +320,17 @@ class PolarRolloutFunc:
                         polar_status=session.status.value,
                         polar_chains=len(ordered),
                         polar_left_out_tokens=sum(sum(t.loss_mask) for t in rest),
+                        polar_outcome=session.outcome.label if session.outcome else None,
+                        polar_left_out=None,
                     )
                     self.stats.rows_trained += 1
                     self.stats.chains_left_out += len(rest)
                     self.stats.tokens_left_out += sum(sum(t.loss_mask) for t in rest)
                 else:
-                    reason = group.left_out.get(session.session_id) or (
-                        absent_reason(session) if not trainable(session) else "no traces"
-                    )
                     self.stats.unscored_rows += 1
-                    self.stats.unscored_reasons[reason] += 1
-                    self._add(rows, **self._filler(trainer, session, group, filler_prompt))
+                    self.stats.unscored_reasons[why.label] += 1
+                    filler = self._filler(trainer, session, group, filler_prompt)
+                    self._add(rows, **filler, polar_left_out=str(why))
         return dict(rows)
 
     def _filler(
@@ -356,6 +358,7 @@ class PolarRolloutFunc:
             "polar_status": session.status.value,
             "polar_chains": 0,
             "polar_left_out_tokens": 0,
+            "polar_outcome": session.outcome.label if session.outcome else None,
         }
 
     @staticmethod
@@ -381,21 +384,23 @@ class PolarRolloutFunc:
         self.stats.tasks += len(specs)
 
     def _sync_if_stepped(self, trainer: Any) -> None:
-        """After an optimizer step: the trainer's weights into the servers, version bumped."""
+        """After an optimizer step: the trainer's weights into the servers and the version one
+        up; without `weights`, nothing (the version counts weight versions only)."""
         step = int(trainer.state.global_step)
         if step == self._synced_step:
             return
-        if self.weights is not None:
-            model = trainer.accelerator.unwrap_model(trainer.model)
-            if getattr(model.config, "tie_word_embeddings", False) and not self._warned_tied:
-                log.warning("tied embeddings: vLLM's in-place reload keeps the old output head")
-                self._warned_tied = True
-            started = time.monotonic()
-            self.weights.sync(lambda path: _save(model, path))
-            self.stats.sync_s += time.monotonic() - started
-            self.stats.syncs += 1
         self._synced_step = step
-        self.version = self.initial_version + step
+        if self.weights is None:
+            return
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        if getattr(model.config, "tie_word_embeddings", False) and not self._warned_tied:
+            log.warning("tied embeddings: vLLM's in-place reload keeps the old output head")
+            self._warned_tied = True
+        started = time.monotonic()
+        self.weights.sync(lambda path: _save(model, path))
+        self.stats.sync_s += time.monotonic() - started
+        self.stats.syncs += 1
+        self.version += 1
 
     def _log(
         self, trainer: Any, mode: str, rows: dict[str, list[Any]], waited: float, called: float

@@ -13,8 +13,18 @@ import pytest
 
 from polar.contracts import SessionResult, TaskResult
 from polar.records import CompletionRecord, SessionStatus, Trace, TraceProvenance
-from polar.trainers._sessions import SessionRun
-from polar.trainers.nemo_gym.shapes import call_item, polar_fields, response, task_for_row
+from polar.trainers._sessions import SessionRun, Unscored, UnscoredBatch, require_scored
+from polar.trainers.nemo_gym.shapes import (
+    FAILURE_CLASS,
+    FAILURE_KEY,
+    call_item,
+    failure_row,
+    polar_fields,
+    response,
+    row_unscored,
+    scored_rows,
+    task_for_row,
+)
 
 TEMPLATE: dict[str, Any] = {
     "task_id": "gym",
@@ -136,3 +146,25 @@ def test_the_response_has_one_message_per_trained_call_with_its_token_ids_in_cha
 
 def call_text_of(rec: CompletionRecord) -> str:
     return {"r10": "first", "r20": "second", "r15": "side"}[rec.record_id]
+
+
+def test_a_failure_row_carries_its_outcome_and_stays_out_of_the_aggregate() -> None:
+    row = {"responses_create_params": {"input": [USER]}, "_ng_task_index": 2}
+    prepare = Unscored("task_error", "prepare: PrepareFailed: exit 3")
+    failed = failure_row(row, [("s0", prepare)], "policy")
+    assert failed[FAILURE_KEY] == FAILURE_CLASS and failed["response"]["output"] == []
+    assert failed["polar"] == {
+        "outcome": "task_error",
+        "left_out": "task_error: prepare: PrepareFailed: exit 3",
+        "reasons": ["s0: task_error: prepare: PrepareFailed: exit 3"],
+    }
+    assert row_unscored(failed) == prepare
+    scored = {"_ng_task_index": 0, "reward": 1.0}
+    rows = [scored, failed]
+    assert scored_rows(rows) == [scored]  # Gym's aggregate never sees its reward 0.0
+    assert [row_unscored(r) for r in rows] == [None, prepare]
+    require_scored([row_unscored(r) for r in rows])
+    with pytest.raises(UnscoredBatch, match="0 of 1 sessions scored .* 1 × task_error"):
+        require_scored([row_unscored(failed)])
+    # a row Gym itself routed to its failures file, without Polar's fields
+    assert row_unscored({FAILURE_KEY: "timeout_exceeded"}) == Unscored("timeout_exceeded")

@@ -15,9 +15,11 @@ import pytest
 
 from polar.contracts import SessionResult, TaskResult
 from polar.records import SessionStatus, Trace, TraceProvenance
-from polar.trainers._sessions import SessionRun
+from polar.trainers._sessions import SessionRun, Unscored, UnscoredBatch
 from polar.trainers.slime import (
+    GroupRollout,
     RolloutConfig,
+    check_rollout,
     generate_rollout,
     group_task,
     post_process_rewards,
@@ -142,7 +144,50 @@ def test_settings_come_from_slimes_args(tmp_path: Path) -> None:
     args = argparse.Namespace(polar_task=str(task), polar_policy_version="5", polar_max_attempts=3)
     config = RolloutConfig.from_args(args)
     assert config.task == TEMPLATE and config.policy_version == 5 and config.max_attempts == 3
-    assert RolloutConfig.from_args(argparse.Namespace()).policy_version is None
+    defaults = RolloutConfig.from_args(argparse.Namespace())
+    assert defaults.policy_version is None and defaults.min_scored == 0.0
+    assert RolloutConfig.from_args(argparse.Namespace(polar_min_scored=None)).min_scored is None
+    assert RolloutConfig.from_args(argparse.Namespace(polar_min_scored=0.5)).min_scored == 0.5
+    with pytest.raises(ValueError, match="min_scored"):
+        RolloutConfig.from_args(argparse.Namespace(polar_min_scored=3))
+
+
+def rollout_state(size: int, scored: list[int], why: Unscored) -> GroupRollout:
+    """A group of `size` samples after a task: `scored` filled, the others left out by `why`."""
+    state = GroupRollout(group(size))
+    for i in range(size):
+        if i in scored:
+            state.out[i] = [state.group[i]]
+        else:
+            state.why[i] = why
+    state.pending = [i for i in range(size) if i not in scored]
+    return state
+
+
+def test_a_rollout_raises_where_too_few_samples_were_scored() -> None:
+    prepare = Unscored("task_error", "prepare: PrepareFailed: exit 3")
+    engine = Unscored("infra_error:engine", "run: APIError")
+    config = RolloutConfig(task=TEMPLATE, max_attempts=2)
+    # every session of the first tasks ended task_error: raised at once, with the outcome
+    with pytest.raises(UnscoredBatch) as raised:
+        check_rollout([rollout_state(2, [], prepare), rollout_state(2, [], prepare)], config, 0)
+    assert "0 of 4 sessions scored (min_scored 0.0): 4 × task_error (prepare: Prepare" in str(
+        raised.value
+    )
+    # one infra error of four: rerun (no raise) after the first tasks, raised after the last
+    mixed = [rollout_state(2, [0, 1], engine), rollout_state(2, [0], engine)]
+    check_rollout(mixed, config, 0)
+    with pytest.raises(UnscoredBatch, match="3 of 4 sessions scored .* infra_error:engine"):
+        check_rollout(mixed, config, 1)
+    # under min_scored: raised after the first tasks, before any rerun
+    strict = RolloutConfig(task=TEMPLATE, max_attempts=2, min_scored=0.8)
+    with pytest.raises(UnscoredBatch, match="3 of 4 sessions scored \\(min_scored 0.8\\)"):
+        check_rollout(mixed, strict, 0)
+    # a task_error is never rerun (it would end the same), whatever the share
+    hopeless = [rollout_state(2, [0, 1], prepare), rollout_state(2, [0], prepare)]
+    with pytest.raises(UnscoredBatch, match="1 × task_error"):
+        check_rollout(hopeless, config, 0)
+    check_rollout([rollout_state(2, [0, 1], engine)], config, 1)  # all scored
 
 
 def test_evaluation_is_refused_with_what_to_set() -> None:

@@ -1,5 +1,7 @@
 """TRL's rollout function: groups from TRL's repeated prompts, rows exactly from Polar's traces,
-untrainable sessions as masked rows with no reward, prefetched tasks taken only when fresh.
+untrainable sessions as masked rows with no reward and their outcome, a batch with nothing scored
+refused, the version bumped by weight syncs only, prefetched tasks taken only when fresh; the
+async worker's groups refused the same way.
 
 The real thing (TRL's GRPOTrainer stepping on real sessions): tests/system/test_trl_rollout_func.py.
 """
@@ -16,9 +18,11 @@ import pytest
 from polar.client.sdk import TaskRun
 from polar.contracts import SessionResult, TaskResult
 from polar.records import SessionStatus, Trace, TraceProvenance
+from polar.trainers._sessions import UnscoredBatch
 from polar.trainers.trl import (
     GroupRun,
     PolarRolloutFunc,
+    PolarRolloutWorker,
     Prefetched,
     polar_reward,
     prompt_text,
@@ -51,7 +55,9 @@ def trace(trace_id: str, session_id: str, seq: int, offset: int, version: int = 
     )
 
 
-def session(sid: str, index: int, status: SessionStatus, reward: float | None) -> SessionResult:
+def session(
+    sid: str, index: int, status: SessionStatus, reward: float | None, **fields: Any
+) -> SessionResult:
     return SessionResult(
         session_id=sid,
         task_id="digits-1",
@@ -60,7 +66,32 @@ def session(sid: str, index: int, status: SessionStatus, reward: float | None) -
         reward=reward,
         harness="command",
         traces_key=f"sessions/{sid}/traces/prefix_merging.jsonl" if reward is not None else None,
+        **fields,
     )
+
+
+PREPARE_FAILED = "prepare: ApplicationError: prepare action 0 exited 3"
+
+
+def failed(sid: str, index: int) -> SessionResult:
+    """A session whose task cannot run (its prepare step fails): `task_error`."""
+    return session(
+        sid,
+        index,
+        SessionStatus.ERROR,
+        None,
+        error=PREPARE_FAILED,
+        error_type="PrepareFailed",
+        error_stage="prepare",
+    )
+
+
+def group_of(*sessions: SessionResult, traces: dict[str, list[Trace]] | None = None) -> GroupRun:
+    group = GroupRun(
+        "task-wf", TaskResult(task_id="digits-1", sessions=list(sessions), policy_version=3)
+    )
+    group.sessions = [(s, (traces or {}).get(s.session_id, [])) for s in sessions]
+    return group
 
 
 def fake_trainer() -> Any:
@@ -119,9 +150,49 @@ def test_rows_are_the_first_chains_and_unscored_sessions_are_masked_rows_without
         0.0,
         None,
     ]
-    assert rollout.stats.unscored_reasons == {"status error": 1}
+    # every row names its session's outcome; the unscored one why it is not trained on
+    assert rows["polar_outcome"] == ["ok", "timeout", "infra_error:engine"]
+    assert rows["polar_left_out"] == [None, None, "infra_error:engine: None: error"]
+    assert rollout.stats.unscored_reasons == {"infra_error:engine": 1}
     assert rollout.stats.chains_left_out == 1 and rollout.stats.tokens_left_out == 2
     assert {k: len(v) for k, v in rows.items()} == dict.fromkeys(rows, 3)
+
+
+def test_a_batch_with_no_scored_session_raises_and_min_scored_sets_the_share() -> None:
+    rollout = PolarRolloutFunc(TEMPLATE, prefetch=False)
+    nothing = group_of(failed("s0", 0), failed("s1", 1), failed("s2", 2))
+    rows = rollout.rows([nothing], fake_trainer())
+    assert rows["polar_outcome"] == ["task_error"] * 3
+    assert rows["polar_left_out"] == [f"task_error: {PREPARE_FAILED}"] * 3
+    with pytest.raises(UnscoredBatch) as raised:
+        rollout.check_scored([nothing])
+    assert f"0 of 3 sessions scored (min_scored 0.0): 3 × task_error ({PREPARE_FAILED})" in str(
+        raised.value
+    )
+    # one of three scored: enough by default, not under min_scored 0.5
+    ok = session("s3", 0, SessionStatus.COMPLETED, 1.0)
+    mixed = group_of(ok, failed("s4", 1), failed("s5", 2), traces={"s3": [trace("t", "s3", 0, 0)]})
+    rollout.check_scored([mixed])
+    strict = PolarRolloutFunc(TEMPLATE, prefetch=False, min_scored=0.5)
+    with pytest.raises(UnscoredBatch, match="1 of 3 sessions scored"):
+        strict.check_scored([mixed])
+    PolarRolloutFunc(TEMPLATE, prefetch=False, min_scored=0.3).check_scored([mixed])
+    PolarRolloutFunc(TEMPLATE, prefetch=False, min_scored=None).check_scored([nothing])
+    with pytest.raises(ValueError, match="min_scored"):
+        PolarRolloutFunc(TEMPLATE, min_scored=2.0)
+
+
+def test_the_policy_version_counts_weight_syncs_only() -> None:
+    trainer = SimpleNamespace(state=SimpleNamespace(global_step=0))
+    frozen = PolarRolloutFunc(TEMPLATE, weights=None, initial_version=2)
+    for step in (1, 2, 3):  # optimizer steps, no weights synced: the policy served is the same
+        trainer.state.global_step = step
+        frozen._sync_if_stepped(trainer)
+    assert frozen.version == 2 and frozen.stats.syncs == 0
+    frozen.version = 5  # a caller that synced the weights itself says which version it served
+    trainer.state.global_step = 4
+    frozen._sync_if_stepped(trainer)
+    assert frozen.version == 5
 
 
 def test_polar_reward_refuses_rows_not_from_polar() -> None:
@@ -217,3 +288,36 @@ def test_the_workers_health_check_fails_when_polar_cannot_produce() -> None:
         PolarRolloutWorker(TEMPLATE, group_size=1)
     with pytest.raises(ValueError, match="stale"):
         PolarRolloutWorker(TEMPLATE, stale="ignore")  # type: ignore[arg-type]
+
+
+async def test_the_worker_stops_on_a_group_with_no_scored_session() -> None:
+    worker = PolarRolloutWorker(TEMPLATE, group_size=3, extra_sessions=1)
+    result = TaskResult(
+        task_id="digits-1",
+        sessions=[failed(f"s{i}", i) for i in range(3)]
+        + [session("s3", 3, SessionStatus.CANCELLED, None)],
+        policy_version=0,
+    )
+    with pytest.raises(UnscoredBatch) as raised:
+        await worker._hand_over(None, result, "wf-1")  # type: ignore[arg-type]  # loads nothing
+    assert "Polar task wf-1: 0 of 3 sessions scored" in str(raised.value)
+    assert worker.counts.left_out_sessions == {"task_error": 3, "cancelled": 1}
+    assert worker.counts.left_out_examples["task_error"] == PREPARE_FAILED
+    assert worker.rollout_buffer.empty()
+    # the producer's failure reaches TRL's loop as itself
+    worker._failure = raised.value
+    with pytest.raises(UnscoredBatch):
+        worker.check_health(stale_after_s=60)
+    # 2 of the 3 asked scored: enough by default, not under min_scored 1.0
+    two = result.model_copy(
+        update={
+            "sessions": [
+                session("a", 0, SessionStatus.COMPLETED, 1.0),
+                session("b", 1, SessionStatus.COMPLETED, 0.0),
+                failed("c", 2),
+            ]
+        }
+    )
+    strict = PolarRolloutWorker(TEMPLATE, group_size=3, min_scored=1.0)
+    with pytest.raises(UnscoredBatch, match="2 of 3 sessions scored"):
+        await strict._hand_over(None, two, "wf-2")  # type: ignore[arg-type]
