@@ -14,6 +14,7 @@ from temporalio.api.workflow.v1 import PendingActivityInfo
 from temporalio.client import WorkflowExecution, WorkflowExecutionStatus
 
 from app.console.calls import CallEntry
+from app.console.grade import GradeFacts, grade_facts
 from app.console.session_objects import Artifacts, SessionObjects, TraceSummary
 from app.console.task_page import visible_session
 from app.console.temporal_reads import TemporalReads, status_name
@@ -142,6 +143,8 @@ class SessionView:
     artifacts: Artifacts | None = None
     logs: dict[str, tuple[str, bool]] = field(default_factory=dict)
     reports: dict[str, str] = field(default_factory=dict)
+    grades: dict[str, GradeFacts] = field(default_factory=dict)
+    """what each report says, read (per-test results, components, rubric), by report key"""
     patches: dict[str, str] = field(default_factory=dict)
     session_id: str = ""
 
@@ -244,6 +247,7 @@ async def add_objects(view: SessionView, objects: SessionObjects, session_id: st
     view.logs = dict(zip(logs, texts[: len(logs)], strict=True))
     rest = texts[len(logs) :]
     view.reports = {k: t for k, (t, _) in zip(artifacts.reports, rest, strict=False)}
+    view.grades = {k: grade_facts(t) for k, t in view.reports.items()}
     view.patches = {
         k: t for k, (t, _) in zip(artifacts.patches, rest[len(artifacts.reports) :], strict=True)
     }

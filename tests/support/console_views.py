@@ -19,6 +19,7 @@ from temporalio.converter import DataConverter
 
 from app.console.calls import CallEntry, pretty
 from app.console.filters import TaskFilters
+from app.console.grade import GradeFacts, Rubric, TestResult
 from app.console.session_objects import Artifacts, TraceSummary
 from app.console.session_page import SessionView, StageStep
 from app.console.task_page import TaskView
@@ -112,6 +113,8 @@ def call_entry(text: str) -> CallEntry:
         response_text=text,
         tool_calls=[text],
         normalized_changes=[text],
+        replica=text,
+        policy_version=3,
     )
 
 
@@ -159,6 +162,16 @@ def session_view(text: str) -> SessionView:
         artifacts=artifacts,
         logs={log: (text, True)},
         reports={f"sessions/{SID}/artifacts/{text}-report.json": text},
+        grades={
+            f"sessions/{SID}/artifacts/{text}-report.json": GradeFacts(
+                tests=[TestResult(text, text, text)],
+                components={text: 1.0},
+                rubric=Rubric(0.5, text, text, text, 1.0, 0.75),
+                protected_dropped=[text],
+                dropped=[text],
+                problems=[text],
+            )
+        },
         patches={f"sessions/{SID}/artifacts/x.patch": f"+++ b/{text}\n+{text}\n-{text}"},
     )
 
@@ -205,7 +218,8 @@ def hostile_views(text: str) -> dict[str, dict[str, Any]]:
             "session_id": SID,
             "n": 0,
             "key": f"sessions/{SID}/completions/r.json.zst",
-            "record": {"record_id": text, "provider": text, "error": text},
+            "record": {"record_id": text, "provider": text, "error": text, "policy_version": 3},
+            "replica": text,
             "parts": {
                 name: pretty({"content": text})
                 for name in ("request", "normalized_request", "response")
