@@ -32,6 +32,7 @@ from app.console.compare import (
     compare_sessions,
     selected,
 )
+from app.console.exports import DOWNLOADS, session_export
 from app.console.filters import BadFilter, TaskFilters, checked_text
 from app.console.safety import Redactor, raw_key_allowed, security_headers, template_environment
 from app.console.session_objects import SessionObjects
@@ -41,6 +42,7 @@ from app.console.temporal_reads import TemporalReads
 from app.console.tokens import trace_view
 from app.console.topology import topology
 from app.console.training import by_version
+from polar.client.export import ExportFormat
 from polar.ids import InvalidId, checked_id
 from polar.record_codec import RECORD_SUFFIX, decode_record
 from polar.settings import ConsoleSettings
@@ -70,6 +72,7 @@ class Console:
         self.objects = SessionObjects(storage or Storage(settings))
         self.conversations = ClosedConversations()
         self.env.globals["max_compared"] = MAX_COMPARED
+        self.env.globals["export_formats"] = [f.value for f in DOWNLOADS]
         self._reads = TemporalReads(client) if client is not None else None
         self._lock = asyncio.Lock()
         model_dir = getattr(settings, "model_dir", None)
@@ -180,6 +183,27 @@ def add_pages(app: FastAPI, console: Console) -> None:
             trace_view, found, console.tokenizer_dir, console.redact.spans, tokens == "all"
         )
         return console.page("trace.html", session_id=session_id, n=n, key=key, view=view)
+
+    @app.get("/sessions/{session_id}/export/{fmt}")
+    async def export(session_id: str, fmt: str, file: str | None = None) -> Response:
+        try:
+            chosen = ExportFormat(fmt)
+        except ValueError:
+            raise NotFound(f"no export format {fmt!r}") from None
+        if chosen not in DOWNLOADS:
+            raise NotFound(f"{fmt}: not offered here (`polar export` writes it)")
+        keys = await console.objects.traces_keys(safe_id(session_id))
+        key = next((k for k in keys if k.rsplit("/", 1)[-1] == file), keys[0] if keys else None)
+        if key is None:
+            raise NotFound(f"no traces in session {session_id}")
+        storage = console.objects.storage
+        name, text = await asyncio.to_thread(session_export, storage, key, chosen)
+        safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in session_id)[:80]
+        return Response(
+            console.redact(text).encode(),
+            media_type="application/octet-stream",
+            headers={"Content-Disposition": f'attachment; filename="{safe}-{name}"'},
+        )
 
 
 def add_overviews(app: FastAPI, console: Console) -> None:

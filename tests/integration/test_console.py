@@ -8,6 +8,7 @@ show only escaped, and no page shows a secret of the stack's settings.
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -295,6 +296,27 @@ async def test_the_session_page_shows_calls_trace_grade_and_logs(
     every = shown(ran, await console.get(f"/sessions/{ok.session_id}/traces/0?tokens=all"))
     assert trace.count('class="tok prompt"') == 2  # the legend's and the prompt's one run
     assert every.count('class="tok prompt"') > 100  # each prompt token on its own
+
+
+async def test_a_session_downloads_in_each_export_format(
+    ran: Ran, console: httpx.AsyncClient
+) -> None:
+    _, ok = ran.ok
+    html = shown(ran, await console.get(f"/sessions/{ok.session_id}"))
+    traces = ran.stack.polar.load_traces(ok)
+    for fmt in ("jsonl", "sft", "trl", "slime"):
+        link = f"/sessions/{ok.session_id}/export/{fmt}?file=per_request.jsonl"
+        assert link.replace("&", "&amp;") in html, fmt
+        answer = await console.get(link)
+        assert answer.status_code == 200, answer.text
+        assert answer.headers["content-disposition"].startswith("attachment;")
+        rows = [json.loads(line) for line in answer.text.splitlines() if line.strip()]
+        assert rows, fmt
+        if fmt == "jsonl":  # the RL rows: one per trace, the trace's own tokens
+            assert [r["trace_id"] for r in rows] == [t.trace_id for t in traces]
+            assert rows[0]["input_ids"] == traces[0].prompt_ids + traces[0].response_ids
+    assert (await console.get(f"/sessions/{ok.session_id}/export/verl")).status_code == 404
+    assert (await console.get(f"/sessions/{ok.session_id}/export/nope")).status_code == 404
 
 
 async def test_the_failed_session_shows_why(ran: Ran, console: httpx.AsyncClient) -> None:
