@@ -11,7 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from polar.builders.base import unseen_records
 from polar.message_text import content_text
+from polar.records import CompletionRecord
+from proxy.upstream_answers import context_overflow
 
 PREVIEW_CHARS = 4000
 LONG_LIST = 24
@@ -102,19 +105,35 @@ def answer_of(response: Any) -> tuple[str, list[str]]:
     return clip(text), calls
 
 
-def training_status(record: dict[str, Any], trained_ids: set[str]) -> str:
-    """What became of the call's sample: trained, or why not."""
+def training_status(
+    record: dict[str, Any], trained_ids: set[str], unseen: dict[str, str] | None = None
+) -> str:
+    """What became of the call's sample: trained, or why not (`unseen`: the build's reasons
+    for leaving records out, polar.builders.base.unseen_records)."""
     if record.get("client_disconnected"):
         return "client disconnected"
     if record.get("untrainable"):
         return f"untrainable: {record['untrainable']}"
-    if record.get("error") or int(record.get("status_code") or 200) >= 400:
-        return "refused" if int(record.get("status_code") or 200) < 500 else "failed"
+    status = int(record.get("status_code") or 200)
+    if record.get("error") or status >= 400:
+        if status == 400 and context_overflow(str(record.get("error") or "")):
+            return "context overflow"
+        return "refused" if status < 500 else "failed"
     if record.get("record_id") in trained_ids:
         return "trained"
     if not record.get("response_token_ids"):
         return "no token ids"
+    if (unseen or {}).get(str(record.get("record_id"))) == "resent":
+        return "resent: its answer never reached the harness"
     return "unseen"
+
+
+def unseen_reasons(records: list[dict[str, Any]], trained_ids: set[str]) -> dict[str, str]:
+    """Why the build left records out, read only when a sampled call was not trained (the
+    request digests it takes cost time on a long session)."""
+    if all(r.get("record_id") in trained_ids or r.get("error") for r in records):
+        return {}
+    return dict(unseen_records([CompletionRecord.model_construct(**r) for r in records]))
 
 
 def normalized_changes(record: dict[str, Any]) -> list[str]:
@@ -140,7 +159,9 @@ def replica_of(url: Any) -> str | None:
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
-def call_entry(n: int, record: dict[str, Any], trained_ids: set[str]) -> CallEntry:
+def call_entry(
+    n: int, record: dict[str, Any], trained_ids: set[str], unseen: dict[str, str] | None = None
+) -> CallEntry:
     """Entry `n` of the session page from one stored record's dict."""
     text, tools = answer_of(record.get("response"))
     started, finished = float(record.get("started_at", 0)), float(record.get("finished_at", 0))
@@ -157,7 +178,7 @@ def call_entry(n: int, record: dict[str, Any], trained_ids: set[str]) -> CallEnt
         started_at=started,
         prompt_tokens=len(record.get("prompt_token_ids") or ()),
         response_tokens=len(record.get("response_token_ids") or ()),
-        training=training_status(record, trained_ids),
+        training=training_status(record, trained_ids, unseen),
         last_message=last_message(record.get("normalized_request") or {}),
         sent_last=sent_last(record.get("request")),
         gateway=str(record.get("gateway_id") or ""),

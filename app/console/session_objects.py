@@ -14,7 +14,7 @@ from typing import Any
 
 import obstore
 
-from app.console.calls import CallEntry, call_entry
+from app.console.calls import CallEntry, call_entry, unseen_reasons
 from polar import fastjson
 from polar.record_codec import RecordDecodeError, decode_record
 from polar.records import Trace
@@ -162,7 +162,8 @@ class SessionObjects:
         return sorted(records, key=lambda r: (r.get("seq", 0), str(r.get("record_id", ""))))
 
     async def calls(self, records: list[dict[str, Any]], trained: set[str]) -> list[CallEntry]:
-        return [call_entry(n, r, trained) for n, r in enumerate(records)]
+        unseen = unseen_reasons(records, trained)
+        return [call_entry(n, r, trained, unseen) for n, r in enumerate(records)]
 
     async def sidecar(self, traces_key: str) -> dict[str, Any] | None:
         """The rewards sidecar beside the traces at `traces_key` (status, rewards), if any."""

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.console.calls import call_entry, elided, pretty, replica_of, training_status
+from app.console.calls import (
+    call_entry,
+    elided,
+    pretty,
+    replica_of,
+    training_status,
+    unseen_reasons,
+)
 
 
 def record(**kw: Any) -> dict[str, Any]:
@@ -98,3 +105,21 @@ def test_a_replica_is_shown_without_credentials_and_a_version_as_recorded() -> N
     assert entry.replica == "http://10.0.0.5:8000/v1" and entry.policy_version == 4
     assert replica_of("http://[::1]:9/v1") == "http://[::1]:9/v1"
     assert replica_of(None) is None and call_entry(0, record(), set()).replica is None
+
+
+def test_a_context_overflow_and_a_resent_call_say_so() -> None:
+    overflow = record(
+        status_code=400,
+        error="This model's maximum context length is 4096 tokens. However, your prompt "
+        "contains 5000 input tokens.",
+    )
+    assert training_status(overflow, set()) == "context overflow"
+    assert training_status(record(status_code=400, error="bad role"), set()) == "refused"
+    # the same attempt sent the identical request again right after: the first's answer
+    # never reached the harness (the build leaves it out as `resent`)
+    first = record(record_id="r1", seq=1, started_at=1.0, finished_at=2.0)
+    again = record(record_id="r2", seq=2, started_at=2.5, finished_at=3.0)
+    unseen = unseen_reasons([first, again], {"r2"})
+    assert unseen == {"r1": "resent"}
+    assert training_status(first, {"r2"}, unseen).startswith("resent")
+    assert unseen_reasons([first, again], {"r1", "r2"}) == {}  # all trained: not computed
