@@ -35,8 +35,9 @@ from polar.client.sdk import PolarClient
 from polar.settings import Settings
 from polar.storage import Storage
 from polar.tasks.swe import SweInstance, load_instances
-from tests.support import workflow_fingerprint
+from tests.support import suite_vllm, workflow_fingerprint
 from tests.support.harness_stack import HarnessStack, running_harness_stack
+from tests.support.module_order import longest_first, module_seconds
 from tests.support.ports import free_port
 from tests.support.scripted_backend import serve_app
 from tests.support.tap import Tap, tap_app
@@ -101,6 +102,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             errors.append(f"{item.nodeid}: the {lane} lane may not use {', '.join(beyond)}")
     if errors:
         raise pytest.UsageError("tests outside their lane:\n" + "\n".join(errors))
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # the files a worker is handed: longest first
+        file_of = {id(item): item.nodeid.split("::")[0] for item in items}
+        items[:] = longest_first(items, file_of, module_seconds())
 
 
 KEPT_RUNS = 3
@@ -333,7 +337,14 @@ def model_dir(base_settings: Settings) -> Path:
 
 @pytest.fixture(scope="session")
 def vllm(devstack: DevStack, model_dir: Path) -> Iterator[str]:
-    """The real vLLM OpenAI server (CPU build) serving the tiny model; yields its /v1 base."""
+    """The real vLLM OpenAI server (CPU build) serving the tiny model; yields its /v1 base:
+    the lane's shared one where scripts/test.sh started it (tests/support/suite_vllm.py),
+    else one of this worker's own."""
+    shared = os.environ.get("POLAR_TEST_VLLM_RUN_DIR")
+    url = suite_vllm.shared_url(Path(shared)) if shared else None
+    if url is not None:
+        yield url
+        return
     settings = devstack.settings.model_copy(
         update={"model_dir": model_dir, "vllm_python": REPO / ".venv-vllm" / "bin" / "python"}
     )
