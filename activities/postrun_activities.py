@@ -186,16 +186,18 @@ class PostrunActivities(PoolActivities):
                 failure, evaluator, request, evaluation, started
             )
         log_keys = await self._upload_eval_logs(request.session_id, logs)
-        report_key = await self._upload_evaluation(request.session_id, kind, evaluation)
+        report_key, patch_key = await self._upload_evaluation(request.session_id, kind, evaluation)
         if failure is not None:
             error_type, message = failure
             raise invalid_input(f"{message} (report: {report_key})", error_type)
         return EvaluateResult(
             reward=evaluation.reward,
             detail=evaluation.detail,
-            log_key=log_keys[0],
+            log_key=log_keys[0] if log_keys else None,
             trace_rewards=evaluation.trace_rewards,
             report_key=report_key,
+            log_keys=log_keys,
+            patch_key=patch_key,
         )
 
     async def _evaluate_in_fresh_runtime(
@@ -296,17 +298,19 @@ class PostrunActivities(PoolActivities):
             keys.append(key)
         return keys
 
-    async def _upload_evaluation(self, session_id: str, kind: str, evaluation: Evaluation) -> str:
-        """The evaluation's report and the patch it graded in S3; the report's key."""
+    async def _upload_evaluation(
+        self, session_id: str, kind: str, evaluation: Evaluation
+    ) -> tuple[str, str]:
+        """The evaluation's report and the patch it graded in S3; their keys."""
         uploads = {
             f"{kind}-report.json": (evaluation.report.to_json(), "application/json"),
             f"{kind}-model.patch": (evaluation.patch, "text/x-diff"),
         }
-        for name, (data, content_type) in uploads.items():
-            await asyncio.to_thread(
-                self.storage.put_bytes, artifact_key(session_id, name), data, content_type
-            )
-        return artifact_key(session_id, f"{kind}-report.json")
+        keys = [artifact_key(session_id, name) for name in uploads]
+        for key, (data, content_type) in zip(keys, uploads.values(), strict=True):
+            await asyncio.to_thread(self.storage.put_bytes, key, data, content_type)
+        report_key, patch_key = keys
+        return report_key, patch_key
 
     @activity.defn(name="score_traces")
     async def score_traces(self, request: ScoreRequest) -> ScoreResult:

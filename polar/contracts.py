@@ -243,10 +243,15 @@ class EvaluateResult(BaseModel):
     """Finite and within the evaluator's `reward_range` (clamped; `detail` says so)."""
     detail: str
     log_key: str | None = None
+    """The first of `log_keys` (the session's evaluation log)."""
     trace_rewards: dict[str, float] = Field(default_factory=dict)
     """Per-trace rewards the evaluator gave (trace id → reward); others get `reward`."""
     report_key: str | None = None
     """The evaluator's JSON report in S3 (swebench: per-test results and flags)."""
+    log_keys: list[str] = Field(default_factory=list)
+    """Every log the evaluator kept in S3 (a command's stdout and stderr, a test log)."""
+    patch_key: str | None = None
+    """The session's patch the evaluator graded, in S3 (`{kind}-model.patch`)."""
 
 
 # ---------------------------------------------------------------- scoring (score_traces)
@@ -320,6 +325,13 @@ class SessionResult(BaseModel):
     infra_attempts: list[str] = Field(default_factory=list)
     """Earlier placements that ended `infra_error` and were run again, each its outcome label
     and detail; their records stay apart (attempt numbers of their own)."""
+    artifacts: dict[str, str] = Field(
+        default_factory=dict,
+        description="what the session stored in S3, name → key (polar/session_artifacts.py): "
+        "`harness.stdout`, `harness.stderr` and `harness/<path>` (the last run's logs and "
+        "files), `traces`, `traces.rewards`, `evaluation.report`, `evaluation.patch` and "
+        "`evaluation/<log>`; a name ending in `/` is a folder (its keys: list the prefix)",
+    )
 
     @computed_field  # type: ignore[prop-decorator]
     @property

@@ -59,6 +59,12 @@ with workflow.unsafe.imports_passed_through():
     )
     from polar.outcomes import HOST_LOST, TASK_ERRORS
     from polar.records import SessionStatus
+    from polar.session_artifacts import (
+        TRACE_REWARDS,
+        TRACES,
+        evaluation_artifacts,
+        harness_artifacts,
+    )
     from workflows import stages
     from workflows.inputs import parse_input
     from workflows.placement import HostLost, Placement, error_text, error_type
@@ -254,6 +260,7 @@ class Session:
             result.harness_started = harness.harness_started
             result.unserved_calls = harness.unserved_calls
             result.unserved_by_gateway = harness.unserved_by_gateway
+            result.artifacts.update(harness_artifacts(harness))
         except ActivityError as exc:
             if is_cancelled_exception(exc):
                 raise
@@ -287,6 +294,7 @@ class Session:
         result.trace_bytes = build.trace_bytes
         result.trace_breaks = build.breaks
         result.unseen_completions = build.unseen_completions
+        result.artifacts[TRACES] = build.traces_key
         self._lap(result, Stage.BUILD)
         self._stop_if_cancelled()
         return build
@@ -327,6 +335,7 @@ class Session:
 
         evaluation = await placement.on_host(stages.EVALUATE, request)
         result.evaluation = evaluation.detail
+        result.artifacts.update(evaluation_artifacts(evaluation))
         outcome = result.outcome
         infra = outcome is not None and outcome.is_infra
         withheld = result.status == SessionStatus.ERROR or infra
@@ -356,6 +365,8 @@ class Session:
         )
         scored = await self._calls.execute(stages.SCORE_TRACES, request)
         result.trace_bytes = scored.trace_bytes
+        if scored.rewards_key:
+            result.artifacts[TRACE_REWARDS] = scored.rewards_key
         self._lap(result, Stage.SCORE)
 
     async def _teardown(self, result: SessionResult, placement: Placement) -> None:

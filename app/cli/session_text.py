@@ -134,7 +134,8 @@ def conversation_text(
 
 
 def session_result_text(result: SessionResult) -> str:
-    """`polar result SESSION`: the session's status, outcome, reward, counts and error."""
+    """`polar result SESSION`: the session's status, outcome, reward, counts, error and the
+    keys of what it stored."""
     outcome = result.outcome
     lines = [
         f"session {result.session_id} (task {result.task_id}, index {result.index})",
@@ -152,4 +153,7 @@ def session_result_text(result: SessionResult) -> str:
     lines.extend(f"warning: {w}" for w in result.warnings)
     if result.traces_key:
         lines.append(f"traces: {result.traces_key}")
+    if result.artifacts:  # name → S3 key (docs/traces.md, "What a session stores")
+        lines.append("artifacts:")
+        lines.extend(f"  {name}: {key}" for name, key in result.artifacts.items())
     return terminal_safe("\n".join(lines)) + "\n"

@@ -97,3 +97,24 @@ def test_the_heading_and_the_result_escape_what_the_session_wrote() -> None:
     text = session_result_text(result)
     assert "status harness_failed · outcome policy_failure · reward 0\n" in text
     assert "error: run_harness: exit 3 \\x1b]0;x\\x07\n" in text and "\x1b" not in text
+
+
+def test_the_result_lists_what_the_session_stored_by_name() -> None:
+    result = SessionResult(
+        session_id=SID,
+        task_id="t",
+        index=0,
+        status=SessionStatus.COMPLETED,
+        harness="command",
+        artifacts={
+            "harness.stdout": artifact_key(SID, "harness-attempt1.stdout"),
+            "evaluation.patch": artifact_key(SID, "command-model.patch"),
+        },
+    )
+    text = session_result_text(result)
+    assert text.endswith(
+        "artifacts:\n"
+        f"  harness.stdout: {artifact_key(SID, 'harness-attempt1.stdout')}\n"
+        f"  evaluation.patch: {artifact_key(SID, 'command-model.patch')}\n"
+    )
+    assert "artifacts:" not in session_result_text(result.model_copy(update={"artifacts": {}}))
