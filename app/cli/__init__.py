@@ -3,12 +3,12 @@
 The Typer `app` (the console script `polar = "app.cli:app"`) assembled from its command
 groups, one module each: `main` (the process: global flags, console, exit), `services`
 (gateway, worker), `console`, `submit` (submit, status, result), `sessions` (logs, show,
-a session's result), `export`, `generate`, `replay`, `demo`, and the sub-commands `dev`,
-`key` (`keys`) and `tasks`."""
+a session's result), `export`, `generate`, `replay`, `demo`, `image_shell` (`shell`), and
+the sub-commands `dev`, `key` (`keys`) and `tasks`."""
 
 from __future__ import annotations
 
-from app.cli import demo, export, generate, replay, services, sessions, submit
+from app.cli import demo, export, generate, image_shell, replay, services, sessions, submit
 from app.cli.console import console_command
 from app.cli.dev import dev_app
 from app.cli.keys import keys_app
@@ -34,3 +34,4 @@ app.command()(export.export)
 app.command()(generate.generate)
 app.command()(replay.replay)
 app.command()(demo.demo)
+app.command("shell")(image_shell.shell)
