@@ -73,7 +73,7 @@ def shell(
     from polar.settings import ServiceSettings, get_settings
 
     def fail(text: str) -> NoReturn:
-        err_console.print(f"polar shell: {text}", markup=False)
+        err_console.print(f"polar shell: {text}", markup=False, highlight=False)
         raise typer.Exit(2)
 
     if shutil.which("docker") is None:
@@ -107,5 +107,6 @@ def shell(
         f"session {session_id} of task {task_id}: calls to {SANDBOX_GATEWAY_URL} are "
         f"recorded under sessions/{session_id}/completions/",
         markup=False,
+        highlight=False,
     )
     raise typer.Exit(asyncio.run(run()))
