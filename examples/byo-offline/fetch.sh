@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Step 1 of the offline recipe (docs/harnesses.md, "Bake a PyPI or npm CLI into an image"),
+# Step 1 of the offline recipe (docs/harnesses.md, "A PyPI or npm CLI, with no network"),
 # on the host, which has a network: download everything the image's build needs, so the
 # build itself runs with none.
 #
