@@ -8,7 +8,14 @@ session on the real stack (Temporal, S3, the gateway process, the real vLLM behi
 tap). Every row written must carry, per model call, the token ids and logprobs Polar recorded,
 equal to the session's traces (and to what vLLM sampled), with the session's reward (from the
 resources server's /verify) and the policy version. A third row, whose sessions can never be
-graded, is run twice and then goes to Gym's failures file, never to the rollouts.
+graded, is run twice and then goes to Gym's failures file, never to the rollouts, with the
+reason it was left out, and Gym's own aggregate leaves it out (it once counted it as reward
+0.0). Ray, which Gym's `ng_run` starts, listens on loopback only and keeps its files in the
+run's folder (`gym_ray_env`), and writes nothing under `~/.ray`.
+
+`test_gyms_aggregate_leaves_polar_failure_rows_out` runs Polar's agent app and Gym's own
+`compute_aggregate_metrics` in `.venv-gym` without the stack: failure rows out of the mean,
+a collection with no scored row refused with the outcome.
 """
 
 from __future__ import annotations
@@ -17,9 +24,15 @@ import asyncio
 import contextlib
 import json
 import os
+import re
+import secrets
+import shutil
 import signal
+import statistics
 import subprocess
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -54,6 +67,37 @@ def gym_workdir(tmp: Path) -> Path:
     for name in ("resources_servers", "responses_api_agents", "configs"):
         (work / name).symlink_to(GYM_DIR / name)
     return work
+
+
+@contextlib.contextmanager
+def gym_ray_env() -> Iterator[dict[str, str]]:
+    """What keeps the Ray that Gym's `ng_run` starts on loopback and in a folder of the run
+    (removed after): its node address on loopback (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0: Ray's
+    single-node mode), its sessions and sockets under RAY_TMPDIR (short: a socket path is at
+    most 107 bytes), its token auth's token from the environment (RAY_AUTH_TOKEN: else Ray
+    writes ~/.ray/auth_token), no usage stats."""
+    folder = tempfile.mkdtemp(prefix="polar-ray-")
+    try:
+        yield {
+            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+            "RAY_TMPDIR": folder,
+            "RAY_AUTH_TOKEN": secrets.token_hex(16),
+            "RAY_DISABLE_USAGE_STATS": "1",
+        }
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def listening(session_id: int) -> set[str]:
+    """The addresses TCP sockets of session `session_id`'s processes listen on (`ss`)."""
+    out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True).stdout
+    found = set()
+    for line in out.splitlines():
+        for pid in map(int, re.findall(r"pid=(\d+)", line)):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                if os.getsid(pid) == session_id:
+                    found.add(line.split()[3].rsplit(":", 1)[0])
+    return found
 
 
 async def wait_ready(proc: asyncio.subprocess.Process, log: Path, timeout_s: float) -> None:
@@ -110,14 +154,16 @@ async def test_gym_rollout_collection_writes_polar_sessions_exact_to_the_token(
     work = gym_workdir(tmp_path)
     port = free_port()
     head = ["+head_server.host=127.0.0.1", f"+head_server.port={port}"]
+    ray = contextlib.ExitStack()
     env = {
         **os.environ,
         **devstack.env(),
         "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",  # Ray on loopback only (a single-node cluster)
-        "RAY_DISABLE_USAGE_STATS": "1",
+        **ray.enter_context(gym_ray_env()),
     }
     env.pop("PYTHONPATH", None)
+    home_ray = Path.home() / ".ray"
+    home_before = sorted(home_ray.iterdir()) if home_ray.exists() else None
     log = tmp_path / "ng_run.log"
     run_argv = [
         str(bin_dir / "ng_run"),
@@ -133,6 +179,11 @@ async def test_gym_rollout_collection_writes_polar_sessions_exact_to_the_token(
     started = time.monotonic()
     try:
         await wait_ready(server, log, timeout_s=300)
+        # Ray and Gym's servers: every listening socket on loopback; Ray's files in its folder
+        addresses = listening(os.getsid(server.pid))
+        assert addresses, "no listening socket found for ng_run's session"
+        assert addresses <= {"127.0.0.1", "[::ffff:127.0.0.1]", "[::1]"}, addresses
+        assert list(Path(env["RAY_TMPDIR"]).glob("ray/session_*")), "Ray wrote elsewhere"
         rollouts = tmp_path / "rollouts.jsonl"
         collect = [
             str(bin_dir / "ng_collect_rollouts"),
@@ -146,6 +197,8 @@ async def test_gym_rollout_collection_writes_polar_sessions_exact_to_the_token(
         seconds = time.monotonic() - started
     finally:
         await stop(server)
+        ray.close()
+    assert (sorted(home_ray.iterdir()) if home_ray.exists() else None) == home_before
 
     written = [json.loads(line) for line in rollouts.read_text().splitlines()]
     assert len(written) == 2, written
@@ -153,7 +206,16 @@ async def test_gym_rollout_collection_writes_polar_sessions_exact_to_the_token(
     assert failed["_ng_failure_class"] == "polar_untrainable"
     reasons = failed["polar"]["reasons"]
     assert len(reasons) == 2 and all(r.endswith(": no reward") for r in reasons), reasons
+    assert failed["polar"]["outcome"] == failed["polar"]["left_out"] == "no reward"
     assert failed["response"]["output"] == []
+    # Gym's own aggregate (ng_collect_rollouts → the agent's /aggregate_metrics) counts the
+    # two scored rows only: the failure row's reward 0.0 is in no mean
+    (aggregate,) = json.loads((tmp_path / "rollouts_aggregate_metrics.json").read_text())
+    groups = {g["_ng_task_index"] for g in aggregate["group_level_metrics"]}
+    assert groups == {r["_ng_task_index"] for r in written}, aggregate
+    assert failed["_ng_task_index"] not in groups
+    mean = statistics.fmean(r["reward"] for r in written)
+    assert aggregate["agent_metrics"]["mean/reward"] == pytest.approx(mean)
     compared = 0
     for row in written:
         provenance = row["polar"]
@@ -199,3 +261,67 @@ async def test_gym_rollout_collection_writes_polar_sessions_exact_to_the_token(
         assert row["agent_ref"] == {"name": "polar_agent"}
     assert compared > 0
     print(f"nemo-gym: 2 rows (+1 to failures), {compared} sampled tokens compared, {seconds:.1f} s")
+
+
+AGGREGATE_SCRIPT = """
+import json, sys
+from fastapi.testclient import TestClient
+from omegaconf import OmegaConf
+from nemo_gym.config_types import BaseServerConfig
+from nemo_gym.server_utils import ServerClient
+from polar.trainers.nemo_gym.servers import PolarAgent, PolarAgentConfig
+
+head = BaseServerConfig(host="127.0.0.1", port=9)
+out = {}
+for min_scored in (0.0, 0.9):
+    config = PolarAgentConfig(
+        host="127.0.0.1", port=9, entrypoint="polar_agent.py", name="polar_agent",
+        resources_server={"type": "resources_servers", "name": "polar"}, min_scored=min_scored,
+    )
+    client = ServerClient(head_server_config=head, global_config_dict=OmegaConf.create({}))
+    app = PolarAgent(config=config, server_client=client).setup_webserver()
+    with TestClient(app) as http:
+        for name, rows in json.loads(sys.argv[1]).items():
+            answer = http.post("/aggregate_metrics", json={"verify_responses": rows})
+            out[f"{name}@{min_scored}"] = [answer.status_code, answer.json()]
+print(json.dumps(out))
+"""
+
+
+def test_gyms_aggregate_leaves_polar_failure_rows_out() -> None:
+    bin_dir = gym_bin()
+    failed = {
+        "_ng_task_index": 2,
+        "_ng_rollout_index": 0,
+        "reward": 0.0,
+        "_ng_failure_class": "polar_untrainable",
+        "polar": {"outcome": "task_error", "left_out": "task_error: prepare: PrepareFailed: 3"},
+    }
+    scored = [
+        {"_ng_task_index": 0, "_ng_rollout_index": 0, "reward": 1.0},
+        {"_ng_task_index": 1, "_ng_rollout_index": 0, "reward": 0.5},
+    ]
+    batches = {"mixed": [*scored, failed], "none": [failed, failed | {"_ng_task_index": 3}]}
+    env = {**os.environ, "PYTHONPATH": ""}
+    proc = subprocess.run(
+        [str(bin_dir / "python"), "-c", AGGREGATE_SCRIPT, json.dumps(batches)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    status, mixed = out["mixed@0.0"]
+    assert status == 200 and mixed["agent_metrics"]["mean/reward"] == 0.75  # not 0.5
+    assert [g["_ng_task_index"] for g in mixed["group_level_metrics"]] == [0, 1]
+    status, refused = out["none@0.0"]
+    assert status == 422, refused
+    assert (
+        "0 of 2 sessions scored (min_scored 0.0): 2 × task_error (prepare: Prepare"
+        in (refused["detail"])
+    )
+    status, strict = out["mixed@0.9"]
+    assert status == 422 and "2 of 3 sessions scored (min_scored 0.9)" in strict["detail"]
+    print(f"nemo-gym aggregate: mean {mixed['agent_metrics']['mean/reward']} of the scored rows")
