@@ -354,6 +354,10 @@ class TaskResult(BaseModel):
     stopped_early: bool = False
     """min_usable_sessions were in before every session finished; the rest were cancelled."""
     policy_version: int | None = None
+    artifacts_omitted: bool = False
+    """The sessions' `artifacts` maps were left out of this result to keep it well under
+    Temporal's payload limit (a task of many sessions); each Session workflow's own result
+    still holds its map (`polar result SESSION`)."""
 
     @property
     def usable(self) -> list[SessionResult]:

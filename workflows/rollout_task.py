@@ -31,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
     from polar.console_links import console_memo, session_link
     from polar.contracts import SessionResult, SessionSpec, SpecRef, TaskResult
     from polar.records import SessionStatus
+    from polar.session_artifacts import fit_task_result
     from polar.tasks.spec import TaskSpec
     from polar.tasks.spec_ref import SPEC_INLINE_LIMIT, slim_spec, spec_json
     from workflows.inputs import parse_input
@@ -209,11 +210,13 @@ class RolloutTask:
             else:
                 results = await self._until_usable(task.min_usable_sessions, runs)
         self._show("done")
+        sessions, omitted = fit_task_result(list(results))
         return TaskResult(
             task_id=task.task_id,
-            sessions=list(results),
+            sessions=sessions,
             stopped_early=self._stopping,
             policy_version=task.policy_version,
+            artifacts_omitted=omitted,
         )
 
     async def _store_spec(self, task: TaskSpec) -> SpecRef:

@@ -90,3 +90,42 @@ def test_the_docs_table_shows_every_name() -> None:
     assert len(names) == 8
     for name in names:
         assert f"`{name}" in table, name
+
+
+def test_a_task_of_many_sessions_leaves_their_maps_out_of_its_result() -> None:
+    """1,024 sessions with their maps come close to Temporal's 2 MB payload limit; the task's
+    result then carries them without the maps (each Session's own result keeps its map)."""
+    from polar.contracts import SessionResult, TaskResult
+    from polar.records import SessionStatus
+    from polar.session_artifacts import RESULT_BUDGET, fit_task_result
+
+    def session(i: int) -> SessionResult:
+        sid = f"task-polar__hackable-filename-only-0123456789ab-s{i}"
+        folder = f"sessions/{sid}/artifacts/"
+        names = (
+            "harness-attempt1.stdout",
+            "harness-attempt1.stderr",
+            "harbor-report.json",
+            "harbor-model.patch",
+            "evaluate.stdout",
+            "evaluate.stderr",
+        )
+        return SessionResult(
+            session_id=sid,
+            task_id="polar__hackable-filename-only",
+            index=i,
+            status=SessionStatus.COMPLETED,
+            reward=1.0,
+            harness="claude_code",
+            traces_key=f"sessions/{sid}/traces/prefix_merging.jsonl",
+            artifacts={n: folder + n for n in names},
+        )
+
+    few = [session(i) for i in range(8)]
+    assert fit_task_result(few) == (few, False)
+    many = [session(i) for i in range(1024)]
+    with_maps = len(TaskResult(task_id="t", sessions=many).model_dump_json())
+    kept, omitted = fit_task_result(many)
+    assert omitted and all(s.artifacts == {} for s in kept) and many[0].artifacts
+    without = len(TaskResult(task_id="t", sessions=kept).model_dump_json())
+    assert without < RESULT_BUDGET < with_maps < 2_000_000, (without, with_maps)
