@@ -43,7 +43,7 @@ from tests.support.ports import free_port  # noqa: E402
 MODEL = REPO / ".polar" / "models" / "tiny-qwen3"
 
 
-def stack_settings(data_dir: Path, policy_dir: Path) -> Settings:
+def stack_settings(data_dir: Path, served_dir: Path) -> Settings:
     """Every service of the run on its own block of free loopback ports."""
     base = free_port(span=48)  # Temporal +0/+10/+20, UI +1, SeaweedFS +30..+37
     return Settings(
@@ -56,7 +56,7 @@ def stack_settings(data_dir: Path, policy_dir: Path) -> Settings:
         vllm_port=base + 41,
         admin_port=base + 42,
         upstream_urls=f"http://127.0.0.1:{base + 41}/v1",
-        model_dir=policy_dir,
+        model_dir=served_dir,
         vllm_python=REPO / ".venv-vllm" / "bin" / "python",
         vllm_weight_reload=True,
         admin_token=secrets.token_urlsafe(24),
@@ -66,7 +66,7 @@ def stack_settings(data_dir: Path, policy_dir: Path) -> Settings:
     )
 
 
-async def run(args: argparse.Namespace, settings: Settings) -> list[StepReport]:
+async def run(args: argparse.Namespace, settings: Settings, policy_dir: Path) -> list[StepReport]:
     reports: list[StepReport] = []
     started = time.monotonic()
 
@@ -78,7 +78,7 @@ async def run(args: argparse.Namespace, settings: Settings) -> list[StepReport]:
 
     async with running_workers(settings):
         polar = await PolarClient.connect(settings)
-        await train_with_args(polar, settings, settings.model_dir or MODEL, args, on_step)
+        await train_with_args(polar, settings, policy_dir, args, on_step)
     return reports
 
 
@@ -111,9 +111,10 @@ def main() -> None:
     # the local runtime's unprivileged harness user must reach the session dirs
     data_dir = Path(tempfile.mkdtemp(prefix="polar-grpo-"))
     data_dir.chmod(0o711)
-    policy_dir = data_dir / "policy"
-    untied_copy(MODEL, policy_dir)
-    stack = DevStack(stack_settings(data_dir, policy_dir), workers=0, die_with_parent=True)
+    served_dir = data_dir / "served"
+    untied_copy(MODEL, served_dir)  # vLLM's in-place reload refreshes an untied head only
+    policy_dir = data_dir / "policy"  # the trainer's weights: vLLM reloads them from here
+    stack = DevStack(stack_settings(data_dir, served_dir), workers=0, die_with_parent=True)
     settings = stack.settings
     names: list[str] = []
     try:
@@ -123,7 +124,7 @@ def main() -> None:
             if service.name == "seaweedfs":
                 Storage(settings).ensure_bucket()
         ready = time.monotonic()
-        reports = asyncio.run(run(args, settings))
+        reports = asyncio.run(run(args, settings, policy_dir))
     finally:
         for name in reversed(names):
             stack.stop(name, quiet=True)

@@ -20,13 +20,14 @@ embeddings to its output head (the suite's tiny model) is trained with the
 embeddings frozen: vLLM's in-place reload does not refresh a tied head. For
 learning, `untied_copy` gives the policy its own output head (`learn.py`).
 
-Needs: `pip install -e '.[train]'` (CPU torch), and a stack whose vLLM serves a
-writable copy of the model with weight reloading on and whose gateway has an
-admin token:
+Needs: `pip install -e '.[train]'` (CPU torch), and a stack whose vLLM has weight
+reloading on and whose gateway has an admin token. The trainer starts from the
+model vLLM serves (`POLAR_MODEL_DIR`) and writes its weights into `--policy-dir`,
+a folder of its own, from which vLLM reloads them (never into the served folder:
+that would overwrite the model):
 
-    cp -r .polar/models/tiny-qwen3 /tmp/policy
     export POLAR_ADMIN_TOKEN=$(python -c 'import secrets; print(secrets.token_urlsafe(24))')
-    POLAR_MODEL_DIR=/tmp/policy POLAR_VLLM_WEIGHT_RELOAD=1 polar dev up
+    POLAR_MODEL_DIR=$PWD/.polar/models/tiny-qwen3 POLAR_VLLM_WEIGHT_RELOAD=1 polar dev up
     .venv/bin/python examples/grpo/train.py --policy-dir /tmp/policy
 
 (`examples/grpo/learn.py` starts such a stack itself and runs the learning benchmark.)
@@ -219,8 +220,9 @@ class Policy:
 async def sync_weights(
     policy: Policy, policy_dir: Path, *, admin_url: str, admin_token: str, vllm_url: str
 ) -> None:
-    """Pause the gateway (drain in-flight calls), reload vLLM's weights in place, resume
-    (`polar.trainers.weights.InPlaceReload`)."""
+    """Pause the gateway (drain in-flight calls), save the policy into `policy_dir`, reload
+    vLLM's weights in place from there, resume (`polar.trainers.weights.InPlaceReload`, which
+    refuses the folder vLLM serves)."""
     reload = InPlaceReload(
         policy_dir, vllm_urls=[vllm_url], admin_urls=[admin_url], admin_token=admin_token
     )
@@ -279,6 +281,7 @@ async def train(
     polar: PolarClient,
     *,
     policy_dir: Path,
+    model_dir: Path | None = None,
     vllm_url: str,
     admin_token: str,
     steps: int = 3,
@@ -290,8 +293,10 @@ async def train(
     turns: int = 2,
     on_step: Callable[[StepReport], None] | None = None,
 ) -> list[StepReport]:
-    """Run `steps` GRPO steps; each trains on `tasks_per_step` fresh groups."""
-    policy = Policy(policy_dir, lr=lr)
+    """Run `steps` GRPO steps; each trains on `tasks_per_step` fresh groups. The policy starts
+    from `model_dir` (default: `policy_dir`'s checkpoint); each step's weights go into
+    `policy_dir`, from which vLLM reloads them."""
+    policy = Policy(model_dir or policy_dir, lr=lr)
     sampler = Sampler(polar, group_size, turns)
     reports: list[StepReport] = []
     for step in range(steps):
@@ -353,10 +358,12 @@ async def train_with_args(
     on_step: Callable[[StepReport], None] | None = None,
 ) -> list[StepReport]:
     """`train` with the loop options of a command line (steps, group sizes, lr, policy lag,
-    overlap) against the stack `settings` names (its vLLM and the gateway's admin token)."""
+    overlap) against the stack `settings` names (its vLLM, the model it serves, the gateway's
+    admin token); the weights go into `policy_dir`."""
     return await train(
         polar,
         policy_dir=policy_dir,
+        model_dir=settings.model_dir,
         vllm_url=f"http://127.0.0.1:{settings.vllm_port}",
         admin_token=settings.admin_token or "",
         steps=args.steps,

@@ -7,9 +7,10 @@ each group is one Polar task of `--group-size` sessions of the GRPO example's
 sealed local sandbox, talking to the policy through the gateway), built with
 `prefix_merging` (the two turns are one chain: the user's follow-up is mask 0)
 and graded by the digit-share evaluator. After each optimizer step the
-trainer's weights go into the served model directory, vLLM reloads them in
-place behind the gateway's pause, and the policy version is bumped; the next
-batch was submitted before the step (prefetch), so it sampled meanwhile.
+trainer's weights go into a folder of the trainer's own (never the one vLLM
+serves), vLLM reloads them in place from it behind the gateway's pause, and
+the policy version is bumped; the next batch was submitted before the step
+(prefetch), so it sampled meanwhile.
 
 Starts its own stack (Temporal, SeaweedFS, vLLM with in-place reload serving
 an untied copy of the tiny model, the gateway, in-process workers) on free
@@ -74,7 +75,7 @@ def dataset(rows: int) -> Any:
 
 
 def make_trainer(
-    policy_dir: Path,
+    model_dir: Path,
     rollout: PolarRolloutFunc,
     *,
     steps: int,
@@ -84,7 +85,8 @@ def make_trainer(
     output_dir: Path,
     seed: int = 0,
 ) -> Any:
-    """TRL's GRPOTrainer on the CPU with Polar's rollout and reward functions."""
+    """TRL's GRPOTrainer on the CPU (`use_cpu`, no bf16) with Polar's rollout and reward
+    functions, starting from the model in `model_dir`."""
     from trl import GRPOConfig, GRPOTrainer
 
     config = GRPOConfig(
@@ -104,7 +106,7 @@ def make_trainer(
         dataloader_num_workers=0,
     )
     return GRPOTrainer(
-        model=str(policy_dir),
+        model=str(model_dir),
         reward_funcs=polar_reward,
         args=config,
         train_dataset=dataset(steps * groups_per_step * group_size + group_size),
@@ -148,9 +150,9 @@ def workers_in_thread(settings: Settings) -> Iterator[None]:
         thread.join(60)
 
 
-def start_stack(data_dir: Path, policy_dir: Path) -> tuple[DevStack, list[str]]:
-    """Temporal, SeaweedFS, vLLM (in-place reload, serving `policy_dir`) and the gateway."""
-    stack = DevStack(stack_settings(data_dir, policy_dir), workers=0, die_with_parent=True)
+def start_stack(data_dir: Path, served_dir: Path) -> tuple[DevStack, list[str]]:
+    """Temporal, SeaweedFS, vLLM (in-place reload, serving `served_dir`) and the gateway."""
+    stack = DevStack(stack_settings(data_dir, served_dir), workers=0, die_with_parent=True)
     names: list[str] = []
     try:
         for service in (stack.temporal(), stack.seaweedfs(), stack.vllm(), stack.gateway()):
@@ -266,23 +268,24 @@ def main() -> None:
     started = time.monotonic()
     data_dir = Path(tempfile.mkdtemp(prefix="polar-trl-"))
     data_dir.chmod(0o711)  # the local runtime's unprivileged harness user reaches session dirs
-    policy_dir = data_dir / "policy"
-    untied_copy(MODEL, policy_dir)  # vLLM's in-place reload refreshes an untied head only
-    stack, names = start_stack(data_dir, policy_dir)
+    served_dir = data_dir / "served"
+    untied_copy(MODEL, served_dir)  # vLLM's in-place reload refreshes an untied head only
+    policy_dir = data_dir / "policy"  # the trainer's weights: vLLM reloads them from here
+    stack, names = start_stack(data_dir, served_dir)
     settings = stack.settings
     ready = time.monotonic()
     rows: list[dict[str, Any]] = []
     try:
         with workers_in_thread(settings):
             rollout = PolarRolloutFunc(
-                digits_task(args.group_size, policy_dir),
+                digits_task(args.group_size, served_dir),
                 settings=settings,
                 weights=InPlaceReload.from_settings(settings, policy_dir),
                 max_staleness=args.max_staleness,
                 prefetch=not args.no_prefetch,
             )
             trainer = make_trainer(
-                policy_dir,
+                served_dir,
                 rollout,
                 steps=args.steps,
                 group_size=args.group_size,

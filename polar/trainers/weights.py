@@ -1,11 +1,17 @@
 """Moving a trainer's new weights into the policy's inference servers, through the gateway's pause.
 
 One sync: pause every gateway (`POST /admin/pause` answers once the in-flight model calls have
-finished; new ones are held), write the weights into the directory vLLM serves, have vLLM reload
-them in place (`POST /collective_rpc` `reload_weights`, on with `POLAR_VLLM_WEIGHT_RELOAD=1`), drop
-its prefix cache (prompt KV computed by the old weights), resume the gateways. Sessions that were
-mid-run simply continue on the new weights after the pause; their recorded logprobs are the ones
-vLLM really sampled with.
+finished; new ones are held), write the weights into `policy_dir`, a folder of the trainer's
+own, have vLLM reload them in place from there (`POST /collective_rpc` `reload_weights` with
+`weights_path`: served only by a vLLM started with `POLAR_VLLM_WEIGHT_RELOAD=1`, else a 404),
+drop its prefix cache (prompt KV computed by the old weights), resume the gateways. Sessions
+that were mid-run simply continue on the new weights after the pause; their recorded logprobs
+are the ones vLLM really sampled with.
+
+`policy_dir` is never the folder vLLM was started from (the model `polar dev up` serves): a
+sync writes the trainer's weights over it, which would destroy that model. `from_settings`
+refuses `POLAR_MODEL_DIR`, and the first sync refuses a folder any vLLM reports as its model's
+root (`GET /v1/models`). A vLLM that restarts serves its own folder again, not the trainer's.
 
 This is the dev stack's CPU path (vLLM's in-place reload from a checkpoint directory). A model
 whose output head is tied to its embeddings is not refreshed by that reload: train an untied copy
@@ -32,8 +38,9 @@ log = logging.getLogger("polar.trainers.weights")
 class InPlaceReload:
     """Pause the gateways, write the weights, reload vLLM in place, resume (see the module).
 
-    `policy_dir`: the model directory vLLM serves (writable). `vllm_urls`: each vLLM server's
-    root (no `/v1`). `admin_urls`: each gateway's admin listener."""
+    `policy_dir`: the trainer's folder the weights are written to and vLLM reloads from (not
+    the folder vLLM serves). `vllm_urls`: each vLLM server's root (no `/v1`). `admin_urls`:
+    each gateway's admin listener."""
 
     policy_dir: Path
     vllm_urls: Sequence[str]
@@ -44,6 +51,7 @@ class InPlaceReload:
     """the weight version served before the first sync."""
     syncs: int = field(default=0, init=False)
     """how many syncs completed."""
+    _checked: bool = field(default=False, init=False, repr=False)
 
     @property
     def version(self) -> int:
@@ -51,19 +59,35 @@ class InPlaceReload:
         return self.initial_version + self.syncs
 
     @classmethod
-    def from_settings(cls, settings: Settings, policy_dir: Path | None = None) -> InPlaceReload:
-        """The dev stack's vLLM (`vllm_port`) and gateway admin listener, `model_dir` as served."""
-        folder = policy_dir or settings.model_dir
-        if folder is None:
-            raise ValueError("no policy dir: pass policy_dir or set POLAR_MODEL_DIR")
+    def from_settings(cls, settings: Settings, policy_dir: Path) -> InPlaceReload:
+        """The dev stack's vLLM (`vllm_port`) and gateway admin listener; the weights go to
+        `policy_dir`, which must not be `model_dir` (the folder vLLM serves)."""
         if not settings.admin_token:
             raise ValueError("a weight sync pauses the gateway: set POLAR_ADMIN_TOKEN")
+        if settings.model_dir is not None:
+            refuse_served(Path(policy_dir), [str(Path(settings.model_dir).expanduser().resolve())])
         return cls(
-            policy_dir=Path(folder),
+            policy_dir=Path(policy_dir),
             vllm_urls=[f"http://127.0.0.1:{settings.vllm_port}"],
             admin_urls=[settings.admin_base_url],
             admin_token=settings.admin_token,
         )
+
+    def check_not_served(self) -> None:
+        """Refuse a `policy_dir` that a vLLM serves (its `/v1/models` root); once."""
+        if self._checked:
+            return
+        roots: list[str] = []
+        with self._client() as http:
+            for url in self.vllm_urls:
+                try:
+                    answer = http.get(f"{url}/v1/models")
+                    answer.raise_for_status()
+                    roots += [str(m.get("root") or "") for m in answer.json().get("data", [])]
+                except (httpx.HTTPError, ValueError, AttributeError) as exc:
+                    log.warning("could not read %s/v1/models to check policy_dir: %s", url, exc)
+        refuse_served(self.policy_dir, roots)
+        self._checked = True
 
     # the three steps, for callers that drive them apart (TRL's WeightTransferProtocol)
     def pause(self) -> None:
@@ -77,7 +101,13 @@ class InPlaceReload:
         rpc = {"method": "reload_weights", "kwargs": {"weights_path": str(self.policy_dir)}}
         with self._client() as http:
             for url in self.vllm_urls:
-                http.post(f"{url}/collective_rpc", json=rpc).raise_for_status()
+                answer = http.post(f"{url}/collective_rpc", json=rpc)
+                if answer.status_code == 404:
+                    raise RuntimeError(
+                        f"vLLM at {url} serves no /collective_rpc: start it with "
+                        "POLAR_VLLM_WEIGHT_RELOAD=1 (in-place weight reload)"
+                    )
+                answer.raise_for_status()
                 http.post(f"{url}/reset_prefix_cache").raise_for_status()
 
     def resume(self) -> None:
@@ -93,6 +123,7 @@ class InPlaceReload:
 
     def sync(self, save: Callable[[Path], None]) -> None:
         """Pause, `save(policy_dir)` (write the new weights there), reload, resume (always)."""
+        self.check_not_served()
         self.pause()
         try:
             save(self.policy_dir)
@@ -112,12 +143,27 @@ class InPlaceReload:
         return {"Authorization": f"Bearer {self.admin_token}"}
 
 
+def refuse_served(policy_dir: Path, served: Sequence[str]) -> None:
+    """Raise ValueError where `policy_dir` is one of the `served` model folders (absolute
+    paths; others are skipped): a sync would write the trainer's weights over that model."""
+    mine = policy_dir.expanduser().resolve()
+    for root in served:
+        if root and Path(root).is_absolute() and Path(root).resolve() == mine:
+            raise ValueError(
+                f"policy_dir {policy_dir} is the folder vLLM serves: a weight sync would write "
+                "the trainer's weights over that model. Give InPlaceReload a folder of the "
+                "trainer's own; vLLM reloads from it (reload_weights' weights_path)"
+            )
+
+
 def write_safetensors(policy_dir: Path, tensors: Iterable[tuple[str, object]]) -> int:
-    """Write named tensors over the served checkpoint (`model.safetensors` in `policy_dir`):
-    tensors it already has are replaced, the rest kept. Returns how many were written."""
+    """Write named tensors over the trainer's checkpoint (`model.safetensors` in `policy_dir`,
+    created if absent): tensors it already has are replaced, the rest kept. Returns how many
+    were written."""
     import torch
     from safetensors.torch import load_file, save_file
 
+    policy_dir.mkdir(parents=True, exist_ok=True)
     path = policy_dir / "model.safetensors"
     state = load_file(path) if path.exists() else {}
     written = 0

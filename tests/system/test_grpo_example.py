@@ -34,14 +34,14 @@ ADMIN = secrets.token_urlsafe(24)  # the gateway refuses weak admin tokens
 def grpo_settings(
     devstack: DevStack, model_dir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Settings]:
-    """Its own vLLM (weight reload on) serving a writable copy of the model, and gateway."""
+    """Its own vLLM (weight reload on) serving a copy of the model, and gateway."""
     # the data dir holds local runtimes: reachable by their unprivileged harness user
-    policy_dir = open_for_harness(tmp_path_factory.mktemp("grpo"), tmp_path_factory) / "policy"
-    shutil.copytree(model_dir, policy_dir)
+    served_dir = open_for_harness(tmp_path_factory.mktemp("grpo"), tmp_path_factory) / "served"
+    shutil.copytree(model_dir, served_dir)
     port = free_port(span=3)
     settings = devstack.settings.model_copy(
         update={
-            "model_dir": policy_dir,
+            "model_dir": served_dir,
             "vllm_port": port,
             "vllm_weight_reload": True,
             "vllm_python": model_dir.parents[2] / ".venv-vllm" / "bin" / "python",
@@ -50,7 +50,7 @@ def grpo_settings(
             "admin_port": port + 2,
             "admin_token": ADMIN,
             "task_queue": f"polar-grpo-{uuid.uuid4().hex[:6]}",
-            "data_dir": policy_dir.parent / "data",
+            "data_dir": served_dir.parent / "data",
         }
     )
     stack = DevStack(settings, workers=0, die_with_parent=True)
@@ -146,13 +146,15 @@ def test_the_curve_round_trips_through_its_csv(tmp_path: Path) -> None:
 
 
 async def test_grpo_loop_updates_the_served_policy(
-    grpo_polar: PolarClient, grpo_settings: Settings
+    grpo_polar: PolarClient, grpo_settings: Settings, tmp_path: Path
 ) -> None:
-    assert grpo_settings.model_dir is not None
-    before = (grpo_settings.model_dir / "model.safetensors").read_bytes()
+    served_dir, policy_dir = grpo_settings.model_dir, tmp_path / "policy"
+    assert served_dir is not None
+    before = (served_dir / "model.safetensors").read_bytes()
     reports = await train(
         grpo_polar,
-        policy_dir=grpo_settings.model_dir,
+        policy_dir=policy_dir,
+        model_dir=served_dir,
         vllm_url=f"http://127.0.0.1:{grpo_settings.vllm_port}",
         admin_token=ADMIN,
         steps=2,
@@ -175,4 +177,6 @@ async def test_grpo_loop_updates_the_served_policy(
         # the trainer scores vLLM's samples exactly: before the first update (same
         # weights) and after the sync (vLLM reloaded the updated weights in place)
         assert report.max_logprob_gap < 1e-3, report
-    assert (grpo_settings.model_dir / "model.safetensors").read_bytes() != before
+    # vLLM reloaded the trainer's folder; the folder it serves was never written
+    assert (policy_dir / "model.safetensors").read_bytes() != before
+    assert (served_dir / "model.safetensors").read_bytes() == before

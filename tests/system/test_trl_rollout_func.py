@@ -9,7 +9,11 @@ step's task was submitted before the first step (prefetch) and the weights were 
 What TRL held in its own batch (`_generate_and_score_completions`) must be Polar's chains,
 token for token: every trained token (TRL's completion mask × env mask) is a token vLLM
 sampled (the tap) with its logprob (as TRL's float32), and the rewards TRL logged and the
-policy versions are the sessions'.
+policy versions are the sessions'. The trainer's weights go into a folder of its own, from
+which vLLM reloads them: the folder vLLM serves is never written.
+
+A run whose every session fails (a task whose prepare step fails: `task_error`) raises
+`UnscoredBatch` out of TRL's own `GRPOTrainer.train()` before any step, naming the outcome.
 """
 
 from __future__ import annotations
@@ -39,7 +43,8 @@ from examples.trl.train import digits_task, make_trainer
 from polar.advantages import trace_advantages
 from polar.client.sdk import PolarClient
 from polar.settings import Settings
-from polar.trainers._sessions import absent_reason, chains, trainable
+from polar.tasks.sources import CommandAction
+from polar.trainers._sessions import UnscoredBatch, absent_reason, chains, trainable
 from polar.trainers.trl import PolarRolloutFunc, PolarRolloutWorker, PolarWeightTransfer
 from polar.trainers.weights import InPlaceReload
 from tests.conftest import open_for_harness
@@ -56,15 +61,15 @@ GROUP = 3
 def trl_stack(
     devstack: DevStack, model_dir: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[Settings, Tap]]:
-    """Its own vLLM (weight reload on) serving a writable untied copy of the model, a tap in
-    front of it and a gateway forwarding through the tap."""
-    policy_dir = open_for_harness(tmp_path_factory.mktemp("trl"), tmp_path_factory) / "policy"
-    untied_copy(model_dir, policy_dir)
+    """Its own vLLM (weight reload on) serving an untied copy of the model, a tap in front of
+    it and a gateway forwarding through the tap."""
+    served_dir = open_for_harness(tmp_path_factory.mktemp("trl"), tmp_path_factory) / "served"
+    untied_copy(model_dir, served_dir)
     port = free_port(span=3)
     tap = Tap(upstream=f"http://127.0.0.1:{port}/v1")
     settings = devstack.settings.model_copy(
         update={
-            "model_dir": policy_dir,
+            "model_dir": served_dir,
             "vllm_port": port,
             "vllm_weight_reload": True,
             "vllm_python": model_dir.parents[2] / ".venv-vllm" / "bin" / "python",
@@ -72,7 +77,7 @@ def trl_stack(
             "admin_port": port + 2,
             "admin_token": secrets.token_urlsafe(24),
             "task_queue": f"polar-trl-{uuid.uuid4().hex[:6]}",
-            "data_dir": policy_dir.parent / "data",
+            "data_dir": served_dir.parent / "data",
         }
     )
     stack = DevStack(settings, workers=0, die_with_parent=True)
@@ -100,16 +105,21 @@ async def test_grpo_trainer_trains_on_polar_tokens_for_two_steps(
     settings, tap = trl_stack
     polar = trl_polar
     assert settings.model_dir is not None
-    policy_dir = settings.model_dir
-    before = (policy_dir / "model.safetensors").read_bytes()
+    served_dir, policy_dir = settings.model_dir, tmp_path / "policy"
+    before = (served_dir / "model.safetensors").read_bytes()
+    with pytest.raises(ValueError, match="the folder vLLM serves"):
+        InPlaceReload.from_settings(settings, served_dir)  # a sync would overwrite the model
+    vllm = [f"http://127.0.0.1:{settings.vllm_port}"]
+    with pytest.raises(ValueError, match="the folder vLLM serves"):  # vLLM's own /v1/models
+        InPlaceReload(served_dir, vllm, [], "unused").check_not_served()
     rollout = PolarRolloutFunc(
-        digits_task(GROUP, policy_dir),
+        digits_task(GROUP, served_dir),
         settings=settings,
         weights=InPlaceReload.from_settings(settings, policy_dir),
         max_staleness=1,
     )
     trainer = make_trainer(
-        policy_dir,
+        served_dir,
         rollout,
         steps=2,
         group_size=GROUP,
@@ -143,6 +153,7 @@ async def test_grpo_trainer_trains_on_polar_tokens_for_two_steps(
     assert trainer.state.global_step == 2
     assert len(returned) == len(batches) == 2
     assert rollout.stats.syncs == 1 and rollout.version == 1
+    assert (served_dir / "model.safetensors").read_bytes() == before  # never written
     assert (policy_dir / "model.safetensors").read_bytes() != before
     # the second step took the task prefetched at version 0, before the first step
     assert rollout.stats.prefetch_used == 1 and rollout.stats.prefetch_dropped == 0
@@ -181,6 +192,9 @@ async def test_grpo_trainer_trains_on_polar_tokens_for_two_steps(
             compared += assert_sampled_by_vllm(chain, polar.storage, tap)
             # the reward and version are the session's
             assert out["polar_reward"][i] == session.reward == chain.reward
+            assert session.outcome is not None
+            assert out["polar_outcome"][i] == session.outcome.label
+            assert out["polar_left_out"][i] is None
             assert out["polar_policy_version"][i] == chain.provenance.policy_version == 0
             assert out["polar_staleness"][i] == step  # sampled at 0, trained at version `step`
             assert out["polar_left_out_tokens"][i] == sum(
@@ -230,7 +244,7 @@ def assert_implements(obj: object, protocol: type) -> None:
 
 
 async def test_async_worker_hands_trl_rollout_samples_built_from_polar_traces(
-    trl_polar: PolarClient, trl_stack: tuple[Settings, Tap]
+    trl_polar: PolarClient, trl_stack: tuple[Settings, Tap], tmp_path: Path
 ) -> None:
     """TRL's AsyncGRPOTrainer cannot run on a CPU (torch.cuda in its init, flash-attention
     kernels from the Hub), so its rollout worker and weight transfer are checked against TRL's
@@ -244,7 +258,7 @@ async def test_async_worker_hands_trl_rollout_samples_built_from_polar_traces(
     settings, tap = trl_stack
     polar = trl_polar
     assert settings.model_dir is not None
-    policy_dir = settings.model_dir
+    served_dir, policy_dir = settings.model_dir, tmp_path / "policy"
     # 4 sessions a group; it is handed over once 3 are usable (the 4th: cancelled, counted)
     worker = worker_for(settings, extra_sessions=1, max_staleness=1, filter_zero_spread=False)
     transfer = PolarWeightTransfer(InPlaceReload.from_settings(settings, policy_dir))
@@ -334,7 +348,7 @@ async def test_async_worker_hands_trl_rollout_samples_built_from_polar_traces(
     assert spread.counts.filtered_zero_spread == 1 and spread.rollout_buffer.empty()
 
     # the weight transfer: TRL's (name, tensor) stream lands in the served vLLM
-    model = AutoModelForCausalLM.from_pretrained(policy_dir, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(served_dir, dtype=torch.float32)
     with torch.no_grad():
         model.lm_head.weight.mul_(3.0)  # a policy vLLM has not served yet
     transfer.init_weight_transfer()
@@ -372,3 +386,37 @@ def served_logprob_gap(model: Any, settings: Settings, prompt: list[int]) -> flo
         logits = model(torch.tensor([prompt + sampled])).logits[0, len(prompt) - 1 : -1]
     ours = torch.log_softmax(logits, -1).gather(1, torch.tensor(sampled)[:, None])[:, 0]
     return max(abs(float(a) - float(b)) for a, b in zip(ours, served, strict=True))
+
+
+async def test_a_trl_run_whose_every_session_fails_raises_out_of_trls_train(
+    trl_polar: PolarClient, trl_stack: tuple[Settings, Tap], tmp_path: Path
+) -> None:
+    """Every session's prepare step fails (`task_error`): TRL's own `GRPOTrainer.train()`
+    raises `UnscoredBatch` at its first batch, with the outcome and its detail, and takes no
+    step (it once trained 3 steps with loss 0 and exited 0)."""
+    settings, _ = trl_stack
+    assert settings.model_dir is not None
+    task = digits_task(GROUP, settings.model_dir)
+    task.runtime.prepare.append(CommandAction(command="echo no dataset here >&2; exit 3"))
+    rollout = PolarRolloutFunc(task, settings=settings, weights=None, prefetch=False)
+    trainer = make_trainer(
+        settings.model_dir,
+        rollout,
+        steps=2,
+        group_size=GROUP,
+        groups_per_step=1,
+        lr=1e-2,
+        output_dir=tmp_path / "trl-out",
+    )
+    try:
+        with pytest.raises(UnscoredBatch) as raised:
+            await asyncio.to_thread(trainer.train)
+    finally:
+        await asyncio.to_thread(rollout.close)
+    message = str(raised.value)
+    assert f"0 of {GROUP} sessions scored (min_scored 0.0)" in message, message
+    assert f"{GROUP} × task_error (prepare: " in message, message
+    assert raised.value.labels == {"task_error": GROUP}
+    assert trainer.state.global_step == 0 and rollout.version == 0
+    assert rollout.stats.unscored_reasons == {"task_error": GROUP}
+    print(f"trl: every session failed, train() raised: {message[:200]}")

@@ -3,8 +3,9 @@
     from trl import GRPOConfig, GRPOTrainer
     from polar.trainers.trl import PolarRolloutFunc, polar_reward
 
-    rollout = PolarRolloutFunc(task, settings=settings, weights=InPlaceReload.from_settings(s))
-    trainer = GRPOTrainer(model=policy_dir, reward_funcs=polar_reward, args=GRPOConfig(...),
+    weights = InPlaceReload.from_settings(settings, policy_dir)  # never the served folder
+    rollout = PolarRolloutFunc(task, settings=settings, weights=weights)
+    trainer = GRPOTrainer(model=served_dir, reward_funcs=polar_reward, args=GRPOConfig(...),
                           train_dataset=dataset, rollout_func=rollout)
     trainer.train(); rollout.close()
 
