@@ -23,34 +23,11 @@ import pytest
 
 from polar.records import SessionStatus
 from polar.settings import Settings
+from tests.support.doc_blocks import REPO, doc_block
 from tests.support.scripted_backend import text
 from tests.support.scripted_stack import ScriptedStack, running_scripted_stack
 
-REPO = Path(__file__).resolve().parents[2]
-FENCE = re.compile(
-    r"^```(?P<lang>\w+)[^\n]*?title=\"(?P<title>[^\"]+)\"[^\n]*\n(?P<body>.*?)^```\s*$",
-    re.MULTILINE | re.DOTALL,
-)
 DEMO_CALLS = 3 * 4  # the demo task: 4 sessions of a 3-turn agent
-
-
-def doc_blocks() -> dict[str, tuple[str, str]]:
-    """{title: (language, code)} of the titled fenced blocks of README.md and docs/*.md."""
-    found: dict[str, tuple[str, str]] = {}
-    for page in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
-        for match in FENCE.finditer(page.read_text()):
-            title = match["title"]
-            assert title not in found, f"two blocks titled {title!r} (one is in {page.name})"
-            found[title] = (match["lang"], match["body"])
-    return found
-
-
-def example(title: str, lang: str) -> str:
-    blocks = doc_blocks()
-    assert title in blocks, f"no block titled {title!r} in README.md or docs/ ({sorted(blocks)})"
-    got_lang, body = blocks[title]
-    assert got_lang == lang, f"{title!r} is a {got_lang} block"
-    return body
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +62,7 @@ SKIP_DEV = """polar() {
 
 
 async def test_the_quick_tour_runs_as_written(stack: ScriptedStack, workdir: Path) -> None:
-    tour = example("quick tour", "bash")
+    tour = doc_block("quick tour", "bash")
     assert "polar submit examples/demo/task.json" in tour
     calls_before = len(stack.backend.requests)
     script = f'set -euo pipefail\n{SKIP_DEV}{tour}\necho "RUN=$run"\n'
@@ -115,7 +92,7 @@ async def test_the_quick_tour_runs_as_written(stack: ScriptedStack, workdir: Pat
 
 
 async def test_the_sdk_snippet_runs_as_written(stack: ScriptedStack, workdir: Path) -> None:
-    snippet = example("sdk", "python")
+    snippet = doc_block("sdk", "python")
     assert "PolarClient.connect()" in snippet
     (workdir / "snippet.py").write_text(snippet)
     # top-level await, as in `python -m asyncio` or a notebook
