@@ -1,6 +1,6 @@
 """Calls Polar's slime rollout function the way slime's rollout manager does.
 
-    .venv/bin/python -m tests.system.slime_driver TASK_JSON OUT_DIR --prompts 1 \\
+    .venv/bin/python -m tests.system.slime_driver POLAR_YAML OUT_DIR --prompts 1 \\
         --samples-per-prompt 2 --rollout-id 3 --model .polar/models/tiny-qwen3
 
 Where slime imports (a checkout on PYTHONPATH), slime's own path: its `Sample` class,
@@ -10,6 +10,8 @@ Where slime imports (a checkout on PYTHONPATH), slime's own path: its `Sample` c
 .venv-trainers), slime's own `RolloutDataSource` reading a prompt file with the model's
 tokenizer. Elsewhere the stand-in `Sample` (tests/support/slime_standin.py), a direct call, and
 a source that groups prompts as slime's `RolloutDataSource.get_samples` does.
+POLAR_YAML is the `--custom-config-path` file (the slime page's, docs/trainers-slime.md): each
+of its keys is set on slime's args, as slime does.
 Writes OUT_DIR/slime_samples.json: each sample's `to_dict()`, the nesting slime got, the
 metrics and whether slime's own code ran.
 The Polar settings come from the POLAR_* environment.
@@ -23,6 +25,8 @@ import json
 import time
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from polar.trainers.slime import generate_rollout
 from tests.support.slime_standin import GroupingSource, slime_api
@@ -64,7 +68,7 @@ def depth(node: Any) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("task", type=Path)
+    parser.add_argument("config", type=Path)
     parser.add_argument("out", type=Path)
     parser.add_argument("--prompts", type=int, default=1)
     parser.add_argument("--samples-per-prompt", type=int, default=2)
@@ -73,13 +77,13 @@ def main() -> None:
     args = parser.parse_args()
 
     api = slime_api()
-    instruction = json.loads(args.task.read_text())["instruction"]
     # slime's args as its --custom-config-path YAML leaves them (setattr per key)
     slime_args = argparse.Namespace(
-        rollout_batch_size=args.prompts,
-        n_samples_per_prompt=args.samples_per_prompt,
-        polar_task=str(args.task),
+        rollout_batch_size=args.prompts, n_samples_per_prompt=args.samples_per_prompt
     )
+    for key, value in yaml.safe_load(args.config.read_text()).items():
+        setattr(slime_args, key, value)
+    instruction = json.loads(Path(slime_args.polar_task).read_text())["instruction"]
     source = data_source(args, instruction, api.sample)
     started = time.monotonic()
     if api.real:

@@ -1,17 +1,20 @@
 """Polar is a NeMo Gym environment: Gym's own servers and rollout collection run Polar sessions.
 
-In `.venv-gym` (nemo-gym 0.4.0, Python 3.12; scripts/setup_gym_venv.sh): Gym's `ng_run` starts
-the head server and Polar's two servers from `polar/trainers/nemo_gym/configs/polar.yaml` (with
-an overlay naming the task template and the policy version), and Gym's `ng_collect_rollouts`
-posts two dataset rows to the agent's `/run` and writes the rollouts file. Each row runs one Polar
-session on the real stack (Temporal, S3, the gateway process, the real vLLM behind a recording
-tap). Every row written must carry, per model call, the token ids and logprobs Polar recorded,
-equal to the session's traces (and to what vLLM sampled), with the session's reward (from the
-resources server's /verify) and the policy version. A third row, whose sessions can never be
-graded, is run twice and then goes to Gym's failures file, never to the rollouts, with the
-reason it was left out, and Gym's own aggregate leaves it out (it once counted it as reward
-0.0). Ray, which Gym's `ng_run` starts, listens on loopback only and keeps its files in the
-run's folder (`gym_ray_env`), and writes nothing under `~/.ray`.
+In `.venv-gym` (nemo-gym 0.4.0, Python 3.12; scripts/setup_gym_venv.sh), the NeMo Gym page's
+two blocks run as written (docs/trainers-nemo-gym.md: `gym servers`, `gym collect`; only the
+paths a reader fills in, and a free head-server port, are put in): Gym's `ng_run` starts the
+head server and Polar's two servers from `polar/trainers/nemo_gym/configs/polar.yaml` with the
+page's overlay, and Gym's `ng_collect_rollouts` posts the page's row 4 times to the agent's
+`/run` and writes the rollouts file. Each row runs one Polar session on the real stack
+(Temporal, S3, the gateway process, the real vLLM behind a recording tap). Every row written
+must carry, per model call, the token ids and logprobs Polar recorded, equal to the session's
+traces (and to what vLLM sampled), with the session's reward (from the resources server's
+/verify). A second collection adds a row whose sessions can never be graded: it is run twice
+and then goes to Gym's failures file, never to the rollouts, with the reason it was left out,
+and Gym's own aggregate leaves it out (it once counted it as reward 0.0). Ray, which Gym's
+`ng_run` starts, listens on loopback only and keeps its files in the run's folder (the page's
+`RAY_*` variables), and writes nothing under `~/.ray`. Ctrl-C (SIGINT to the terminal's
+process group) stops `ng_run`, its servers and its Ray, in the time the page states.
 
 `test_gyms_aggregate_leaves_polar_failure_rows_out` runs Polar's agent app and Gym's own
 `compute_aggregate_metrics` in `.venv-gym` without the stack: failure rows out of the mean,
@@ -25,15 +28,14 @@ import contextlib
 import json
 import os
 import re
-import secrets
 import shutil
 import signal
 import statistics
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -41,12 +43,14 @@ from app.cli.demo import demo_task
 from app.devstack import DevStack
 from polar.client.sdk import PolarClient
 from polar.trainers._sessions import chains
+from tests.support.doc_blocks import doc_block, filled
 from tests.support.ports import free_port
 from tests.support.tap import Tap
 from tests.system.trainer_checks import REPO, assert_sampled_by_vllm, masked, run_logged
 
 pytestmark = pytest.mark.slow
-VERSION = 5
+CTRL_C_S = 120.0
+"""what the page states Ctrl-C takes"""
 GYM_DIR = REPO / "polar" / "trainers" / "nemo_gym"
 
 
@@ -57,35 +61,6 @@ def gym_bin() -> Path:
     if proc.returncode != 0:
         raise RuntimeError(f"setup_gym_venv failed:\n{(proc.stdout + proc.stderr)[-3000:]}")
     return Path(proc.stdout.strip().splitlines()[-1]).parent
-
-
-def gym_workdir(tmp: Path) -> Path:
-    """A working dir for Gym: links to the server dirs (Gym finds them under its cwd) and the
-    config, so that Gym's own outputs land here, not in the checkout."""
-    work = tmp / "gym"
-    work.mkdir()
-    for name in ("resources_servers", "responses_api_agents", "configs"):
-        (work / name).symlink_to(GYM_DIR / name)
-    return work
-
-
-@contextlib.contextmanager
-def gym_ray_env() -> Iterator[dict[str, str]]:
-    """What keeps the Ray that Gym's `ng_run` starts on loopback and in a folder of the run
-    (removed after): its node address on loopback (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0: Ray's
-    single-node mode), its sessions and sockets under RAY_TMPDIR (short: a socket path is at
-    most 107 bytes), its token auth's token from the environment (RAY_AUTH_TOKEN: else Ray
-    writes ~/.ray/auth_token), no usage stats."""
-    folder = tempfile.mkdtemp(prefix="polar-ray-")
-    try:
-        yield {
-            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-            "RAY_TMPDIR": folder,
-            "RAY_AUTH_TOKEN": secrets.token_hex(16),
-            "RAY_DISABLE_USAGE_STATS": "1",
-        }
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def listening(session_id: int) -> set[str]:
@@ -112,15 +87,31 @@ async def wait_ready(proc: asyncio.subprocess.Process, log: Path, timeout_s: flo
     raise AssertionError(f"Gym's servers not ready in {timeout_s}s:\n{log.read_text()[-4000:]}")
 
 
+async def ctrl_c(proc: asyncio.subprocess.Process) -> float:
+    """Ctrl-C in ng_run's terminal (SIGINT to its process group: ng_run, its servers, Ray);
+    the seconds until the terminal's shell is back (ng_run's own shutdown is over)."""
+    started = time.monotonic()
+    os.killpg(proc.pid, signal.SIGINT)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(proc.wait(), 120)
+    return time.monotonic() - started
+
+
 async def stop(proc: asyncio.subprocess.Process) -> None:
-    """ng_run's own shutdown (SIGINT: it interrupts its servers and stops its Ray), then the
-    process group it and its servers share, whatever is left of it."""
-    if proc.returncode is None:
-        proc.send_signal(signal.SIGINT)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(proc.wait(), 60)
+    """Whatever is left of the process group ng_run and its servers share."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
+    await proc.wait()
+
+
+def page_blocks(run: Path, task: Path, port: int) -> tuple[str, str]:
+    """The NeMo Gym page's `gym servers` and `gym collect` blocks, with the paths a reader
+    fills in put in, and the head server on `port`."""
+    paths = {"/path/to/polar-checkout": str(REPO), "/tmp/gym-run": str(run)}
+    head = {"+head_server.host=127.0.0.1": f"+head_server.host=127.0.0.1 +head_server.port={port}"}
+    servers = filled(doc_block("gym servers", "bash"), paths | {"/path/to/task.json": str(task)})
+    collect = filled(doc_block("gym collect", "bash"), paths)
+    return filled(servers, head), filled(collect, head)
 
 
 async def test_gym_rollout_collection_writes_polar_sessions_exact_to_the_token(
@@ -135,132 +126,134 @@ async def test_gym_rollout_collection_writes_polar_sessions_exact_to_the_token(
     spec.builder.name = "prefix_merging"
     template = tmp_path / "task.json"
     template.write_text(spec.model_dump_json())
-    overlay = tmp_path / "overlay.yaml"
-    overlay.write_text(
-        "polar_agent:\n  responses_api_agents:\n    polar_agent:\n"
-        f"      task: {template}\n      policy_version: {VERSION}\n"
-    )
-    rows = tmp_path / "rows.jsonl"
-    user = {"role": "user", "content": spec.instruction}
-    row_task = {"instruction": spec.instruction + " Keep it short."}
-    # a row whose sessions can never train (no evaluator, no reward): Gym's failures file
-    never = {"harness": {"kind": "command", "command": "true"}, "evaluator": {"kind": "none"}}
-    rows.write_text(
-        "".join(
-            json.dumps({"responses_create_params": {"input": [user]}, **extra}) + "\n"
-            for extra in ({}, {"polar_task": row_task}, {"polar_task": never})
-        )
-    )
-    work = gym_workdir(tmp_path)
+    # a short folder: Ray's socket paths live under it (at most 107 bytes)
+    run = Path(tempfile.mkdtemp(prefix="gym-", dir="/tmp"))
     port = free_port()
-    head = ["+head_server.host=127.0.0.1", f"+head_server.port={port}"]
-    ray = contextlib.ExitStack()
-    env = {
-        **os.environ,
-        **devstack.env(),
-        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-        **ray.enter_context(gym_ray_env()),
-    }
+    servers, collect = page_blocks(run, template, port)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("POLAR_")}
+    env |= devstack.env()
     env.pop("PYTHONPATH", None)
     home_ray = Path.home() / ".ray"
     home_before = sorted(home_ray.iterdir()) if home_ray.exists() else None
     log = tmp_path / "ng_run.log"
-    run_argv = [
-        str(bin_dir / "ng_run"),
-        f"+config_paths=[configs/polar.yaml,{overlay}]",
-        "+skip_venv_if_present=true",
-        f"+uv_venv_dir={REPO / '.venv-gym' / 'gym-servers'}",
-        *head,
-    ]
-    with log.open("wb") as out:
+    with log.open("wb") as out:  # the first terminal: a session of its own
         server = await asyncio.create_subprocess_exec(
-            *run_argv, cwd=work, env=env, stdout=out, stderr=out, start_new_session=True
+            "bash", "-ec", servers, env=env, stdout=out, stderr=out, start_new_session=True
         )
     started = time.monotonic()
+    stop_s = None
     try:
         await wait_ready(server, log, timeout_s=300)
         # Ray and Gym's servers: every listening socket on loopback; Ray's files in its folder
         addresses = listening(os.getsid(server.pid))
         assert addresses, "no listening socket found for ng_run's session"
         assert addresses <= {"127.0.0.1", "[::ffff:127.0.0.1]", "[::1]"}, addresses
-        assert list(Path(env["RAY_TMPDIR"]).glob("ray/session_*")), "Ray wrote elsewhere"
-        rollouts = tmp_path / "rollouts.jsonl"
-        collect = [
+        assert list((run / "ray").glob("ray/session_*")), "Ray wrote elsewhere"
+        # the second terminal: the page's collection, then one with a row never graded
+        await run_logged(["bash", "-ec", collect], env, timeout_s=600, cwd=tmp_path)
+        rows = run / "more.jsonl"
+        user = {"role": "user", "content": spec.instruction}
+        row_task = {"instruction": spec.instruction + " Keep it short."}
+        never = {"harness": {"kind": "command", "command": "true"}, "evaluator": {"kind": "none"}}
+        rows.write_text(
+            "".join(
+                json.dumps({"responses_create_params": {"input": [user]}, "polar_task": task})
+                + "\n"
+                for task in (row_task, never)
+            )
+        )
+        more = [
             str(bin_dir / "ng_collect_rollouts"),
             "+agent_name=polar_agent",
             f"+input_jsonl_fpath={rows}",
-            f"+output_jsonl_fpath={rollouts}",
-            "+num_samples_in_parallel=2",
-            *head,
+            f"+output_jsonl_fpath={run / 'more.out.jsonl'}",
+            "+head_server.host=127.0.0.1",
+            f"+head_server.port={port}",
         ]
-        await run_logged(collect, env, timeout_s=600, cwd=work)
+        await run_logged(more, env | {"PATH": f"{bin_dir}:{env['PATH']}"}, 600, cwd=run)
         seconds = time.monotonic() - started
+        stop_s = await ctrl_c(server)
     finally:
         await stop(server)
-        ray.close()
+        shutil.rmtree(run / "ray", ignore_errors=True)
     assert (sorted(home_ray.iterdir()) if home_ray.exists() else None) == home_before
+    assert stop_s is not None and stop_s < CTRL_C_S, f"Ctrl-C took {stop_s:.1f} s"
 
-    written = [json.loads(line) for line in rollouts.read_text().splitlines()]
-    assert len(written) == 2, written
-    (failed,) = [json.loads(line) for line in (tmp_path / "rollouts_failures.jsonl").open()]
+    # the page's row, 4 times: 4 sessions, each scored
+    written = [json.loads(line) for line in (run / "rollouts.jsonl").read_text().splitlines()]
+    assert len(written) == 4, written
+    failures = run / "rollouts_failures.jsonl"
+    assert not failures.exists() or not failures.read_text().strip()
+    (aggregate,) = json.loads((run / "rollouts_aggregate_metrics.json").read_text())
+    mean = statistics.fmean(r["reward"] for r in written)
+    assert aggregate["agent_metrics"]["mean/reward"] == pytest.approx(mean)
+    # the second collection: one scored row, and the row never graded in Gym's failures file
+    (scored,) = [json.loads(line) for line in (run / "more.out.jsonl").open()]
+    (failed,) = [json.loads(line) for line in (run / "more.out_failures.jsonl").open()]
     assert failed["_ng_failure_class"] == "polar_untrainable"
     reasons = failed["polar"]["reasons"]
     assert len(reasons) == 2 and all(r.endswith(": no reward") for r in reasons), reasons
     assert failed["polar"]["outcome"] == failed["polar"]["left_out"] == "no reward"
     assert failed["response"]["output"] == []
     # Gym's own aggregate (ng_collect_rollouts → the agent's /aggregate_metrics) counts the
-    # two scored rows only: the failure row's reward 0.0 is in no mean
-    (aggregate,) = json.loads((tmp_path / "rollouts_aggregate_metrics.json").read_text())
+    # scored row only: the failure row's reward 0.0 is in no mean
+    (aggregate,) = json.loads((run / "more.out_aggregate_metrics.json").read_text())
     groups = {g["_ng_task_index"] for g in aggregate["group_level_metrics"]}
-    assert groups == {r["_ng_task_index"] for r in written}, aggregate
-    assert failed["_ng_task_index"] not in groups
-    mean = statistics.fmean(r["reward"] for r in written)
-    assert aggregate["agent_metrics"]["mean/reward"] == pytest.approx(mean)
+    assert groups == {scored["_ng_task_index"]} and failed["_ng_task_index"] not in groups
+    assert aggregate["agent_metrics"]["mean/reward"] == pytest.approx(scored["reward"])
     compared = 0
-    for row in written:
-        provenance = row["polar"]
-        result = await polar.wait(provenance["workflow_id"])
-        (session,) = result.sessions
-        assert session.session_id == provenance["session_id"]
-        assert result.policy_version == VERSION == provenance["policy_version"]
-        # the grade is Polar's, through the resources server's /verify
-        assert session.reward is not None and row["reward"] == session.reward
-        assert provenance["graded_status"] == session.status.value
-        # one assistant message per model call, in chain order, each with Polar's token ids
-        ordered = chains(polar.load_traces(session))
-        assert provenance["trace_ids"] == [t.trace_id for t in ordered]
-        items = row["response"]["output"]
-        records = {r.record_id: r for r in polar.storage.list_completions(session.session_id)}
-        position = 0
-        for trace in ordered:
-            assert trace.provenance.policy_version == VERSION
-            members = sorted(
-                (records[rid] for rid in trace.provenance.record_ids), key=lambda r: r.seq
-            )
-            sampled: list[int] = []
-            logprobs: list[float] = []
-            for record in members:
-                item = items[position]
-                position += 1
-                assert item["type"] == "message" and item["role"] == "assistant"
-                assert item["id"] == f"msg_{record.record_id}"
-                assert item["prompt_token_ids"] == record.prompt_token_ids
-                assert item["generation_token_ids"] == record.response_token_ids
-                assert item["generation_log_probs"] == record.response_logprobs  # bit for bit
-                sampled += item["generation_token_ids"]
-                logprobs += item["generation_log_probs"]
-            # equal to the trace: its mask-1 tokens and logprobs, in order
-            assert sampled == masked(trace.response_ids, trace.loss_mask)
-            assert logprobs == masked(trace.response_logprobs, trace.loss_mask)
-            assert trace.prompt_ids[: len(members[0].prompt_token_ids or [])] == (
-                members[0].prompt_token_ids
-            )
-            compared += assert_sampled_by_vllm(trace, polar.storage, tap)
-        assert position == len(items) > 0
-        # Gym's own bookkeeping of the row
-        assert row["agent_ref"] == {"name": "polar_agent"}
+    for row in [*written, scored]:
+        compared += await assert_row_is_polars(polar, tap, row)
     assert compared > 0
-    print(f"nemo-gym: 2 rows (+1 to failures), {compared} sampled tokens compared, {seconds:.1f} s")
+    print(
+        f"nemo-gym: the page's 4 rows and 1 more (+1 to failures), {compared} sampled tokens "
+        f"compared, {seconds:.1f} s; Ctrl-C stopped ng_run in {stop_s:.1f} s"
+    )
+
+
+async def assert_row_is_polars(polar: PolarClient, tap: Tap, row: dict[str, Any]) -> int:
+    """A rollout row is its Polar session's: reward, version, and per model call the token
+    ids and logprobs the gateway recorded, equal to the traces (and to vLLM's samples, whose
+    count it returns)."""
+    provenance = row["polar"]
+    result = await polar.wait(provenance["workflow_id"])
+    (session,) = result.sessions
+    assert session.session_id == provenance["session_id"]
+    assert result.policy_version == provenance["policy_version"]
+    # the grade is Polar's, through the resources server's /verify
+    assert session.reward is not None and row["reward"] == session.reward
+    assert provenance["graded_status"] == session.status.value
+    # one assistant message per model call, in chain order, each with Polar's token ids
+    ordered = chains(polar.load_traces(session))
+    assert provenance["trace_ids"] == [t.trace_id for t in ordered]
+    items = row["response"]["output"]
+    records = {r.record_id: r for r in polar.storage.list_completions(session.session_id)}
+    position = compared = 0
+    for trace in ordered:
+        assert trace.provenance.policy_version == result.policy_version
+        members = sorted((records[rid] for rid in trace.provenance.record_ids), key=lambda r: r.seq)
+        sampled: list[int] = []
+        logprobs: list[float] = []
+        for record in members:
+            item = items[position]
+            position += 1
+            assert item["type"] == "message" and item["role"] == "assistant"
+            assert item["id"] == f"msg_{record.record_id}"
+            assert item["prompt_token_ids"] == record.prompt_token_ids
+            assert item["generation_token_ids"] == record.response_token_ids
+            assert item["generation_log_probs"] == record.response_logprobs  # bit for bit
+            sampled += item["generation_token_ids"]
+            logprobs += item["generation_log_probs"]
+        # equal to the trace: its mask-1 tokens and logprobs, in order
+        assert sampled == masked(trace.response_ids, trace.loss_mask)
+        assert logprobs == masked(trace.response_logprobs, trace.loss_mask)
+        assert trace.prompt_ids[: len(members[0].prompt_token_ids or [])] == (
+            members[0].prompt_token_ids
+        )
+        compared += assert_sampled_by_vllm(trace, polar.storage, tap)
+    assert position == len(items) > 0
+    assert row["agent_ref"] == {"name": "polar_agent"}  # Gym's own bookkeeping of the row
+    return compared
 
 
 AGGREGATE_SCRIPT = """

@@ -1,7 +1,8 @@
 """slime's rollout function runs Polar sessions and hands slime their traces exactly.
 
 `polar.trainers.slime.generate_rollout` is called as slime's rollout manager calls it
-(tests/system/slime_driver.py): one prompt group of two samples from a data source that groups
+(tests/system/slime_driver.py), with the slime page's config file as written (the task's path
+filled in): one prompt group of two samples from a data source that groups
 as slime's does; one Polar task of two sessions on the real stack (Temporal, S3, the gateway
 process, the real vLLM behind a recording tap). Every sample must be one of the sessions'
 chains, token for token, with the sampled logprobs bit for bit, the mask, the session's reward,
@@ -29,6 +30,7 @@ from app.devstack import DevStack
 from polar.client.sdk import PolarClient
 from polar.trainers._sessions import chains
 from polar.trainers.slime_layout import SLIME_SAMPLE_FIELDS, SLIME_STATUS
+from tests.support.doc_blocks import doc_block, filled
 from tests.support.tap import Tap
 from tests.system.trainer_checks import REPO, assert_sampled_by_vllm, run_logged
 
@@ -51,7 +53,12 @@ async def test_slime_rollout_function_returns_polar_traces_exact_to_the_token(
     path = [str(REPO), *filter(None, [os.environ.get("SLIME_CHECKOUT")])]
     env = {**os.environ, **devstack.env(), "PYTHONPATH": os.pathsep.join(path)}
     python = os.environ.get("SLIME_PYTHON", sys.executable)
-    argv = [python, "-m", "tests.system.slime_driver", str(task), str(tmp_path)]
+    # the slime page's --custom-config-path file, the task's path filled in as a user would
+    config = tmp_path / "polar.yaml"
+    config.write_text(
+        filled(doc_block("slime polar.yaml", "yaml"), {"/path/to/task.json": str(task)})
+    )
+    argv = [python, "-m", "tests.system.slime_driver", str(config), str(tmp_path)]
     argv += ["--prompts", "1", "--samples-per-prompt", "2", "--rollout-id", str(ROLLOUT_ID)]
     argv += ["--model", str(model_dir)]
     await run_logged(argv, env, timeout_s=500)

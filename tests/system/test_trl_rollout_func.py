@@ -14,6 +14,8 @@ which vLLM reloads them: the folder vLLM serves is never written.
 
 A run whose every session fails (a task whose prepare step fails: `task_error`) raises
 `UnscoredBatch` out of TRL's own `GRPOTrainer.train()` before any step, naming the outcome.
+
+The TRL page's GRPO example runs as written against the same stack, in a process of its own.
 """
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
+import os
 import secrets
 import statistics
+import sys
 import time
 import uuid
 from collections import Counter
@@ -48,10 +52,11 @@ from polar.trainers._sessions import UnscoredBatch, absent_reason, chains, train
 from polar.trainers.trl import PolarRolloutFunc, PolarRolloutWorker, PolarWeightTransfer
 from polar.trainers.weights import InPlaceReload
 from tests.conftest import open_for_harness
+from tests.support.doc_blocks import REPO, doc_block
 from tests.support.ports import free_port
 from tests.support.scripted_backend import serve_app
 from tests.support.tap import Tap, tap_app
-from tests.system.trainer_checks import assert_sampled_by_vllm, float32, masked
+from tests.system.trainer_checks import assert_sampled_by_vllm, float32, masked, run_logged
 
 pytestmark = pytest.mark.slow
 GROUP = 3
@@ -420,3 +425,31 @@ async def test_a_trl_run_whose_every_session_fails_raises_out_of_trls_train(
     assert trainer.state.global_step == 0 and rollout.version == 0
     assert rollout.stats.unscored_reasons == {"task_error": GROUP}
     print(f"trl: every session failed, train() raised: {message[:200]}")
+
+
+async def test_the_trl_pages_grpo_example_runs_as_written(
+    trl_polar: PolarClient, trl_stack: tuple[Settings, Tap], tmp_path: Path
+) -> None:
+    """The TRL page's `trl grpo` block, as written, in a process of its own against this
+    module's stack (`polar dev up` with POLAR_VLLM_WEIGHT_RELOAD=1, the page's `trl dev up`
+    block: vLLM reloading weights in place, the gateway taking the admin token), from a folder
+    holding the checkout's examples/: TRL's GRPOTrainer takes its two steps on the demo task,
+    syncs the weights once into `runs/policy`, and the folder vLLM serves stays as it was."""
+    settings, _ = trl_stack
+    assert settings.model_dir is not None and settings.admin_token
+    up = doc_block("trl dev up", "bash")
+    assert "POLAR_VLLM_WEIGHT_RELOAD=1 polar dev up" in up and "POLAR_ADMIN_TOKEN" in up
+    (tmp_path / "examples").symlink_to(REPO / "examples")
+    (tmp_path / "grpo.py").write_text(
+        doc_block("trl grpo", "python")
+        + "\nprint('POLAR_TRL', trainer.state.global_step, rollout.version, rollout.stats.syncs)\n"
+    )
+    before = (settings.model_dir / "model.safetensors").read_bytes()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("POLAR_")}
+    env |= settings.as_env() | {"PYTHONPATH": str(REPO)}
+    out = await run_logged([sys.executable, "grpo.py"], env, timeout_s=500, cwd=tmp_path)
+    (line,) = [line for line in out.splitlines() if line.startswith("POLAR_TRL ")]
+    assert line.split()[1:] == ["2", "1", "1"], out[-3000:]  # steps, version, syncs
+    assert (tmp_path / "runs" / "policy" / "model.safetensors").stat().st_size > 0
+    assert (settings.model_dir / "model.safetensors").read_bytes() == before
+    print(f"trl page: {line}")

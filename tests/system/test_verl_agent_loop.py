@@ -1,6 +1,7 @@
 """verl 0.9.1 takes Polar's sessions through its own agent-loop path (in .venv-trainers).
 
-verl's Hydra trainer config, its agent-loop config file naming `polar`, its registry and its
+verl's Hydra trainer config, its agent-loop config file naming `polar` (the verl page's, as
+written, with the task's path and a policy version filled in), its registry and its
 `AgentLoopWorker.generate_sequences` run two rows; each row runs one Polar session on the real
 stack (Temporal, S3, the gateway process, the real vLLM behind a recording tap). What verl holds
 afterwards must be Polar's first chain of that session, token for token, with the sampled
@@ -19,6 +20,7 @@ from app.cli.demo import demo_task
 from app.devstack import DevStack
 from polar.client.sdk import PolarClient
 from polar.trainers._sessions import chains
+from tests.support.doc_blocks import doc_block, filled
 from tests.support.tap import Tap
 from tests.system.trainer_checks import (
     REPO,
@@ -46,8 +48,16 @@ async def test_verl_agent_loop_runs_polar_sessions_exact_to_the_token(
     task = tmp_path / "task.json"
     task.write_text(spec.model_dump_json())
     env = {**os.environ, **devstack.env(), "PYTHONPATH": str(REPO)}
-    argv = [str(python), "-m", "tests.system.verl_driver", str(task), str(tmp_path)]
-    argv += ["--rows", "2", "--model", str(model_dir), "--policy-version", str(VERSION)]
+    # the verl page's agent-loop config, the task and a version filled in as a user would
+    loop_config = tmp_path / "agent_loop.yaml"
+    version = {"policy_version: null": f"policy_version: {VERSION}"}
+    loop_config.write_text(
+        filled(
+            doc_block("verl agent_loop.yaml", "yaml"), {"/path/to/task.json": str(task)} | version
+        )
+    )
+    argv = [str(python), "-m", "tests.system.verl_driver", str(loop_config), str(tmp_path)]
+    argv += ["--rows", "2", "--model", str(model_dir)]
     await run_logged(argv, env, timeout_s=500)
     report = json.loads((tmp_path / "verl_rows.json").read_text())
 

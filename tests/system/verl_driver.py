@@ -1,10 +1,11 @@
 """Runs verl 0.9.1's own agent-loop worker on rows whose agent is `polar` (in .venv-trainers).
 
-    .venv-trainers/bin/python -m tests.system.verl_driver TASK_JSON OUT_DIR --rows 2 \\
-        --model .polar/models/tiny-qwen3 --policy-version 3
+    .venv-trainers/bin/python -m tests.system.verl_driver AGENT_LOOP_YAML OUT_DIR --rows 2 \\
+        --model .polar/models/tiny-qwen3
 
 verl's path, unchanged: its Hydra trainer config (`verl/trainer/config/ppo_trainer.yaml`)
 composed with overrides; its agent-loop config file (`rollout.agent.agent_loop_config_path`)
+(AGENT_LOOP_YAML: the verl page's, docs/trainers-verl.md)
 naming `polar` with the task template; `default_agent_loop=polar`, so rows without an
 `agent_name` resolve to it; `AgentLoopWorker.generate_sequences` on a `DataProto`, which looks
 `polar` up in verl's registry, instantiates it with Hydra, runs it, pads and stacks the outputs.
@@ -82,11 +83,10 @@ def rows_of(out: Any) -> list[dict[str, Any]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("task", type=Path)
+    parser.add_argument("loop_config", type=Path)
     parser.add_argument("out", type=Path)
     parser.add_argument("--rows", type=int, default=2)
     parser.add_argument("--model", type=Path, required=True)
-    parser.add_argument("--policy-version", type=int)
     args = parser.parse_args()
 
     import numpy as np
@@ -98,17 +98,11 @@ def main() -> None:
     import polar.trainers.verl  # noqa: F401  (registers `polar`)
 
     registered = dict(_agent_loop_registry["polar"])
-    loop_config = args.out / "agent_loop.yaml"
-    entry = {
-        "name": "polar",
-        "_target_": "polar.trainers.verl.PolarAgentLoop",
-        "task": str(args.task),
-        "policy_version": args.policy_version,
-    }
-    OmegaConf.save(OmegaConf.create([entry]), loop_config)
+    loop_config = args.loop_config
+    (entry,) = OmegaConf.to_container(OmegaConf.load(loop_config))  # type: ignore[misc]
     config = compose(args.model, loop_config)
     worker = AgentLoopWorker(config, llm_client=None)
-    instruction = json.loads(args.task.read_text())["instruction"]
+    instruction = json.loads(Path(entry["task"]).read_text())["instruction"]
     prompt = [{"role": "user", "content": instruction}]
     batch = DataProto.from_dict(
         non_tensors={
