@@ -27,7 +27,7 @@ import uuid
 import warnings
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.common import Priority
@@ -42,9 +42,11 @@ from polar.dev_console import dev_console_url
 from polar.records import OutcomeClass, SessionStatus, Trace
 from polar.search_attributes import STAGE, STATUS
 from polar.settings import ClientSettings, get_settings
-from polar.storage import Storage
 from polar.tasks.spec import TaskSpec
 from polar.temporal_client import connect
+
+if TYPE_CHECKING:
+    from polar.storage import Storage
 
 
 @dataclass(frozen=True)
@@ -104,7 +106,21 @@ class PolarClient:
     ) -> None:
         self.client = client
         self.settings = settings
-        self.storage = storage or Storage(settings)
+        self._storage = storage
+
+    @property
+    def storage(self) -> Storage:
+        """The S3 storage of records and traces, opened on first use (a command that only
+        talks to Temporal never imports the S3 client)."""
+        if self._storage is None:
+            from polar.storage import Storage
+
+            self._storage = Storage(self.settings)
+        return self._storage
+
+    @storage.setter
+    def storage(self, storage: Storage) -> None:
+        self._storage = storage
 
     @classmethod
     async def connect(cls, settings: ClientSettings | None = None) -> PolarClient:
