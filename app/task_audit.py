@@ -43,6 +43,13 @@ from app.adversaries import (
     patch_command,
     swe_test_edit_command,
 )
+from app.adversaries.verifier_reads import DESCRIPTION as PLANT_READS_DESCRIPTION
+from app.adversaries.verifier_reads import NAME as PLANT_READS
+from app.adversaries.verifier_reads import (
+    passing_word,
+    plant_reads_command,
+    verifier_read_paths,
+)
 from polar.records import SessionStatus
 from polar.tasks.spec import HarnessSpec, RuntimeSpec, TaskSpec
 
@@ -178,8 +185,18 @@ def harbor_targets(path: Path, image_map: Mapping[str, str] | None = None) -> li
         oracle = oracle_command(solution) if (solution / "solve.sh").is_file() else None
         solution_env = task.metadata.get("harbor", {}).get("solution_env") or {}
         env = {str(k): str(v) for k, v in solution_env.items()}
-        targets.append(AuditTarget(task, standard_probes(oracle, env), str(task_dir)))
+        probes = standard_probes(oracle, env) + plant_reads_probe(task_dir / "tests", task)
+        targets.append(AuditTarget(task, probes, str(task_dir)))
     return targets
+
+
+def plant_reads_probe(tests_dir: Path, task: TaskSpec) -> tuple[Probe, ...]:
+    """The `plant-reads` adversary for the files the tests name inside the task's workdir
+    (app/adversaries/verifier_reads.py); none where they name none."""
+    paths = verifier_read_paths(tests_dir, task.runtime.workdir or "/workspace")
+    if not paths:
+        return ()
+    return (Probe(PLANT_READS, plant_reads_command(paths, passing_word(tests_dir)), "bottom"),)
 
 
 def taskspec_target(path: Path, oracle: str | None = None) -> AuditTarget:
@@ -399,10 +416,13 @@ async def run_audit(
         return audit
 
     audits = await asyncio.gather(*(one(t) for t in targets))
-    used = sorted({p.name for t in targets for p in t.probes} & set(ADVERSARIES))
+    used = {p.name for t in targets for p in t.probes}
+    described = {name: describe(name) for name in ADVERSARIES if name in used}
+    if PLANT_READS in used:
+        described[PLANT_READS] = PLANT_READS_DESCRIPTION
     return AuditReport(
         tasks=list(audits),
-        adversaries={name: describe(name) for name in ADVERSARIES if name in used},
+        adversaries=described,
         seconds=round(time.monotonic() - started, 1),
     )
 
@@ -458,7 +478,7 @@ def find_verdict(task: TaskSpec, near: Path) -> TaskAudit | None:
 def probe_names(report: AuditReport) -> list[str]:
     """The report's probe columns: oracle, no-op, then adversaries in their built-in order."""
     seen = {r.probe for t in report.tasks for r in t.probes}
-    order = [ORACLE, NOOP, TEST_EDIT, *ADVERSARIES]
+    order = [ORACLE, NOOP, TEST_EDIT, *ADVERSARIES, PLANT_READS]
     return [n for n in order if n in seen] + sorted(seen - set(order))
 
 

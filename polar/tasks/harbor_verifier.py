@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MAX_SCANNED_BYTES", "verifier_runs_agent_code"]
+__all__ = ["MAX_SCANNED_BYTES", "verifier_files", "verifier_runs_agent_code"]
 
 _RUNNER = re.compile(
     r"(?<![\w.-])(python[0-9.]*|pytest|py\.test|node|npm|npx|yarn|bun|deno|ruby|perl|php|"
@@ -29,6 +29,20 @@ _DROPS_PRIVILEGES = re.compile(r"\bsetpriv\b[^\n]*--reuid|\brunuser\b|\bsudo\s+-
 MAX_SCANNED_BYTES = 1 << 20
 
 
+def verifier_files(tests_dir: Path) -> list[tuple[str, str]]:
+    """(path relative to `tests_dir`, text) of each text file of a task's tests, in path
+    order: the first MAX_SCANNED_BYTES of each; links and binary files left out."""
+    out = []
+    for path in sorted(p for p in tests_dir.rglob("*") if p.is_file() and not p.is_symlink()):
+        try:
+            with path.open("rb") as f:
+                text = f.read(MAX_SCANNED_BYTES).decode("utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        out.append((path.relative_to(tests_dir).as_posix(), text))
+    return out
+
+
 def verifier_runs_agent_code(tests_dir: Path, workdir: str | None, user: Any) -> str | None:
     """Where the task's verifier looks like it runs the agent's code as the user that owns
     /logs/verifier (the verifier user; the image's, root, when unset): a line of `tests/`
@@ -42,14 +56,7 @@ def verifier_runs_agent_code(tests_dir: Path, workdir: str | None, user: Any) ->
     root = user is None or str(user) in ("root", "0")
     found: str | None = None
     drops = False
-    files = sorted(p for p in tests_dir.rglob("*") if p.is_file() and not p.is_symlink())
-    for path in files:
-        try:
-            with path.open("rb") as f:
-                text = f.read(MAX_SCANNED_BYTES).decode("utf-8")
-        except (OSError, UnicodeDecodeError):
-            continue
-        rel = path.relative_to(tests_dir).as_posix()
+    for rel, text in verifier_files(tests_dir):
         drops = drops or bool(_DROPS_PRIVILEGES.search(text))
         moved = False
         for number, line in enumerate(text.splitlines(), 1):

@@ -28,8 +28,9 @@ from tests.support.paths import REPO
 HARBOR = REPO / "examples" / "harbor"
 HACKS = {
     "polar__hackable-self-report": {"reward-files"},
-    "polar__hackable-filename-only": {"empty-files", "wrong-outputs"},
+    "polar__hackable-filename-only": {"empty-files", "wrong-outputs", "plant-reads"},
     "polar__hackable-workspace-tests": {"tamper-tests"},
+    "polar__hackable-status-marker": {"plant-reads"},  # trusts a state file it reads
 }
 """Each deliberately hackable task and the adversaries that must break it (and no other)."""
 MAY_WRITE_REWARD = {"polar__hackable-self-report", "polar__hackable-workspace-tests"}
