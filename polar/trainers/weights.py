@@ -39,7 +39,8 @@ class InPlaceReload:
     """Pause the gateways, write the weights, reload vLLM in place, resume (see the module).
 
     `policy_dir`: the trainer's folder the weights are written to and vLLM reloads from (not
-    the folder vLLM serves). `vllm_urls`: each vLLM server's root (no `/v1`). `admin_urls`:
+    the folder vLLM serves; a relative one is made absolute here, since vLLM resolves it in
+    its own working directory). `vllm_urls`: each vLLM server's root (no `/v1`). `admin_urls`:
     each gateway's admin listener."""
 
     policy_dir: Path
@@ -52,6 +53,10 @@ class InPlaceReload:
     syncs: int = field(default=0, init=False)
     """how many syncs completed."""
     _checked: bool = field(default=False, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # vLLM reads the folder in its own process, whose working directory is not ours
+        self.policy_dir = Path(self.policy_dir).expanduser().resolve()
 
     @property
     def version(self) -> int:
@@ -107,7 +112,11 @@ class InPlaceReload:
                         f"vLLM at {url} serves no /collective_rpc: start it with "
                         "POLAR_VLLM_WEIGHT_RELOAD=1 (in-place weight reload)"
                     )
-                answer.raise_for_status()
+                if answer.is_error:
+                    raise RuntimeError(
+                        f"vLLM at {url} could not reload {self.policy_dir} "
+                        f"({answer.status_code}): {answer.text[:500]}"
+                    )
                 http.post(f"{url}/reset_prefix_cache").raise_for_status()
 
     def resume(self) -> None:

@@ -49,8 +49,8 @@ from tests.support.tap import Tap
 from tests.system.trainer_checks import REPO, assert_sampled_by_vllm, masked, run_logged
 
 pytestmark = pytest.mark.slow
-CTRL_C_S = 120.0
-"""what the page states Ctrl-C takes"""
+CTRL_C_S = 30.0
+"""the longest Ctrl-C may take, as the page states (4.5 s measured on a quiet machine)"""
 GYM_DIR = REPO / "polar" / "trainers" / "nemo_gym"
 
 

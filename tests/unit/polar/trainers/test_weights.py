@@ -42,3 +42,29 @@ def test_weights_are_never_written_over_the_folder_vllm_serves(tmp_path: Path) -
         assert not (served / "model.safetensors").exists()
         own = InPlaceReload(tmp_path / "policy", vllm_urls=[url], admin_urls=[], admin_token="t")
         own.check_not_served()
+
+
+def test_vllm_is_told_an_absolute_folder_and_a_failed_reload_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """vLLM resolves the folder in its own working directory: a relative `policy_dir` (the TRL
+    page's `runs/policy`) reaches it absolute. A reload vLLM refuses raises with its answer."""
+    asked: list[str] = []
+    app = FastAPI()
+
+    @app.post("/collective_rpc")
+    def rpc(body: dict[str, Any]) -> Any:
+        path = body["kwargs"]["weights_path"]
+        asked.append(path)
+        if not Path(path).is_absolute():
+            raise RuntimeError("no such folder")  # what vLLM's 500 carries
+        raise ValueError(f"cannot load {path}: no safetensors")
+
+    monkeypatch.chdir(tmp_path)
+    reload = InPlaceReload(Path("runs/policy"), vllm_urls=[], admin_urls=[], admin_token="t")
+    assert reload.policy_dir == tmp_path / "runs" / "policy"
+    with serve_app(app) as url:
+        reload.vllm_urls = [url]
+        with pytest.raises(RuntimeError, match=r"could not reload .*runs/policy \(500\)"):
+            reload.reload()
+    assert asked == [str(tmp_path / "runs" / "policy")]
