@@ -3,10 +3,11 @@
     .venv/bin/python bench/bench_cli_start.py               # 10 runs of each
     .venv/bin/python bench/bench_cli_start.py --runs 30 --label quiet
 
-Runs `polar --help`, `polar status --help` and `polar status <id>` against a Temporal
-address nothing answers on (the CLI's whole start up to its first RPC, which fails at once:
-exit 1), each `--runs` times one after another, and prints the median and p90 wall time and
-the median user+system CPU time per command (CPU time is what a loaded machine cannot hide).
+Runs `polar --help`, `polar status --help` and `polar status <id>` (and the floor of any
+command that talks to Temporal: `TEMPORAL_FLOOR`) against a Temporal address nothing answers
+on (the CLI's whole start up to its first RPC, which fails at once: exit 1), each `--runs`
+times one after another, and prints the median and p90 wall time and the median user+system
+CPU time per command (CPU time is what a loaded machine cannot hide).
 Also the import time of `app.cli` alone (`python -X importtime`). Keeps the figures in
 bench/results/cli_start.json under `--label` (other labels stay).
 """
@@ -28,6 +29,26 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 POLAR = [sys.executable, "-m", "app.cli"]
 RESULTS = REPO / "bench" / "results" / "cli_start.json"
+
+
+TEMPORAL_FLOOR = """
+import asyncio
+import typer
+from temporalio.service import ConnectConfig, ServiceClient
+from polar.settings import ClientSettings, get_settings
+
+async def connect():
+    settings = get_settings(ClientSettings)
+    try:
+        await ServiceClient.connect(ConnectConfig(target_host=settings.temporal_address))
+    except Exception:
+        raise SystemExit(1)
+
+asyncio.run(connect())
+"""
+"""The least any `polar` command that talks to Temporal does: typer, the Temporal SDK's
+service client (`import temporalio` loads its bridge and every API proto), the settings, a
+connect (which fails at once here)."""
 
 
 def closed_port() -> int:
@@ -71,6 +92,7 @@ def main() -> int:
         "polar --help": [*POLAR, "--help"],
         "polar status --help": [*POLAR, "status", "--help"],
         "polar status ID (no Temporal)": [*POLAR, "status", "task-bench-cli-start"],
+        "Temporal SDK floor": [sys.executable, "-c", TEMPORAL_FLOOR],
     }
     figures: dict[str, dict[str, float]] = {}
     print(f"{'command':32} {'median s':>9} {'p90 s':>7} {'cpu s':>7}  exit")
