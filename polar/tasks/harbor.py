@@ -36,6 +36,7 @@ from pydantic import ValidationError
 
 from polar.ids import TASK_ID_MAX
 from polar.tasks.harbor_environment import check_environment, environment_image, runtime_spec
+from polar.tasks.harbor_healthcheck import healthcheck_action
 from polar.tasks.harbor_network import baseline_policy, phase_networks
 from polar.tasks.harbor_toml import (
     HarborTask,
@@ -152,6 +153,8 @@ def task_spec(
     check_environment(task, env_cfg, verifier)
     image = environment_image(task, image_map)
     runtime = runtime_spec(task, env_cfg, image).model_copy(update={"network": agent_network})
+    if env_cfg.get("healthcheck") is not None:  # ready before the agent starts, as in Harbor
+        runtime.prepare.append(healthcheck_action(task, env_cfg["healthcheck"]))
     task_env = resolved_env(task, "environment.env", env_cfg.get("env"), environ)
     verifier_env = resolved_env(task, "verifier.env", verifier.get("env"), environ)
     test_script = task.tests_dir / "test.sh"

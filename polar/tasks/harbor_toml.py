@@ -102,7 +102,6 @@ _UNSUPPORTED: dict[str, str] = {
     "environment.tpu": "TPUs in the task's container",
     "environment.mcp_servers": "MCP servers for the agent",
     "environment.skills_dir": "agent skills directories",
-    "environment.healthcheck": "environment healthchecks (no long-running services)",
 }
 
 

@@ -23,6 +23,7 @@ import pytest
 
 from activities.evaluators.base import Evaluation, EvaluatorError
 from activities.evaluators.harbor import HarborReport
+from activities.runtimes.base import PrepareFailed
 from activities.runtimes.kinds.docker import LABEL, DockerRuntime
 from app.adversaries import adversary_command
 from polar.outcomes import classify, error_outcome
@@ -31,6 +32,7 @@ from polar.settings import get_settings
 from polar.tasks.harbor import load_harbor_tasks
 from polar.tasks.harbor_images import ensure_images
 from polar.tasks.harbor_toml import HarborTaskError
+from polar.tasks.sources import CommandAction
 from polar.tasks.spec import EvaluatorSpec, TaskSpec
 from tests.support.eval_runtimes import grade, prepare_session, run_harness
 from tests.support.paths import REPO
@@ -106,6 +108,27 @@ async def test_the_oracle_scores_1_and_doing_nothing_0(runtime: DockerRuntime, n
         }
     noop = await _session(runtime, spec, "true", f"hb-{name}-noop")
     assert noop.reward == 0.0, noop.detail
+
+
+async def test_a_healthcheck_runs_before_the_agent_as_harbor_runs_it(
+    runtime: DockerRuntime, tmp_root: Path
+) -> None:
+    """csv-sum's `[environment.healthcheck]` passed in the oracle's session above (its data is
+    there); a check that never passes fails the prepare step, naming the check, and no
+    session starts."""
+    (csv_sum,) = load_harbor_tasks(EXAMPLES / "csv-sum")
+    (check,) = csv_sum.runtime.prepare
+    assert isinstance(check, CommandAction) and "test -s /workspace/sales.csv" in check.command
+    task = Path(shutil.copytree(EXAMPLES / "hello-file", tmp_root / "hello-file"))
+    toml = task / "task.toml"
+    toml.write_text(
+        toml.read_text()
+        + '\n[environment.healthcheck]\ncommand = "test -f /workspace/never"\n'
+        + "interval_sec = 0.2\nretries = 2\n"
+    )
+    spec = _task(task)
+    with pytest.raises(PrepareFailed, match="healthcheck failed after 2 consecutive retries"):
+        await prepare_session(runtime, spec.runtime, None, "hb-healthcheck-never")
 
 
 async def test_a_reward_the_agent_plants_never_counts(runtime: DockerRuntime) -> None:

@@ -100,7 +100,12 @@ def test_env_templates_resolve_from_the_host(tmp_path: Path) -> None:
         ('artifacts = ["/tmp/out"]', "artifacts"),
         ('[verifier.environment]\ndocker_image = "x"', "verifier.environment"),
         ('[[verifier.collect]]\ncommand = "true"', "verifier.collect"),
-        ('[environment.healthcheck]\ncommand = "true"', "environment.healthcheck"),
+        ('[environment.healthcheck]\ncommand = ""', "environment.healthcheck.command"),
+        (
+            '[environment.healthcheck]\ncommand = "true"\nretries = -1',
+            "environment.healthcheck.retries",
+        ),
+        ('[environment.healthcheck]\ncommand = "true"\nevery = 1', "environment.healthcheck.every"),
         ('[agent]\nnetwork_mode = "dial-up"', "agent.network_mode"),
         ('[verifier]\nallowed_hosts = ["pypi.org"]', "verifier.allowed_hosts"),
         (
