@@ -11,6 +11,7 @@ from polar.contracts import SessionResult, TaskResult
 from polar.records import SessionStatus, Trace
 from polar.trainers._sessions import absent_reason, left_out, trainable
 from polar.trainers.trl import GroupRun, PolarRolloutFunc
+from tests.support.session_results import session_result
 from tests.unit.polar.builders.test_builders_rewards import scored_group
 from tests.unit.polar.trainers.trl import test_trainers_trl as trl_tests
 
@@ -26,16 +27,8 @@ GROUP: list[tuple[str, SessionStatus, float | None, int]] = [
 def session(
     sid: str, status: SessionStatus, reward: float | None, **fields: object
 ) -> SessionResult:
-    return SessionResult(
-        session_id=sid,
-        task_id="t",
-        index=0,
-        status=status,
-        reward=reward,
-        harness="h",
-        traces_key=f"sessions/{sid}/traces.jsonl",
-        **({"harness_started": True} | fields),  # type: ignore[arg-type]
-    )
+    always = {"harness_started": True, "traces_key": f"sessions/{sid}/traces.jsonl"}
+    return session_result(sid, status, reward, **(always | fields))
 
 
 def results() -> list[SessionResult]:

@@ -24,6 +24,7 @@ from polar.trainers._sessions import (
     require_scored,
     unscored,
 )
+from tests.support.session_results import session_result
 
 MISSING = "prepare: InvalidSource: source.path /x does not exist"
 
@@ -31,16 +32,7 @@ MISSING = "prepare: InvalidSource: source.path /x does not exist"
 def session(
     sid: str, status: SessionStatus, reward: float | None, **fields: object
 ) -> SessionResult:
-    return SessionResult(
-        session_id=sid,
-        task_id="t",
-        index=0,
-        status=status,
-        reward=reward,
-        harness="command",
-        traces_key=None if reward is None else f"sessions/{sid}/traces.jsonl",
-        **fields,  # type: ignore[arg-type]
-    )
+    return session_result(sid, status, reward, **({"harness": "command"} | fields))
 
 
 def invalid_source(sid: str) -> SessionResult:
