@@ -42,13 +42,7 @@ from app.adversaries import (
     oracle_command,
     patch_command,
     swe_test_edit_command,
-)
-from app.adversaries.verifier_reads import DESCRIPTION as PLANT_READS_DESCRIPTION
-from app.adversaries.verifier_reads import NAME as PLANT_READS
-from app.adversaries.verifier_reads import (
-    passing_word,
-    plant_reads_command,
-    verifier_read_paths,
+    verifier_reads,
 )
 from polar.records import SessionStatus
 from polar.tasks.spec import HarnessSpec, RuntimeSpec, TaskSpec
@@ -63,6 +57,8 @@ AUDIT_PREFIX = "audits/"
 ORACLE, NOOP = "oracle", "no-op"
 SWE_ADVERSARIES = ("tamper-tests",)
 """The built-in adversaries a SWE-bench instance gets besides its own test-edit patch."""
+PLANT_READS = verifier_reads.NAME
+"""A Harbor task's own adversary: the files its tests read, planted (verifier_reads.py)."""
 TEST_EDIT = "test-edit"
 """SWE-bench's test-edit patch: each test file the instance's test ids name (re)written with
 a passing test under each id, and a pass-everything conftest.py."""
@@ -193,10 +189,11 @@ def harbor_targets(path: Path, image_map: Mapping[str, str] | None = None) -> li
 def plant_reads_probe(tests_dir: Path, task: TaskSpec) -> tuple[Probe, ...]:
     """The `plant-reads` adversary for the files the tests name inside the task's workdir
     (app/adversaries/verifier_reads.py); none where they name none."""
-    paths = verifier_read_paths(tests_dir, task.runtime.workdir or "/workspace")
+    paths = verifier_reads.verifier_read_paths(tests_dir, task.runtime.workdir or "/workspace")
     if not paths:
         return ()
-    return (Probe(PLANT_READS, plant_reads_command(paths, passing_word(tests_dir)), "bottom"),)
+    word = verifier_reads.passing_word(tests_dir)
+    return (Probe(PLANT_READS, verifier_reads.plant_reads_command(paths, word), "bottom"),)
 
 
 def taskspec_target(path: Path, oracle: str | None = None) -> AuditTarget:
@@ -419,7 +416,7 @@ async def run_audit(
     used = {p.name for t in targets for p in t.probes}
     described = {name: describe(name) for name in ADVERSARIES if name in used}
     if PLANT_READS in used:
-        described[PLANT_READS] = PLANT_READS_DESCRIPTION
+        described[PLANT_READS] = verifier_reads.DESCRIPTION
     return AuditReport(
         tasks=list(audits),
         adversaries=described,
