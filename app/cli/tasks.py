@@ -76,6 +76,7 @@ def tasks_audit(
     Exit 0 when every task is sound, 1 when one is flagged or broken. The verdicts go to
     `.polar-audit.json` beside PATH, where `polar submit` finds them."""
     from app import task_audit as au
+    from app import task_audit_report as audit_report
     from polar.client.sdk import PolarClient
 
     builds: dict[str, str] = {}
@@ -114,7 +115,7 @@ def tasks_audit(
     saved = au.save_verdicts(report, path)
     console.print(f"verdicts: {saved}", markup=False)
     if json_out is not None:
-        json_out.write_text(json.dumps(au.report_json(report), indent=2) + "\n")
+        json_out.write_text(json.dumps(audit_report.report_json(report), indent=2) + "\n")
     if report.flagged:
         raise typer.Exit(1)
 
@@ -155,10 +156,10 @@ def audit_targets(
 
 def print_audit_report(report: AuditReport, path: Path) -> None:
     """The audit's table (a terminal) or Markdown table (a pipe), then each flagged task."""
-    from app import task_audit as au
+    from app import task_audit_report as audit_report
 
     if sys.stdout.isatty():
-        header, rows = au.report_rows(report)
+        header, rows = audit_report.report_rows(report)
         table = Table(title=f"audit of {path}")
         for col in header:
             table.add_column(col)
@@ -166,6 +167,6 @@ def print_audit_report(report: AuditReport, path: Path) -> None:
             table.add_row(*row)
         console.print(table, markup=False)
     else:  # a pipe or CI log: the Markdown table, never truncated
-        console.print(au.markdown_table(report), markup=False, soft_wrap=True)
+        console.print(audit_report.markdown_table(report), markup=False, soft_wrap=True)
     for t in report.flagged:
         console.print(f"{t.task_id}: {t.verdict}: {'; '.join(t.reasons)}", markup=False)

@@ -27,12 +27,12 @@ from app.task_audit import (
     ProbeResult,
     find_verdict,
     judge,
-    markdown_table,
     probe_task,
     save_verdicts,
     standard_probes,
     task_fingerprint,
 )
+from app.task_audit_report import markdown_table
 from polar.tasks.spec import TaskSpec
 
 INSTRUCTION = (
