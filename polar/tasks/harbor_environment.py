@@ -126,7 +126,12 @@ def _dockerfile_lines(path: Path) -> list[str]:
 
 def check_environment(task: HarborTask, env_cfg: dict[str, Any], verifier: dict[str, Any]) -> None:
     if str(env_cfg.get("os", "linux")).lower() != "linux":
-        raise HarborTaskError(task.name, "environment.os", "only linux containers are run")
+        raise HarborTaskError(
+            task.name,
+            "environment.os",
+            f"{env_cfg.get('os')!r}: this deployment's runtimes (docker and podman on Linux "
+            "workers) run Linux containers; a Windows container needs a Windows host",
+        )
     mode = verifier.get("environment_mode")
     if mode not in (None, "shared", "separate"):
         raise HarborTaskError(task.name, "verifier.environment_mode", f"unknown mode {mode!r}")

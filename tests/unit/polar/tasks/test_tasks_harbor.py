@@ -113,6 +113,7 @@ def test_env_templates_resolve_from_the_host(tmp_path: Path) -> None:
             "agent.allowed_hosts",
         ),
         ("[agent]\nsurprise = 1", "agent.surprise"),
+        ('[environment]\nos = "windows"', "environment.os"),
     ],
 )
 def test_what_polar_cannot_honour_is_refused_by_name(tmp_path: Path, edit: str, field: str) -> None:
