@@ -41,9 +41,14 @@ def docker_runtime(root: Path) -> Iterator[Any]:
     rt = DockerRuntime(root)
     yield rt
     client = docker.from_env()
-    for container in client.containers.list(all=True, filters={"label": LABEL}):
-        if (container.name or "").startswith(rt.container_name("")):
-            container.remove(force=True)
+    prefix = rt.container_name("")
+    found = client.containers.list(
+        all=True, filters={"label": LABEL, "name": prefix}, ignore_removed=True
+    )
+    for container in found:  # other tests' containers come and go meanwhile
+        if (container.name or "").startswith(prefix):
+            with contextlib.suppress(docker.errors.NotFound):
+                container.remove(force=True)
 
 
 def podman_modes() -> list[str]:

@@ -13,7 +13,6 @@ reward, or a bad one, is an evaluator error, never a 0.
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +23,7 @@ import pytest
 from activities.evaluators.base import Evaluation, EvaluatorError
 from activities.evaluators.harbor import HarborReport
 from activities.runtimes.base import PrepareFailed
-from activities.runtimes.kinds.docker import LABEL, DockerRuntime
+from activities.runtimes.kinds.docker import DockerRuntime
 from app.adversaries import adversary_command
 from polar.outcomes import classify, error_outcome
 from polar.records import SessionStatus
@@ -34,6 +33,7 @@ from polar.tasks.harbor_images import ensure_images
 from polar.tasks.harbor_toml import HarborTaskError
 from polar.tasks.sources import CommandAction
 from polar.tasks.spec import EvaluatorSpec, TaskSpec
+from tests.support.container_sessions import docker_runtime
 from tests.support.eval_runtimes import grade, prepare_session, run_harness
 from tests.support.paths import REPO
 
@@ -45,16 +45,7 @@ SOUND = ("hello-file", "fix-add", "csv-sum", "app-workdir")
 
 @pytest.fixture
 def runtime(docker_image: str, tmp_path: Path) -> Iterator[DockerRuntime]:
-    rt = DockerRuntime(tmp_path / "runtimes")
-    yield rt
-    client = docker.from_env()
-    prefix = rt.container_name("")
-    with contextlib.suppress(docker.errors.NotFound):  # other runs' containers come and go
-        for container in client.containers.list(
-            all=True, filters={"label": LABEL, "name": prefix}, ignore_removed=True
-        ):
-            if (container.name or "").startswith(prefix):
-                container.remove(force=True)
+    yield from docker_runtime(tmp_path / "runtimes")
 
 
 @pytest.fixture
