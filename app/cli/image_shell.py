@@ -68,13 +68,14 @@ def shell(
         SANDBOX_GATEWAY_URL,
         GatewayRelay,
     )
+    from app.cli.exit_codes import ExitCode
     from app.cli.main import err_console
     from polar.session_keys import SessionIdentity, mint_session_key
     from polar.settings import ServiceSettings, get_settings
 
     def fail(text: str) -> NoReturn:
         err_console.print(f"polar shell: {text}", markup=False, highlight=False)
-        raise typer.Exit(2)
+        raise typer.Exit(ExitCode.INVALID_INPUT)
 
     if shutil.which("docker") is None:
         fail("the docker command is missing (it runs the image)")
