@@ -43,7 +43,6 @@ _WORDS = (
     "1",
 )
 _STRING = re.compile(r""""([^"\n]*)"|'([^'\n]*)'""")
-_QUOTED = re.compile(r"""["']([^"'\n]{1,40})["']""")
 _NEVER = ("/tests", "/logs", "/solution", "/proc", "/sys", "/dev", "/usr", "/etc", "/bin")
 _SOURCE_SUFFIXES = {".sh", ".py", ".bash", ".js", ".ts", ".rb", ".pl"}
 MAX_PATHS = 32
@@ -59,7 +58,7 @@ def _inside(candidate: str, workdir: PurePosixPath, test_names: set[str]) -> str
             return None
         rel = path.relative_to(workdir)
     else:
-        if "/" not in candidate and not path.suffix or candidate.startswith(("-", ".")):
+        if ("/" not in candidate and not path.suffix) or candidate.startswith(("-", ".")):
             return None  # a bare word (a command, a flag), not a file
         rel = path
     if rel.name in test_names or rel.suffix in _SOURCE_SUFFIXES:
@@ -105,7 +104,7 @@ def passing_word(tests_dir: Path) -> str:
     """The passing word the tests compare with (the first of `_WORDS` found quoted in them,
     else the first found as a word), `PASS` where they use none."""
     texts = [text for _, text in verifier_files(tests_dir)]
-    quoted = {m.group(1).strip() for t in texts for m in _QUOTED.finditer(t)}
+    quoted = {(a or b).strip() for t in texts for a, b in _STRING.findall(t)}
     for word in _WORDS:
         if word in quoted:
             return word
