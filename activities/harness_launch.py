@@ -149,6 +149,7 @@ class HarnessLaunch:
             task_id=self.request.task_id,
             bin_dir=self.settings.harness_bin_dir if local else None,
             home_in_runtime=None if local else _home_in_runtime(self.runtime, self.request),
+            step=self.request.step,
         )
 
     async def configure(self) -> Launch:

@@ -185,8 +185,7 @@ class PostrunActivities(PoolActivities):
             failure = await self._failure_of_the_task(
                 failure, evaluator, request, evaluation, started
             )
-        log_keys = await self._upload_eval_logs(request.session_id, logs)
-        report_key, patch_key = await self._upload_evaluation(request.session_id, kind, evaluation)
+        log_keys, report_key, patch_key = await self._keep(request, kind, evaluation, logs)
         if failure is not None:
             error_type, message = failure
             raise invalid_input(f"{message} (report: {report_key})", error_type)
@@ -198,6 +197,7 @@ class PostrunActivities(PoolActivities):
             report_key=report_key,
             log_keys=log_keys,
             patch_key=patch_key,
+            components=evaluation.components,
         )
 
     async def _evaluate_in_fresh_runtime(
@@ -289,22 +289,36 @@ class PostrunActivities(PoolActivities):
             )
         return evaluation, await asyncio.to_thread(evaluator.logs, job, evaluation)
 
-    async def _upload_eval_logs(self, session_id: str, logs: dict[str, bytes]) -> list[str]:
-        """The evaluator's logs, kept under the session's artifacts; their keys."""
+    async def _keep(
+        self, request: EvaluateRequest, kind: str, evaluation: Evaluation, logs: dict[str, bytes]
+    ) -> tuple[list[str], str, str]:
+        """The evaluation's logs, report and patch in S3 (a step's under `steps/{name}/`):
+        the logs' keys, the report's and the patch's."""
+        folder = f"steps/{request.step}/" if request.step else ""
+        log_keys = await self._upload_eval_logs(request.session_id, logs, folder)
+        report_key, patch_key = await self._upload_evaluation(
+            request.session_id, kind, evaluation, folder
+        )
+        return log_keys, report_key, patch_key
+
+    async def _upload_eval_logs(
+        self, session_id: str, logs: dict[str, bytes], folder: str = ""
+    ) -> list[str]:
+        """The evaluator's logs, kept under the session's artifacts (in `folder`); their keys."""
         keys = []
         for name, data in logs.items():
-            key = artifact_key(session_id, name)
+            key = artifact_key(session_id, folder + name)
             await asyncio.to_thread(self.storage.put_bytes, key, data, "text/plain")
             keys.append(key)
         return keys
 
     async def _upload_evaluation(
-        self, session_id: str, kind: str, evaluation: Evaluation
+        self, session_id: str, kind: str, evaluation: Evaluation, folder: str = ""
     ) -> tuple[str, str]:
-        """The evaluation's report and the patch it graded in S3; their keys."""
+        """The evaluation's report and the patch it graded in S3 (in `folder`); their keys."""
         uploads = {
-            f"{kind}-report.json": (evaluation.report.to_json(), "application/json"),
-            f"{kind}-model.patch": (evaluation.patch, "text/x-diff"),
+            f"{folder}{kind}-report.json": (evaluation.report.to_json(), "application/json"),
+            f"{folder}{kind}-model.patch": (evaluation.patch, "text/x-diff"),
         }
         keys = [artifact_key(session_id, name) for name in uploads]
         for key, (data, content_type) in zip(keys, uploads.values(), strict=True):

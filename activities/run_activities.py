@@ -11,6 +11,8 @@ from activities.harness_launch import HarnessLaunch
 from activities.harnesses import check_harness
 from activities.heartbeat import heartbeat
 from activities.pool_activities import PoolActivities
+from activities.runtimes import InvalidRuntime, PrepareFailed
+from activities.runtimes.actions import run_in_place
 from polar.contracts import HarnessRequest, HarnessResult, invalid_input
 
 
@@ -38,6 +40,13 @@ class RunActivities(PoolActivities):
         heartbeat(step="harness starting", attempt=attempt, sealed=bool(launch.channel))
         if tries > 1:
             await launch.reap_leftovers()
+        if request.before:  # a step's actions, in the runtime the earlier steps left
+            try:
+                await run_in_place(
+                    launch.runtime, request.runtime, request.before, (self.settings.data_dir,)
+                )
+            except (PrepareFailed, InvalidRuntime) as exc:
+                raise invalid_input(f"step {request.step}: {exc}", "PrepareFailed") from None
         run = await launch.run(command)
         log_keys = await launch.upload_logs()
         run.check_reaped()

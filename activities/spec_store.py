@@ -40,16 +40,20 @@ class TaskSpecActivities:
         if request.spec_ref is None:
             return request
         task = await self.load(request.spec_ref)
-        return request.model_copy(update={"instruction": task.instruction, "spec_ref": None})
+        instruction = task.step(request.step).instruction if request.step else task.instruction
+        return request.model_copy(update={"instruction": instruction, "spec_ref": None})
 
     async def with_evaluator(self, request: EvaluateRequest) -> EvaluateRequest:
         """`request` with the full evaluator (test patch) it left in S3."""
         if request.spec_ref is None:
             return request
         task = await self.load(request.spec_ref)
-        instruction = task.instruction if task.evaluator.rubric is not None else None
+        evaluator = task.evaluator
+        if request.step:  # a step's own evaluator, else the task's
+            evaluator = task.step(request.step).evaluator or evaluator
+        instruction = task.instruction if evaluator.rubric is not None else None
         return request.model_copy(
-            update={"evaluator": task.evaluator, "instruction": instruction, "spec_ref": None}
+            update={"evaluator": evaluator, "instruction": instruction, "spec_ref": None}
         )
 
 

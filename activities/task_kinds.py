@@ -7,7 +7,7 @@ from __future__ import annotations
 from activities.evaluators import check_evaluator
 from activities.harnesses import check_harness
 from activities.runtimes import check_runtime
-from polar.tasks.spec import TaskSpec
+from polar.tasks.spec import EvaluatorSpec, TaskSpec
 
 __all__ = ["check_task_kinds"]
 
@@ -18,9 +18,18 @@ def check_task_kinds(task: TaskSpec) -> TaskSpec:
     ValueErrors; a harness kind's required task fields too, such as a CLI's instruction),
     each config as its kind's model writes it (defaults filled in)."""
     check_runtime(task.runtime)
-    harness = check_harness(task.harness, task.instruction).written_into(task.harness)
-    evaluator = task.evaluator
+    # a multi-step task's instructions are its steps' (each checked, none at the top)
+    instructions = [s.instruction for s in task.steps] or [task.instruction]
+    for instruction in instructions:
+        harness = check_harness(task.harness, instruction).written_into(task.harness)
+    steps = [
+        s.model_copy(update={"evaluator": _checked_evaluator(s.evaluator)}) if s.evaluator else s
+        for s in task.steps
+    ]
+    evaluator = _checked_evaluator(task.evaluator)
+    return task.model_copy(update={"harness": harness, "evaluator": evaluator, "steps": steps})
+
+
+def _checked_evaluator(evaluator: EvaluatorSpec) -> EvaluatorSpec:
     config = check_evaluator(evaluator)
-    if config is not None:
-        evaluator = config.written_into(evaluator)
-    return task.model_copy(update={"harness": harness, "evaluator": evaluator})
+    return evaluator if config is None else config.written_into(evaluator)

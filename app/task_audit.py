@@ -41,6 +41,7 @@ from app.adversaries import (
     describe,
     oracle_command,
     patch_command,
+    steps_oracle_command,
     swe_test_edit_command,
     verifier_reads,
 )
@@ -179,6 +180,8 @@ def harbor_targets(path: Path, image_map: Mapping[str, str] | None = None) -> li
         task = check_task_kinds(loaded)
         solution = task_dir / "solution"
         oracle = oracle_command(solution) if (solution / "solve.sh").is_file() else None
+        if task.steps:  # each step's own solution, at its step
+            oracle = steps_oracle_command(task_dir, [step.name for step in task.steps])
         solution_env = task.metadata.get("harbor", {}).get("solution_env") or {}
         env = {str(k): str(v) for k, v in solution_env.items()}
         probes = standard_probes(oracle, env) + plant_reads_probe(task_dir / "tests", task)

@@ -24,6 +24,7 @@ from polar.tasks.spec import (
     EvaluatorSpec,
     HarnessSpec,
     NetworkSpec,
+    PrepareAction,
     RuntimeSpec,
     Source,
     TaskSpec,
@@ -144,6 +145,12 @@ class HarnessRequest(BaseModel):
     attempt_base: int = 0
     """Added to the activity's attempt number: a re-issued run stage (another placement of the
     session) records its calls and logs under attempts of its own."""
+    step: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    """A multi-step task's step (polar/tasks/steps.py): `instruction` is its, and the harness
+    sees its name in `POLAR_STEP`; None: a one-step task."""
+    before: list[PrepareAction] = Field(default_factory=list, exclude_if=lambda v: not v)
+    """Run in the runtime before the harness starts (a step's `prepare`); a failure is the
+    task's error, not retried."""
 
 
 class HarnessResult(BaseModel):
@@ -236,6 +243,9 @@ class EvaluateRequest(BaseModel):
     instruction: str | None = Field(default=None, exclude_if=lambda v: v is None)
     """The task's instruction, for a `rubric` judge (which reads the task); None without a
     rubric, or when `spec_ref` is set (the activity reads the stored spec's)."""
+    step: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    """A multi-step task's step being graded: `evaluator` is its, and its report, patch and
+    logs are kept under `steps/{step}/`; None: a one-step task."""
 
 
 class EvaluateResult(BaseModel):
@@ -252,6 +262,23 @@ class EvaluateResult(BaseModel):
     """Every log the evaluator kept in S3 (a command's stdout and stderr, a test log)."""
     patch_key: str | None = None
     """The session's patch the evaluator graded, in S3 (`{kind}-model.patch`)."""
+    components: dict[str, float] = Field(default_factory=dict, exclude_if=lambda v: not v)
+    """Named reward components the evaluator read (a Harbor reward.json's), beside `reward`."""
+
+
+class StepOutcome(BaseModel):
+    """What became of one step of a multi-step session (`SessionResult.steps`)."""
+
+    name: str
+    status: SessionStatus
+    """The step's harness run: completed, harness_failed or timeout (error: its run failed)."""
+    reward: float | None = None
+    """The step's grade (None: not graded, or withheld)."""
+    components: dict[str, float] = Field(default_factory=dict)
+    detail: str | None = None
+    """The evaluation's detail, or why the step was not graded."""
+    stopped: str | None = None
+    """Why the steps after this one were not run (below its `min_reward`)."""
 
 
 # ---------------------------------------------------------------- scoring (score_traces)
@@ -325,6 +352,9 @@ class SessionResult(BaseModel):
     infra_attempts: list[str] = Field(default_factory=list)
     """Earlier placements that ended `infra_error` and were run again, each its outcome label
     and detail; their records stay apart (attempt numbers of their own)."""
+    steps: list[StepOutcome] = Field(default_factory=list, exclude_if=lambda v: not v)
+    """A multi-step session's steps as run, in order (the reward follows the task's
+    `step_reward`); empty for a one-step task."""
     artifacts: dict[str, str] = Field(
         default_factory=dict,
         description="what the session stored in S3, name → key (polar/session_artifacts.py): "

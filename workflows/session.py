@@ -65,9 +65,11 @@ with workflow.unsafe.imports_passed_through():
         evaluation_artifacts,
         harness_artifacts,
     )
+    from polar.tasks.steps import TaskStep
     from workflows import stages
     from workflows.inputs import parse_input
     from workflows.placement import HostLost, Placement, error_text, error_type
+    from workflows.session_steps import InfraFault, in_step, run_steps
     from workflows.stage_calls import StageCalls
     from workflows.web_ui import console_base, session_details
 
@@ -193,6 +195,9 @@ class Session:
         answering. Stages with nothing to do are not called."""
         evaluated = spec.task.evaluator.kind != "none"
         runtime = await self._prepare(spec, result, placement)
+        if spec.task.steps:  # one instruction after another, each graded
+            await run_steps(self, spec, result, placement, runtime)
+            return
         harness = await self._run(spec, result, placement, runtime)
         if harness is None and result.error_type in TASK_ERRORS:
             return  # the task was refused before its harness ran: nothing to build or grade
@@ -231,11 +236,14 @@ class Session:
         result: SessionResult,
         placement: Placement,
         runtime: RuntimeHandle,
+        step: TaskStep | None = None,
     ) -> HarnessResult | None:
-        """run: the harness on the runtime's host; its status is the session's. A run stage
-        that failed (None) still has its recorded calls built and graded."""
+        """run: the harness on the runtime's host (told `step`'s instruction, after its
+        actions, where the task has steps); its status is the session's. A run stage that
+        failed (None) still has its recorded calls built and graded."""
         task, t = spec.task, spec.task.timeouts
-        self._enter(Stage.RUN, f"running {task.harness.kind} harness on {runtime.host}")
+        doing = f"running {task.harness.kind} harness on {runtime.host}"
+        self._enter(Stage.RUN, f"{doing}, step {step.name}" if step else doing)
 
         def request(issue: int) -> HarnessRequest:
             base = self._run_issued * t.max_attempts
@@ -246,10 +254,12 @@ class Session:
                 task_id=task.task_id,
                 runtime=runtime,
                 harness=task.harness,
-                instruction=task.instruction,
-                budget_s=t.harness_s,
+                instruction=step.instruction if step else task.instruction,
+                budget_s=(step and step.harness_s) or t.harness_s,
                 spec_ref=spec.spec_ref,  # the instruction is in S3 when it is set
                 attempt_base=base,
+                step=step.name if step else None,
+                before=step.prepare if step else [],
             )
 
         harness: HarnessResult | None = None
@@ -260,7 +270,7 @@ class Session:
             result.harness_started = harness.harness_started
             result.unserved_calls = harness.unserved_calls
             result.unserved_by_gateway = harness.unserved_by_gateway
-            result.artifacts.update(harness_artifacts(harness))
+            result.artifacts.update(in_step(step, harness_artifacts(harness)))
         except ActivityError as exc:
             if is_cancelled_exception(exc):
                 raise
@@ -274,8 +284,11 @@ class Session:
         self._stop_if_cancelled()
         return harness
 
-    async def _build(self, spec: SessionSpec, result: SessionResult) -> BuildResult:
-        """build: the session's recorded calls as traces (shared queue: S3 only)."""
+    async def _build(
+        self, spec: SessionSpec, result: SessionResult, after_attempt: int | None = None
+    ) -> BuildResult:
+        """build: the session's recorded calls as traces (shared queue: S3 only); the records
+        of attempts up to `after_attempt` (default: before the last run issued) left out."""
         task = spec.task
         self._enter(Stage.BUILD, f"building traces with {task.builder.name}")
         request = BuildRequest(
@@ -284,7 +297,7 @@ class Session:
             harness=task.harness.kind,
             builder=task.builder,
             policy_version=task.policy_version,
-            after_attempt=self._run_base,
+            after_attempt=self._run_base if after_attempt is None else after_attempt,
         )
         build = await self._calls.execute(stages.BUILD_TRAJECTORY, request)
         result.traces_key = build.traces_key
@@ -305,14 +318,19 @@ class Session:
         result: SessionResult,
         placement: Placement,
         runtime: RuntimeHandle,
-        build: BuildResult,
+        build: BuildResult | None,
+        step: TaskStep | None = None,
     ) -> EvaluateResult | None:
         """evaluate: the evaluator on the runtime's host, in its prewarmed runtime if it has
-        one. One status, one reward: a session whose run ended in error is graded for the
+        one (`step`: that step's evaluator, the prewarmed runtime for the first step only).
+        One status, one reward: a session whose run ended in error is graded for the
         record, its reward withheld (None)."""
         task = spec.task
-        self._enter(Stage.EVALUATE, f"evaluating with {task.evaluator.kind}")
-        eval_runtime = await placement.prewarmed()
+        evaluator = (step and step.evaluator) or task.evaluator
+        doing = f"evaluating with {evaluator.kind}"
+        self._enter(Stage.EVALUATE, f"{doing}, step {step.name}" if step else doing)
+        first = step is None or step.name == task.steps[0].name
+        eval_runtime = await placement.prewarmed() if first else None
         judged = task.evaluator.rubric is not None and spec.spec_ref is None
         rubric_instruction = task.instruction if judged else None
 
@@ -321,9 +339,9 @@ class Session:
                 session_id=spec.session_id,
                 task_id=task.task_id,
                 runtime=runtime,
-                evaluator=task.evaluator,
-                budget_s=task.timeouts.evaluate_s,
-                traces_key=build.traces_key,
+                evaluator=evaluator,
+                budget_s=(step and step.evaluate_s) or task.timeouts.evaluate_s,
+                traces_key=build.traces_key if build else None,
                 source=task.source,
                 runtime_spec=task.runtime,
                 # issued again: it may have started, so it prepares a fresh one
@@ -331,11 +349,12 @@ class Session:
                 spec_ref=spec.spec_ref,  # the test patch is in S3 when it is set
                 # a rubric judge reads the task (from the stored spec when it is slim)
                 instruction=rubric_instruction,
+                step=step.name if step else None,
             )
 
         evaluation = await placement.on_host(stages.EVALUATE, request)
         result.evaluation = evaluation.detail
-        result.artifacts.update(evaluation_artifacts(evaluation))
+        result.artifacts.update(in_step(step, evaluation_artifacts(evaluation)))
         outcome = result.outcome
         infra = outcome is not None and outcome.is_infra
         withheld = result.status == SessionStatus.ERROR or infra
@@ -456,10 +475,6 @@ class Session:
         it sees the cancel hands the workflow its result and the cancel is spent."""
         if workflow.cancellation_reason() is not None:
             raise asyncio.CancelledError("session cancelled between stages")
-
-
-class InfraFault(Exception):
-    """The placement's run ended `infra_error` and is run again on a fresh runtime."""
 
 
 def _host_fault(result: SessionResult) -> bool:

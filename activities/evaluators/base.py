@@ -72,6 +72,8 @@ class Evaluation:
     trace_rewards: dict[str, float] = field(default_factory=dict)
     report: EvaluationReport = field(default_factory=EvaluationReport)
     patch: bytes = b""
+    components: dict[str, float] = field(default_factory=dict)
+    """Named reward components beside `reward` (a Harbor reward.json's numbers)."""
 
 
 @dataclass(frozen=True)

@@ -112,6 +112,7 @@ class HarnessContext:
     task_id: str
     bin_dir: Path | None = None  # where the CLI binaries are; None: on the runtime's PATH
     home_in_runtime: str | None = None  # HOME as the harness sees it; None: same as `home`
+    step: str | None = None  # a multi-step task's step (POLAR_STEP); None: one-step
 
     @property
     def gateway(self) -> str:
@@ -142,7 +143,7 @@ def polar_env(ctx: HarnessContext) -> dict[str, str]:
         "POLAR_SESSION_ID": ctx.session_id,
         "POLAR_TASK_ID": ctx.task_id,
         "POLAR_INSTRUCTION": ctx.instruction,
-    }
+    } | ({"POLAR_STEP": ctx.step} if ctx.step else {})
 
 
 def write_config(home: Path, relative: str, text: str, files: list[Path]) -> None:

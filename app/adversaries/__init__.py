@@ -89,6 +89,21 @@ def oracle_command(solution_dir: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def steps_oracle_command(task_dir: Path, steps: list[str]) -> str | None:
+    """The oracle of a multi-step Harbor task: at each step (`$POLAR_STEP`), that step's
+    `steps/{name}/solution/solve.sh` as `oracle_command` runs it (nothing for a step
+    without one); None where no step has one."""
+    branches = []
+    for name in steps:
+        solution = task_dir / "steps" / name / "solution"
+        if (solution / "solve.sh").is_file():
+            quoted = "'" + name.replace("'", "'\\''") + "'"
+            branches.append(f"{quoted})\n{oracle_command(solution)};;")
+    if not branches:
+        return None
+    return 'case "$POLAR_STEP" in\n' + "\n".join(branches) + "\nesac\n"
+
+
 def patch_command(patch: str) -> str:
     """The harness command that applies a unified diff to the workspace (`git apply`)."""
     delimiter, body = _heredoc(patch, "POLAR_PATCH")

@@ -38,6 +38,7 @@ from polar.ids import TASK_ID_MAX
 from polar.tasks.harbor_environment import check_environment, environment_image, runtime_spec
 from polar.tasks.harbor_healthcheck import healthcheck_action
 from polar.tasks.harbor_network import baseline_policy, phase_networks
+from polar.tasks.harbor_steps import harbor_steps, step_reward_rule
 from polar.tasks.harbor_toml import (
     HarborTask,
     HarborTaskError,
@@ -55,6 +56,7 @@ from polar.tasks.spec import (
     HarnessSpec,
     NetworkSpec,
     TaskSpec,
+    TaskStep,
     Timeouts,
 )
 
@@ -157,18 +159,20 @@ def task_spec(
         runtime.prepare.append(healthcheck_action(task, env_cfg["healthcheck"]))
     task_env = resolved_env(task, "environment.env", env_cfg.get("env"), environ)
     verifier_env = resolved_env(task, "verifier.env", verifier.get("env"), environ)
-    test_script = task.tests_dir / "test.sh"
-    if not test_script.is_file():
+
+    def step_evaluator(v: dict[str, Any], network: NetworkSpec) -> EvaluatorSpec:
+        env = resolved_env(task, "steps.verifier.env", v.get("env"), environ)
+        user = v.get("user", verifier.get("user"))
+        env = task_env | verifier_env | env
+        return harbor_evaluator(task, v["timeout_sec"], network, v["tests"], user, env)
+
+    steps = harbor_steps(task, env_cfg, agent_network, step_evaluator)
+    if not steps and not (task.tests_dir / "test.sh").is_file():
         raise HarborTaskError(task.name, "tests/test.sh", "missing: the verifier Polar runs")
     verifier_timeout = timeout_seconds(
         task, "verifier.timeout_sec", verifier.get("timeout_sec"), 600.0
     )
     agent_timeout = timeout_seconds(task, "agent.timeout_sec", agent.get("timeout_sec"), None)
-    timeouts: dict[str, Any] = {
-        "evaluate_s": min(MAX_TIMEOUT_S, verifier_timeout + EVALUATE_MARGIN_S)
-    }
-    if agent_timeout is not None:
-        timeouts["harness_s"] = agent_timeout
     user = verifier.get("user")
     base_harness = harness or HarnessSpec(kind="pi")
     metadata = _metadata(task, env_cfg)
@@ -176,6 +180,8 @@ def task_spec(
     if risk is not None:  # `polar submit` and `polar tasks load` print the warning
         metadata["verifier_runs_agent_code"] = risk
     try:
+        steps = _step_budgets(steps, agent_timeout)
+        timeouts = _timeouts(steps, agent_timeout, verifier_timeout)
         return TaskSpec(
             task_id=task_id_of(task.name),
             instruction=task.instruction,
@@ -184,19 +190,70 @@ def task_spec(
             harness=base_harness.model_copy(
                 update={"env": {**task_env, **base_harness.env}}, deep=True
             ),
-            evaluator=EvaluatorSpec(
-                kind="harbor",
-                harbor=verifier_config(
-                    task, None if user is None else str(user), {**task_env, **verifier_env}
-                )
-                | {"timeout_s": float(verifier_timeout)}
-                | network_config(verifier_network),
+            evaluator=harbor_evaluator(  # a step's own, where the task has steps
+                task,
+                verifier_timeout,
+                verifier_network,
+                (str(task.tests_dir), None),
+                user,
+                {**task_env, **verifier_env},
             ),
-            timeouts=Timeouts(**timeouts),
+            timeouts=timeouts,
+            steps=steps,
+            step_reward=step_reward_rule(task),
             metadata={"harbor": metadata},
         )
     except ValidationError as exc:
         raise HarborTaskError(task.name, None, first_error(exc)) from exc
+
+
+def harbor_evaluator(
+    task: HarborTask,
+    timeout_s: float,
+    network: NetworkSpec,
+    tests: tuple[str, str | None],
+    user: Any,
+    env: dict[str, str],
+) -> EvaluatorSpec:
+    """The `harbor` evaluator of a task (or of one of its steps: `tests` is the task's
+    tests dir and the step's own, laid over it)."""
+    config = verifier_config(task, None if user is None else str(user), env)
+    config["tests_dir"], step_tests = tests
+    if step_tests is not None:
+        config["step_tests_dir"] = step_tests
+    return EvaluatorSpec(
+        kind="harbor", harbor=config | {"timeout_s": float(timeout_s)} | network_config(network)
+    )
+
+
+def _step_budgets(steps: list[TaskStep], agent_timeout: float | None) -> list[TaskStep]:
+    """Each step's harness budget (its own, else `[agent]`'s) and evaluate stage time (its
+    verifier's plus the margin for the fresh runtime)."""
+    out = []
+    for step in steps:
+        config = step.evaluator.kind_config() if step.evaluator else None
+        verifier_s = float((config or {}).get("timeout_s", 600.0))
+        update = {
+            "harness_s": step.harness_s or agent_timeout,
+            "evaluate_s": min(MAX_TIMEOUT_S, verifier_s + EVALUATE_MARGIN_S),
+        }
+        out.append(step.model_copy(update=update))
+    return out
+
+
+def _timeouts(
+    steps: list[TaskStep], agent_timeout: float | None, verifier_timeout: float
+) -> Timeouts:
+    """The stages' times: the task's, or the longest of its steps' (each run and grade is
+    a stage of its own)."""
+    evaluate = [s.evaluate_s for s in steps if s.evaluate_s]
+    harness = [s.harness_s for s in steps if s.harness_s]
+    timeouts: dict[str, Any] = {
+        "evaluate_s": max(evaluate or [min(MAX_TIMEOUT_S, verifier_timeout + EVALUATE_MARGIN_S)])
+    }
+    if harness or agent_timeout is not None:
+        timeouts["harness_s"] = max([*harness, agent_timeout or 0.0])
+    return Timeouts(**timeouts)
 
 
 def verifier_config(task: HarborTask, user: str | None, env: dict[str, str]) -> dict[str, Any]:

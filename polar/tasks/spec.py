@@ -32,6 +32,7 @@ from polar.tasks.sources import (
     Source,
     UploadAction,
 )
+from polar.tasks.steps import MAX_STEPS, StepRule, TaskStep
 from polar.tasks.strict import MAX_TIMEOUT_S, KindSpec, StrictModel
 
 __all__ = [
@@ -53,6 +54,7 @@ __all__ = [
     "Source",
     "StrictModel",
     "TaskSpec",
+    "TaskStep",
     "Timeouts",
     "UploadAction",
     "parse_size",
@@ -174,6 +176,15 @@ class TaskSpec(StrictModel):
         description="version of the policy serving this task; copied into every trace's "
         "provenance (default: metadata['policy_version'] when it is an int)",
     )
+    steps: list[TaskStep] = Field(
+        default_factory=list,
+        max_length=MAX_STEPS,
+        description="a multi-step task: instructions given one after another in the "
+        "session's runtime, each graded (polar/tasks/steps.py); empty: one instruction",
+    )
+    step_reward: StepRule = Field(
+        default="mean", description="the session's reward from its steps': mean or final"
+    )
 
     @model_validator(mode="after")
     def _task_control(self) -> TaskSpec:
@@ -182,7 +193,31 @@ class TaskSpec(StrictModel):
                 f"min_usable_sessions ({self.min_usable_sessions}) cannot exceed "
                 f"num_sessions ({self.num_sessions})"
             )
+        if self.steps:
+            self._check_steps()
         tagged = self.metadata.get("policy_version")
         if self.policy_version is None and isinstance(tagged, int) and not isinstance(tagged, bool):
             self.policy_version = tagged
         return self
+
+    def _check_steps(self) -> None:
+        names = [step.name for step in self.steps]
+        if len(set(names)) != len(names):
+            raise ValueError(f"steps: names must be unique, got {names}")
+        for step in self.steps:  # each step's run and grade is a stage the task's times cut
+            for mine, stage in ((step.harness_s, "harness_s"), (step.evaluate_s, "evaluate_s")):
+                if mine is not None and mine > getattr(self.timeouts, stage):
+                    raise ValueError(
+                        f"steps.{step.name}: its {stage} {mine:g} is past the task's "
+                        f"timeouts.{stage} {getattr(self.timeouts, stage):g}"
+                    )
+        judged = [self.evaluator, *(s.evaluator for s in self.steps if s.evaluator)]
+        if any(e.rubric is not None for e in judged):
+            raise ValueError("steps: a rubric judge reads the whole session; not with steps")
+
+    def step(self, name: str) -> TaskStep:
+        """The step named `name` (KeyError where there is none)."""
+        for step in self.steps:
+            if step.name == name:
+                return step
+        raise KeyError(f"task {self.task_id} has no step {name!r}")

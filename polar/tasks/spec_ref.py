@@ -49,7 +49,12 @@ def slim_spec(task: TaskSpec) -> TaskSpec:
         evaluator = evaluator.model_copy(
             update={"swebench": {**evaluator.swebench, "test_patch": ""}}
         )
-    return task.model_copy(update={"instruction": "", "evaluator": evaluator, "metadata": {}})
+    steps = [  # their instructions too; the activities read a step's by its name
+        step.model_copy(update={"instruction": "-"}) for step in task.steps
+    ]
+    return task.model_copy(
+        update={"instruction": "", "evaluator": evaluator, "metadata": {}, "steps": steps}
+    )
 
 
 def parse_spec(ref: SpecRef, data: bytes) -> TaskSpec:

@@ -20,10 +20,12 @@ import pytest
 from activities.evaluators.harbor import HarborConfig
 from polar.tasks.harbor import load_harbor_tasks
 from polar.tasks.harbor_toml import find_task_dirs
-from polar.tasks.spec import TaskSpec, parse_size
+from polar.tasks.spec import TaskSpec, TaskStep, parse_size
 from tests.support.paths import REPO
 
 EXAMPLES = REPO / "examples" / "harbor"
+FEATURES = REPO / "examples" / "harbor-features"
+"""A task per Harbor feature (multi-step, ...): run by their own tests, not audited."""
 
 HARBOR_VIEW = """
 import json, sys
@@ -47,6 +49,18 @@ for d in sys.argv[1:]:
         "docker_image": e.docker_image,
         "metadata": c.metadata,
         "solution_env": c.solution.env,
+        "steps": [
+            {
+                "name": s.name,
+                "instruction": t.step_instruction(s.name),
+                "agent_timeout_s": s.agent.timeout_sec or c.agent.timeout_sec,
+                "verifier_timeout_s": s.verifier.timeout_sec,
+                "verifier_env": {**c.verifier.env, **s.verifier.env},
+                "min_reward": s.min_reward,
+            }
+            for s in c.steps or []
+        ],
+        "step_reward": (c.multi_step_reward_strategy or "mean") if c.steps else None,
     })
 print(json.dumps(out))
 """
@@ -87,6 +101,21 @@ def polar_view(spec: TaskSpec) -> dict[str, Any]:
         "docker_image": meta["docker_image"],
         "metadata": meta["metadata"],
         "solution_env": meta["solution_env"],
+        "steps": [_step_view(step) for step in spec.steps],
+        "step_reward": spec.step_reward if spec.steps else None,
+    }
+
+
+def _step_view(step: TaskStep) -> dict[str, Any]:
+    assert step.evaluator is not None
+    verifier = HarborConfig.of(step.evaluator)
+    return {
+        "name": step.name,
+        "instruction": step.instruction,
+        "agent_timeout_s": step.harness_s,
+        "verifier_timeout_s": verifier.timeout_s,
+        "verifier_env": verifier.env,
+        "min_reward": step.min_reward,
     }
 
 
@@ -95,8 +124,9 @@ POLAR_DEFAULTS = {"cpus": 2.0, "memory_mb": 4096, "storage_mb": 10240}
 
 
 def test_polar_reads_every_bundled_task_as_harbor_does(harbor_python: Path) -> None:
-    dirs = find_task_dirs(EXAMPLES)
-    specs = {s.metadata["harbor"]["dir"]: s for s in load_harbor_tasks(EXAMPLES)}
+    dirs = find_task_dirs(EXAMPLES) + find_task_dirs(FEATURES)
+    loaded = load_harbor_tasks(EXAMPLES) + load_harbor_tasks(FEATURES)
+    specs = {s.metadata["harbor"]["dir"]: s for s in loaded}
     proc = subprocess.run(
         [str(harbor_python), "-c", HARBOR_VIEW, *map(str, dirs)],
         capture_output=True,

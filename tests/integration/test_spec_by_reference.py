@@ -141,3 +141,39 @@ async def test_large_instruction_goes_by_reference_and_reaches_the_harness(
         assert 0 < size < len(instruction) // 2, size  # the instruction is not in it
         history = await polar.client.get_workflow_handle(session.session_id).fetch_history()
         assert "line 000999" not in history.to_json()
+
+
+@pytest.mark.slow
+async def test_a_multi_step_tasks_instructions_go_by_reference_step_by_step(
+    polar: PolarClient,
+) -> None:
+    """Each step's harness gets its own instruction (read back from S3 by its name) and is
+    graded by its own evaluator: steps are not Harbor's alone."""
+    padding = "".join(f"line {i:05d} of the step's long statement\n" for i in range(500))
+    steps = [
+        {
+            "name": name,
+            "instruction": f"step {name}\n{padding}",
+            "evaluator": {"kind": "command", "command": f"grep -qx 'step {name}' got-{name}.txt"},
+        }
+        for name in ("first", "second")
+    ]
+    task = TaskSpec.model_validate(
+        {
+            "task_id": f"bigsteps-{uuid.uuid4().hex[:6]}",
+            "harness": {
+                "command": 'printf %s "$POLAR_INSTRUCTION" | head -n 1 > got-$POLAR_STEP.txt'
+            },
+            "evaluator": {"kind": "command", "command": "true"},
+            "steps": steps,
+        }
+    )
+    assert len(spec_json(task)) > SPEC_INLINE_LIMIT
+    assert [s.instruction for s in slim_spec(task).steps] == ["-", "-"]
+    result = await polar.wait(await polar.submit(task), timeout_s=180)
+    (session,) = result.sessions
+    assert session.status == SessionStatus.COMPLETED, session.error
+    assert [(s.name, s.reward) for s in session.steps] == [("first", 1.0), ("second", 1.0)]
+    assert session.reward == 1.0
+    history = await polar.client.get_workflow_handle(session.session_id).fetch_history()
+    assert "line 00499" not in history.to_json()

@@ -23,6 +23,7 @@ WORKFLOW_MODULES = (
     "queues.py",
     "rollout_task.py",
     "session.py",
+    "session_steps.py",
     "stage_calls.py",
     "stages.py",
     "web_ui.py",

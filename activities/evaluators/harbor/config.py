@@ -22,6 +22,12 @@ class HarborConfig(EvaluatorConfig):
 
     task: str = Field(min_length=1, description="the Harbor task's name (for messages)")
     tests_dir: str = Field(min_length=1)
+    step_tests_dir: str | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="a multi-step task's step's own tests/, copied over `tests_dir` in /tests "
+        "(Harbor's order: the step's test script, else the task's)",
+    )
     test_script: str = Field(default="test.sh", pattern=r"^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$")
     user: str | None = Field(default=None, pattern=r"^[a-z_][a-z0-9_-]*$|^[0-9]+$")
     env: dict[str, str] = Field(default_factory=dict)
@@ -43,3 +49,8 @@ class HarborConfig(EvaluatorConfig):
     @classmethod
     def _allowed_tests_dir(cls, v: str) -> str:
         return checked_host_path(v, "harbor.tests_dir")
+
+    @field_validator("step_tests_dir")
+    @classmethod
+    def _allowed_step_tests_dir(cls, v: str | None) -> str | None:
+        return None if v is None else checked_host_path(v, "harbor.step_tests_dir")

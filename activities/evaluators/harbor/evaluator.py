@@ -312,19 +312,21 @@ class HarborEvaluator:
         return logs
 
 
-def _checked_tests(spec: HarborConfig, settings: WorkerSettings) -> Path:
-    """The task's tests dir, a host path the worker may read, holding its test script."""
-    tests = Path(spec.tests_dir)
-    _check_tests_dir(tests, settings)
-    if not (tests / spec.test_script).is_file():
-        raise EvaluatorError(f"harbor task {spec.task}: {tests / spec.test_script} is missing")
-    return tests
+def _checked_tests(spec: HarborConfig, settings: WorkerSettings) -> list[Path]:
+    """The task's tests dirs (a step's own last), host paths the worker may read, one of
+    them holding the test script."""
+    dirs = [Path(d) for d in (spec.tests_dir, spec.step_tests_dir) if d is not None]
+    for tests in dirs:
+        _check_tests_dir(tests, settings)
+    if not any((tests / spec.test_script).is_file() for tests in dirs):
+        raise EvaluatorError(f"harbor task {spec.task}: {dirs[-1] / spec.test_script} is missing")
+    return [tests for tests in dirs if tests.is_dir()]
 
 
 async def _put_tests_in_place(
     runtime: Runtime,
     handle: RuntimeHandle,
-    tests: Path,
+    tests: list[Path],
     spec: HarborConfig,
     on_tick: Tick,
 ) -> None:
@@ -333,7 +335,8 @@ async def _put_tests_in_place(
     scratch = runtime.scratch(handle)
     tag = secrets.token_hex(16)  # names the code under test could not know in advance
     staged = scratch / f"tests-{tag}"
-    await _copy_tree(tests, staged)
+    for folder in tests:  # a step's own tests over the task's, as Harbor uploads them
+        await _copy_tree(folder, staged)
     try:
         code, _, log = await run_in(
             runtime,
@@ -409,7 +412,7 @@ async def _score(
         )
         return False
     report.reward, report.reward_file, report.components = reward, name, components
-    evaluation.reward = reward
+    evaluation.reward, evaluation.components = reward, dict(components)
     evaluation.detail = f"{name}: {reward:g}; test.sh exited {exit_code}"
     return True
 
@@ -431,4 +434,4 @@ def _check_tests_dir(path: Path, settings: WorkerSettings) -> None:
 
 
 async def _copy_tree(src: Path, dest: Path) -> None:
-    await asyncio.to_thread(shutil.copytree, src, dest, symlinks=True)
+    await asyncio.to_thread(shutil.copytree, src, dest, symlinks=True, dirs_exist_ok=True)

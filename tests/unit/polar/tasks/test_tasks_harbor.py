@@ -96,7 +96,9 @@ def test_env_templates_resolve_from_the_host(tmp_path: Path) -> None:
     ("edit", "field"),
     [
         ('[agent]\nuser = "agent"', "agent.user"),
-        ('[[steps]]\nname = "one"', "steps"),
+        ('[[steps]]\nname = "one"\nartifacts = ["x"]', "steps.one.artifacts"),
+        ('[[steps]]\nname = "one"\n[steps.agent]\nuser = "x"', "steps.one.agent.user"),
+        ('[[steps]]\nname = "one"\n[steps.verifier]\nsurprise = 1', "steps.one.verifier.surprise"),
         ('artifacts = ["/tmp/out"]', "artifacts"),
         ('[verifier.environment]\ndocker_image = "x"', "verifier.environment"),
         ('[[verifier.collect]]\ncommand = "true"', "verifier.collect"),
@@ -124,7 +126,7 @@ def test_what_polar_cannot_honour_is_refused_by_name(tmp_path: Path, edit: str, 
     if section.startswith("[") and not section.startswith("[[") and section in text:
         # add the key to the existing table
         text = text.replace(section, edit, 1)
-    elif edit.startswith(("artifacts", "[[steps")):
+    elif edit.startswith("artifacts"):
         text = edit + "\n" + text
     else:
         text += "\n" + edit + "\n"

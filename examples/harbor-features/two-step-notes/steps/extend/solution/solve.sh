@@ -1,0 +1,2 @@
+#!/bin/bash
+cat /workspace/seed.txt >> /workspace/notes.txt

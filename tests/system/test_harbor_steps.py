@@ -1,0 +1,87 @@
+"""A multi-step Harbor task (`[[steps]]`) run as real Polar sessions, on docker and podman.
+
+examples/harbor-features/two-step-notes has two steps: `write` (min_reward 1) and `extend`,
+whose `workdir/` brings a `setup.sh` that writes `seed.txt` before its agent runs and whose
+tests/ lie over the task's shared tests/. The `command` harness plays the agent, told each
+step by `POLAR_STEP`. Every step is graded in a fresh container by its own test.sh, every
+step's reward is kept, and the session's is Harbor's `mean` over the steps run:
+
+* the oracle (each step's solution/solve.sh, as `polar tasks audit` runs it) solves both
+  steps: 1 and 1, reward 1;
+* a no-op scores 0 at `write`, below its min_reward: `extend` is never run, reward 0;
+* an agent that solves only `write` is run on and scores 0 at `extend`: reward 0.5.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+
+from app.adversaries import steps_oracle_command
+from polar.client.sdk import PolarClient
+from polar.records import SessionStatus
+from polar.storage import Storage, artifact_key
+from polar.tasks.harbor import load_harbor_tasks
+from polar.tasks.harbor_images import ensure_images
+from polar.tasks.spec import HarnessSpec, Timeouts
+from tests.support.paths import REPO
+
+pytestmark = pytest.mark.slow
+
+TASK = REPO / "examples" / "harbor-features" / "two-step-notes"
+ORACLE = steps_oracle_command(TASK, ["write", "extend"])
+"""Each step's own solution/solve.sh at its step, as the audit's oracle runs them."""
+AGENTS = {  # command, step rewards, session reward
+    "oracle": (ORACLE or "", [1.0, 1.0], 1.0),
+    "noop": ("true", [0.0], 0.0),
+    "first-only": ('[ "$POLAR_STEP" = write ] && echo one > notes.txt; true', [1.0, 0.0], 0.5),
+}
+
+
+@pytest.mark.parametrize("kind", ["docker", "podman"])
+@pytest.mark.parametrize("agent", list(AGENTS))
+async def test_each_step_is_run_graded_and_kept(
+    polar: PolarClient, storage: Storage, docker_image: str, kind: str, agent: str
+) -> None:
+    (built,) = ensure_images(TASK)
+    if kind == "podman":
+        from activities.runtimes.kinds.podman import load_from_docker
+
+        load_from_docker(built.image)
+    command, step_rewards, reward = AGENTS[agent]
+    (spec,) = load_harbor_tasks(TASK, harness=HarnessSpec(kind="command", command=command))
+    spec = spec.model_copy(
+        update={
+            "task_id": f"steps-{kind}-{agent}-{uuid.uuid4().hex[:6]}",
+            "runtime": spec.runtime.model_copy(update={"kind": kind}),
+            "timeouts": spec.timeouts.model_copy(update={"max_attempts": 1}),
+        }
+    )
+    assert isinstance(spec.timeouts, Timeouts) and [s.name for s in spec.steps] == [
+        "write",
+        "extend",
+    ]
+    result = await polar.wait(await polar.submit(spec), timeout_s=600)
+    (session,) = result.sessions
+    print(f"steps {kind} {agent}: {session.status} {session.reward} {session.evaluation}")
+    assert session.status == SessionStatus.COMPLETED, session.error
+    assert [s.reward for s in session.steps] == step_rewards, session.steps
+    assert session.reward == pytest.approx(reward)
+    if agent == "noop":
+        assert session.steps[0].stopped == "reward=0.0 below min_reward 1.0"
+    # each step's grade is kept apart, under steps/{name}/
+    for step in session.steps:
+        key = artifact_key(session.session_id, f"steps/{step.name}/harbor-report.json")
+        report = json.loads(storage.get_bytes(key))
+        assert report["reward"] == step.reward
+        assert session.artifacts[f"steps/{step.name}/evaluation.report"] == key
+    if agent == "oracle":
+        report = json.loads(
+            storage.get_bytes(artifact_key(session.session_id, "steps/extend/harbor-report.json"))
+        )
+        # the step's workdir was put in the workspace and its setup.sh run there before its
+        # agent (as Harbor does): its files are changes like the agent's
+        files = ["README.step.md", "notes.txt", "seed.txt", "setup.sh"]
+        assert sorted(report["patch_files"]) == files
