@@ -27,7 +27,7 @@ from activities.heartbeat import Heartbeater, heartbeating
 from activities.pool_activities import PoolActivities
 from activities.runtimes import InvalidRuntime, InvalidSource, PrepareFailed, Runtime
 from polar.builders import BuildContext, UnknownBuilder, check_builder, reward_policy
-from polar.builders.base import count_unseen, unseen_records
+from polar.builders.base import count_unseen, joined_runs, unseen_records
 from polar.builders.progress import listening
 from polar.builders.reward_policies import assign_rewards
 from polar.contracts import (
@@ -93,6 +93,7 @@ class PostrunActivities(PoolActivities):
                 if r.attempt <= request.after_attempt and r.record_id not in unseen
             }
             seen = [r for r in records if r.record_id not in unseen]
+            seen = joined_runs(seen, request.joined_attempts)  # a multi-step session's steps
             hb.update(step="building", completions=len(seen), unseen=len(unseen))
             ctx = BuildContext(
                 session_id=request.session_id,

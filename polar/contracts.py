@@ -204,6 +204,9 @@ class BuildRequest(BaseModel):
     """Only records of run attempts above this become traces: the runs of placements given
     up for an infra error (run again on fresh ground) keep their records in S3, left out of
     training as `earlier_placement` (their partial work never earned the final reward)."""
+    joined_attempts: list[int] = Field(default_factory=list, exclude_if=lambda v: not v)
+    """Run attempts built as one (a multi-step session's steps, each run its own attempt):
+    a chain goes on from one step's calls to the next's where the prompt is append-only."""
 
 
 class BuildResult(BaseModel):

@@ -285,10 +285,15 @@ class Session:
         return harness
 
     async def _build(
-        self, spec: SessionSpec, result: SessionResult, after_attempt: int | None = None
+        self,
+        spec: SessionSpec,
+        result: SessionResult,
+        after_attempt: int | None = None,
+        joined_attempts: list[int] | None = None,
     ) -> BuildResult:
         """build: the session's recorded calls as traces (shared queue: S3 only); the records
-        of attempts up to `after_attempt` (default: before the last run issued) left out."""
+        of attempts up to `after_attempt` (default: before the last run issued) left out,
+        `joined_attempts` (a multi-step session's steps) built as one run."""
         task = spec.task
         self._enter(Stage.BUILD, f"building traces with {task.builder.name}")
         request = BuildRequest(
@@ -298,6 +303,7 @@ class Session:
             builder=task.builder,
             policy_version=task.policy_version,
             after_attempt=self._run_base if after_attempt is None else after_attempt,
+            joined_attempts=joined_attempts or [],
         )
         build = await self._calls.execute(stages.BUILD_TRAJECTORY, request)
         result.traces_key = build.traces_key

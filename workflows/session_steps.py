@@ -8,7 +8,9 @@ earlier step's harness ran there scores 0 and stops the rest: that runtime is th
 session's doing, so its failure is no proof the task is broken (a zero stays a zero). The
 session's status is the worst of its steps' runs (timeout, then failed, then completed),
 its reward the task's `step_reward` rule over the steps graded, and every step's outcome
-is kept in `SessionResult.steps`. The build reads the records of every step's run.
+is kept in `SessionResult.steps`. The build reads the records of every step's run as one
+run: a chain goes on from a step's calls to the next's where the conversation is
+append-only (a harness resuming its session), and starts anew where it is not.
 """
 
 from __future__ import annotations
@@ -59,10 +61,13 @@ async def run_steps(
     task = spec.task
     first_base: int | None = None
     rewards: list[float | None] = []
+    attempts: list[int] = []  # each step's run, built as one
     for index, step in enumerate(task.steps):
         harness = await session._run(spec, result, placement, runtime, step)
         if first_base is None:
             first_base = session._run_base  # every step's records are the session's
+        if harness is not None:
+            attempts.append(harness.attempt)
         outcome = StepOutcome(name=step.name, status=result.status)
         result.steps.append(outcome)
         if harness is None and result.error_type == "PrepareFailed" and index > 0:
@@ -82,7 +87,7 @@ async def run_steps(
             break
     placement.release_early()
     _session_outcome(task.step_reward, result, rewards)
-    build = await session._build(spec, result, after_attempt=first_base)
+    build = await session._build(spec, result, first_base, attempts)
     if build.num_traces:
         await session._score(result, build, None)
 

@@ -195,6 +195,16 @@ def _request_digest(record: CompletionRecord) -> str:
     return hashlib.blake2b(body.encode(), digest_size=16).hexdigest()
 
 
+def joined_runs(records: list[CompletionRecord], attempts: list[int]) -> list[CompletionRecord]:
+    """`records` with the runs of `attempts` as one (the first's number): a multi-step
+    session's steps, each its own run, whose chains may go on from one step to the next
+    (builders never chain across runs)."""
+    if not attempts:
+        return records
+    first, joined = min(attempts), set(attempts)
+    return [r.model_copy(update={"attempt": first}) if r.attempt in joined else r for r in records]
+
+
 def unseen_records(records: list[CompletionRecord]) -> dict[str, UnseenReason]:
     """Records left out of training, by record id, with the reason: their answer never reached
     the harness, or their sample is not the policy's own.
