@@ -35,6 +35,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from polar.ids import TASK_ID_MAX
+from polar.tasks.harbor_compose import compose_services
 from polar.tasks.harbor_environment import check_environment, environment_image, runtime_spec
 from polar.tasks.harbor_healthcheck import healthcheck_action
 from polar.tasks.harbor_network import baseline_policy, phase_networks
@@ -154,10 +155,14 @@ def task_spec(
     agent_network, verifier_network = phase_networks(task, env_cfg, agent, verifier)
     check_environment(task, env_cfg, verifier)
     image = environment_image(task, image_map)
-    runtime = runtime_spec(task, env_cfg, image).model_copy(update={"network": agent_network})
+    sidecars, main_env = compose_services(task, image_map)
+    runtime = runtime_spec(task, env_cfg, image).model_copy(
+        update={"network": agent_network, "sidecars": sidecars}
+    )
     if env_cfg.get("healthcheck") is not None:  # ready before the agent starts, as in Harbor
         runtime.prepare.append(healthcheck_action(task, env_cfg["healthcheck"]))
-    task_env = resolved_env(task, "environment.env", env_cfg.get("env"), environ)
+    # compose's `main` environment is every exec's in it: the agent's and the verifier's
+    task_env = main_env | resolved_env(task, "environment.env", env_cfg.get("env"), environ)
     verifier_env = resolved_env(task, "verifier.env", verifier.get("env"), environ)
 
     def step_evaluator(v: dict[str, Any], network: NetworkSpec) -> EvaluatorSpec:
@@ -176,6 +181,8 @@ def task_spec(
     user = verifier.get("user")
     base_harness = harness or HarnessSpec(kind="pi")
     metadata = _metadata(task, env_cfg)
+    if main_env:  # in the agent's and the verifier's env, as compose gives it to `main`
+        metadata["compose_env"] = main_env
     risk = verifier_runs_agent_code(task.tests_dir, runtime.workdir, user)
     if risk is not None:  # `polar submit` and `polar tasks load` print the warning
         metadata["verifier_runs_agent_code"] = risk

@@ -135,11 +135,6 @@ def check_environment(task: HarborTask, env_cfg: dict[str, Any], verifier: dict[
     mode = verifier.get("environment_mode")
     if mode not in (None, "shared", "separate"):
         raise HarborTaskError(task.name, "verifier.environment_mode", f"unknown mode {mode!r}")
-    for name in ("docker-compose.yaml", "docker-compose.yml", "compose.yaml"):
-        if (task.environment_dir / name).exists():
-            raise HarborTaskError(
-                task.name, f"environment/{name}", "compose environments: Polar runs one container"
-            )
 
 
 def _workdir(task: HarborTask, env_cfg: dict[str, Any], image: str) -> str | None:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from polar.tasks.harbor_compose import COMPOSE_FILE, compose_services
 from polar.tasks.harbor_environment import base_images, environment_image, resolved_image_map
 from polar.tasks.harbor_toml import HarborTask, HarborTaskError, find_task_dirs, read_harbor_task
 
@@ -116,6 +117,9 @@ def ensure_image(
     from docker.errors import BuildError
 
     image = environment_image(task, image_map)
+    for sidecar in compose_services(task, image_map)[0]:  # run as they are: never built here
+        if not _has_image(client, sidecar.image):
+            raise _missing(task, f"{COMPOSE_FILE} services.{sidecar.name}.image", sidecar.image)
     if task.section("environment").get("docker_image"):
         if not _has_image(client, image):
             raise _missing(task, "environment.docker_image", image)

@@ -86,6 +86,34 @@ class NetworkSpec(StrictModel):
         return self.mode == "none"
 
 
+MAX_SIDECARS = 8
+"""The most services one session may have beside its container."""
+
+
+class Sidecar(StrictModel):
+    """A service beside a container session's own container (a Harbor task's compose
+    service): it runs on the session's own private network, which has no way out and no
+    host, and which its container joins; the session reaches it by `name`. Limited, labelled
+    and removed with the session; never the harness's, which runs only in the session's own
+    container."""
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$")
+    image: str = Field(min_length=1)
+    command: list[str] | None = Field(default=None, description="the image's CMD if None")
+    entrypoint: list[str] | None = Field(default=None, description="the image's if None")
+    env: dict[str, str] = Field(default_factory=dict)
+    workdir: str | None = None
+    cpus: float = Field(default=1.0, ge=0.1, le=64)
+    memory: str = Field(default="1g", pattern=r"^[0-9]+[bkmgBKMG]?$")
+
+    @field_validator("memory")
+    @classmethod
+    def _sane_memory(cls, v: str) -> str:
+        if not MIN_SIZE <= parse_size(v) <= MAX_SIZE:
+            raise ValueError(f"{v!r} is not between 16m and {MAX_SIZE >> 30}g")
+        return v
+
+
 class RuntimeSpec(StrictModel):
     """Where a session runs: a runtime `kind` by name, checked against the runtime registry
     where the runtimes are (activities/runtimes: the worker before it prepares, `polar
@@ -144,6 +172,13 @@ class RuntimeSpec(StrictModel):
         "goes there, the harness runs there, its changes there are graded); not `/` nor a "
         "system directory",
     )
+    sidecars: list[Sidecar] = Field(
+        default_factory=list,
+        max_length=MAX_SIDECARS,
+        exclude_if=lambda v: not v,  # left out when none: older workers read the spec
+        description="containers: services beside the session's container, on its own private "
+        "network (a Harbor task's compose services)",
+    )
     network: NetworkSpec = Field(
         default_factory=NetworkSpec,
         # left out while sealed: older workers read the spec
@@ -169,6 +204,11 @@ class RuntimeSpec(StrictModel):
 
     @model_validator(mode="after")
     def _workdir_for_containers(self) -> RuntimeSpec:
+        if self.kind == "local" and self.sidecars:
+            raise ValueError("sidecars are for container runtimes (docker, podman)")
+        names = [s.name for s in self.sidecars]
+        if len(set(names)) != len(names):
+            raise ValueError(f"sidecars: names must be unique, got {names}")
         if self.kind == "local" and self.workdir != DEFAULT_WORKDIR:
             raise ValueError(
                 f"workdir {self.workdir!r} is for container runtimes (docker, podman): a "

@@ -21,6 +21,7 @@ from polar.tasks.runtime_spec import (
     MIN_SIZE,
     NetworkSpec,
     RuntimeSpec,
+    Sidecar,
     parse_size,
     workdir_problem,
 )
@@ -51,6 +52,7 @@ __all__ = [
     "PrepareAction",
     "RubricSpec",
     "RuntimeSpec",
+    "Sidecar",
     "Source",
     "StrictModel",
     "TaskSpec",

@@ -83,6 +83,7 @@ def harbor_python() -> Path:
 def polar_view(spec: TaskSpec) -> dict[str, Any]:
     """The same fields, read back from Polar's TaskSpec."""
     meta, verifier, rt = spec.metadata["harbor"], HarborConfig.of(spec.evaluator), spec.runtime
+    compose_env = meta.get("compose_env", {})
 
     def mb(size: str | None) -> int | None:
         return None if size is None else parse_size(size) >> 20
@@ -93,7 +94,8 @@ def polar_view(spec: TaskSpec) -> dict[str, Any]:
         "agent_timeout_s": spec.timeouts.harness_s,
         "verifier_timeout_s": verifier.timeout_s,
         "verifier_user": verifier.user,
-        "verifier_env": verifier.env,
+        # compose's `main` environment is the container's, not [verifier].env
+        "verifier_env": {k: v for k, v in verifier.env.items() if k not in compose_env},
         "cpus": rt.cpus,
         "memory_mb": mb(rt.memory),
         "storage_mb": mb(rt.disk),

@@ -1,15 +1,14 @@
 """The `docker` runtime: one container per session, driven through the docker SDK.
 
-The container runs the task's image (default `polar/runtime:py311`, built
-locally by infra/images/build.py) with no network at all (`--network none`):
-its only way out is the session's gateway channel, a Unix socket in the
-worker's `{session}/channel/` dir bind-mounted read-only at /run/polar (the
-only mount), served by the worker's relay and reached through a forwarder on
-the container's own loopback (activities/runtimes/network/channel.py). It has the
-CPU, memory (no extra swap), pids and disk limits of the RuntimeSpec (on by
-default); the source goes in with `put_archive` (a dir copy, or a git clone at
-the task's ref made on the worker), into the workspace: the spec's `workdir`
-(default `/workspace`), made if the image lacks it.
+The container runs the task's image (default `polar/runtime:py311`, built locally by
+infra/images/build.py) with no network at all (`--network none`; with sidecars, a network
+of its own and theirs alone: docker_sidecars.py): its only way out is the session's
+gateway channel, a Unix socket in the worker's `{session}/channel/` dir bind-mounted
+read-only at /run/polar (the only mount), served by the worker's relay and reached through
+a forwarder on the container's own loopback (activities/runtimes/network/channel.py). It
+has the CPU, memory (no extra swap), pids and disk limits of the RuntimeSpec (on by
+default); the source goes in with `put_archive` (a dir copy, or a git clone at the task's
+ref made on the worker), into the workspace: the spec's `workdir` (default `/workspace`).
 
 Its main process sleeps until the session's wall-clock deadline under
 docker-init, and is Polar's own read-only busybox (activities/runtimes/toolbox.py), never a
@@ -20,19 +19,17 @@ killed the moment it exits, from inside). `reap` kills every process in the
 container (SIGKILL to its init: the kernel takes the rest of its PID
 namespace) and starts it again with the same file system: the harness stage
 reaps after every harness exit, so nothing the harness left running touches
-its work once it is read. A timeout or a
-cancellation reaps the same way. The disk limit is the file-size rlimit for a
-single file plus a watchdog over the container's writable layer, checked on
-every tick of a running command (the engine's `--storage-opt size` needs an
-XFS backing store, which these hosts do not have).
+its work once it is read. A timeout or a cancellation reaps the same way. The disk
+limit is the file-size rlimit for a single file plus a watchdog over the container's
+writable layer, checked on every tick of a running command (the engine's
+`--storage-opt size` needs an XFS backing store, which these hosts do not have).
 
-The worker keeps, under `{data_dir}/runtimes/{session_id}/`, `logs/` (each
-command's stdout and stderr, streamed as it runs), `home/` and `scratch/`.
-`home/` and `scratch/` appear at the same absolute paths inside the
-container: they are copied in before each command and copied back after it,
-so the Runtime protocol (write a config or an input file, run, read a result
-file) is the same as for the local runtime. Teardown always removes the
-container (by its name, so it works from a bare handle) and the host dir.
+The worker keeps, under `{data_dir}/runtimes/{session_id}/`, `logs/` (each command's
+stdout and stderr, streamed as it runs), `home/` and `scratch/`, which appear at the same
+paths inside the container: copied in before each command and back after it, so the
+Runtime protocol (write a config or an input file, run, read a result file) is the same
+as for the local runtime. Teardown always removes the container (by its name, so it works
+from a bare handle), its sidecars and the host dir.
 
 Container names: a worker's runtime is built with its deployment's `namespace`
 (the task queue), so the name is `polar-{namespace}-{session_id}` on every
@@ -41,9 +38,8 @@ any of their containers. Labels say whose container it is (`polar.session`,
 `polar.namespace`, `polar.host`, `polar.deployment`: Temporal address,
 namespace and queue), which is how a host's sweep finds its own
 (`list_sessions`). A runtime made without a namespace (tests, benchmarks) uses
-a hash of its root instead, so runs sharing an engine never collide.
-
-The engine is the one `DOCKER_HOST` names (default: the local socket).
+a hash of its root instead, so runs sharing an engine never collide. The engine is the one
+`DOCKER_HOST` names (default: the local socket).
 """
 
 from __future__ import annotations
@@ -78,6 +74,7 @@ from activities.runtimes.kinds.container_archive import (
     retried,
 )
 from activities.runtimes.kinds.container_exec import ContainerDiskWatchdog, ExecPump, LogPump
+from activities.runtimes.kinds.docker_sidecars import remove_sidecars, start_sidecars
 from activities.runtimes.network.channel_paths import SANDBOX_DIR
 from activities.runtimes.resource_limits import DISK_LABEL, ContainerLimits
 from activities.runtimes.sandboxes import needs as sandbox_needs
@@ -250,15 +247,18 @@ class DockerRuntime:
             raise image_missing("docker", spec.image, PROVIDE_IMAGE) from None
         limits = ContainerLimits.of(spec)
         channel = self._session_dir(session_id) / "channel"
+        name, labels = self.container_name(session_id), self.labels(session_id)
+        net = start_sidecars(self.client, name, labels, spec.sidecars) if spec.sidecars else None
         return self.client.containers.run(
             spec.image,
             MAIN_COMMAND,
-            name=self.container_name(session_id),
-            labels=self.labels(session_id) | {DISK_LABEL: str(limits.disk_bytes)},
+            name=name,
+            labels=labels | {DISK_LABEL: str(limits.disk_bytes)},
             environment={DEADLINE_ENV: str(int(time.time() + max(1.0, spec.wall_clock_s)))},
             detach=True,
             init=True,
-            network_mode="none",
+            network_mode="none" if net is None else None,  # else its own, its sidecars' alone
+            network=net,
             volumes={str(channel): {"bind": SANDBOX_DIR, "mode": "ro"}}
             | toolbox.docker_volumes(self.root),
             working_dir="/",
@@ -314,13 +314,13 @@ class DockerRuntime:
 
     async def _remove_container(self, session_id: str) -> bool:
         def remove() -> bool:
+            name, removed = self.container_name(session_id), True
             try:
-                self.client.containers.get(self.container_name(session_id)).remove(
-                    force=True, v=True
-                )
+                self.client.containers.get(name).remove(force=True, v=True)
             except NotFound:
-                return False
-            return True
+                removed = False
+            labels = [f"{LABEL}={session_id}", f"{NAMESPACE_LABEL}={self.namespace}"]
+            return remove_sidecars(self.client, name, labels) or removed
 
         return await asyncio.to_thread(remove)
 

@@ -223,6 +223,11 @@ class PodmanRuntime(DockerRuntime):
 
     def _create(self, session_id: str, spec: RuntimeSpec) -> PodmanContainer:
         self._ready()
+        if spec.sidecars:  # a netavark internal network leaves the host reachable at its gateway
+            raise InvalidRuntime(
+                "sidecars (a Harbor task's compose services) run on the docker runtime only: "
+                "podman's private networks leave the host reachable; run it on docker"
+            )
         if self.podman.image_id(spec.image) is None:
             raise image_missing(
                 "podman",

@@ -1,0 +1,121 @@
+"""A Harbor task's `environment/docker-compose.yaml` → the session's sidecars.
+
+Harbor runs a compose environment: its `main` service (the task's image, where the agent
+runs) and the task's other services beside it, which the agent and the verifier reach by
+their names. Polar runs each other service as a sidecar of the session's container
+(`RuntimeSpec.sidecars`; docker: activities/runtimes/kinds/docker_sidecars.py): on the
+session's own private network, which has no way out and no host, torn down with the session,
+and made afresh for the grading runtime. `main`'s `environment` is given to the agent and to
+the verifier, as compose gives it to every exec in `main`.
+
+Read per service: `image` (through the image map), `command` and `entrypoint` (a string is
+split as a shell would), `environment` (a table or `NAME=value` lines), `working_dir`;
+`depends_on` and `expose` are accepted (sidecars start before the session's container and
+every port is open on the session's network). Refused, naming the service and key: `build`
+(a sidecar's image is one this host has: build it and map its name), published `ports`,
+`volumes`, `networks` and `network_mode`, and any other key.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from typing import Any
+
+from polar.tasks.harbor_environment import resolved_image_map
+from polar.tasks.harbor_toml import HarborTask, HarborTaskError
+from polar.tasks.runtime_spec import Sidecar
+
+__all__ = ["COMPOSE_FILE", "compose_services"]
+
+COMPOSE_FILE = "docker-compose.yaml"
+"""The one compose file Harbor reads from `environment/`."""
+
+_SIDECAR_KEYS = {"image", "command", "entrypoint", "environment", "working_dir", "depends_on"}
+_MAIN_KEYS = {"build", "image", "environment", "depends_on", "command"}
+_ACCEPTED = {"expose", "healthcheck", "restart", "container_name"}
+_REASONS = {
+    "build": "a sidecar built from a Dockerfile: build its image on this host and name it "
+    "with `image` (through the image map)",
+    "ports": "publishing a port on the host: a session's services are reachable from it alone",
+    "volumes": "host volumes: a session's services share nothing with the host",
+    "networks": "networks of the task's own: a session's services have the session's network",
+    "network_mode": "a network mode: a session's services have the session's network",
+}
+
+
+def compose_services(
+    task: HarborTask, image_map: Mapping[str, str] | None = None
+) -> tuple[list[Sidecar], dict[str, str]]:
+    """The task's sidecars and `main`'s environment (none without a compose file);
+    HarborTaskError naming the service and key Polar cannot honour."""
+    path = task.environment_dir / COMPOSE_FILE
+    if not path.is_file():
+        return [], {}
+    import yaml  # type: ignore[import-untyped]  # the server install's (pyproject)
+
+    where = f"environment/{COMPOSE_FILE}"
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise HarborTaskError(task.name, where, f"cannot read it: {exc}") from None
+    services = data.get("services") if isinstance(data, dict) else None
+    if not isinstance(services, dict):
+        raise HarborTaskError(task.name, where, "has no `services` table")
+    mapping = resolved_image_map(task, image_map)
+    sidecars, main_env = [], {}
+    for name, service in services.items():
+        if not isinstance(service, dict):
+            raise HarborTaskError(task.name, f"{where}: services.{name}", "must be a table")
+        if name == "main":
+            _check_keys(task, f"{where}: services.main", service, _MAIN_KEYS)
+            main_env = _env(task, f"{where}: services.main", service.get("environment"))
+            continue
+        sidecars.append(_sidecar(task, f"{where}: services.{name}", str(name), service, mapping))
+    return sidecars, main_env
+
+
+def _sidecar(
+    task: HarborTask, where: str, name: str, service: dict[str, Any], mapping: Mapping[str, str]
+) -> Sidecar:
+    _check_keys(task, where, service, _SIDECAR_KEYS)
+    image = service.get("image")
+    if not isinstance(image, str) or not image:
+        raise HarborTaskError(task.name, f"{where}.image", "missing: a sidecar runs an image")
+    workdir = service.get("working_dir")
+    return Sidecar(
+        name=name,
+        image=mapping.get(image, image),
+        command=_argv(task, f"{where}.command", service.get("command")),
+        entrypoint=_argv(task, f"{where}.entrypoint", service.get("entrypoint")),
+        env=_env(task, where, service.get("environment")),
+        workdir=None if workdir is None else str(workdir),
+    )
+
+
+def _check_keys(task: HarborTask, where: str, service: dict[str, Any], keys: set[str]) -> None:
+    for key in service:
+        if key in keys or key in _ACCEPTED:
+            continue
+        reason = _REASONS.get(key, f"a compose key Polar does not run (it runs {sorted(keys)})")
+        raise HarborTaskError(task.name, f"{where}.{key}", f"not supported: {reason}")
+
+
+def _argv(task: HarborTask, where: str, value: Any) -> list[str] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return shlex.split(value)
+    if isinstance(value, list) and all(isinstance(v, str | int | float) for v in value):
+        return [str(v) for v in value]
+    raise HarborTaskError(task.name, where, "must be a string or a list of strings")
+
+
+def _env(task: HarborTask, where: str, value: Any) -> dict[str, str]:
+    if value is None:
+        return {}
+    if isinstance(value, dict):
+        return {str(k): "" if v is None else str(v) for k, v in value.items()}
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return dict(v.split("=", 1) if "=" in v else (v, "") for v in value)
+    raise HarborTaskError(task.name, f"{where}.environment", "must be a table or NAME=value list")
