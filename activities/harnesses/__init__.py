@@ -52,7 +52,9 @@ class HarnessAdapter(Protocol):
         ...
 
     def prepare(self, home: Path, workdir: str, ctx: HarnessContext) -> Launch:
-        """Write the harness's config under `home`; the command and env to run in `workdir`."""
+        """Write the harness's config under `home`; the command and env to run in `workdir`
+        (with the spec's `skills_dir` in place: activities/harnesses/skills.py; a
+        `CliAdapter` names its folder in `skills_folder`)."""
         ...
 
     def native_logs(self, home: Path) -> list[tuple[str, Path]]:

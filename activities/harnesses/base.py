@@ -25,6 +25,7 @@ from typing import Any, ClassVar, Self
 
 from activities import safe_files
 from activities.harnesses.artifacts import unkeyable
+from activities.harnesses.skills import with_skills
 from polar.tasks.spec import HarnessSpec
 from polar.tasks.strict import StrictModel
 
@@ -209,6 +210,13 @@ class CliAdapter:
         """Write config under `home`; return (arguments after the executable, extra env)."""
         raise NotImplementedError
 
+    def skills_folder(self, home_rt: str) -> str | None:
+        """Where this harness reads Agent Skills, in the runtime's view (HOME there is
+        `home_rt`): the task's `skills_dir` is copied there before it starts
+        (activities/harnesses/skills.py). None: it reads none; the dir is named in
+        $POLAR_SKILLS_DIR."""
+        return None
+
     def prepare(self, home: Path, workdir: str, ctx: HarnessContext) -> Launch:
         if not ctx.instruction.strip():
             raise ValueError(f"harness {self.kind!r} needs a non-empty task instruction")
@@ -218,7 +226,8 @@ class CliAdapter:
         args, extra = self.configure(home, home_rt, workdir, ctx, files)
         argv = [self.executable(ctx), *args, *ctx.spec.args]
         env = self.base_env(home_rt, ctx) | extra | ctx.spec.env
-        return Launch(command=shlex.join(argv), env=env, argv=argv, config_files=files)
+        launch = Launch(command=shlex.join(argv), env=env, argv=argv, config_files=files)
+        return with_skills(launch, ctx.spec.skills_dir, self.skills_folder(home_rt))
 
     # ------------------------------------------------------------------ after the run
     def native_logs(self, home: Path) -> list[tuple[str, Path]]:

@@ -24,6 +24,10 @@ class ClaudeCodeAdapter(CliAdapter):
     route = "/v1/messages"
     log_globs = (".claude/projects/**/*.jsonl",)
 
+    def skills_folder(self, home_rt: str) -> str:
+        """Claude Code reads `~/.claude/skills` (its config dir: no CLAUDE_CONFIG_DIR here)."""
+        return f"{home_rt}/.claude/skills"
+
     def configure(
         self, home: Path, home_rt: str, workdir: str, ctx: HarnessContext, files: list[Path]
     ) -> tuple[list[str], dict[str, str]]:

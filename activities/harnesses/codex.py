@@ -24,6 +24,10 @@ class CodexAdapter(CliAdapter):
     route = "/v1/responses"
     log_globs = (".codex/sessions/**/*.jsonl", ".codex/log/*.log")
 
+    def skills_folder(self, home_rt: str) -> str:
+        """Codex reads `$HOME/.agents/skills`, where Harbor puts them."""
+        return f"{home_rt}/.agents/skills"
+
     def configure(
         self, home: Path, home_rt: str, workdir: str, ctx: HarnessContext, files: list[Path]
     ) -> tuple[list[str], dict[str, str]]:

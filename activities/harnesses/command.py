@@ -6,7 +6,7 @@ Google's `GOOGLE_GEMINI_BASE_URL` / `GEMINI_API_KEY` / `GOOGLE_API_KEY`, and
 POLAR_*), and the instruction in POLAR_INSTRUCTION. Extra `args` are appended
 to the command, shell-quoted. What it writes under `$POLAR_ARTIFACTS_DIR` (an
 empty directory in its HOME) is kept with the session's logs in S3
-(activities/harnesses/artifacts.py).
+(activities/harnesses/artifacts.py). A task's `skills_dir` is named in $POLAR_SKILLS_DIR.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pydantic import Field, field_validator
 
 from activities.harnesses.artifacts import ARTIFACTS_ENV, ARTIFACTS_SUBDIR
 from activities.harnesses.base import HarnessConfig, HarnessContext, Launch, polar_env
+from activities.harnesses.skills import with_skills
 from polar.tasks.spec import HarnessSpec
 
 
@@ -116,7 +117,7 @@ class CommandAdapter:
         base_env |= polar_env(ctx)
         base_env[ARTIFACTS_ENV] = f"{home_rt}/{ARTIFACTS_SUBDIR}"
         command, env = command_harness(ctx.spec, instruction=ctx.instruction, base_env=base_env)
-        return Launch(command=command, env=env)
+        return with_skills(Launch(command=command, env=env), ctx.spec.skills_dir, None)
 
     def native_logs(self, home: Path) -> list[tuple[str, Path]]:
         return []

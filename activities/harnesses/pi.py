@@ -24,6 +24,10 @@ class PiAdapter(CliAdapter):
     route = "/v1/chat/completions"
     log_globs = ()  # --mode json: the event log is stdout
 
+    def skills_folder(self, home_rt: str) -> str:
+        """Pi reads `$HOME/.agents/skills` too, where Harbor puts them."""
+        return f"{home_rt}/.agents/skills"
+
     def configure(
         self, home: Path, home_rt: str, workdir: str, ctx: HarnessContext, files: list[Path]
     ) -> tuple[list[str], dict[str, str]]:

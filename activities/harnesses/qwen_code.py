@@ -33,6 +33,10 @@ class QwenCodeAdapter(CliAdapter):
     route = "/v1/chat/completions"
     log_globs = (".qwen/projects/**/*.jsonl", ".qwen/tmp/**/*.json", ".qwen/tmp/**/*.jsonl")
 
+    def skills_folder(self, home_rt: str) -> str:
+        """Qwen Code reads `~/.qwen/skills`."""
+        return f"{home_rt}/.qwen/skills"
+
     def configure(
         self, home: Path, home_rt: str, workdir: str, ctx: HarnessContext, files: list[Path]
     ) -> tuple[list[str], dict[str, str]]:

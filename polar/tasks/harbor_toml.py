@@ -101,7 +101,6 @@ _UNSUPPORTED: dict[str, str] = {
     "environment.gpu_types": "GPUs in the task's container",
     "environment.tpu": "TPUs in the task's container",
     "environment.mcp_servers": "MCP servers for the agent",
-    "environment.skills_dir": "agent skills directories",
 }
 
 

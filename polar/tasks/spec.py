@@ -70,7 +70,8 @@ class HarnessSpec(KindSpec):
     fresh HOME to call the gateway, run non-interactively with the task's instruction (they
     take no `command`). A kind's own config goes under the key its name gives. What every
     kind shares: `args` are appended to the command line, `env` overrides the harness's
-    environment, `model` and `unknown_models`.
+    environment, `model` and `unknown_models`; `skills_dir` is copied where the harness
+    reads its skills (each adapter's `skills_folder`).
     """
 
     kind: str = Field(
@@ -83,6 +84,14 @@ class HarnessSpec(KindSpec):
     model: str = Field(default="policy", description="model name the harness is told to use")
     args: list[str] = Field(default_factory=list, description="extra command-line arguments")
     env: dict[str, str] = Field(default_factory=dict)
+    skills_dir: str | None = Field(
+        default=None,
+        min_length=1,
+        exclude_if=lambda v: v is None,  # unset: the JSON the core always dumped
+        description="a directory in the runtime (absolute, or relative to the workdir) whose "
+        "contents, one folder per Agent Skill, are copied into the harness's own skills "
+        "folder before it starts; kind `command` is told it in $POLAR_SKILLS_DIR",
+    )
     unknown_models: Literal["policy", "refuse"] = Field(
         default="policy",
         description="a call naming a model that is neither `model`, the gateway's own nor one "

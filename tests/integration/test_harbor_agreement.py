@@ -5,7 +5,7 @@ scripts/setup_harbor_venv.sh) reads each task dir of examples/harbor; Polar's
 loader (polar/tasks/harbor.py) reads the same dirs; every field Polar carries is
 compared: name, instruction (canary stripped), agent and verifier timeouts,
 verifier user and env, cpus, memory, storage, network mode, docker_image,
-metadata, solution env.
+metadata, solution env, skills dir.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ for d in sys.argv[1:]:
         "docker_image": e.docker_image,
         "metadata": c.metadata,
         "solution_env": c.solution.env,
+        "skills_dir": e.skills_dir or None,
     })
 print(json.dumps(out))
 """
@@ -87,6 +88,7 @@ def polar_view(spec: TaskSpec) -> dict[str, Any]:
         "docker_image": meta["docker_image"],
         "metadata": meta["metadata"],
         "solution_env": meta["solution_env"],
+        "skills_dir": spec.harness.skills_dir,
     }
 
 

@@ -230,6 +230,13 @@ class AgentBackend:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
     # ------------------------------------------------------------------ answer
+    def plan(
+        self, step: int, tools: dict[str, dict[str, Any]]
+    ) -> tuple[str, str | None, dict[str, Any] | None]:
+        """(step name, tool, arguments) of the `step`-th action (tool None: the final
+        answer); by default the RepoTask's plan (`plan_call`)."""
+        return plan_call(step, self.task, tools)
+
     def answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
@@ -241,7 +248,7 @@ class AgentBackend:
             return 400, _error(f"chat template failed: {exc}")
         if tools:
             offered = {n: t for t in tools if (n := tool_name(t))}
-            step, tool, args = plan_call(tool_calls_so_far(messages), self.task, offered)
+            step, tool, args = self.plan(tool_calls_so_far(messages), offered)
             kind = "agent"
         else:
             step, tool, args, kind = None, None, None, "side"

@@ -1,0 +1,168 @@
+"""The real harness CLIs see a task's Agent Skills and MCP servers as their own.
+
+Each CLI (infra/harnesses/) is prepared by its production adapter with a task's
+`skills_dir` (the bundled `skill-stamp` task's skills, as the local runtime sees
+them) and run, as the runtime runs it (`bash -c` of the launch command), against
+the agent backend through an in-thread gateway. The skill's folder is copied where
+that CLI reads skills by the launch's own first line, and the CLI's own code puts
+the skill's name and description into what it sends the model: the first agent
+call's body holds them. The same run without the skill holds neither, so the
+check can fail.
+
+In a container (docker), the bundled task's image ships the skill at its
+`skills_dir`: the launch's copy line puts it in the harness's folder under the
+session's HOME, where an agent that follows it (a scripted one here) scores 1 and
+the same agent without the copy 0.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from activities.harnesses import CLI_ADAPTERS, HarnessContext, Launch
+from activities.harnesses.skills import with_skills
+from polar.session_keys import SessionIdentity, mint_session_key
+from polar.settings import Settings
+from polar.storage import Storage
+from polar.tasks.harbor import load_harbor_tasks
+from polar.tasks.harbor_images import ensure_images
+from polar.tasks.spec import HarnessSpec
+from tests.support.agent_backend import AgentBackend, RepoTask, agent_backend_app
+from tests.support.container_sessions import docker_runtime
+from tests.support.eval_runtimes import grade, prepare_session, run_harness
+from tests.support.paths import REPO
+from tests.support.scripted_backend import serve_app
+from tests.system.test_harness_clis import (
+    gateway_for,
+    make_repo,
+    route_missing,
+    run_cli,
+    runtime_path,
+)
+
+pytestmark = pytest.mark.slow
+
+SKILL_TASK = REPO / "examples" / "harbor" / "skill-stamp"
+SKILLS = SKILL_TASK / "environment" / "skills"
+SKILL_MARK = "zebra-quartz"  # in the skill's description only
+BUDGET_S = 180.0
+KINDS = ["claude_code", "codex", "pi", "qwen_code"]
+
+
+class ScriptedBackend(AgentBackend):
+    """An agent backend that answers every agent call with its final text at once."""
+
+    def plan(
+        self, step: int, tools: dict[str, dict[str, Any]]
+    ) -> tuple[str, str | None, dict[str, Any] | None]:
+        return "answer", None, None
+
+
+@contextmanager
+def backend_of(cls: type[AgentBackend], task: RepoTask, model_dir: Path) -> Iterator[Any]:
+    handle = cls(task, model_dir)
+    with serve_app(agent_backend_app(handle)) as base:
+        handle.url = f"{base}/v1"
+        yield handle
+
+
+def run_prepared(
+    kind: str,
+    spec: HarnessSpec,
+    tmp_path: Path,
+    base_settings: Settings,
+    storage: Storage,
+    backend: AgentBackend,
+) -> tuple[int, str, str]:
+    """`kind`'s CLI, prepared by its adapter from `spec`, run as a runtime runs it: bash."""
+    adapter = CLI_ADAPTERS[kind]
+    if adapter.installed_version(base_settings.harness_bin_dir) is None:
+        pytest.skip(f"{adapter.package} is not installed: run infra/harnesses/install.sh")
+    identity = SessionIdentity(f"{kind}-{uuid.uuid4().hex[:12]}", "task-skills-mcp")
+    with gateway_for(base_settings, storage, backend.url) as (gateway, settings):
+        key = mint_session_key(identity, settings.session_secret)
+        if route_missing(gateway, adapter.route, key):
+            pytest.skip(f"the gateway has no {adapter.route} yet")
+        ctx = HarnessContext(
+            spec=spec,
+            instruction="Write the release stamp for version 7 into stamp.txt.",
+            gateway_url=gateway,
+            api_key=key,
+            session_id=identity.session_id,
+            task_id=identity.task_id,
+            bin_dir=settings.harness_bin_dir,
+        )
+        home = tmp_path / "home"
+        launch = adapter.prepare(home, str(backend.task.workspace), ctx)
+        env = {"PATH": runtime_path(), "HOME": str(home)} | launch.env
+        rc, _, out, err = run_cli(
+            ["bash", "-c", launch.command], backend.task.workspace, env, BUDGET_S
+        )
+    return rc, out, err
+
+
+def first_agent_body(backend: AgentBackend) -> str:
+    assert backend.agent_calls, [c.kind for c in backend.calls]
+    return json.dumps(backend.agent_calls[0].request)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_each_cli_offers_the_tasks_skill_to_the_model(
+    kind: str, tmp_path: Path, base_settings: Settings, storage: Storage, model_dir: Path
+) -> None:
+    task = make_repo(tmp_path / "repo")
+    seen = {}
+    for with_skill in (True, False):
+        run_dir = tmp_path / ("with" if with_skill else "without")
+        spec = HarnessSpec(kind=kind, skills_dir=str(SKILLS) if with_skill else None)
+        with backend_of(ScriptedBackend, task, model_dir) as backend:
+            rc, out, err = run_prepared(kind, spec, run_dir, base_settings, storage, backend)
+            assert rc == 0, f"{kind}: rc={rc}\n{out[-3000:]}\n{err[-3000:]}"
+            seen[with_skill] = first_agent_body(backend)
+    assert "stamp-format" in seen[True] and SKILL_MARK in seen[True], seen[True][:4000]
+    assert SKILL_MARK not in seen[False]
+
+
+@pytest.fixture
+def runtime(docker_image: str, tmp_path: Path) -> Iterator[Any]:
+    yield from docker_runtime(tmp_path / "runtimes")
+
+
+# an agent that follows the skill: version 3's stamp in SKILL.md, made version 7's
+FOLLOW_SKILL = (
+    "sed -n 's/^ *ZQ-3\\(:sealed\\)$/ZQ-7\\1/p' "
+    '"$HOME/.agents/skills/stamp-format/SKILL.md" > stamp.txt'
+)
+
+
+async def test_the_images_skills_reach_the_harness_folder_in_its_container(
+    runtime: Any,
+) -> None:
+    ensure_images(SKILL_TASK)
+    (spec,) = load_harbor_tasks(SKILL_TASK, harness=HarnessSpec(kind="pi"))
+    assert spec.harness.skills_dir == "/opt/task-skills"
+    rewards = {}
+    for copied in (True, False):
+        handle = await prepare_session(runtime, spec.runtime, None, f"skills-{copied}")
+        try:
+            launch = Launch(command=FOLLOW_SKILL, env={})
+            if copied:
+                folder = CLI_ADAPTERS["pi"].skills_folder(str(runtime.home(handle)))
+                launch = with_skills(launch, spec.harness.skills_dir, folder)
+            await run_harness(runtime, handle, launch.command)
+            home = runtime.home(handle)
+            assert (home / ".agents/skills/stamp-format/SKILL.md").is_file() == copied
+            evaluation = await grade(
+                runtime, spec.runtime, None, handle, spec.evaluator, timeout_s=300
+            )
+            rewards[copied] = evaluation.reward
+        finally:
+            await runtime.teardown(handle)
+    assert rewards == {True: 1.0, False: 0.0}
