@@ -103,7 +103,7 @@ def check_harness(spec: HarnessSpec, instruction: str | None = None) -> HarnessC
     except UnknownHarness as exc:
         raise UnknownHarness(f"harness.kind: {exc}", exc.kind, exc.known) from None
     model = adapter.config_model
-    refusal = model.refusal(spec)
+    refusal = model.refusal(spec) or model.mcp_refusal(spec)
     if refusal is None and instruction is not None:
         refusal = model.instruction_refusal(spec.kind, instruction)
     if refusal is not None:

@@ -5,7 +5,7 @@ scripts/setup_harbor_venv.sh) reads each task dir of examples/harbor; Polar's
 loader (polar/tasks/harbor.py) reads the same dirs; every field Polar carries is
 compared: name, instruction (canary stripped), agent and verifier timeouts,
 verifier user and env, cpus, memory, storage, network mode, docker_image,
-metadata, solution env, skills dir.
+metadata, solution env, skills dir, MCP servers.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ for d in sys.argv[1:]:
         "metadata": c.metadata,
         "solution_env": c.solution.env,
         "skills_dir": e.skills_dir or None,
+        "mcp_servers": [s.model_dump(mode="json") for s in e.mcp_servers],
     })
 print(json.dumps(out))
 """
@@ -89,6 +90,10 @@ def polar_view(spec: TaskSpec) -> dict[str, Any]:
         "metadata": meta["metadata"],
         "solution_env": meta["solution_env"],
         "skills_dir": spec.harness.skills_dir,
+        # Polar takes stdio servers only (a URL one is refused): their `url` is None
+        "mcp_servers": [
+            {**s.model_dump(mode="json"), "url": None} for s in spec.harness.mcp_servers
+        ],
     }
 
 

@@ -1,5 +1,11 @@
 """The real harness CLIs see a task's Agent Skills and MCP servers as their own.
 
+MCP: each CLI that takes MCP servers (Claude Code, Codex, Qwen Code) is prepared with
+the bundled `mcp-vault` task's stdio server (a stdlib Python script) in its own MCP
+config, and the scripted backend asks it to call the server's `lookup_code` tool
+(whatever name that CLI gives it): the CLI spawns the server, calls the tool, and the
+code only the server knows comes back to the model in the next call.
+
 Each CLI (infra/harnesses/) is prepared by its production adapter with a task's
 `skills_dir` (the bundled `skill-stamp` task's skills, as the local runtime sees
 them) and run, as the runtime runs it (`bash -c` of the launch command), against
@@ -18,6 +24,7 @@ the same agent without the copy 0.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -33,8 +40,8 @@ from polar.settings import Settings
 from polar.storage import Storage
 from polar.tasks.harbor import load_harbor_tasks
 from polar.tasks.harbor_images import ensure_images
-from polar.tasks.spec import HarnessSpec
-from tests.support.agent_backend import AgentBackend, RepoTask, agent_backend_app
+from polar.tasks.spec import HarnessSpec, McpServerSpec
+from tests.support.agent_backend import AgentBackend, RepoTask, agent_backend_app, shell_call
 from tests.support.container_sessions import docker_runtime
 from tests.support.eval_runtimes import grade, prepare_session, run_harness
 from tests.support.paths import REPO
@@ -54,15 +61,65 @@ SKILLS = SKILL_TASK / "environment" / "skills"
 SKILL_MARK = "zebra-quartz"  # in the skill's description only
 BUDGET_S = 180.0
 KINDS = ["claude_code", "codex", "pi", "qwen_code"]
+VAULT = REPO / "examples" / "harbor" / "mcp-vault" / "environment" / "mcp" / "vault_server.py"
+VAULT_CODE = "VAULT-9FAA7A0944"  # the server's code for project `orion`
+DEFERRED = "mcp__vault__lookup_code"  # the tool's name where a CLI defers it
 
 
 class ScriptedBackend(AgentBackend):
     """An agent backend that answers every agent call with its final text at once."""
 
     def plan(
-        self, step: int, tools: dict[str, dict[str, Any]]
+        self, step: int, tools: dict[str, dict[str, Any]], messages: list[dict[str, Any]]
     ) -> tuple[str, str | None, dict[str, Any] | None]:
         return "answer", None, None
+
+
+class VaultPlan:
+    """Call the MCP tool named `*lookup_code` once; with `write`, then write the code its
+    answer holds to code.txt with the shell tool; then answer. Where the CLI defers MCP
+    tools (Claude Code's `ToolSearch` loads one; Qwen Code's `tool_search` shows one and
+    its `tool_call` calls it), look the tool up first, as a model would."""
+
+    def __init__(self, write: bool = False) -> None:
+        self.write = write
+        self.called = self.searched = self.written = False
+
+    def __call__(
+        self, step: int, tools: dict[str, dict[str, Any]], messages: list[dict[str, Any]]
+    ) -> tuple[str, str | None, dict[str, Any] | None]:
+        tool = next((name for name in tools if name.endswith("lookup_code")), None)
+        search = next((n for n in ("ToolSearch", "tool_search") if n in tools), None)
+        args = {"project": "orion"}
+        if self.called:
+            codes = re.findall(r"VAULT-[0-9A-F]{10}", json.dumps(messages))
+            if not self.write or self.written or not codes:
+                return "answer", None, None
+            self.written = True  # the latest code: the tool's answer
+            return ("write", *shell_call(tools, f"echo {codes[-1]} > code.txt"))
+        if tool is not None:
+            self.called = True
+            return "mcp", tool, args
+        if search is not None and not self.searched:
+            self.searched = True
+            return "search", search, {"query": f"select:{DEFERRED}"}
+        if self.searched and "tool_call" in tools:
+            self.called = True
+            return "mcp", "tool_call", {"name": DEFERRED, "arguments": args}
+        return "answer", None, None
+
+
+class McpBackend(AgentBackend):
+    """An agent backend that calls the vault's tool, then answers (`VaultPlan`)."""
+
+    def __init__(self, task: RepoTask, model_dir: Path) -> None:
+        super().__init__(task, model_dir)
+        self.vault = VaultPlan()
+
+    def plan(
+        self, step: int, tools: dict[str, dict[str, Any]], messages: list[dict[str, Any]]
+    ) -> tuple[str, str | None, dict[str, Any] | None]:
+        return self.vault(step, tools, messages)
 
 
 @contextmanager
@@ -128,6 +185,23 @@ def test_each_cli_offers_the_tasks_skill_to_the_model(
             seen[with_skill] = first_agent_body(backend)
     assert "stamp-format" in seen[True] and SKILL_MARK in seen[True], seen[True][:4000]
     assert SKILL_MARK not in seen[False]
+
+
+@pytest.mark.parametrize("kind", ["claude_code", "codex", "qwen_code"])
+def test_each_cli_spawns_the_tasks_mcp_server_and_calls_its_tool(
+    kind: str, tmp_path: Path, base_settings: Settings, storage: Storage, model_dir: Path
+) -> None:
+    task = make_repo(tmp_path / "repo")
+    vault = McpServerSpec(name="vault", command="python3", args=[str(VAULT)])
+    spec = HarnessSpec(kind=kind, mcp_servers=[vault])
+    with backend_of(McpBackend, task, model_dir) as backend:
+        rc, out, err = run_prepared(kind, spec, tmp_path, base_settings, storage, backend)
+    assert rc == 0, f"{kind}: rc={rc}\n{out[-3000:]}\n{err[-3000:]}"
+    steps = backend.steps()
+    assert steps[-2:] == ["mcp", "answer"], (steps, err[-2000:], out[-1500:])
+    final = json.dumps(backend.agent_calls[-1].request["messages"])
+    assert VAULT_CODE in final, final[-3000:]
+    assert VAULT_CODE not in json.dumps(backend.agent_calls[0].request)
 
 
 @pytest.fixture
