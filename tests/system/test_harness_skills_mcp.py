@@ -18,7 +18,8 @@ check can fail.
 In a container (docker), the bundled task's image ships the skill at its
 `skills_dir`: the launch's copy line puts it in the harness's folder under the
 session's HOME, where an agent that follows it (a scripted one here) scores 1 and
-the same agent without the copy 0.
+the same agent without the copy 0; on podman (its own user mapping) the copy runs as
+the sandbox's user too.
 """
 
 from __future__ import annotations
@@ -40,9 +41,14 @@ from polar.settings import Settings
 from polar.storage import Storage
 from polar.tasks.harbor import load_harbor_tasks
 from polar.tasks.harbor_images import ensure_images
-from polar.tasks.spec import HarnessSpec, McpServerSpec
+from polar.tasks.spec import HarnessSpec, McpServerSpec, RuntimeSpec
 from tests.support.agent_backend import AgentBackend, RepoTask, agent_backend_app, shell_call
-from tests.support.container_sessions import docker_runtime
+from tests.support.container_sessions import (
+    docker_runtime,
+    podman_modes,
+    podman_runtime,
+    runtime_root,
+)
 from tests.support.eval_runtimes import grade, prepare_session, run_harness
 from tests.support.paths import REPO
 from tests.support.scripted_backend import serve_app
@@ -240,3 +246,28 @@ async def test_the_images_skills_reach_the_harness_folder_in_its_container(
         finally:
             await runtime.teardown(handle)
     assert rewards == {True: 1.0, False: 0.0}
+
+
+@pytest.mark.parametrize("mode", podman_modes())
+async def test_the_copy_runs_as_the_sandbox_user_on_podman(mode: str, podman_image: str) -> None:
+    """Podman maps the sandbox's user differently (rootless): the copy into its HOME, by
+    the launch's first line, works there too (the skills dir made in the container first,
+    as an image would ship it)."""
+    skill = (SKILLS / "stamp-format" / "SKILL.md").read_text()
+    made = "/tmp/task-skills/stamp-format"
+    ship = f"mkdir -p {made} && cat > {made}/SKILL.md <<'EOF'\n{skill}EOF"
+    with runtime_root("polar-skills-") as root:
+        for runtime in podman_runtime(root, mode):
+            spec = RuntimeSpec(kind="podman", image=podman_image)
+            handle = await prepare_session(runtime, spec, None, f"skills-podman-{mode}")
+            try:
+                folder = CLI_ADAPTERS["codex"].skills_folder(str(runtime.home(handle)))
+                launch = Launch(command=FOLLOW_SKILL, env={})
+                launch = with_skills(launch, "/tmp/task-skills", folder)
+                await run_harness(runtime, handle, f"{ship}\n{launch.command}")
+                home = runtime.home(handle)
+                assert (home / ".agents/skills/stamp-format/SKILL.md").read_text() == skill
+                files, _ = await runtime.read_files(handle, handle.workdir, ["stamp.txt"], 100)
+                assert files.get("stamp.txt") == b"ZQ-7:sealed\n", files
+            finally:
+                await runtime.teardown(handle)
