@@ -176,7 +176,10 @@ def harbor_targets(path: Path, image_map: Mapping[str, str] | None = None) -> li
 
     targets = []
     for task_dir in find_task_dirs(path):
-        (loaded,) = load_harbor_tasks(task_dir, image_map=image_map)
+        # loaded with a command harness: the probes replace it, and a command takes any
+        # task's MCP servers (Pi, the default, refuses them)
+        noop = HarnessSpec(kind="command", command=NOOP_COMMAND)
+        (loaded,) = load_harbor_tasks(task_dir, harness=noop, image_map=image_map)
         task = check_task_kinds(loaded)
         solution = task_dir / "solution"
         oracle = oracle_command(solution) if (solution / "solve.sh").is_file() else None

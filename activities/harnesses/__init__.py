@@ -52,7 +52,9 @@ class HarnessAdapter(Protocol):
         ...
 
     def prepare(self, home: Path, workdir: str, ctx: HarnessContext) -> Launch:
-        """Write the harness's config under `home`; the command and env to run in `workdir`."""
+        """Write the harness's config under `home`; the command and env to run in `workdir`
+        (with the spec's `skills_dir` in place: activities/harnesses/skills.py; a
+        `CliAdapter` names its folder in `skills_folder`)."""
         ...
 
     def native_logs(self, home: Path) -> list[tuple[str, Path]]:
@@ -101,7 +103,7 @@ def check_harness(spec: HarnessSpec, instruction: str | None = None) -> HarnessC
     except UnknownHarness as exc:
         raise UnknownHarness(f"harness.kind: {exc}", exc.kind, exc.known) from None
     model = adapter.config_model
-    refusal = model.refusal(spec)
+    refusal = model.refusal(spec) or model.mcp_refusal(spec)
     if refusal is None and instruction is not None:
         refusal = model.instruction_refusal(spec.kind, instruction)
     if refusal is not None:

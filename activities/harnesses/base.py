@@ -25,6 +25,7 @@ from typing import Any, ClassVar, Self
 
 from activities import safe_files
 from activities.harnesses.artifacts import unkeyable
+from activities.harnesses.skills import with_skills
 from polar.tasks.spec import HarnessSpec
 from polar.tasks.strict import StrictModel
 
@@ -44,9 +45,11 @@ class HarnessConfig(StrictModel):
     "mine": {...}}`; a kind without config has this empty model). What every kind shares
     (`model`, `args`, `env`, `unknown_models`) the core checks (polar/tasks/spec.py).
     `needs_instruction`: the kind cannot run without the task's instruction (a CLI that
-    takes it as its prompt); `check_harness` refuses an empty one."""
+    takes it as its prompt); `check_harness` refuses an empty one. `mcp_refused`: why the
+    kind cannot take the spec's `mcp_servers` (None: it can); `check_harness` refuses them."""
 
     needs_instruction: ClassVar[bool] = False
+    mcp_refused: ClassVar[str | None] = None
 
     @classmethod
     def written(cls, spec: HarnessSpec) -> dict[str, Any] | None:
@@ -67,6 +70,15 @@ class HarnessConfig(StrictModel):
         return (
             f"harness.command: harness kind {spec.kind!r} runs its own program: 'command' is "
             "only for kind 'command' (use 'args' for extra arguments)"
+        )
+
+    @classmethod
+    def mcp_refusal(cls, spec: HarnessSpec) -> str | None:
+        """Why this kind cannot run `spec`'s MCP servers (None: it can, or there are none)."""
+        if not spec.mcp_servers or cls.mcp_refused is None:
+            return None
+        return f"harness.mcp_servers: harness kind {spec.kind!r} takes no MCP servers: " + (
+            cls.mcp_refused
         )
 
     def written_into(self, spec: HarnessSpec) -> HarnessSpec:
@@ -210,6 +222,22 @@ class CliAdapter:
         """Write config under `home`; return (arguments after the executable, extra env)."""
         raise NotImplementedError
 
+    def mcp_config(
+        self, home: Path, home_rt: str, ctx: HarnessContext, files: list[Path]
+    ) -> list[str]:
+        """Write the spec's MCP servers (`ctx.spec.mcp_servers`, stdio: the harness spawns
+        them in the sandbox) into this harness's own MCP config under `home`, after
+        `configure`; return the arguments its command line needs for them. A kind that takes
+        none says why in its config model's `mcp_refused` (refused before any run)."""
+        raise ValueError(f"harness {self.kind!r} takes no MCP servers")
+
+    def skills_folder(self, home_rt: str) -> str | None:
+        """Where this harness reads Agent Skills, in the runtime's view (HOME there is
+        `home_rt`): the task's `skills_dir` is copied there before it starts
+        (activities/harnesses/skills.py). None: it reads none; the dir is named in
+        $POLAR_SKILLS_DIR."""
+        return None
+
     def prepare(self, home: Path, workdir: str, ctx: HarnessContext) -> Launch:
         if not ctx.instruction.strip():
             raise ValueError(f"harness {self.kind!r} needs a non-empty task instruction")
@@ -217,9 +245,12 @@ class CliAdapter:
         home_rt = ctx.home_in_runtime or str(home)
         files: list[Path] = []
         args, extra = self.configure(home, home_rt, workdir, ctx, files)
+        if ctx.spec.mcp_servers:
+            args = [*args, *self.mcp_config(home, home_rt, ctx, files)]
         argv = [self.executable(ctx), *args, *ctx.spec.args]
         env = self.base_env(home_rt, ctx) | extra | ctx.spec.env
-        return Launch(command=shlex.join(argv), env=env, argv=argv, config_files=files)
+        launch = Launch(command=shlex.join(argv), env=env, argv=argv, config_files=files)
+        return with_skills(launch, ctx.spec.skills_dir, self.skills_folder(home_rt))
 
     # ------------------------------------------------------------------ after the run
     def native_logs(self, home: Path) -> list[tuple[str, Path]]:

@@ -6,14 +6,15 @@ model, and non-essential traffic (probes, title generation, telemetry, error
 reports, auto-update) is off. `-p` runs one non-interactive turn;
 `--dangerously-skip-permissions` lets it use its tools unattended (as root it
 also needs IS_SANDBOX=1). Native logs: the session transcript under
-`~/.claude/projects/`.
+`~/.claude/projects/`. MCP servers: `--mcp-config` (activities/harnesses/mcp.py).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from activities.harnesses.base import CliAdapter, HarnessContext
+from activities.harnesses.base import CliAdapter, HarnessContext, write_config
+from activities.harnesses.mcp import MCP_FILE, mcp_json_text
 
 
 class ClaudeCodeAdapter(CliAdapter):
@@ -23,6 +24,18 @@ class ClaudeCodeAdapter(CliAdapter):
     api = "anthropic_messages"
     route = "/v1/messages"
     log_globs = (".claude/projects/**/*.jsonl",)
+
+    def mcp_config(
+        self, home: Path, home_rt: str, ctx: HarnessContext, files: list[Path]
+    ) -> list[str]:
+        """Its `mcpServers` JSON in a file of HOME, given with `--mcp-config`; with
+        `--strict-mcp-config` it loads no other server."""
+        write_config(home, MCP_FILE, mcp_json_text(ctx.spec.mcp_servers), files)
+        return ["--mcp-config", f"{home_rt}/{MCP_FILE}", "--strict-mcp-config"]
+
+    def skills_folder(self, home_rt: str) -> str:
+        """Claude Code reads `~/.claude/skills` (its config dir: no CLAUDE_CONFIG_DIR here)."""
+        return f"{home_rt}/.claude/skills"
 
     def configure(
         self, home: Path, home_rt: str, workdir: str, ctx: HarnessContext, files: list[Path]

@@ -6,14 +6,18 @@ read from POLAR_API_KEY and `wire_api = "responses"` (this version refuses
 sandbox), update checks, analytics, plugins and apps off, no client retries
 (the gateway records every attempt). Setting only OPENAI_BASE_URL does not
 work: Codex then goes to the public API. Native logs: the rollout transcripts
-under `$CODEX_HOME/sessions/`.
+under `$CODEX_HOME/sessions/`. MCP servers: `[mcp_servers.*]` in that config.toml.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from activities import safe_files
 from activities.harnesses.base import KEY_ENV, CliAdapter, HarnessContext, toml_str, write_config
+from activities.harnesses.mcp import codex_tables
+
+CONFIG = ".codex/config.toml"
 
 
 class CodexAdapter(CliAdapter):
@@ -23,6 +27,19 @@ class CodexAdapter(CliAdapter):
     api = "openai_responses"
     route = "/v1/responses"
     log_globs = (".codex/sessions/**/*.jsonl", ".codex/log/*.log")
+
+    def mcp_config(
+        self, home: Path, home_rt: str, ctx: HarnessContext, files: list[Path]
+    ) -> list[str]:
+        """`[mcp_servers.<name>]` tables added to the config.toml `configure` wrote."""
+        written = safe_files.read_bytes(home, CONFIG) or b""
+        text = written.decode() + codex_tables(ctx.spec.mcp_servers)
+        write_config(home, CONFIG, text, files)
+        return []
+
+    def skills_folder(self, home_rt: str) -> str:
+        """Codex reads `$HOME/.agents/skills`, where Harbor puts them."""
+        return f"{home_rt}/.agents/skills"
 
     def configure(
         self, home: Path, home_rt: str, workdir: str, ctx: HarnessContext, files: list[Path]
@@ -49,6 +66,6 @@ wire_api = "responses"
 request_max_retries = 0
 stream_max_retries = 0
 """
-        write_config(home, ".codex/config.toml", config, files)
+        write_config(home, CONFIG, config, files)
         args = ["exec", "--skip-git-repo-check", "--cd", workdir, ctx.instruction]
         return args, {"CODEX_HOME": f"{home_rt}/.codex"}

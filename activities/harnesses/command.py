@@ -6,7 +6,9 @@ Google's `GOOGLE_GEMINI_BASE_URL` / `GEMINI_API_KEY` / `GOOGLE_API_KEY`, and
 POLAR_*), and the instruction in POLAR_INSTRUCTION. Extra `args` are appended
 to the command, shell-quoted. What it writes under `$POLAR_ARTIFACTS_DIR` (an
 empty directory in its HOME) is kept with the session's logs in S3
-(activities/harnesses/artifacts.py).
+(activities/harnesses/artifacts.py). A task's `skills_dir` is named in $POLAR_SKILLS_DIR, and its
+MCP servers' config (`{"mcpServers": ...}`, the shape Claude Code reads) is a file
+named in $POLAR_MCP_CONFIG: a command spawns them itself, if it speaks MCP.
 """
 
 from __future__ import annotations
@@ -18,7 +20,15 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from activities.harnesses.artifacts import ARTIFACTS_ENV, ARTIFACTS_SUBDIR
-from activities.harnesses.base import HarnessConfig, HarnessContext, Launch, polar_env
+from activities.harnesses.base import (
+    HarnessConfig,
+    HarnessContext,
+    Launch,
+    polar_env,
+    write_config,
+)
+from activities.harnesses.mcp import MCP_ENV, MCP_FILE, mcp_json_text
+from activities.harnesses.skills import with_skills
 from polar.tasks.spec import HarnessSpec
 
 
@@ -115,8 +125,11 @@ class CommandAdapter:
         )
         base_env |= polar_env(ctx)
         base_env[ARTIFACTS_ENV] = f"{home_rt}/{ARTIFACTS_SUBDIR}"
+        if ctx.spec.mcp_servers:  # no MCP client: the servers' config, for it to read
+            write_config(home, MCP_FILE, mcp_json_text(ctx.spec.mcp_servers), [])
+            base_env[MCP_ENV] = f"{home_rt}/{MCP_FILE}"
         command, env = command_harness(ctx.spec, instruction=ctx.instruction, base_env=base_env)
-        return Launch(command=command, env=env)
+        return with_skills(Launch(command=command, env=env), ctx.spec.skills_dir, None)
 
     def native_logs(self, home: Path) -> list[tuple[str, Path]]:
         return []

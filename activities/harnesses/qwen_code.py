@@ -6,6 +6,7 @@ non-interactive run. The settings turn off auto-update, usage statistics,
 telemetry, follow-up suggestions and the managed auto-memory (which otherwise
 makes an extra memory-extraction call after the turn). Native logs: the chat
 transcript under `~/.qwen/projects/*/chats/` and its own logs under `~/.qwen/tmp/`.
+MCP servers: `mcpServers` in that settings.json.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 from pathlib import Path
 
 from activities.harnesses.base import CliAdapter, HarnessContext, write_config
+from activities.harnesses.mcp import mcp_servers_json
 
 SETTINGS = {
     "general": {"enableAutoUpdate": False},
@@ -32,6 +34,18 @@ class QwenCodeAdapter(CliAdapter):
     api = "openai_chat"
     route = "/v1/chat/completions"
     log_globs = (".qwen/projects/**/*.jsonl", ".qwen/tmp/**/*.json", ".qwen/tmp/**/*.jsonl")
+
+    def mcp_config(
+        self, home: Path, home_rt: str, ctx: HarnessContext, files: list[Path]
+    ) -> list[str]:
+        """`mcpServers` in its settings.json (rewritten with them), as Harbor writes it."""
+        settings = SETTINGS | mcp_servers_json(ctx.spec.mcp_servers, typed=False)
+        write_config(home, ".qwen/settings.json", json.dumps(settings, indent=2), files)
+        return []
+
+    def skills_folder(self, home_rt: str) -> str:
+        """Qwen Code reads `~/.qwen/skills`."""
+        return f"{home_rt}/.qwen/skills"
 
     def configure(
         self, home: Path, home_rt: str, workdir: str, ctx: HarnessContext, files: list[Path]

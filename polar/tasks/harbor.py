@@ -19,7 +19,8 @@ dropped silently (docs/harbor.md lists them, with the reasons).
 
 The parts: harbor_toml.py reads the task dir and its task.toml (HarborTask,
 HarborTaskError); harbor_environment.py maps `[environment]` to the runtime and
-its image; harbor_network.py the phases' network policies; harbor_verifier.py
+its image; harbor_harness.py what the harness gets (env, skills);
+harbor_network.py the phases' network policies; harbor_verifier.py
 scans the verifier for running the agent's code. This module assembles the spec.
 """
 
@@ -37,6 +38,7 @@ from pydantic import ValidationError
 from polar.ids import TASK_ID_MAX
 from polar.tasks.harbor_compose import compose_services
 from polar.tasks.harbor_environment import check_environment, environment_image, runtime_spec
+from polar.tasks.harbor_harness import task_harness
 from polar.tasks.harbor_healthcheck import healthcheck_action
 from polar.tasks.harbor_network import baseline_policy, phase_networks
 from polar.tasks.harbor_steps import harbor_steps, step_reward_rule
@@ -194,9 +196,7 @@ def task_spec(
             instruction=task.instruction,
             num_sessions=num_sessions,
             runtime=runtime,
-            harness=base_harness.model_copy(
-                update={"env": {**task_env, **base_harness.env}}, deep=True
-            ),
+            harness=task_harness(task, env_cfg, base_harness, task_env),
             evaluator=harbor_evaluator(  # a step's own, where the task has steps
                 task,
                 verifier_timeout,

@@ -98,8 +98,6 @@ _UNSUPPORTED: dict[str, str] = {
     "environment.gpus": "GPUs in the task's container",
     "environment.gpu_types": "GPUs in the task's container",
     "environment.tpu": "TPUs in the task's container",
-    "environment.mcp_servers": "MCP servers for the agent",
-    "environment.skills_dir": "agent skills directories",
 }
 
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from polar.ids import TaskId
 from polar.tasks.evaluator_spec import EvaluatorSpec, RubricSpec
+from polar.tasks.mcp_spec import McpServerSpec
 from polar.tasks.runtime_spec import (
     DEFAULT_WORKDIR,
     MAX_SIZE,
@@ -48,6 +49,7 @@ __all__ = [
     "GitSource",
     "HarnessSpec",
     "InfraErrors",
+    "McpServerSpec",
     "NetworkSpec",
     "PrepareAction",
     "RubricSpec",
@@ -74,7 +76,9 @@ class HarnessSpec(KindSpec):
     fresh HOME to call the gateway, run non-interactively with the task's instruction (they
     take no `command`). A kind's own config goes under the key its name gives. What every
     kind shares: `args` are appended to the command line, `env` overrides the harness's
-    environment, `model` and `unknown_models`.
+    environment, `model` and `unknown_models`; `skills_dir` is copied where the harness
+    reads its skills (each adapter's `skills_folder`); `mcp_servers` go into its own MCP
+    config (each adapter's `mcp_config`; a kind that takes none refuses them).
     """
 
     kind: str = Field(
@@ -87,12 +91,34 @@ class HarnessSpec(KindSpec):
     model: str = Field(default="policy", description="model name the harness is told to use")
     args: list[str] = Field(default_factory=list, description="extra command-line arguments")
     env: dict[str, str] = Field(default_factory=dict)
+    skills_dir: str | None = Field(
+        default=None,
+        min_length=1,
+        exclude_if=lambda v: v is None,  # unset: the JSON the core always dumped
+        description="a directory in the runtime (absolute, or relative to the workdir) whose "
+        "contents, one folder per Agent Skill, are copied into the harness's own skills "
+        "folder before it starts; kind `command` is told it in $POLAR_SKILLS_DIR",
+    )
+    mcp_servers: list[McpServerSpec] = Field(
+        default_factory=list,
+        exclude_if=lambda v: not v,  # none: the JSON the core always dumped
+        description="MCP servers the harness spawns in the sandbox and talks to over stdio, "
+        "given through its own MCP config (polar/tasks/mcp_spec.py)",
+    )
     unknown_models: Literal["policy", "refuse"] = Field(
         default="policy",
         description="a call naming a model that is neither `model`, the gateway's own nor one "
         "of its pools': served by the policy (`policy`), or answered 404 `model_not_found` in "
         "the caller's shape (`refuse`)",
     )
+
+    @field_validator("mcp_servers")
+    @classmethod
+    def _names_unique(cls, servers: list[McpServerSpec]) -> list[McpServerSpec]:
+        names = [s.name for s in servers]
+        if dup := sorted({n for n in names if names.count(n) > 1}):
+            raise ValueError(f"MCP server names must be unique: {', '.join(dup)} repeated")
+        return servers
 
 
 class BuilderSpec(StrictModel):

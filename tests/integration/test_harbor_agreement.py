@@ -5,7 +5,7 @@ scripts/setup_harbor_venv.sh) reads each task dir of examples/harbor; Polar's
 loader (polar/tasks/harbor.py) reads the same dirs; every field Polar carries is
 compared: name, instruction (canary stripped), agent and verifier timeouts,
 verifier user and env, cpus, memory, storage, network mode, docker_image,
-metadata, solution env.
+metadata, solution env, skills dir, MCP servers.
 """
 
 from __future__ import annotations
@@ -61,6 +61,8 @@ for d in sys.argv[1:]:
             for s in c.steps or []
         ],
         "step_reward": (c.multi_step_reward_strategy or "mean") if c.steps else None,
+        "skills_dir": e.skills_dir or None,
+        "mcp_servers": [s.model_dump(mode="json") for s in e.mcp_servers],
     })
 print(json.dumps(out))
 """
@@ -103,6 +105,11 @@ def polar_view(spec: TaskSpec) -> dict[str, Any]:
         "docker_image": meta["docker_image"],
         "metadata": meta["metadata"],
         "solution_env": meta["solution_env"],
+        "skills_dir": spec.harness.skills_dir,
+        # Polar takes stdio servers only (a URL one is refused): their `url` is None
+        "mcp_servers": [
+            {**s.model_dump(mode="json"), "url": None} for s in spec.harness.mcp_servers
+        ],
         "steps": [_step_view(step) for step in spec.steps],
         "step_reward": spec.step_reward if spec.steps else None,
     }

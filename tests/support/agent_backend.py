@@ -121,6 +121,14 @@ def _shell_args(props: dict[str, Any], command: str) -> dict[str, Any]:
     return {key: command}
 
 
+def shell_call(tools: dict[str, dict[str, Any]], command: str) -> tuple[str, dict[str, Any]]:
+    """(tool, arguments) running `command` with the offered shell tool (KeyError: none)."""
+    shell = _pick(tools, SHELL_TOOLS)
+    if shell is None:
+        raise KeyError(f"no shell tool among {sorted(tools)}")
+    return shell, _shell_args(tool_params(tools[shell]), command)
+
+
 def plan_call(
     step: int, task: RepoTask, tools: dict[str, dict[str, Any]]
 ) -> tuple[str, str | None, dict[str, Any] | None]:
@@ -230,6 +238,14 @@ class AgentBackend:
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
     # ------------------------------------------------------------------ answer
+    def plan(
+        self, step: int, tools: dict[str, dict[str, Any]], messages: list[dict[str, Any]]
+    ) -> tuple[str, str | None, dict[str, Any] | None]:
+        """(step name, tool, arguments) of the `step`-th action (tool None: the final
+        answer), given the offered tools and the conversation; by default the RepoTask's
+        plan (`plan_call`)."""
+        return plan_call(step, self.task, tools)
+
     def answer(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
@@ -241,7 +257,7 @@ class AgentBackend:
             return 400, _error(f"chat template failed: {exc}")
         if tools:
             offered = {n: t for t in tools if (n := tool_name(t))}
-            step, tool, args = plan_call(tool_calls_so_far(messages), self.task, offered)
+            step, tool, args = self.plan(tool_calls_so_far(messages), offered, messages)
             kind = "agent"
         else:
             step, tool, args, kind = None, None, None, "side"
@@ -346,4 +362,5 @@ __all__ = [
     "agent_backend",
     "agent_backend_app",
     "plan_call",
+    "shell_call",
 ]

@@ -40,7 +40,7 @@ from tests.support.paths import REPO
 pytestmark = pytest.mark.slow
 
 EXAMPLES = REPO / "examples" / "harbor"
-SOUND = ("hello-file", "fix-add", "csv-sum", "app-workdir")
+SOUND = ("hello-file", "fix-add", "csv-sum", "app-workdir", "skill-stamp", "mcp-vault")
 
 
 @pytest.fixture
