@@ -11,7 +11,8 @@ A Harbor task is a directory:
 
 A dataset is a directory of such directories. `load_harbor_tasks(path)` reads
 either into TaskSpecs: a `docker` runtime of the environment's image, the
-task's resources, the agent's timeout as the harness budget, and an evaluator
+task's resources, the agent's timeout as the harness budget and its user as the
+runtime's `harness_user`, and an evaluator
 of kind `harbor` (activities/evaluators/harbor/) that grades in a fresh
 runtime with the task's tests, user and env. Every field Polar cannot honour
 is refused with `HarborTaskError` naming the task and the field: nothing is
@@ -54,6 +55,7 @@ from polar.tasks.spec import (
     EvaluatorSpec,
     HarnessSpec,
     NetworkSpec,
+    RuntimeSpec,
     TaskSpec,
     Timeouts,
 )
@@ -152,7 +154,9 @@ def task_spec(
     agent_network, verifier_network = phase_networks(task, env_cfg, agent, verifier)
     check_environment(task, env_cfg, verifier)
     image = environment_image(task, image_map)
-    runtime = runtime_spec(task, env_cfg, image).model_copy(update={"network": agent_network})
+    runtime = runtime_spec(task, env_cfg, image).model_copy(
+        update={"network": agent_network, "harness_user": agent_user(task, agent)}
+    )
     if env_cfg.get("healthcheck") is not None:  # ready before the agent starts, as in Harbor
         runtime.prepare.append(healthcheck_action(task, env_cfg["healthcheck"]))
     task_env = resolved_env(task, "environment.env", env_cfg.get("env"), environ)
@@ -197,6 +201,22 @@ def task_spec(
         )
     except ValidationError as exc:
         raise HarborTaskError(task.name, None, first_error(exc)) from exc
+
+
+def agent_user(task: HarborTask, agent: dict[str, Any]) -> str | None:
+    """`[agent].user` (a name or a uid, as Harbor takes it) as the runtime's `harness_user`:
+    the harness runs as that user (`docker exec -u`, as Harbor's agent phase does)."""
+    user = agent.get("user")
+    if user is None:
+        return None
+    if isinstance(user, bool) or not isinstance(user, str | int):
+        raise HarborTaskError(task.name, "agent.user", f"{user!r}: a user name or a uid")
+    try:
+        return RuntimeSpec(kind="docker", harness_user=str(user)).harness_user
+    except ValidationError:
+        raise HarborTaskError(
+            task.name, "agent.user", f"{user!r}: not a user name or uid an engine can run as"
+        ) from None
 
 
 def verifier_config(task: HarborTask, user: str | None, env: dict[str, str]) -> dict[str, Any]:

@@ -93,7 +93,6 @@ _UNSUPPORTED: dict[str, str] = {
     "steps": "multi-step tasks: a Polar session is one harness run graded once",
     "multi_step_reward_strategy": "multi-step tasks: a Polar session is one harness run",
     "artifacts": "artifact collection: Polar keeps the session's changes, logs and traces",
-    "agent.user": "the agent runs as the image's user in Polar's container runtimes",
     "verifier.environment": "a separate verifier image: Polar grades in a fresh runtime of "
     "the task's own environment",
     "verifier.collect": "collect hooks (compose services): Polar runs one container",

@@ -35,6 +35,11 @@ TOO_BROAD_WORKDIRS = frozenset({"/home", "/var", "/opt", "/srv", "/mnt", "/media
 """Top-level dirs that may be above a workspace but never be one."""
 
 
+HARNESS_USER_PATTERN = r"^(?:[0-9]{1,10}|[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?)$"
+"""A user as `docker exec -u` / `podman exec --user` take it: a name of the image's
+/etc/passwd, or a uid."""
+
+
 def workdir_problem(path: str) -> str | None:
     """Why `path` may not be a container's workspace, or None: absolute, normalised (no
     `.`, `..`, `//` or trailing `/`), printable, not `/` nor at or under FORBIDDEN_WORKDIRS,
@@ -53,6 +58,12 @@ def workdir_problem(path: str) -> str | None:
     if path in TOO_BROAD_WORKDIRS:
         return "is a whole top-level directory (use a folder in it)"
     return None
+
+
+LOCAL_HARNESS_USER = (
+    "harness_user is for container runtimes (docker, podman): a 'local' session's harness "
+    "runs as the worker's own unprivileged sandbox user, never a user of the task's choosing"
+)
 
 
 class NetworkSpec(StrictModel):
@@ -144,6 +155,16 @@ class RuntimeSpec(StrictModel):
         "goes there, the harness runs there, its changes there are graded); not `/` nor a "
         "system directory",
     )
+    harness_user: str | None = Field(
+        default=None,
+        pattern=HARNESS_USER_PATTERN,
+        # left out when unset: older workers read the spec
+        exclude_if=lambda v: v is None,
+        description="containers: the user the harness runs as (a name in the image's "
+        "/etc/passwd, or a uid; Harbor's `[agent].user`); its HOME and scratch are given to "
+        "it. None: the image's own user. Prepare actions and the evaluator run as the "
+        "image's user; the workspace's ownership is the image's",
+    )
     network: NetworkSpec = Field(
         default_factory=NetworkSpec,
         # left out while sealed: older workers read the spec
@@ -174,4 +195,6 @@ class RuntimeSpec(StrictModel):
                 f"workdir {self.workdir!r} is for container runtimes (docker, podman): a "
                 "'local' session's workspace is a fresh dir on the worker host"
             )
+        if self.kind == "local" and self.harness_user is not None:
+            raise ValueError(LOCAL_HARNESS_USER)
         return self

@@ -4,7 +4,7 @@ Harbor 0.25 (its `Task` model, in `.venv-harbor`, Python 3.12, built and cached 
 scripts/setup_harbor_venv.sh) reads each task dir of examples/harbor; Polar's
 loader (polar/tasks/harbor.py) reads the same dirs; every field Polar carries is
 compared: name, instruction (canary stripped), agent and verifier timeouts,
-verifier user and env, cpus, memory, storage, network mode, docker_image,
+verifier user and env, agent user, cpus, memory, storage, network mode, docker_image,
 metadata, solution env.
 """
 
@@ -39,6 +39,7 @@ for d in sys.argv[1:]:
         "agent_timeout_s": c.agent.timeout_sec,
         "verifier_timeout_s": c.verifier.timeout_sec,
         "verifier_user": None if c.verifier.user is None else str(c.verifier.user),
+        "agent_user": None if c.agent.user is None else str(c.agent.user),
         "verifier_env": c.verifier.env,
         "cpus": e.cpus,
         "memory_mb": e.memory_mb,
@@ -79,6 +80,7 @@ def polar_view(spec: TaskSpec) -> dict[str, Any]:
         "agent_timeout_s": spec.timeouts.harness_s,
         "verifier_timeout_s": verifier.timeout_s,
         "verifier_user": verifier.user,
+        "agent_user": rt.harness_user,
         "verifier_env": verifier.env,
         "cpus": rt.cpus,
         "memory_mb": mb(rt.memory),

@@ -51,8 +51,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import hashlib
-import re
 import shutil
 import socket
 import tempfile
@@ -78,6 +76,8 @@ from activities.runtimes.kinds.container_archive import (
     retried,
 )
 from activities.runtimes.kinds.container_exec import ContainerDiskWatchdog, ExecPump, LogPump
+from activities.runtimes.kinds.container_names import container_name, root_namespace
+from activities.runtimes.kinds.container_user import give_dirs, harness_uid
 from activities.runtimes.network.channel_paths import SANDBOX_DIR
 from activities.runtimes.resource_limits import DISK_LABEL, ContainerLimits
 from activities.runtimes.sandboxes import needs as sandbox_needs
@@ -103,21 +103,6 @@ PROVIDE_IMAGE = (
     "build it there (`python infra/images/build.py` builds Polar's own; `docker build` or "
     "`docker load` a task's)"
 )
-
-
-def _safe(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", text)
-
-
-def container_name(session_id: str, namespace: str) -> str:
-    """A docker-safe, deterministic container name for a session of `namespace` (the
-    deployment's task queue): the same on every worker, whatever its data dir."""
-    return f"polar-{_safe(namespace)}-{_safe(session_id)}"[:200]
-
-
-def root_namespace(root: Path) -> str:
-    """The namespace of a runtime made without one: a hash of its root (tests, benchmarks)."""
-    return hashlib.sha256(str(root).encode()).hexdigest()[:8]
 
 
 class DockerRuntime:
@@ -205,12 +190,15 @@ class DockerRuntime:
             session_id=request.session_id,
             workdir=spec.workdir,
             host=self.host_id,
+            harness_user=spec.harness_user,
         )
         self._check_workdir(handle)
         try:
             container = await asyncio.to_thread(self._create, request.session_id, spec)
             # an image that lacks what the sandbox needs is refused now, naming it
             await asyncio.to_thread(self._check_sandbox_tools, container, spec.image)
+            if spec.harness_user is not None:  # a user the image lacks: refused now, named
+                await asyncio.to_thread(harness_uid, container, spec.harness_user, spec.image)
             mkdirs = [handle.workdir, str(self.home(handle)), str(self.scratch(handle))]
             await asyncio.to_thread(self._exec_checked, container, ["mkdir", "-p", *mkdirs])
             # a dir copy or a git clone (up to GIT_TIMEOUT_S) made on the worker
@@ -339,6 +327,7 @@ class DockerRuntime:
         on_tick: Callable[[float], Awaitable[None] | None] | None = None,
         tick_s: float = 2.0,
         pass_fds: Sequence[int] = (),
+        user: str | None = None,
     ) -> ProcessOutcome:
         if pass_fds:  # the command starts in the engine: no descriptor of ours reaches it
             raise ValueError("a container runtime passes no descriptors (passes_fds is False)")
@@ -350,12 +339,12 @@ class DockerRuntime:
             with open(stderr, "a") as err:
                 err.write(f"polar: container is {container.status} (wall-clock budget spent?)\n")
             return ProcessOutcome(None, True, time.monotonic() - started)
-        await asyncio.to_thread(self._sync_in, container, handle)
+        await asyncio.to_thread(self._sync_in, container, handle, user)
         full_env = {"HOME": str(self.home(handle))} | env
         # nothing the command detached outlives it (the reap below comes seconds later)
         argv = ["setsid", "-w", "bash", "-c", with_exit_sweep(command)]
         pump = await asyncio.to_thread(
-            self._start_exec, container, argv, full_env, handle.workdir, stdout, stderr
+            self._start_exec, container, argv, full_env, handle.workdir, stdout, stderr, user
         )
         watchdog = ContainerDiskWatchdog(container)
         try:
@@ -401,10 +390,18 @@ class DockerRuntime:
         workdir: str,
         stdout: Path,
         stderr: Path,
+        user: str | None = None,
     ) -> ExecPump:
-        """Start `argv` in the container, its output streaming into the two log files."""
+        """Start `argv` in the container (as `user`, else the image's), its output streaming
+        into the two log files."""
         created = self.client.api.exec_create(
-            container.id, argv, stdout=True, stderr=True, environment=env, workdir=workdir
+            container.id,
+            argv,
+            stdout=True,
+            stderr=True,
+            environment=env,
+            workdir=workdir,
+            user=user or "",
         )
         pump = LogPump(self.client, created["Id"], stdout, stderr)
         pump.start()
@@ -438,14 +435,16 @@ class DockerRuntime:
         await asyncio.to_thread(self._exec_checked, container, ["mkdir", "-p", str(target.parent)])
         await asyncio.to_thread(put_path, container, src, target)
 
-    def _sync_in(self, container: Any, handle: RuntimeHandle) -> None:
-        """Make the container's home and scratch mirror the worker's."""
+    def _sync_in(self, container: Any, handle: RuntimeHandle, user: str | None = None) -> None:
+        """Make the container's home and scratch mirror the worker's (`user`'s, if given)."""
         dirs = [self.home(handle), self.scratch(handle)]
         self._exec_checked(
             container, ["bash", "-c", 'rm -rf "$@" && mkdir -p "$@"', "_", *map(str, dirs)]
         )
         for path in dirs:
             put_dir_contents(container, path, str(path))
+        if user is not None:
+            give_dirs(container, harness_uid(container, user), list(map(str, dirs)))
 
     def _sync_out(self, container: Any, handle: RuntimeHandle) -> None:
         """Make the worker's home and scratch mirror the container's. What cannot be brought

@@ -322,6 +322,7 @@ class PodmanRuntime(DockerRuntime):
         workdir: str,
         stdout: Path,
         stderr: Path,
+        user: str | None = None,
     ) -> ExecPump:
         # values travel in podman's own environment (`--env NAME`), not on its command line
         # (where `ps` shows them), except the few podman itself reads
@@ -336,6 +337,7 @@ class PodmanRuntime(DockerRuntime):
                 *names,
                 "--workdir",
                 workdir,
+                *(("--user", user) if user is not None else ()),
                 container.name,
                 *argv,
                 stdin=subprocess.DEVNULL,

@@ -19,6 +19,7 @@ from polar.tasks.spec import EvaluatorSpec, HarnessSpec, TaskSpec
 from tests.support.paths import REPO
 
 EXAMPLES = REPO / "examples" / "harbor"
+TPU = 'tpu = { type = "v6e", topology = "2x2" }'
 
 
 def _copy(tmp_path: Path, name: str = "hello-file") -> Path:
@@ -49,6 +50,28 @@ def test_the_bundled_dataset_loads_with_the_tasks_fields() -> None:
     # a TaskSpec as any other: it survives its JSON round trip (the workflow's input)
     for spec in specs.values():
         assert TaskSpec.model_validate_json(spec.model_dump_json()) == spec
+
+
+def test_the_agent_user_is_the_harness_user_of_the_runtime(tmp_path: Path) -> None:
+    """`[agent].user` (a name or a uid, as Harbor takes it) is the runtime's `harness_user`,
+    whatever harness is given; the evaluator keeps the verifier's user; a value no engine
+    runs as is refused naming the field."""
+    (spec,) = load_harbor_tasks(EXAMPLES / "agent-user")
+    assert spec.runtime.harness_user == "agent" and _verifier(spec.evaluator).user is None
+    assert '"harness_user":"agent"' in spec.runtime.model_dump_json()
+    task = _copy(tmp_path)
+    toml = task / "task.toml"
+    text = toml.read_text()
+    toml.write_text(text.replace("[agent]\n", "[agent]\nuser = 1000\n", 1))
+    (spec,) = load_harbor_tasks(task, harness=HarnessSpec(kind="command", command="true"))
+    assert spec.runtime.harness_user == "1000"
+    (plain,) = load_harbor_tasks(EXAMPLES / "hello-file")
+    assert plain.runtime.harness_user is None
+    assert "harness_user" not in plain.runtime.model_dump_json()  # older workers read it
+    for bad in ('"a b"', '"-1"', "true", "-5", '"x;rm -rf /"'):
+        toml.write_text(text.replace("[agent]\n", f"[agent]\nuser = {bad}\n", 1))
+        with pytest.raises(HarborTaskError, match=r"agent\.user"):
+            load_harbor_tasks(task)
 
 
 def test_a_single_task_dir_loads_with_the_given_harness(tmp_path: Path) -> None:
@@ -95,7 +118,7 @@ def test_env_templates_resolve_from_the_host(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("edit", "field"),
     [
-        ('[agent]\nuser = "agent"', "agent.user"),
+        ('[environment]\ntpu = { type = "v6e", topology = "2x2" }', "environment.tpu"),
         ('[[steps]]\nname = "one"', "steps"),
         ('artifacts = ["/tmp/out"]', "artifacts"),
         ('[verifier.environment]\ndocker_image = "x"', "verifier.environment"),
@@ -321,12 +344,12 @@ def test_the_cli_writes_the_specs_and_refuses_by_name(tmp_path: Path) -> None:
     assert spec.evaluator.kind == "harbor" and spec.harness.kind == "pi"
     task = _copy(tmp_path)
     toml = task / "task.toml"
-    toml.write_text(toml.read_text().replace("[agent]\n", '[agent]\nuser = "x"\n', 1))
+    toml.write_text(toml.read_text().replace("[environment]\n", f"[environment]\n{TPU}\n", 1))
     roots = {"POLAR_SOURCE_ROOTS": f"{tmp_path},{REPO}"}
     for argv in (["tasks", "load", str(task), "--no-build"], ["submit", str(task), "--no-wait"]):
         result = runner.invoke(app, argv, env=roots)
         assert result.exit_code == 2, result.output
-        assert "harbor task polar/hello-file: agent.user: not supported" in result.output
+        assert "harbor task polar/hello-file: environment.tpu: not supported" in result.output
 
 
 # ------------------------------------------------ a verifier that runs the agent's code
