@@ -96,9 +96,8 @@ _UNSUPPORTED: dict[str, str] = {
     "verifier.environment": "a separate verifier image: Polar grades in a fresh runtime of "
     "the task's own environment",
     "verifier.collect": "collect hooks (compose services): Polar runs one container",
-    "environment.gpus": "GPUs in the task's container",
-    "environment.gpu_types": "GPUs in the task's container",
-    "environment.tpu": "TPUs in the task's container",
+    "environment.tpu": "TPUs: this deployment's workers run docker and podman containers on "
+    "Linux hosts, none of which offers a TPU slice (Harbor places those on GKE TPU node pools)",
     "environment.mcp_servers": "MCP servers for the agent",
     "environment.skills_dir": "agent skills directories",
 }

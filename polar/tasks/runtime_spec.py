@@ -66,6 +66,12 @@ LOCAL_HARNESS_USER = (
 )
 
 
+LOCAL_GPUS = (
+    "gpus are for container runtimes (docker, podman) on a worker that declares them: a "
+    "'local' session runs on the worker host without GPU isolation"
+)
+
+
 class NetworkSpec(StrictModel):
     """What a session may reach besides its gateway channel (docs/threat-model.md, Egress).
 
@@ -165,6 +171,23 @@ class RuntimeSpec(StrictModel):
         "it. None: the image's own user. Prepare actions and the evaluator run as the "
         "image's user; the workspace's ownership is the image's",
     )
+    gpus: int = Field(
+        default=0,
+        ge=0,
+        le=64,
+        # left out when none: older workers read the spec
+        exclude_if=lambda v: v == 0,
+        description="containers: GPUs the session's container gets (Harbor's `gpus`); placed "
+        "only on a worker that declares as many (POLAR_GPUS), refused at submit where none "
+        "polls the deployment",
+    )
+    gpu_types: list[str] = Field(
+        default_factory=list,
+        max_length=16,
+        exclude_if=lambda v: not v,
+        description="GPU types any of which will do (e.g. ['H100', 'A100']; Harbor's "
+        "`gpu_types`), matched against the worker's POLAR_GPU_TYPES; empty: any",
+    )
     network: NetworkSpec = Field(
         default_factory=NetworkSpec,
         # left out while sealed: older workers read the spec
@@ -197,4 +220,10 @@ class RuntimeSpec(StrictModel):
             )
         if self.kind == "local" and self.harness_user is not None:
             raise ValueError(LOCAL_HARNESS_USER)
+        if self.kind == "local" and self.gpus:
+            raise ValueError(LOCAL_GPUS)
+        if self.gpu_types and not self.gpus:
+            raise ValueError("gpu_types is for a session that asks for gpus (at least 1)")
+        if any(not t.strip() or len(t) > 64 for t in self.gpu_types):
+            raise ValueError("gpu_types: each a type name of 1-64 characters, e.g. 'H100'")
         return self

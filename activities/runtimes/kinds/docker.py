@@ -1,15 +1,14 @@
 """The `docker` runtime: one container per session, driven through the docker SDK.
 
-The container runs the task's image (default `polar/runtime:py311`, built
-locally by infra/images/build.py) with no network at all (`--network none`):
-its only way out is the session's gateway channel, a Unix socket in the
-worker's `{session}/channel/` dir bind-mounted read-only at /run/polar (the
-only mount), served by the worker's relay and reached through a forwarder on
-the container's own loopback (activities/runtimes/network/channel.py). It has the
-CPU, memory (no extra swap), pids and disk limits of the RuntimeSpec (on by
-default); the source goes in with `put_archive` (a dir copy, or a git clone at
-the task's ref made on the worker), into the workspace: the spec's `workdir`
-(default `/workspace`), made if the image lacks it.
+The container runs the task's image (default `polar/runtime:py311`, built locally by
+infra/images/build.py) with no network at all (`--network none`): its only way out is the
+session's gateway channel, a Unix socket in the worker's `{session}/channel/` dir
+bind-mounted read-only at /run/polar (the only mount), served by the worker's relay and
+reached through a forwarder on the container's own loopback
+(activities/runtimes/network/channel.py). It has the CPU, memory (no extra swap), pids and
+disk limits of the RuntimeSpec (on by default); the source goes in with `put_archive` (a
+dir copy, or a git clone at the task's ref made on the worker), into the workspace: the
+spec's `workdir` (default `/workspace`), made if the image lacks it.
 
 Its main process sleeps until the session's wall-clock deadline under
 docker-init, and is Polar's own read-only busybox (activities/runtimes/toolbox.py), never a
@@ -20,19 +19,19 @@ killed the moment it exits, from inside). `reap` kills every process in the
 container (SIGKILL to its init: the kernel takes the rest of its PID
 namespace) and starts it again with the same file system: the harness stage
 reaps after every harness exit, so nothing the harness left running touches
-its work once it is read. A timeout or a
-cancellation reaps the same way. The disk limit is the file-size rlimit for a
-single file plus a watchdog over the container's writable layer, checked on
-every tick of a running command (the engine's `--storage-opt size` needs an
-XFS backing store, which these hosts do not have).
+its work once it is read. A timeout or a cancellation reaps the same way. The
+disk limit is the file-size rlimit for a
+single file plus a watchdog over the container's writable layer, checked on every tick
+of a running command (the engine's `--storage-opt size` needs an XFS backing store, which
+these hosts do not have). A session's GPUs go in as device requests (gpu_devices.py).
 
-The worker keeps, under `{data_dir}/runtimes/{session_id}/`, `logs/` (each
-command's stdout and stderr, streamed as it runs), `home/` and `scratch/`.
-`home/` and `scratch/` appear at the same absolute paths inside the
-container: they are copied in before each command and copied back after it,
-so the Runtime protocol (write a config or an input file, run, read a result
-file) is the same as for the local runtime. Teardown always removes the
-container (by its name, so it works from a bare handle) and the host dir.
+The worker keeps, under `{data_dir}/runtimes/{session_id}/`, `logs/` (each command's
+stdout and stderr, streamed as it runs), `home/` and `scratch/`. `home/` and `scratch/`
+appear at the same absolute paths inside the container: they are copied in before each
+command and copied back after it (given to the spec's `harness_user` for its runs), so the
+Runtime protocol (write a config or an input file, run, read a result file) is the same as
+for the local runtime. Teardown always removes the container (by its name, so it works
+from a bare handle) and the host dir.
 
 Container names: a worker's runtime is built with its deployment's `namespace`
 (the task queue), so the name is `polar-{namespace}-{session_id}` on every
@@ -67,6 +66,7 @@ from activities.runtimes import toolbox
 from activities.runtimes.actions import run_prepare_actions
 from activities.runtimes.base import InvalidRuntime, image_missing
 from activities.runtimes.exit_sweep import with_exit_sweep
+from activities.runtimes.gpu_devices import docker_device_requests
 from activities.runtimes.kinds.container_archive import (
     SKIPPED_NOTE,
     archive_into,
@@ -251,6 +251,7 @@ class DockerRuntime:
             | toolbox.docker_volumes(self.root),
             working_dir="/",
             security_opt=["no-new-privileges"],
+            device_requests=docker_device_requests(spec.gpus),  # none unless it asks for GPUs
             pids_limit=limits.pids,
             nano_cpus=int(limits.cpus * 1e9),
             mem_limit=limits.memory_bytes,

@@ -82,7 +82,7 @@ from activities.shell_command import ProcessOutcome, run_shell
 from polar.contracts import PrepareRequest, RuntimeHandle
 from polar.processes import kill_pids, pids_with_env
 from polar.settings import WorkerSettings, get_settings
-from polar.tasks.runtime_spec import LOCAL_HARNESS_USER
+from polar.tasks.runtime_spec import LOCAL_GPUS, LOCAL_HARNESS_USER
 from polar.tasks.spec import DEFAULT_WORKDIR
 
 log = logging.getLogger("polar.worker")
@@ -248,6 +248,8 @@ class LocalRuntime:
             )
         if request.runtime.harness_user is not None:
             raise InvalidRuntime(LOCAL_HARNESS_USER)
+        if request.runtime.gpus:
+            raise InvalidRuntime(LOCAL_GPUS)
         self._check_host_tools()
         base = self._session_dir(request.session_id)
         if base.exists():  # a retried prepare starts clean

@@ -52,6 +52,7 @@ from docker.errors import APIError
 
 from activities.runtimes import toolbox
 from activities.runtimes.base import InvalidRuntime, image_missing
+from activities.runtimes.gpu_devices import podman_device_args
 from activities.runtimes.kinds.container_exec import ExecPump
 from activities.runtimes.kinds.docker import (
     DEADLINE_ENV,
@@ -276,6 +277,7 @@ class PodmanRuntime(DockerRuntime):
             str(limits.memory_bytes),
             "--memory-swap",
             str(limits.memory_bytes),
+            *podman_device_args(spec.gpus),  # CDI names; none unless it asks for GPUs
             spec.image,
             *MAIN_COMMAND,
         ]

@@ -74,6 +74,37 @@ def test_the_agent_user_is_the_harness_user_of_the_runtime(tmp_path: Path) -> No
             load_harbor_tasks(task)
 
 
+def test_gpus_are_the_runtimes_and_a_tpu_is_refused_for_this_deployment(tmp_path: Path) -> None:
+    """`gpus` and `gpu_types` go to the runtime (placed on workers declaring them); types
+    without a count, or a count that is not one, are refused by name; a TPU slice is refused
+    for a reason about this deployment."""
+    task = _copy(tmp_path)
+    toml = task / "task.toml"
+    text = toml.read_text()
+
+    def with_env(lines: str) -> None:
+        toml.write_text(text.replace("[environment]\n", f"[environment]\n{lines}\n", 1))
+
+    with_env('gpus = 2\ngpu_types = ["H100", "A100"]')
+    (spec,) = load_harbor_tasks(task)
+    assert (spec.runtime.gpus, spec.runtime.gpu_types) == (2, ["H100", "A100"])
+    with_env("gpus = 0")
+    (spec,) = load_harbor_tasks(task)
+    assert spec.runtime.gpus == 0 and spec.runtime.gpu_types == []
+    for lines, field in (
+        ('gpu_types = ["H100"]', "environment.gpu_types"),
+        ('gpus = "two"', "environment.gpus"),
+        ("gpus = true", "environment.gpus"),
+        ("gpus = 1\ngpu_types = [1]", "environment.gpu_types"),
+    ):
+        with_env(lines)
+        with pytest.raises(HarborTaskError, match=field.replace(".", r"\.")):
+            load_harbor_tasks(task)
+    with_env(TPU)
+    with pytest.raises(HarborTaskError, match="environment.tpu.*none of which offers a TPU"):
+        load_harbor_tasks(task)
+
+
 def test_a_single_task_dir_loads_with_the_given_harness(tmp_path: Path) -> None:
     task = _copy(tmp_path)
     (spec,) = load_harbor_tasks(
