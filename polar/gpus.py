@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -40,6 +41,9 @@ __all__ = [
 ]
 
 _MARK = " polar-gpus="
+STALE_POLLER_S = 180.0
+"""A GPU queue poller not seen for this long is a worker gone (a live one polls again within
+the server's long-poll timeout, about a minute)."""
 
 
 def gpu_queue(task_queue: str) -> str:
@@ -134,13 +138,17 @@ def gpu_refusal(offers: Sequence[GpuOffer], count: int, types: Sequence[str], qu
 
 async def gpu_offers(client: Client, namespace: str, task_queue: str) -> list[GpuOffer]:
     """The GPUs the workers polling the deployment's GPU queue declare (one offer per host:
-    its latest poller's)."""
+    its latest poller's; pollers not seen for STALE_POLLER_S left out)."""
     request = DescribeTaskQueueRequest(
         namespace=namespace,
         task_queue=TaskQueue(name=gpu_queue(task_queue)),
         task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
     )
     answer = await client.workflow_service.describe_task_queue(request)
-    latest = sorted(answer.pollers, key=lambda p: p.last_access_time.ToDatetime())
+    now = time.time()
+    fresh = [  # the server lists a poller for minutes after its worker stopped
+        p for p in answer.pollers if now - p.last_access_time.ToSeconds() <= STALE_POLLER_S
+    ]
+    latest = sorted(fresh, key=lambda p: p.last_access_time.ToNanoseconds())
     offers = {o.host: o for p in latest if (o := GpuOffer.parse(p.identity)) is not None}
     return sorted(offers.values(), key=lambda o: o.host)
