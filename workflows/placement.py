@@ -117,8 +117,9 @@ class Placement:
     async def _prepare_on_gpu_host(self, request: PrepareRequest) -> RuntimeHandle:
         """A GPU session's prepare, on a host whose worker declares the GPUs it asks for
         (`place_gpu_session` picks it from the GPU queue's pollers, polar/gpus.py), never on
-        the shared init queue; a host that does not start it within the host wait is left for
-        another pick, up to `max_attempts` picks."""
+        the shared init queue. A host that does not start it within the host wait is probed:
+        alive (only busy), it is asked again; silent, another host is picked, up to
+        `max_attempts` silent ones (then `HostLost`: the session is placed again)."""
         runtime = self.spec.task.runtime
         passed: list[str] = []
         while True:
@@ -139,9 +140,15 @@ class Placement:
                     wait_cancellation=True,
                 )
             except ActivityError as exc:
-                silent = _silence(exc) == TimeoutType.SCHEDULE_TO_START
-                if not silent or len(passed) + 1 >= self.spec.task.timeouts.max_attempts:
+                if _silence(exc) != TimeoutType.SCHEDULE_TO_START:
                     raise
+                self.host = host  # probed as `on_host` probes: alive, it is only busy
+                alive = await self.alive()
+                self.host = None
+                if alive:
+                    continue
+                if len(passed) + 1 >= self.spec.task.timeouts.max_attempts:
+                    raise HostLost(pick.host_id, "prepare_runtime", error_text(exc)) from None
                 passed.append(pick.host_id)
 
     def start_prewarm(self) -> None:

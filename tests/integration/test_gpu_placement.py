@@ -5,11 +5,14 @@ A Temporal dev server, SeaweedFS and two workers in this process on a task queue
 test's own: `cpu-…` serves every queue and declares no GPU; `gpu-…` serves the stage pools
 and declares one `NVIDIA H100 80GB HBM3` (POLAR_GPUS=1, POLAR_GPU_TYPES), which it
 advertises on the deployment's GPU queue (polar/gpus.py). With only the first running, a
-task asking for a GPU is refused by `PolarClient.submit`, naming why (and by `polar
-submit`, exit 2); with both, a task
-asking for another type or more GPUs than declared is refused naming what is declared, and
-one asking for an H100 runs: its prepare goes to the GPU host's own init queue (read back
-from the session's workflow history), never to the shared one.
+task asking for a GPU is refused by `PolarClient.submit`, naming why (and by `polar submit`,
+exit 2); with both, a task asking for another type or more GPUs than declared is refused
+naming what is declared, and one asking for an H100 runs: its prepare goes to the GPU
+host's own init queue (read back from the session's workflow history), never to the shared
+one.
+
+One more: a worker that declares GPUs but never starts the prepare sent to its host is
+probed, found silent and passed over for the next pick.
 
 This host has no GPU. So the session runs under a runtime kind of the test's own that takes
 its GPU spec, notes which host prepared it, and prepares the `local` runtime without the
@@ -28,12 +31,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio import activity
 from temporalio.api.enums.v1 import EventType
 from typer.testing import CliRunner
 
 from activities.runtimes import RUNTIMES, RuntimePlace
 from activities.runtimes.kinds.local import LocalRuntime
-from activities.worker import running_workers
+from activities.worker import gpu_worker, running_workers
 from app.cli import app
 from app.devstack import DevStack
 from polar.client.sdk import PolarClient
@@ -139,6 +143,7 @@ async def test_gpu_tasks_are_refused_without_a_gpu_worker_and_placed_on_one(
     cpu = devstack.settings.model_copy(update={"task_queue": queue, "host_id": f"cpu-{suffix}"})
     gpu = cpu.model_copy(update={"host_id": f"gpu-{suffix}", "gpus": 1, "gpu_types": [H100]})
     polar = await PolarClient.connect(cpu)
+    PREPARED.clear()
     async with running_workers(cpu):
         with pytest.raises(NoGpuWorkers, match="asks for 1 GPU of type H100, and no worker"):
             await polar.submit(_task(tmp_path, f"gpu-none-{suffix}", 1, ["H100"]))
@@ -166,3 +171,40 @@ async def test_gpu_tasks_are_refused_without_a_gpu_worker_and_placed_on_one(
     assert PREPARED[0] == (gpu.host_id, session.session_id, 1, ["h100"])
     assert {(host, gpus) for host, _, gpus, _ in PREPARED} == {(gpu.host_id, 1)}
     assert await _prepare_queues(polar, session.session_id) == [f"{queue}-host-{gpu.host_id}-init"]
+
+
+@activity.defn(name="host_alive")
+async def _ghost_alive() -> str:
+    return "ghost"
+
+
+async def test_a_declaring_host_that_never_prepares_is_passed_over(
+    devstack: DevStack, gpu_kind: None, tmp_path: Path
+) -> None:
+    """A worker that declares an H100 on the GPU queue but serves none of its host's queues
+    (gone but still listed, or wedged) gets the first pick while it is the only one: its
+    prepare is not started within the host wait, its probe is not answered, and the session
+    is placed on the real GPU host that came up meanwhile."""
+    suffix = uuid.uuid4().hex[:6]
+    queue = f"polar-gpu-{suffix}"
+    cpu = devstack.settings.model_copy(update={"task_queue": queue, "host_id": f"cpu-{suffix}"})
+    gpu = cpu.model_copy(update={"host_id": f"gpu-{suffix}", "gpus": 1, "gpu_types": [H100]})
+    ghost = gpu.model_copy(update={"host_id": f"ghost-{suffix}"})
+    polar = await PolarClient.connect(cpu)
+    task = _task(tmp_path, f"gpu-ghost-{suffix}", 1, [])
+    task.timeouts.host_wait_s, task.timeouts.heartbeat_s = 5.0, 2.0
+    task.timeouts.max_attempts = 2
+    PREPARED.clear()
+    async with running_workers(cpu), gpu_worker(polar.client, ghost, [_ghost_alive]):
+        await _offered(cpu, ghost.host_id)
+        run = await polar.submit(task)
+        await asyncio.sleep(2)  # the first pick is made: the ghost, the only one declared
+        async with running_workers(gpu, ("init", "run", "postrun")):
+            result = await polar.wait(run, timeout_s=300)
+    (session,) = result.sessions
+    assert session.status == SessionStatus.COMPLETED and session.reward == 1.0, session
+    assert {host for host, *_ in PREPARED} == {gpu.host_id}
+    assert await _prepare_queues(polar, session.session_id) == [
+        f"{queue}-host-{ghost.host_id}-init",
+        f"{queue}-host-{gpu.host_id}-init",
+    ]
