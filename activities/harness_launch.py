@@ -211,6 +211,7 @@ class HarnessLaunch:
                     timeout_s=self.request.budget_s,
                     on_tick=CallCounter(self.storage, self.request.session_id).tick,
                     pass_fds=pipe.fds if pipe is not None else (),
+                    user=self.handle.harness_user,
                 )
                 if self.egress is not None:  # so is one past its egress socket's caps
                     running = self.egress.proxy.run_guarded(running, stderr)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from activities.runtimes import (
 )
 from activities.runtimes.network.egress import egress_refusal
 from polar.contracts import PrepareRequest, RuntimeHandle, TeardownResult, invalid_input
+from polar.gpus import GpuHost, GpuOffer, GpuPlacement, fitting, gpu_offers, gpu_refusal
 from polar.host_paths import local_git_path, outside_roots, source_roots
 from polar.ids import InvalidId
 from polar.settings import WorkerSettings
@@ -88,6 +90,7 @@ class InitActivities(PoolActivities):
                 f"{request.session_id} by its own fault: left to another host",
                 type="AvoidedHost",
             )
+        self._check_gpus(request)
         try:  # a kind no runtime serves fails at once, not retried
             check_runtime(request.runtime)
         except UnknownRuntime as exc:
@@ -120,6 +123,43 @@ class InitActivities(PoolActivities):
             hb.update(step="recording the workspace baseline")
             handle = await record_baseline(runtime, handle)
         return self._on_this_host(handle)  # later stages come to this host's queues
+
+    def _check_gpus(self, request: PrepareRequest) -> None:
+        """A session asking for more GPUs (or other types) than this worker declares is refused
+        (non-retryable): GPU sessions are placed only on hosts that declare them."""
+        spec, settings = request.runtime, self.settings
+        if spec.gpus and not fitting(
+            [GpuOffer(settings.host_id, settings.gpus, tuple(settings.gpu_types))],
+            spec.gpus,
+            spec.gpu_types,
+        ):
+            types = f" of type {' or '.join(spec.gpu_types)}" if spec.gpu_types else ""
+            raise invalid_input(
+                f"the task asks for {spec.gpus} GPU(s){types}; host {settings.host_id!r} "
+                f"declares {settings.gpus} {settings.gpu_types or ''} (POLAR_GPUS, "
+                "POLAR_GPU_TYPES)",
+                "InvalidTaskSpec",
+            )
+
+    @activity.defn(name="place_gpu_session")
+    async def place_gpu_session(self, request: GpuPlacement) -> GpuHost:
+        """A host for a GPU session: one of those whose worker declares at least its GPUs of
+        one of its types (the GPU queue's pollers, polar/gpus.py), its hosts to avoid left
+        out where another fits. None fits: `NoGpuWorker`, retried (a worker may come back)."""
+        queue = self.settings.task_queue
+        offers = await gpu_offers(activity.client(), self.settings.temporal_namespace, queue)
+        fit = fitting(offers, request.gpus, request.gpu_types)
+        if not fit:
+            reason = gpu_refusal(offers, request.gpus, request.gpu_types, queue)
+            raise ApplicationError(reason, type="NoGpuWorker")
+        preferred = [o for o in fit if o.host not in request.avoid_hosts] or fit
+        pick = random.choice(preferred)
+        return GpuHost(
+            host_id=pick.host,
+            host_queue=host_queue_prefix(queue, pick.host),
+            count=pick.count,
+            types=list(pick.types),
+        )
 
     @activity.defn(name="prepare_eval_runtime")
     async def prepare_eval_runtime(self, request: PrepareRequest) -> RuntimeHandle:
@@ -185,6 +225,7 @@ class InitActivities(PoolActivities):
     def all(self) -> list[Callable[..., Any]]:
         return [
             self.prepare_runtime,
+            self.place_gpu_session,
             self.prepare_eval_runtime,
             self.teardown,
             self.release_runtime,

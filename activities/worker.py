@@ -8,7 +8,8 @@ A worker serving a stage pool also serves that pool's queue of its own host
 (`{queue}-host-{host_id}-init/-run/-postrun`, workflows/queues.py), where the
 stages that touch a runtime it prepared come, with the pool's cap (its own
 slots: a host's `-run` queue runs at most `max_run` harnesses), and the host's
-probe queue (`{queue}-host-{host_id}`: `host_alive`). A `polar worker` also
+probe queue (`{queue}-host-{host_id}`: `host_alive`); an init worker whose host declares GPUs
+(`POLAR_GPUS`) polls the deployment's GPU queue too (polar/gpus.py). A `polar worker` also
 sweeps its host's runtimes of closed sessions at start and on a timer
 (activities/host_sweep.py). Before it polls, a worker adds Polar's search attributes its
 namespace lacks (polar/search_attributes.py).
@@ -40,6 +41,7 @@ from activities.postrun_activities import PostrunActivities
 from activities.run_activities import RunActivities
 from polar import search_attributes
 from polar.credentials import refuse_weak_secrets
+from polar.gpus import GpuOffer, gpu_queue
 from polar.settings import WorkerSettings
 from polar.storage import Storage
 from polar.temporal_client import connect
@@ -111,7 +113,23 @@ def build_workers(
         workers.append(activity_worker(host.of(pool), by_pool[pool], caps[pool]))
     if set(stages) - {"workflow"}:
         workers.append(activity_worker(host.probe, by_pool[None], PROBE_SLOTS))
+        if Pool.INIT.value in stages and settings.gpus > 0:  # this host's GPUs, declared
+            workers.append(gpu_worker(client, settings, by_pool[None]))
     return workers
+
+
+def gpu_worker(client: Client, settings: WorkerSettings, probe: list[Callable[..., Any]]) -> Worker:
+    """The poller of the deployment's GPU queue (polar/gpus.py) whose identity declares this
+    host's GPUs: what `polar submit` and the GPU placement read. It serves only the host
+    probe; a GPU session's stages come to this host's own queues."""
+    offer = GpuOffer(settings.host_id, settings.gpus, tuple(settings.gpu_types))
+    return Worker(
+        client,
+        task_queue=gpu_queue(settings.task_queue),
+        activities=probe,
+        max_concurrent_activities=PROBE_SLOTS,
+        identity=offer.identity(),
+    )
 
 
 async def leave(workers: list[Worker], settings: WorkerSettings) -> None:

@@ -110,6 +110,9 @@ class RuntimeHandle(BaseModel):
     network: NetworkSpec | None = Field(default=None, exclude_if=lambda v: v is None)
     """The task's network, admitted by the worker that prepared the runtime (its egress on):
     the run serves it through the egress proxy. None: sealed (left out of the JSON)."""
+    harness_user: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    """The user the harness runs as (the RuntimeSpec's `harness_user`, a container runtime's):
+    the run stage passes it to `Runtime.run`. None: the image's user (left out of the JSON)."""
 
 
 class TeardownResult(BaseModel):

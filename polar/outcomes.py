@@ -66,6 +66,8 @@ of polar.contracts.NON_RETRYABLE_ERRORS)."""
 INFRA_ERRORS: dict[str, InfraReason] = {
     HOST_LOST: InfraReason.LOST_HOST,
     "WrongHost": InfraReason.LOST_HOST,
+    # no worker declaring the GPUs a session asks for polls any more (polar/gpus.py)
+    "NoGpuWorker": InfraReason.LOST_HOST,
     "RuntimeNotFound": InfraReason.ENGINE,
     "RuntimeUnfit": InfraReason.IMAGE,
     "ImageNotFound": InfraReason.IMAGE,

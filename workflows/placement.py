@@ -39,6 +39,7 @@ from temporalio.exceptions import (
 
 with workflow.unsafe.imports_passed_through():
     from polar.contracts import PrepareRequest, RuntimeHandle, SessionSpec, TeardownResult
+    from polar.gpus import GpuPlacement
     from workflows import stages
     from workflows.queues import HostQueues
     from workflows.stage_calls import In, Out, StageCalls
@@ -53,6 +54,8 @@ class HostLost(Exception):
         self.host_id, self.stage, self.detail = host_id, stage, detail
 
 
+GPU_PLACEMENT = "gpu-placement"
+"""The patch id of GPU sessions' placement on hosts that declare GPUs (`place_gpu_session`)."""
 AVOID_TRIES = 2
 """Tries of a renewed placement's prepare that a host to avoid declines (`AvoidedHost`)."""
 
@@ -102,11 +105,51 @@ class Placement:
             # declined there at most twice, and never on the last try
             avoid_tries=min(AVOID_TRIES, task.timeouts.max_attempts - 1) if self.avoid else 0,
         )
-        runtime = await self.calls.execute(stages.PREPARE_RUNTIME, request)
+        if task.runtime.gpus and workflow.patched(GPU_PLACEMENT):
+            runtime = await self._prepare_on_gpu_host(request)
+        else:
+            runtime = await self.calls.execute(stages.PREPARE_RUNTIME, request)
         self.runtime = runtime
         if runtime.host_queue:  # stages that touch the runtime go to its host's queues
             self.host = HostQueues.for_prefix(runtime.host_queue)
         return runtime
+
+    async def _prepare_on_gpu_host(self, request: PrepareRequest) -> RuntimeHandle:
+        """A GPU session's prepare, on a host whose worker declares the GPUs it asks for
+        (`place_gpu_session` picks it from the GPU queue's pollers, polar/gpus.py), never on
+        the shared init queue. A host that does not start it within the host wait is probed:
+        alive (only busy), it is asked again; silent, another host is picked, up to
+        `max_attempts` silent ones (then `HostLost`: the session is placed again)."""
+        runtime = self.spec.task.runtime
+        passed: list[str] = []
+        while True:
+            ask = GpuPlacement(
+                session_id=self.spec.session_id,
+                gpus=runtime.gpus,
+                gpu_types=runtime.gpu_types,
+                avoid_hosts=[*self.avoid, *passed],
+            )
+            pick = await self.calls.execute(stages.PLACE_GPU_SESSION, ask)
+            host = HostQueues.for_prefix(pick.host_queue)
+            try:
+                return await self.calls.start_on(
+                    stages.PREPARE_RUNTIME,
+                    request,
+                    host.of(stages.PREPARE_RUNTIME.pool),
+                    schedule_to_start=self.calls.host_wait,
+                    wait_cancellation=True,
+                )
+            except ActivityError as exc:
+                if _silence(exc) != TimeoutType.SCHEDULE_TO_START:
+                    raise
+                self.host = host  # probed as `on_host` probes: alive, it is only busy
+                alive = await self.alive()
+                self.host = None
+                if alive:
+                    continue
+                if len(passed) + 1 >= self.spec.task.timeouts.max_attempts:
+                    raise HostLost(pick.host_id, "prepare_runtime", error_text(exc)) from None
+                passed.append(pick.host_id)
 
     def start_prewarm(self) -> None:
         """Start preparing the evaluator's fresh runtime (`{session}-eval`) on the session's

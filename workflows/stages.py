@@ -42,6 +42,7 @@ from polar.contracts import (
     Stage,
     TeardownResult,
 )
+from polar.gpus import GpuHost, GpuPlacement
 from polar.tasks.spec import TaskSpec, Timeouts
 
 
@@ -140,6 +141,16 @@ PREPARE_RUNTIME = _stage(
     Pool.INIT,
     lambda t: t.prepare_s,
 )
+# a GPU session's host: one whose worker declares its GPUs (polar/gpus.py), then prepared there
+PLACE_GPU_SESSION = _stage(
+    "place_gpu_session",
+    Stage.PREPARE,
+    GpuPlacement,
+    GpuHost,
+    Pool.INIT,
+    lambda t: 60.0,
+    heartbeat=False,
+)
 PREPARE_EVAL_RUNTIME = _stage(
     "prepare_eval_runtime",
     Stage.RUN,  # prepared while the harness runs, off the critical path
@@ -222,6 +233,7 @@ STAGE_ACTIVITIES: dict[str, StageActivity[Any, Any]] = {
     s.activity: s
     for s in (
         PREPARE_RUNTIME,
+        PLACE_GPU_SESSION,
         PREPARE_EVAL_RUNTIME,
         RUN_HARNESS,
         BUILD_TRAJECTORY,

@@ -75,7 +75,12 @@ class Runtime(Protocol):
         timeout_s: float,
         on_tick: Callable[[float], Awaitable[None] | None] | None = None,
         pass_fds: Sequence[int] = (),
-    ) -> ProcessOutcome: ...
+        user: str | None = None,
+    ) -> ProcessOutcome:
+        """Run `command` in the workspace. `user`: who it runs as (a name of the image's or a
+        uid: the harness's `harness_user`, with `home` and `scratch` given to that user);
+        None: the runtime's own user. A runtime that cannot honour it raises InvalidRuntime."""
+        ...
 
     def log_paths(self, handle: RuntimeHandle, log_name: str) -> tuple[Path, Path]:
         """Where `run` wrote the stdout and stderr of `log_name`."""

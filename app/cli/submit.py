@@ -177,7 +177,7 @@ def submit(
     them, it exits with their worst verdict: 0 ok, 4 task_error, 5 infra_error, 6 none
     completed (docs/errors.md)."""
     from polar.client.sdk import PolarClient
-    from polar.client.submit_checks import NoSourceWarning
+    from polar.client.submit_checks import NoGpuWorkers, NoSourceWarning
     from polar.verdicts import Verdict, worst
 
     is_harbor = task_file.is_dir()
@@ -209,7 +209,11 @@ def submit(
                 console.print(run.workflow_id)
         return verdicts
 
-    verdicts = asyncio.run(go())
+    try:
+        verdicts = asyncio.run(go())
+    except NoGpuWorkers as exc:  # no worker of the deployment declares the GPUs it asks for
+        err_console.print(f"refused: {exc}", style="red", markup=False)
+        raise typer.Exit(ExitCode.INVALID_INPUT) from exc
     if wait:
         raise typer.Exit(VERDICT_CODES[worst(Verdict(v) for v in verdicts)])
 

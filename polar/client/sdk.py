@@ -35,7 +35,12 @@ from temporalio.service import RPCError
 
 from polar.advantages import group_rewards
 from polar.builders import check_builder
-from polar.client.submit_checks import NoSourceWarning, checked_workflow_id, missing_source
+from polar.client.submit_checks import (
+    NoSourceWarning,
+    check_gpu_workers,
+    checked_workflow_id,
+    missing_source,
+)
 from polar.console_links import console_memo, task_link
 from polar.contracts import SessionProgress, SessionResult, Stage, TaskResult
 from polar.dev_console import dev_console_url
@@ -151,7 +156,9 @@ class PolarClient:
         the console a dev stack of the same data dir runs: polar.dev_console): the console the
         task's and its sessions' Web UI summaries link to; none: no link.
         A `workflow_id` must be a valid id (polar.ids: InvalidId, a ValueError, otherwise); a
-        task naming no source on the default image warns (`NoSourceWarning`)."""
+        task naming no source on the default image warns (`NoSourceWarning`); a task asking
+        for GPUs that no worker of the deployment declares is refused (`NoGpuWorkers`, a
+        ValueError naming why)."""
         task = spec if isinstance(spec, TaskSpec) else TaskSpec.model_validate(spec)
         if workflow_id is not None:
             checked_workflow_id(workflow_id)
@@ -159,6 +166,10 @@ class PolarClient:
             check_builder(task.builder)
         if (note := missing_source(task)) is not None:
             warnings.warn(note, NoSourceWarning, stacklevel=2)
+        # GPUs no worker of the deployment declares: refused here, naming why (polar/gpus.py)
+        await check_gpu_workers(
+            self.client, self.settings.temporal_namespace, self.settings.task_queue, task
+        )
         workflow_id = workflow_id or f"task-{task.task_id}-{uuid.uuid4().hex[:8]}"
         console = (
             console_url

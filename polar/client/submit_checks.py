@@ -1,12 +1,21 @@
 """What is checked of a task before it is started (`PolarClient.submit`, `polar submit`): its
-workflow id, and a source it does not name."""
+workflow id, a source it does not name, and GPUs no worker declares."""
 
 from __future__ import annotations
 
+from temporalio.client import Client
+
+from polar.gpus import NoGpuWorkers, fitting, gpu_offers, gpu_refusal
 from polar.ids import checked_workflow_id
 from polar.tasks.spec import TaskSpec
 
-__all__ = ["NoSourceWarning", "checked_workflow_id", "missing_source"]
+__all__ = [
+    "NoGpuWorkers",
+    "NoSourceWarning",
+    "check_gpu_workers",
+    "checked_workflow_id",
+    "missing_source",
+]
 
 
 class NoSourceWarning(UserWarning):
@@ -25,3 +34,18 @@ def missing_source(task: TaskSpec) -> str | None:
         '(give "source": {"type": "dir", "path": ...} or {"type": "git", "url": ...}; or '
         '"source": null to say it is meant)'
     )
+
+
+async def check_gpu_workers(
+    client: Client, namespace: str, task_queue: str, task: TaskSpec
+) -> None:
+    """NoGpuWorkers (naming what was asked and what is declared) for a task asking for GPUs
+    that no worker polling the deployment's GPU queue declares (polar/gpus.py); nothing for a
+    task without GPUs."""
+    runtime = task.runtime
+    if not runtime.gpus:
+        return
+    offers = await gpu_offers(client, namespace, task_queue)
+    if not fitting(offers, runtime.gpus, runtime.gpu_types):
+        reason = gpu_refusal(offers, runtime.gpus, runtime.gpu_types, task_queue)
+        raise NoGpuWorkers(f"task {task.task_id}: {reason}")

@@ -51,6 +51,19 @@ class WorkerSettings(TemporalSettings, ServiceSettings):
         description="a cgroup v2 dir the host delegates to this (non-root) worker: each bwrap "
         "sandbox gets a child of it with the session's memory, pids and cpu limits",
     )
+    gpus: int = Field(
+        default=0,
+        ge=0,
+        le=1024,
+        description="GPUs this host gives its container sessions (NVIDIA, through the engine's "
+        "device requests / CDI); >0: the worker declares them on the deployment's GPU queue and "
+        "sessions asking for GPUs are placed here (docs/runtimes.md, GPUs)",
+    )
+    gpu_types: list[str] = Field(
+        default_factory=list,
+        description='the types of this host\'s GPUs (JSON list, e.g. ["H100"]), matched '
+        "against a task's gpu_types",
+    )
     max_init: int = Field(default=8, description="per-worker cap of the init pool's activities")
     max_run: int = Field(default=8, description="per-worker cap of harness runs")
     max_postrun: int = Field(

@@ -11,7 +11,8 @@ A Harbor task is a directory:
 
 A dataset is a directory of such directories. `load_harbor_tasks(path)` reads
 either into TaskSpecs: a `docker` runtime of the environment's image, the
-task's resources, the agent's timeout as the harness budget, and an evaluator
+task's resources, the agent's timeout as the harness budget and its user as the
+runtime's `harness_user`, and an evaluator
 of kind `harbor` (activities/evaluators/harbor/) that grades in a fresh
 runtime with the task's tests, user and env. Every field Polar cannot honour
 is refused with `HarborTaskError` naming the task and the field: nothing is
@@ -58,6 +59,7 @@ from polar.tasks.spec import (
     EvaluatorSpec,
     HarnessSpec,
     NetworkSpec,
+    RuntimeSpec,
     TaskSpec,
     TaskStep,
     Timeouts,
@@ -159,7 +161,11 @@ def task_spec(
     image = environment_image(task, image_map)
     sidecars, main_env = compose_services(task, image_map)
     runtime = runtime_spec(task, env_cfg, image).model_copy(
-        update={"network": agent_network, "sidecars": sidecars}
+        update={
+            "network": agent_network,
+            "sidecars": sidecars,
+            "harness_user": agent_user(task, agent),
+        }
     )
     if env_cfg.get("healthcheck") is not None:  # ready before the agent starts, as in Harbor
         runtime.prepare.append(healthcheck_action(task, env_cfg["healthcheck"]))
@@ -261,6 +267,22 @@ def _timeouts(
     if harness or agent_timeout is not None:
         timeouts["harness_s"] = max([*harness, agent_timeout or 0.0])
     return Timeouts(**timeouts)
+
+
+def agent_user(task: HarborTask, agent: dict[str, Any]) -> str | None:
+    """`[agent].user` (a name or a uid, as Harbor takes it) as the runtime's `harness_user`:
+    the harness runs as that user (`docker exec -u`, as Harbor's agent phase does)."""
+    user = agent.get("user")
+    if user is None:
+        return None
+    if isinstance(user, bool) or not isinstance(user, str | int):
+        raise HarborTaskError(task.name, "agent.user", f"{user!r}: a user name or a uid")
+    try:
+        return RuntimeSpec(kind="docker", harness_user=str(user)).harness_user
+    except ValidationError:
+        raise HarborTaskError(
+            task.name, "agent.user", f"{user!r}: not a user name or uid an engine can run as"
+        ) from None
 
 
 def verifier_config(task: HarborTask, user: str | None, env: dict[str, str]) -> dict[str, Any]:

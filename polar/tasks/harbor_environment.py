@@ -221,6 +221,7 @@ def runtime_spec(task: HarborTask, env_cfg: dict[str, Any], image: str) -> Runti
             raise HarborTaskError(task.name, where, first_error(exc)) from exc
     if env_cfg.get("cpus") is not None:
         values["cpus"] = env_cfg["cpus"]
+    values.update(_gpus(task, env_cfg))
     for field, legacy, key in (
         ("memory_mb", "memory", "memory"),
         ("storage_mb", "storage", "disk"),
@@ -236,6 +237,23 @@ def runtime_spec(task: HarborTask, env_cfg: dict[str, Any], image: str) -> Runti
         return RuntimeSpec(**values)
     except ValidationError as exc:
         raise HarborTaskError(task.name, "environment", first_error(exc)) from exc
+
+
+def _gpus(task: HarborTask, env_cfg: dict[str, Any]) -> dict[str, Any]:
+    """`gpus` and `gpu_types` as the runtime's (placed on workers declaring them, polar/gpus.py);
+    types without a count ask for nothing, as in Harbor, and are refused as a likely slip."""
+    gpus, types = env_cfg.get("gpus"), env_cfg.get("gpu_types")
+    if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0):
+        raise HarborTaskError(task.name, "environment.gpus", f"{gpus!r}: a count of GPUs")
+    if types is not None and not (
+        isinstance(types, list) and all(isinstance(t, str) and t.strip() for t in types)
+    ):
+        raise HarborTaskError(task.name, "environment.gpu_types", f"{types!r}: a list of types")
+    if types and not gpus:
+        raise HarborTaskError(
+            task.name, "environment.gpu_types", "set without gpus: no GPU is asked for"
+        )
+    return {"gpus": gpus, "gpu_types": list(types or [])} if gpus else {}
 
 
 def _legacy_size_mb(task: HarborTask, field: str, text: Any) -> int:

@@ -91,13 +91,11 @@ _KNOWN: dict[str, frozenset[str]] = {
 # fields whose presence (set, non-empty) Polar cannot honour, and why
 _UNSUPPORTED: dict[str, str] = {
     "artifacts": "artifact collection: Polar keeps the session's changes, logs and traces",
-    "agent.user": "the agent runs as the image's user in Polar's container runtimes",
     "verifier.environment": "a separate verifier image: Polar grades in a fresh runtime of "
     "the task's own environment",
     "verifier.collect": "collect hooks (compose services): Polar runs one container",
-    "environment.gpus": "GPUs in the task's container",
-    "environment.gpu_types": "GPUs in the task's container",
-    "environment.tpu": "TPUs in the task's container",
+    "environment.tpu": "TPUs: this deployment's workers run docker and podman containers on "
+    "Linux hosts, none of which offers a TPU slice (Harbor places those on GKE TPU node pools)",
 }
 
 

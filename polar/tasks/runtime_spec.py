@@ -35,6 +35,11 @@ TOO_BROAD_WORKDIRS = frozenset({"/home", "/var", "/opt", "/srv", "/mnt", "/media
 """Top-level dirs that may be above a workspace but never be one."""
 
 
+HARNESS_USER_PATTERN = r"^(?:[0-9]{1,10}|[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?)$"
+"""A user as `docker exec -u` / `podman exec --user` take it: a name of the image's
+/etc/passwd, or a uid."""
+
+
 def workdir_problem(path: str) -> str | None:
     """Why `path` may not be a container's workspace, or None: absolute, normalised (no
     `.`, `..`, `//` or trailing `/`), printable, not `/` nor at or under FORBIDDEN_WORKDIRS,
@@ -53,6 +58,18 @@ def workdir_problem(path: str) -> str | None:
     if path in TOO_BROAD_WORKDIRS:
         return "is a whole top-level directory (use a folder in it)"
     return None
+
+
+LOCAL_HARNESS_USER = (
+    "harness_user is for container runtimes (docker, podman): a 'local' session's harness "
+    "runs as the worker's own unprivileged sandbox user, never a user of the task's choosing"
+)
+
+
+LOCAL_GPUS = (
+    "gpus are for container runtimes (docker, podman) on a worker that declares them: a "
+    "'local' session runs on the worker host without GPU isolation"
+)
 
 
 class NetworkSpec(StrictModel):
@@ -179,6 +196,33 @@ class RuntimeSpec(StrictModel):
         description="containers: services beside the session's container, on its own private "
         "network (a Harbor task's compose services)",
     )
+    harness_user: str | None = Field(
+        default=None,
+        pattern=HARNESS_USER_PATTERN,
+        # left out when unset: older workers read the spec
+        exclude_if=lambda v: v is None,
+        description="containers: the user the harness runs as (a name in the image's "
+        "/etc/passwd, or a uid; Harbor's `[agent].user`); its HOME and scratch are given to "
+        "it. None: the image's own user. Prepare actions and the evaluator run as the "
+        "image's user; the workspace's ownership is the image's",
+    )
+    gpus: int = Field(
+        default=0,
+        ge=0,
+        le=64,
+        # left out when none: older workers read the spec
+        exclude_if=lambda v: v == 0,
+        description="containers: GPUs the session's container gets (Harbor's `gpus`); placed "
+        "only on a worker that declares as many (POLAR_GPUS), refused at submit where none "
+        "polls the deployment",
+    )
+    gpu_types: list[str] = Field(
+        default_factory=list,
+        max_length=16,
+        exclude_if=lambda v: not v,
+        description="GPU types any of which will do (e.g. ['H100', 'A100']; Harbor's "
+        "`gpu_types`), matched against the worker's POLAR_GPU_TYPES; empty: any",
+    )
     network: NetworkSpec = Field(
         default_factory=NetworkSpec,
         # left out while sealed: older workers read the spec
@@ -214,4 +258,12 @@ class RuntimeSpec(StrictModel):
                 f"workdir {self.workdir!r} is for container runtimes (docker, podman): a "
                 "'local' session's workspace is a fresh dir on the worker host"
             )
+        if self.kind == "local" and self.harness_user is not None:
+            raise ValueError(LOCAL_HARNESS_USER)
+        if self.kind == "local" and self.gpus:
+            raise ValueError(LOCAL_GPUS)
+        if self.gpu_types and not self.gpus:
+            raise ValueError("gpu_types is for a session that asks for gpus (at least 1)")
+        if any(not t.strip() or len(t) > 64 for t in self.gpu_types):
+            raise ValueError("gpu_types: each a type name of 1-64 characters, e.g. 'H100'")
         return self

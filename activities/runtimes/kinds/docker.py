@@ -10,36 +10,35 @@ has the CPU, memory (no extra swap), pids and disk limits of the RuntimeSpec (on
 default); the source goes in with `put_archive` (a dir copy, or a git clone at the task's
 ref made on the worker), into the workspace: the spec's `workdir` (default `/workspace`).
 
-Its main process sleeps until the session's wall-clock deadline under
-docker-init, and is Polar's own read-only busybox (activities/runtimes/toolbox.py), never a
-program of the image's, so the whole container stops when the budget is spent, even if
-the worker died. Commands run with `docker exec` in their own session, under
-the exit sweep (activities/runtimes/exit_sweep.py: what a command detached is
-killed the moment it exits, from inside). `reap` kills every process in the
-container (SIGKILL to its init: the kernel takes the rest of its PID
-namespace) and starts it again with the same file system: the harness stage
-reaps after every harness exit, so nothing the harness left running touches
+Its main process sleeps until the session's wall-clock deadline under docker-init, and is
+Polar's own read-only busybox (activities/runtimes/toolbox.py), never a program of the
+image's, so the whole container stops when the budget is spent, even if the worker died.
+Commands run with `docker exec` in their own session, under the exit sweep
+(activities/runtimes/exit_sweep.py: what a command detached is killed the moment it exits,
+from inside). `reap` kills every process in the container (SIGKILL to its init: the kernel
+takes the rest of its PID namespace) and starts it again with the same file system: the
+harness stage reaps after every harness exit, so nothing the harness left running touches
 its work once it is read. A timeout or a cancellation reaps the same way. The disk
 limit is the file-size rlimit for a single file plus a watchdog over the container's
 writable layer, checked on every tick of a running command (the engine's
-`--storage-opt size` needs an XFS backing store, which these hosts do not have).
+`--storage-opt size` needs an XFS backing store, which these hosts do not have). A
+session's GPUs go in as device requests (gpu_devices.py).
 
 The worker keeps, under `{data_dir}/runtimes/{session_id}/`, `logs/` (each command's
 stdout and stderr, streamed as it runs), `home/` and `scratch/`, which appear at the same
-paths inside the container: copied in before each command and back after it, so the
-Runtime protocol (write a config or an input file, run, read a result file) is the same
-as for the local runtime. Teardown always removes the container (by its name, so it works
-from a bare handle), its sidecars and the host dir.
+paths inside the container: copied in before each command and back after it (given to the
+spec's `harness_user` for its runs), so the Runtime protocol (write a config or an input
+file, run, read a result file) is the same as for the local runtime. Teardown removes the
+container (by its name: a bare handle works), its sidecars and the host dir.
 
-Container names: a worker's runtime is built with its deployment's `namespace`
-(the task queue), so the name is `polar-{namespace}-{session_id}` on every
-worker of it, whatever its data dir: one engine shared by several workers finds
-any of their containers. Labels say whose container it is (`polar.session`,
-`polar.namespace`, `polar.host`, `polar.deployment`: Temporal address,
-namespace and queue), which is how a host's sweep finds its own
-(`list_sessions`). A runtime made without a namespace (tests, benchmarks) uses
-a hash of its root instead, so runs sharing an engine never collide. The engine is the one
-`DOCKER_HOST` names (default: the local socket).
+Container names: a worker's runtime is built with its deployment's `namespace` (the task
+queue), so the name is `polar-{namespace}-{session_id}` on every worker of it, whatever its
+data dir: one engine shared by several workers finds any of their containers. Labels say
+whose container it is (`polar.session`, `polar.namespace`, `polar.host`,
+`polar.deployment`: Temporal address, namespace and queue), which is how a host's sweep
+finds its own (`list_sessions`). A runtime made without a namespace (tests, benchmarks)
+uses a hash of its root instead, so runs sharing an engine never collide. The engine is
+the one `DOCKER_HOST` names (default: the local socket).
 """
 
 from __future__ import annotations
@@ -47,8 +46,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import hashlib
-import re
 import shutil
 import socket
 import tempfile
@@ -65,6 +62,7 @@ from activities.runtimes import toolbox
 from activities.runtimes.actions import run_prepare_actions
 from activities.runtimes.base import InvalidRuntime, image_missing
 from activities.runtimes.exit_sweep import with_exit_sweep
+from activities.runtimes.gpu_devices import docker_device_requests
 from activities.runtimes.kinds.container_archive import (
     SKIPPED_NOTE,
     archive_into,
@@ -74,6 +72,8 @@ from activities.runtimes.kinds.container_archive import (
     retried,
 )
 from activities.runtimes.kinds.container_exec import ContainerDiskWatchdog, ExecPump, LogPump
+from activities.runtimes.kinds.container_names import container_name, root_namespace
+from activities.runtimes.kinds.container_user import give_dirs, harness_uid
 from activities.runtimes.kinds.docker_sidecars import remove_sidecars, start_sidecars
 from activities.runtimes.network.channel_paths import SANDBOX_DIR
 from activities.runtimes.resource_limits import DISK_LABEL, ContainerLimits
@@ -100,21 +100,6 @@ PROVIDE_IMAGE = (
     "build it there (`python infra/images/build.py` builds Polar's own; `docker build` or "
     "`docker load` a task's)"
 )
-
-
-def _safe(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", text)
-
-
-def container_name(session_id: str, namespace: str) -> str:
-    """A docker-safe, deterministic container name for a session of `namespace` (the
-    deployment's task queue): the same on every worker, whatever its data dir."""
-    return f"polar-{_safe(namespace)}-{_safe(session_id)}"[:200]
-
-
-def root_namespace(root: Path) -> str:
-    """The namespace of a runtime made without one: a hash of its root (tests, benchmarks)."""
-    return hashlib.sha256(str(root).encode()).hexdigest()[:8]
 
 
 class DockerRuntime:
@@ -202,12 +187,15 @@ class DockerRuntime:
             session_id=request.session_id,
             workdir=spec.workdir,
             host=self.host_id,
+            harness_user=spec.harness_user,
         )
         self._check_workdir(handle)
         try:
             container = await asyncio.to_thread(self._create, request.session_id, spec)
             # an image that lacks what the sandbox needs is refused now, naming it
             await asyncio.to_thread(self._check_sandbox_tools, container, spec.image)
+            if spec.harness_user is not None:  # a user the image lacks: refused now, named
+                await asyncio.to_thread(harness_uid, container, spec.harness_user, spec.image)
             mkdirs = [handle.workdir, str(self.home(handle)), str(self.scratch(handle))]
             await asyncio.to_thread(self._exec_checked, container, ["mkdir", "-p", *mkdirs])
             # a dir copy or a git clone (up to GIT_TIMEOUT_S) made on the worker
@@ -263,6 +251,7 @@ class DockerRuntime:
             | toolbox.docker_volumes(self.root),
             working_dir="/",
             security_opt=["no-new-privileges"],
+            device_requests=docker_device_requests(spec.gpus),  # none unless it asks for GPUs
             pids_limit=limits.pids,
             nano_cpus=int(limits.cpus * 1e9),
             mem_limit=limits.memory_bytes,
@@ -339,6 +328,7 @@ class DockerRuntime:
         on_tick: Callable[[float], Awaitable[None] | None] | None = None,
         tick_s: float = 2.0,
         pass_fds: Sequence[int] = (),
+        user: str | None = None,
     ) -> ProcessOutcome:
         if pass_fds:  # the command starts in the engine: no descriptor of ours reaches it
             raise ValueError("a container runtime passes no descriptors (passes_fds is False)")
@@ -350,12 +340,12 @@ class DockerRuntime:
             with open(stderr, "a") as err:
                 err.write(f"polar: container is {container.status} (wall-clock budget spent?)\n")
             return ProcessOutcome(None, True, time.monotonic() - started)
-        await asyncio.to_thread(self._sync_in, container, handle)
+        await asyncio.to_thread(self._sync_in, container, handle, user)
         full_env = {"HOME": str(self.home(handle))} | env
         # nothing the command detached outlives it (the reap below comes seconds later)
         argv = ["setsid", "-w", "bash", "-c", with_exit_sweep(command)]
         pump = await asyncio.to_thread(
-            self._start_exec, container, argv, full_env, handle.workdir, stdout, stderr
+            self._start_exec, container, argv, full_env, handle.workdir, stdout, stderr, user
         )
         watchdog = ContainerDiskWatchdog(container)
         try:
@@ -401,10 +391,18 @@ class DockerRuntime:
         workdir: str,
         stdout: Path,
         stderr: Path,
+        user: str | None = None,
     ) -> ExecPump:
-        """Start `argv` in the container, its output streaming into the two log files."""
+        """Start `argv` in the container (as `user`, else the image's), its output streaming
+        into the two log files."""
         created = self.client.api.exec_create(
-            container.id, argv, stdout=True, stderr=True, environment=env, workdir=workdir
+            container.id,
+            argv,
+            stdout=True,
+            stderr=True,
+            environment=env,
+            workdir=workdir,
+            user=user or "",
         )
         pump = LogPump(self.client, created["Id"], stdout, stderr)
         pump.start()
@@ -438,14 +436,16 @@ class DockerRuntime:
         await asyncio.to_thread(self._exec_checked, container, ["mkdir", "-p", str(target.parent)])
         await asyncio.to_thread(put_path, container, src, target)
 
-    def _sync_in(self, container: Any, handle: RuntimeHandle) -> None:
-        """Make the container's home and scratch mirror the worker's."""
+    def _sync_in(self, container: Any, handle: RuntimeHandle, user: str | None = None) -> None:
+        """Make the container's home and scratch mirror the worker's (`user`'s, if given)."""
         dirs = [self.home(handle), self.scratch(handle)]
         self._exec_checked(
             container, ["bash", "-c", 'rm -rf "$@" && mkdir -p "$@"', "_", *map(str, dirs)]
         )
         for path in dirs:
             put_dir_contents(container, path, str(path))
+        if user is not None:
+            give_dirs(container, harness_uid(container, user), list(map(str, dirs)))
 
     def _sync_out(self, container: Any, handle: RuntimeHandle) -> None:
         """Make the worker's home and scratch mirror the container's. What cannot be brought

@@ -82,6 +82,7 @@ from activities.shell_command import ProcessOutcome, run_shell
 from polar.contracts import PrepareRequest, RuntimeHandle
 from polar.processes import kill_pids, pids_with_env
 from polar.settings import WorkerSettings, get_settings
+from polar.tasks.runtime_spec import LOCAL_GPUS, LOCAL_HARNESS_USER
 from polar.tasks.spec import DEFAULT_WORKDIR
 
 log = logging.getLogger("polar.worker")
@@ -245,6 +246,10 @@ class LocalRuntime:
                 f"workdir {request.runtime.workdir!r} is for container runtimes (docker, "
                 f"podman): the {self.kind} runtime's workspace is a fresh dir on the worker host"
             )
+        if request.runtime.harness_user is not None:
+            raise InvalidRuntime(LOCAL_HARNESS_USER)
+        if request.runtime.gpus:
+            raise InvalidRuntime(LOCAL_GPUS)
         self._check_host_tools()
         base = self._session_dir(request.session_id)
         if base.exists():  # a retried prepare starts clean
@@ -337,9 +342,13 @@ class LocalRuntime:
         timeout_s: float,
         on_tick: Callable[[float], Awaitable[None] | None] | None = None,
         pass_fds: Sequence[int] = (),
+        user: str | None = None,
     ) -> ProcessOutcome:
         """`pass_fds`: descriptors of the worker's the command inherits (the started
-        marker's pipe, activities/runtimes/started_marker.py)."""
+        marker's pipe, activities/runtimes/started_marker.py). `user`: never honoured here
+        (InvalidRuntime): the harness is the sandbox's own user."""
+        if user is not None:
+            raise InvalidRuntime(LOCAL_HARNESS_USER)
         stdout, stderr = self.log_paths(handle, log_name)
         opened = self._channels.get(handle.session_id)
 
@@ -347,16 +356,16 @@ class LocalRuntime:
             # what the worker wrote there since (the harness config, the evaluator's inputs):
             # a few files, given in this process (a chown process costs more than the walk)
             base = self._handle_dir(handle)
-            user = self._user(base)
-            own_in_process([self.home(handle), self.scratch(handle)], user)
-            sandbox = self.sandbox if user is None else self.sandbox.as_user(*user)
+            owner = self._user(base)
+            own_in_process([self.home(handle), self.scratch(handle)], owner)
+            sandbox = self.sandbox if owner is None else self.sandbox.as_user(*owner)
             limits = read_limits(base)
             if sandbox.loopback_channel and opened is None:  # a network of its own, only lo
-                return sandbox, user, new_loopback(), limits
-            return sandbox, user, None, limits
+                return sandbox, owner, new_loopback(), limits
+            return sandbox, owner, None, limits
 
         # one hop to a thread, not three
-        sandbox, user, own_net, limits = await asyncio.to_thread(ready)
+        sandbox, owner, own_net, limits = await asyncio.to_thread(ready)
         base = self._handle_dir(handle)
         watchdog = DirsWatchdog(
             (Path(handle.workdir), *(base / sub for sub in (*OWNED_DIRS, PRIVATE_DIR))),
@@ -374,14 +383,14 @@ class LocalRuntime:
                     keep = (base, self.python_dir.parent, self.bin_dir.parent)
                     private = await asyncio.to_thread(private_dirs, base / PRIVATE_DIR, keep)
                 wrap = list(sandbox.wrap(net, private))
-                if user is not None:  # a uid of the session's own: RLIMIT_NPROC is per session
+                if owner is not None:  # a uid of the session's own: RLIMIT_NPROC is per session
                     prlimit = bwrap.tool("prlimit") or "prlimit"
                     wrap = [*bwrap.rlimit_argv(prlimit, limits, data=False), *wrap]
             return await watching_disk(
                 lambda tick: run_shell(
                     command,
                     cwd=Path(handle.workdir),
-                    env=self._env(handle, env, user),
+                    env=self._env(handle, env, owner),
                     stdout=stdout,
                     stderr=stderr,
                     timeout_s=timeout_s,

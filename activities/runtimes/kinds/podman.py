@@ -52,6 +52,7 @@ from docker.errors import APIError
 
 from activities.runtimes import toolbox
 from activities.runtimes.base import InvalidRuntime, image_missing
+from activities.runtimes.gpu_devices import podman_device_args
 from activities.runtimes.kinds.container_exec import ExecPump
 from activities.runtimes.kinds.docker import (
     DEADLINE_ENV,
@@ -281,6 +282,7 @@ class PodmanRuntime(DockerRuntime):
             str(limits.memory_bytes),
             "--memory-swap",
             str(limits.memory_bytes),
+            *podman_device_args(spec.gpus),  # CDI names; none unless it asks for GPUs
             spec.image,
             *MAIN_COMMAND,
         ]
@@ -327,6 +329,7 @@ class PodmanRuntime(DockerRuntime):
         workdir: str,
         stdout: Path,
         stderr: Path,
+        user: str | None = None,
     ) -> ExecPump:
         # values travel in podman's own environment (`--env NAME`), not on its command line
         # (where `ps` shows them), except the few podman itself reads
@@ -341,6 +344,7 @@ class PodmanRuntime(DockerRuntime):
                 *names,
                 "--workdir",
                 workdir,
+                *(("--user", user) if user is not None else ()),
                 container.name,
                 *argv,
                 stdin=subprocess.DEVNULL,

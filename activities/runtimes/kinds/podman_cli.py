@@ -138,9 +138,10 @@ class PodmanContainer:
     def start(self) -> None:
         self.podman.run("start", self.name)
 
-    def exec_run(self, cmd: list[str]) -> ExecResult:
+    def exec_run(self, cmd: list[str], user: str | None = None) -> ExecResult:
+        as_user = ("--user", user) if user is not None else ()
         proc = subprocess.run(
-            self.podman.argv("exec", self.name, *cmd),
+            self.podman.argv("exec", *as_user, self.name, *cmd),
             cwd="/",
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,

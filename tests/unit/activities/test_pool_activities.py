@@ -36,6 +36,7 @@ def test_the_activity_names_are_the_ones_the_workflow_calls() -> None:
     names = {name for fns in grouped().values() for name in fns}
     assert names == {
         "prepare_runtime",
+        "place_gpu_session",
         "prepare_eval_runtime",
         "teardown",
         "release_runtime",

@@ -27,7 +27,8 @@ def _dataset(tmp_path: Path) -> Path:
     bad = Path(shutil.copytree(EXAMPLES / "hello-file", data / "two-refusals"))
     toml = bad / "task.toml"
     text = toml.read_text().replace('name = "polar/hello-file"', 'name = "polar/two-refusals"')
-    toml.write_text(text.replace("[agent]\n", '[agent]\nuser = "x"\n', 1) + "\nsurprise = 1\n")
+    tpu = '[environment]\ntpu = { type = "v6e", topology = "2x2" }\n'
+    toml.write_text(text.replace("[environment]\n", tpu, 1) + "\nsurprise = 1\n")
     return data
 
 
@@ -43,7 +44,7 @@ def test_every_refused_task_and_field_is_reported_and_the_rest_load(tmp_path: Pa
     refusal = "refused: harbor task polar/two-refusals: environment.surprise: 2 fields refused"
     assert refusal in output
     assert "environment.surprise: not a field of Harbor 0.25's task.toml" in output
-    assert "agent.user: not supported" in output
+    assert "environment.tpu: not supported" in output
     assert sorted(p.name for p in out.iterdir()) == [
         "polar__csv-sum.json",
         "polar__hello-file.json",

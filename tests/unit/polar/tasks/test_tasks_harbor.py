@@ -19,6 +19,7 @@ from polar.tasks.spec import EvaluatorSpec, HarnessSpec, TaskSpec
 from tests.support.paths import REPO
 
 EXAMPLES = REPO / "examples" / "harbor"
+TPU = 'tpu = { type = "v6e", topology = "2x2" }'
 
 
 def _copy(tmp_path: Path, name: str = "hello-file") -> Path:
@@ -49,6 +50,59 @@ def test_the_bundled_dataset_loads_with_the_tasks_fields() -> None:
     # a TaskSpec as any other: it survives its JSON round trip (the workflow's input)
     for spec in specs.values():
         assert TaskSpec.model_validate_json(spec.model_dump_json()) == spec
+
+
+def test_the_agent_user_is_the_harness_user_of_the_runtime(tmp_path: Path) -> None:
+    """`[agent].user` (a name or a uid, as Harbor takes it) is the runtime's `harness_user`,
+    whatever harness is given; the evaluator keeps the verifier's user; a value no engine
+    runs as is refused naming the field."""
+    (spec,) = load_harbor_tasks(EXAMPLES / "agent-user")
+    assert spec.runtime.harness_user == "agent" and _verifier(spec.evaluator).user is None
+    assert '"harness_user":"agent"' in spec.runtime.model_dump_json()
+    task = _copy(tmp_path)
+    toml = task / "task.toml"
+    text = toml.read_text()
+    toml.write_text(text.replace("[agent]\n", "[agent]\nuser = 1000\n", 1))
+    (spec,) = load_harbor_tasks(task, harness=HarnessSpec(kind="command", command="true"))
+    assert spec.runtime.harness_user == "1000"
+    (plain,) = load_harbor_tasks(EXAMPLES / "hello-file")
+    assert plain.runtime.harness_user is None
+    assert "harness_user" not in plain.runtime.model_dump_json()  # older workers read it
+    for bad in ('"a b"', '"-1"', "true", "-5", '"x;rm -rf /"'):
+        toml.write_text(text.replace("[agent]\n", f"[agent]\nuser = {bad}\n", 1))
+        with pytest.raises(HarborTaskError, match=r"agent\.user"):
+            load_harbor_tasks(task)
+
+
+def test_gpus_are_the_runtimes_and_a_tpu_is_refused_for_this_deployment(tmp_path: Path) -> None:
+    """`gpus` and `gpu_types` go to the runtime (placed on workers declaring them); types
+    without a count, or a count that is not one, are refused by name; a TPU slice is refused
+    for a reason about this deployment."""
+    task = _copy(tmp_path)
+    toml = task / "task.toml"
+    text = toml.read_text()
+
+    def with_env(lines: str) -> None:
+        toml.write_text(text.replace("[environment]\n", f"[environment]\n{lines}\n", 1))
+
+    with_env('gpus = 2\ngpu_types = ["H100", "A100"]')
+    (spec,) = load_harbor_tasks(task)
+    assert (spec.runtime.gpus, spec.runtime.gpu_types) == (2, ["H100", "A100"])
+    with_env("gpus = 0")
+    (spec,) = load_harbor_tasks(task)
+    assert spec.runtime.gpus == 0 and spec.runtime.gpu_types == []
+    for lines, field in (
+        ('gpu_types = ["H100"]', "environment.gpu_types"),
+        ('gpus = "two"', "environment.gpus"),
+        ("gpus = true", "environment.gpus"),
+        ("gpus = 1\ngpu_types = [1]", "environment.gpu_types"),
+    ):
+        with_env(lines)
+        with pytest.raises(HarborTaskError, match=field.replace(".", r"\.")):
+            load_harbor_tasks(task)
+    with_env(TPU)
+    with pytest.raises(HarborTaskError, match="environment.tpu.*none of which offers a TPU"):
+        load_harbor_tasks(task)
 
 
 def test_a_single_task_dir_loads_with_the_given_harness(tmp_path: Path) -> None:
@@ -95,10 +149,10 @@ def test_env_templates_resolve_from_the_host(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("edit", "field"),
     [
-        ('[agent]\nuser = "agent"', "agent.user"),
         ('[[steps]]\nname = "one"\nartifacts = ["x"]', "steps.one.artifacts"),
         ('[[steps]]\nname = "one"\n[steps.agent]\nuser = "x"', "steps.one.agent.user"),
         ('[[steps]]\nname = "one"\n[steps.verifier]\nsurprise = 1', "steps.one.verifier.surprise"),
+        ('[environment]\ntpu = { type = "v6e", topology = "2x2" }', "environment.tpu"),
         ('artifacts = ["/tmp/out"]', "artifacts"),
         ('[verifier.environment]\ndocker_image = "x"', "verifier.environment"),
         ('[[verifier.collect]]\ncommand = "true"', "verifier.collect"),
@@ -323,12 +377,12 @@ def test_the_cli_writes_the_specs_and_refuses_by_name(tmp_path: Path) -> None:
     assert spec.evaluator.kind == "harbor" and spec.harness.kind == "pi"
     task = _copy(tmp_path)
     toml = task / "task.toml"
-    toml.write_text(toml.read_text().replace("[agent]\n", '[agent]\nuser = "x"\n', 1))
+    toml.write_text(toml.read_text().replace("[environment]\n", f"[environment]\n{TPU}\n", 1))
     roots = {"POLAR_SOURCE_ROOTS": f"{tmp_path},{REPO}"}
     for argv in (["tasks", "load", str(task), "--no-build"], ["submit", str(task), "--no-wait"]):
         result = runner.invoke(app, argv, env=roots)
         assert result.exit_code == 2, result.output
-        assert "harbor task polar/hello-file: agent.user: not supported" in result.output
+        assert "harbor task polar/hello-file: environment.tpu: not supported" in result.output
 
 
 # ------------------------------------------------ a verifier that runs the agent's code
