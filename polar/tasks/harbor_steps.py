@@ -11,7 +11,7 @@ and a `healthcheck` run after the step's setup. `multi_step_reward_strategy` (`m
 Harbor's default, or `final`) becomes the task's `step_reward`.
 
 What a step cannot change in Polar is refused, naming the step's field: its own agent
-network (the sandbox's is set when the session's runtime starts), its own verifier image,
+network or user (the session's runtime is made for the task's), its own verifier image,
 collect hooks, artifacts.
 """
 
@@ -53,7 +53,8 @@ _VERIFIER_KEYS = {
     "allowed_hosts",
 }
 _REFUSED = {
-    "agent.user": "a step's own agent user: the agent runs as the image's user",
+    "agent.user": "a step's own agent user: every step's harness runs as the task's "
+    "[agent].user, the user the session's runtime was made for",
     "verifier.environment": "a separate verifier image: Polar grades in a fresh runtime of "
     "the task's own environment",
     "verifier.collect": "collect hooks (compose services): Polar runs one container",
@@ -168,8 +169,11 @@ def _check_keys(
                 task.name, f"{where}.{prefix}{unknown[0]}", "not a field of Harbor 0.25's steps"
             )
     tables = {"agent": agent, "verifier": verifier, "": config}
+    same_user = str(agent.get("user")) == str(task.section("agent").get("user"))
     for field, reason in _REFUSED.items():
         section, _, key = field.rpartition(".")
+        if field == "agent.user" and same_user:
+            continue  # the task's own, said again
         if tables[section].get(key) not in (None, [], {}, ""):
             raise HarborTaskError(task.name, f"{where}.{field}", f"not supported: {reason}")
 
