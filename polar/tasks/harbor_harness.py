@@ -11,7 +11,8 @@ as Harbor's trial prefers the task's skills dir.
 merged by name with the harness's own, the harness's winning, as Harbor's
 `merge_mcp_servers(task, agent)`. `sse` and `streamable-http` servers (the default
 transport is `sse`, `http` is `streamable-http`) are refused: their URL names a compose
-sidecar or a remote service, and Polar runs no sidecars yet.
+sidecar or a remote service, and Polar gives the harness stdio servers only (it runs compose
+services as sidecars on docker, but writes no URL server into a harness's config yet).
 """
 
 from __future__ import annotations
@@ -48,8 +49,9 @@ def task_harness(
 URL_TRANSPORTS = ("sse", "streamable-http", "http")
 URL_REFUSED = (
     "not supported: an MCP server reached by URL is a compose sidecar or a remote service: "
-    "Polar runs no sidecars yet, and a session reaches nothing but the gateway (and its "
-    "egress); give the server as `stdio` (a command in the image the harness spawns)"
+    "Polar gives the harness stdio servers only so far (a session reaches nothing but the "
+    "gateway, its egress and its own sidecars); give the server as `stdio` (a command in "
+    "the image the harness spawns)"
 )
 
 

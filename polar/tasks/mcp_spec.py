@@ -6,8 +6,8 @@ it is reachable only from that session, its traffic stays in the sealed box, and
 harness's model calls still go only through the gateway. Each harness adapter writes
 the servers into the harness's own MCP configuration (activities/harnesses/: its
 `mcp_config`). URL transports (`sse`, `streamable-http`) are not taken: they name a
-service outside the session (a Harbor compose sidecar, or a remote one), and Polar
-runs no sidecars yet.
+service outside the harness's sandbox (a Harbor compose sidecar, or a remote one), which
+Polar does not write into a harness's config yet.
 """
 
 from __future__ import annotations

@@ -74,7 +74,7 @@ def test_the_harness_own_server_wins_by_name_as_harbor_merges() -> None:
 @pytest.mark.parametrize(
     ("server", "field", "why"),
     [
-        ('name = "v"\nurl = "http://svc:8000/sse"', "transport", "Polar runs no sidecars"),
+        ('name = "v"\nurl = "http://svc:8000/sse"', "transport", "stdio servers only"),
         (
             'name = "v"\ntransport = "streamable-http"\nurl = "http://svc/mcp"',
             "transport",
