@@ -18,14 +18,16 @@ from __future__ import annotations
 import shlex
 import uuid
 
+import httpx
 import pytest
 
+from app.console import create_app
 from polar.records import SessionStatus
 from polar.settings import Settings
 from polar.storage import Storage
 from polar.tasks.spec import TaskSpec
 from tests.support.scripted_backend import text
-from tests.support.scripted_stack import running_scripted_stack
+from tests.support.scripted_stack import ScriptedStack, running_scripted_stack
 
 ASK = (
     "import json, os, pathlib, urllib.request as r\n"
@@ -42,6 +44,16 @@ ASK = (
     "keep.write_text(json.dumps(messages))\n"
     "open(os.environ['POLAR_STEP'] + '.txt', 'w').write(answer + '\\n')\n"
 )
+
+
+async def _session_page(stack: ScriptedStack, session_id: str) -> str:
+    settings = stack.settings.model_copy(update={"console_tokenizer_dir": None})
+    app = create_app(settings, client=stack.polar.client, storage=stack.polar.storage)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://console") as client:
+        page = await client.get(f"/sessions/{session_id}")
+    assert page.status_code == 200, page.text[:2000]
+    return page.text
 
 
 @pytest.mark.parametrize(
@@ -78,7 +90,11 @@ async def test_a_steps_calls_are_chained_with_the_step_before(
     replies = [text("alpha it is."), text("beta it is.")]
     async with running_scripted_stack(base_settings, replies) as stack:
         result = await stack.polar.wait(await stack.polar.submit(spec), timeout_s=300)
-    (session,) = result.sessions
+        (session,) = result.sessions
+        page = await _session_page(stack, session.session_id)
+    # the console's session page shows each step's grade, and each step's report by its place
+    assert page.count('class="task-step"') == 2 and "alpha" in page and "beta" in page
+    assert "steps/alpha/command-report.json" in page and "steps/beta/command-report.json" in page
     assert session.status == SessionStatus.COMPLETED, session.error
     assert [(s.name, s.reward) for s in session.steps] == [("alpha", 1.0), ("beta", 1.0)]
     assert session.num_completions == 2  # both steps' calls, in one build
