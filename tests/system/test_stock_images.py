@@ -9,7 +9,7 @@ map) runs and grades, with the `command` harness, on images made offline here
 busybox-only root file system (musl-like: no libc, no bash; Alpine itself cannot be had
 offline). Its test.sh is bash, which the busybox image lacks: Polar's toolbox gives it. The
 oracle (solve.sh) scores 1 and a no-op 0, on docker and on podman. An image with no shell at
-all is refused at prepare, naming the image.
+all is refused at load (the task and its field named) and at prepare (the image named).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from polar.client.sdk import PolarClient
 from polar.records import SessionStatus
 from polar.tasks.harbor import load_harbor_tasks
 from polar.tasks.harbor_images import ensure_images
+from polar.tasks.harbor_toml import HarborTaskError
 from polar.tasks.spec import HarnessSpec, TaskSpec
 from tests.support.container_sessions import runtime_root
 from tests.support.eval_runtimes import prepare_session
@@ -77,6 +78,20 @@ async def test_a_harbor_task_runs_and_grades_on_a_stock_image(
         rewards[name] = session.reward
     print(f"{image} on {kind}: {rewards} in {time.monotonic() - started:.1f}s")
     assert rewards == {"oracle": 1.0, "noop": 0.0}
+
+
+def test_an_image_without_a_shell_is_refused_at_load_naming_it(
+    docker_image: str, tmp_path: Path
+) -> None:
+    """The task's environment builds (no RUN step), then the load refuses it, and again when
+    the image is cached."""
+    images = stock_images()
+    task = task_with_image(TASK, tmp_path / "stock-image", images["noshell"])
+    for _ in range(2):
+        with pytest.raises(HarborTaskError, match=r"has no shell \(/bin/sh is missing\)") as info:
+            ensure_images(task)
+        assert "polar/stock-image" in str(info.value)
+        assert "environment/Dockerfile" in str(info.value)
 
 
 @pytest.mark.parametrize("kind", ["docker", "podman"])
