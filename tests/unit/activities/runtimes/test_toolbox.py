@@ -63,8 +63,8 @@ def test_the_helper_forwards_and_runs_the_command_in_its_own_session(tmp_path: P
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     client = (  # the forwarder is this shell's child: its pid printed, to stop it after
-        "exec 3<>/dev/tcp/127.0.0.1/%d; printf ping >&3; read -r -n 4 x <&3; "
-        "read -r kids < /proc/$$/task/$$/children; echo $x $kids" % port
+        f"exec 3<>/dev/tcp/127.0.0.1/{port}; printf ping >&3; read -r -n 4 x <&3; "
+        "read -r kids < /proc/$$/task/$$/children; echo $x $kids"
     )
     proc = subprocess.Popen(
         [
