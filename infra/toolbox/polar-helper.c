@@ -6,6 +6,10 @@
  *       `setsid -w PROG ARG...`: PROG in a new session; when this process already leads a
  *       process group it forks and waits, and exits with PROG's status (128+N: signal N).
  *
+ *   polar-helper runas USER PROG [ARG...]
+ *       `setpriv --reuid=USER --regid=GID --init-groups -- PROG`: PROG as USER (a name or a
+ *       uid, looked up in the image's /etc/passwd), with that user's group and groups.
+ *
  *   polar-helper forward --socket PATH --port N [--host ADDR] [--log FILE] [-- PROG ARG...]
  *       The in-sandbox end of the gateway channel (as activities/runtimes/network/forwarder.py):
  *       TCP on ADDR:N (default 127.0.0.1), each connection spliced both ways to a new
@@ -18,6 +22,8 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -38,6 +44,7 @@ static const char *sock_path;
 static int usage(void) {
     fprintf(stderr,
             "usage: polar-helper setsid PROG [ARG...]\n"
+            "       polar-helper runas USER PROG [ARG...]\n"
             "       polar-helper forward --socket PATH --port N [--host ADDR] [--log FILE] "
             "[-- PROG ARG...]\n");
     return 2;
@@ -65,6 +72,28 @@ static int run_setsid(char **argv) {
     }
     execvp(argv[0], argv);
     fprintf(stderr, "polar: cannot run %s: %s\n", argv[0], strerror(errno));
+    return 127;
+}
+
+static int run_as(char **argv) {
+    if (!argv[0] || !argv[1]) return usage();
+    char *end = NULL;
+    struct passwd *pw = getpwnam(argv[0]);
+    if (!pw) {
+        long uid = strtol(argv[0], &end, 10);
+        if (*argv[0] && !*end && uid >= 0) pw = getpwuid((uid_t)uid);
+    }
+    if (!pw) {
+        fprintf(stderr, "polar-helper: no user %s in /etc/passwd\n", argv[0]);
+        return 97;
+    }
+    if (initgroups(pw->pw_name, pw->pw_gid) < 0 || setgid(pw->pw_gid) < 0 ||
+        setuid(pw->pw_uid) < 0) {
+        fprintf(stderr, "polar-helper: cannot become %s: %s\n", argv[0], strerror(errno));
+        return 97;
+    }
+    execvp(argv[1], &argv[1]);
+    fprintf(stderr, "polar: cannot run %s: %s\n", argv[1], strerror(errno));
     return 127;
 }
 
@@ -231,5 +260,6 @@ int main(int argc, char **argv) {
     if (argc < 2) return usage();
     if (!strcmp(argv[1], "setsid")) return run_setsid(&argv[2]);
     if (!strcmp(argv[1], "forward")) return run_forward(&argv[2]);
+    if (!strcmp(argv[1], "runas")) return run_as(&argv[2]);
     return usage();
 }

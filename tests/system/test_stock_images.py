@@ -80,6 +80,34 @@ async def test_a_harbor_task_runs_and_grades_on_a_stock_image(
     assert rewards == {"oracle": 1.0, "noop": 0.0}
 
 
+async def test_a_verifier_user_on_a_busybox_image(
+    polar: PolarClient, docker_image: str, tmp_path: Path
+) -> None:
+    """`[verifier].user`: test.sh runs as that user where the image's setpriv cannot switch
+    users (busybox's): the toolbox's helper does. The copy's test.sh scores only as nobody."""
+    images = stock_images()
+    task = task_with_image(TASK, tmp_path / "stock-image", images["busybox"])
+    toml = task / "task.toml"
+    toml.write_text(toml.read_text().replace("[verifier]\n", '[verifier]\nuser = "nobody"\n'))
+    test_sh = task / "tests" / "test.sh"
+    test_sh.write_text(
+        test_sh.read_text().replace(
+            '"$got" == "$expected"', '"$got" == "$expected" && $UID == 65534'
+        )
+    )
+    spec = _spec(task, "docker")
+    assert spec.evaluator.kind == "harbor"
+    oracle = spec.model_copy(
+        update={
+            "task_id": "stock-busybox-nobody",
+            "harness": HarnessSpec(kind="command", command=oracle_command(task / "solution")),
+        }
+    )
+    (session,) = (await polar.wait(await polar.submit(oracle), timeout_s=300)).sessions
+    assert session.status == SessionStatus.COMPLETED, session.error
+    assert session.reward == 1.0, session.evaluation
+
+
 def test_an_image_without_a_shell_is_refused_at_load_naming_it(
     docker_image: str, tmp_path: Path
 ) -> None:
