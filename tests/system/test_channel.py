@@ -535,7 +535,10 @@ async def test_forwarder_in_a_container_without_network(
     assert not (relay.channel_dir / "planted").exists()
     assert "CHAT 200 from the box" in text_out
     # with the toolbox mounted its helper serves the port, else the image's python3
-    serving = {"helper": "/run/polar-tools/polar-helper", "python": "/run/polar/forwarder.py"}
+    serving = {
+        "helper": "/run/polar-tools/polar-helper forward",
+        "python": "python3 -I -S /run/polar/forwarder.py",
+    }
     assert f"FORWARDER {serving[kind]}" in text_out, text_out
     (record,) = storage.list_completions(identity.session_id)
     assert record.session_id == identity.session_id
