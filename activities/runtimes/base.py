@@ -27,9 +27,9 @@ class InvalidRuntime(ValueError):
 
 
 class RuntimeUnfit(InvalidRuntime):
-    """The image or host cannot hold a sandbox: the image lacks a tool the sandbox itself
-    needs (activities/runtimes/sandboxes/needs.py), each named. Not retryable here; an
-    `infra_error` (image) of the session, never the policy's failure."""
+    """The image or host cannot hold a sandbox: the image has no shell, or the host lacks a
+    tool the sandbox itself needs (activities/runtimes/sandboxes/needs.py), each named. Not
+    retryable here; an `infra_error` (image) of the session, never the policy's failure."""
 
 
 class ImageMissing(InvalidRuntime):
