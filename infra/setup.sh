@@ -18,6 +18,8 @@ command -v "$PY" >/dev/null || PY=python3
 # the local runtime's sealed sandbox for a worker that is not root, activities/runtimes/sandboxes/bwrap.py);
 # slurm-wlm and munge (the Slurm cluster of tests/system/test_slurm_cluster.py); busybox-static
 # (a container's main process is Polar's own static busybox: activities/runtimes/toolbox.py);
+# bash-static and musl-tools (the toolbox's bash, and musl-gcc for its static helper,
+# infra/toolbox/polar-helper.c: a task's image needs no bash, python3, setsid or git);
 # chromium and chromium-driver (the console's browser test, tests/system/test_console_browser.py,
 # drives Debian's headless Chromium through Selenium)
 missing=()
@@ -25,6 +27,7 @@ for pair in git:git strace:strace dockerd:docker.io debootstrap:debootstrap patc
     podman:podman newuidmap:uidmap slirp4netns:slirp4netns fuse-overlayfs:fuse-overlayfs \
     /usr/libexec/podman/catatonit:catatonit ip:iproute2 bwrap:bubblewrap \
     slurmctld:slurmctld slurmd:slurmd sbatch:slurm-client munged:munge busybox:busybox-static \
+    bash-static:bash-static musl-gcc:musl-tools \
     chromium:chromium chromedriver:chromium-driver; do
   command -v "${pair%%:*}" >/dev/null || PATH=$PATH:/usr/sbin command -v "${pair%%:*}" >/dev/null \
     || missing+=("${pair#*:}")
@@ -32,6 +35,8 @@ done
 if (( ${#missing[@]} )); then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
 fi
+# the toolbox's static helper (cached on its source's hash)
+if [[ $(id -u) == 0 ]]; then infra/toolbox/build.sh; fi
 
 # every install goes through infra/pip-install.sh: uv with pip's configuration, else pip
 # project venv: reinstall only when pyproject.toml changed; then what runs from it

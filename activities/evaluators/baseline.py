@@ -1,8 +1,9 @@
 """The baseline of a prepared workspace: the git commit its later changes are diffed against.
 
 Right after prepare (source in place, prepare actions done), the workspace's
-state is recorded as a commit, through `Runtime.run` so it works in every
-runtime:
+state is recorded as a commit, through `Runtime.run` in the local runtime (the host's git),
+and by the worker's own git on a copy of a container's workspace, what it wrote put back
+(activities/evaluators/worker_git.py: a task's image needs no git):
 
 * a workspace that is not a git work tree (no `.git`: a `dir` source, no source)
   gets `git init` (without git's template files) and its files committed as
@@ -36,6 +37,7 @@ from pathlib import Path
 
 from activities.evaluators.base import GIT, NO_GIT_ABOVE, Tick, run_in
 from activities.evaluators.patches import junk_excludes
+from activities.evaluators.worker_git import WorkerGitFailed, baseline_on_worker, uses_worker_git
 from activities.runtimes.base import Runtime
 from polar.contracts import RuntimeHandle
 
@@ -142,17 +144,26 @@ def write_empty_repo(workspace: Path) -> str:
 async def record_baseline(
     runtime: Runtime, handle: RuntimeHandle, *, timeout_s: float = 600, on_tick: Tick = None
 ) -> RuntimeHandle:
-    """`handle` with its `baseline` set. `BaselineFailed` where it cannot be recorded: every
-    runtime has git (refused at prepare otherwise: activities/runtimes/sandboxes/needs.py), so
-    a failure is the host's (a full disk, the engine), never the task's; prepare fails and
-    is retried rather than leaving a workspace its evaluator would blame on the task."""
+    """`handle` with its `baseline` set. `BaselineFailed` where it cannot be recorded: the git
+    is the host's (the local runtime's, checked at prepare: activities/runtimes/sandboxes/
+    needs.py) or the worker's own (a container's, on a copy: worker_git.py), so a failure is
+    the host's (a full disk, the engine), never the task's; prepare fails and is retried
+    rather than leaving a workspace its evaluator would blame on the task."""
     made = await runtime.init_empty_workspace(handle, write_empty_repo)
     if made is not None:
         return handle.model_copy(update={"baseline": made})
-    index = str(runtime.scratch(handle) / "baseline.index")
-    code, _, output = await run_in(
-        runtime, handle, baseline_script(index), "baseline", timeout_s, on_tick, env=IDENTITY
-    )
+    if uses_worker_git(runtime):  # a container: the worker's git on a copy (worker_git.py)
+        try:
+            code, output = await baseline_on_worker(
+                runtime, handle, baseline_script, IDENTITY, timeout_s, on_tick
+            )
+        except WorkerGitFailed as exc:
+            raise BaselineFailed(f"recording the workspace baseline failed: {exc}") from None
+    else:
+        index = str(runtime.scratch(handle) / "baseline.index")
+        code, _, output = await run_in(
+            runtime, handle, baseline_script(index), "baseline", timeout_s, on_tick, env=IDENTITY
+        )
     found = _MARK.search(output)
     if code != 0 or found is None:
         raise BaselineFailed(

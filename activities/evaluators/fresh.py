@@ -22,6 +22,7 @@ from activities.evaluators.patches import (
     drop_protected,
     extract_patch,
 )
+from activities.evaluators.worker_git import WorkerGitFailed, apply_on_worker, uses_worker_git
 from activities.heartbeat import heartbeating
 from activities.runtimes.base import Runtime
 from polar.contracts import EvaluateRequest, PrepareRequest, RuntimeHandle
@@ -186,6 +187,19 @@ async def carry_changes(
             f"the session's patch ({len(changes.patch)} bytes) is larger than the runtime's "
             f"disk limit ({limit} bytes): it cannot be applied there"
         )
+        return changes
+    if uses_worker_git(eval_runtime):  # a container: the worker's git (worker_git.py)
+        try:
+            changes.strategy, changes.attempts = await apply_on_worker(
+                eval_runtime,
+                eval_handle,
+                changes.patch,
+                reset_to=eval_handle.baseline or "HEAD",
+                timeout_s=timeout_s,
+                on_tick=on_tick,
+            )
+        except WorkerGitFailed as exc:
+            changes.attempts = [{"strategy": "git apply", "exit_code": None, "log": str(exc)}]
         return changes
     changes.strategy, changes.attempts = await apply_patch(
         eval_runtime,

@@ -6,7 +6,7 @@ import contextlib
 import socket
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from activities.shell_command import ProcessOutcome
 from polar.contracts import PrepareRequest, RuntimeHandle
@@ -27,9 +27,9 @@ class InvalidRuntime(ValueError):
 
 
 class RuntimeUnfit(InvalidRuntime):
-    """The image or host cannot hold a sandbox: the image lacks a tool the sandbox itself
-    needs (activities/runtimes/sandboxes/needs.py), each named. Not retryable here; an
-    `infra_error` (image) of the session, never the policy's failure."""
+    """The image or host cannot hold a sandbox: the image has no shell, or the host lacks a
+    tool the sandbox itself needs (activities/runtimes/sandboxes/needs.py), each named. Not
+    retryable here; an `infra_error` (image) of the session, never the policy's failure."""
 
 
 class ImageMissing(InvalidRuntime):
@@ -170,4 +170,20 @@ class Runtime(Protocol):
 
     async def list_sessions(self) -> set[str]:
         """Ids of the sessions with a runtime of this host here (what a sweep checks)."""
+        ...
+
+
+@runtime_checkable
+class WorkspaceWriter(Protocol):
+    """A runtime whose workspace's git is the worker's own (containers: the image need not
+    have git). The baseline is recorded, and the session's changes applied, by the worker's
+    git on a copy of the workspace (`copy_workspace`), and what that wrote is put back here
+    (activities/evaluators/worker_git.py)."""
+
+    async def put_workspace(
+        self, handle: RuntimeHandle, src: Path, paths: Sequence[str], removed: Sequence[str]
+    ) -> None:
+        """Remove `removed` (relative paths, recursively) from the workspace, then put there
+        `paths` (relative, parents first: each a dir, a regular file or a link of the worker's
+        dir `src`, one entry each, never recursively), owned by the workspace's owner."""
         ...

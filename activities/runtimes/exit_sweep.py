@@ -13,9 +13,11 @@ So the command runs under a sweep in the same bash that starts it: the pids that
 exist before it (the init, the container's main process, this exec's own chain)
 are noted, the command runs, and once it exits every other process is SIGKILLed,
 pass after pass, until a pass finds none. Only bash builtins and /proc are used
-(no `ps` on the image's PATH needed). The `local` and `bwrap` runtimes need no
-sweep: each command is the init of its own PID namespace, and the kernel kills
-the namespace when it exits.
+(no `ps` on the image's PATH needed); in a container the bash is the toolbox's
+(activities/runtimes/toolbox.py), given by absolute path, and the toolbox's `bin/` is
+appended to the command's PATH (the image's own programs first). The `local` and
+`bwrap` runtimes need no sweep: each command is the init of its own PID namespace, and
+the kernel kills the namespace when it exits.
 
 A pid the sweep keeps stays alive until the sweep (the init, the main process and
 the exec's chain never exit before it), so no process of the command can be
@@ -30,9 +32,13 @@ MAX_PASSES = 200
 """Sweeps before giving up (zombies waiting for the init to reap them answer `kill` too; the
 worker's reap still follows every run)."""
 
-_SWEEP = (  # COMMAND is filled in by with_exit_sweep
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+"""The PATH of a command whose environment has none (the engines' default)."""
+
+_SWEEP = (  # PATHSET, BASH and COMMAND are filled in by with_exit_sweep
+    "PATHSET"
     'keep=" "; for d in /proc/[0-9]*; do keep+="${d#/proc/} "; done; '
-    "bash -c COMMAND; rc=$?; "
+    "BASH -c COMMAND; rc=$?; "
     f"for ((pass = 0; pass < {MAX_PASSES}; pass++)); do "
     "found=; "
     "for d in /proc/[0-9]*; do p=${d#/proc/}; "
@@ -45,7 +51,13 @@ _SWEEP = (  # COMMAND is filled in by with_exit_sweep
 )
 
 
-def with_exit_sweep(command: str) -> str:
-    """A bash command line that runs `command` (with `bash -c`), then SIGKILLs every process
-    that appeared in the PID namespace since it began; its exit code is the command's."""
-    return _SWEEP.replace("COMMAND", shlex.quote(command), 1)
+def with_exit_sweep(command: str, bash: str = "bash", path_tail: str | None = None) -> str:
+    """A bash command line that runs `command` (with `{bash} -c`), then SIGKILLs every process
+    that appeared in the PID namespace since it began; its exit code is the command's.
+    `path_tail`: a dir appended to the command's PATH."""
+    pathset = ""
+    if path_tail is not None:
+        tail = shlex.quote(":" + path_tail)
+        pathset = f'export PATH="${{PATH:-{DEFAULT_PATH}}}"{tail}; '
+    filled = _SWEEP.replace("PATHSET", pathset, 1).replace("BASH", shlex.quote(bash), 1)
+    return filled.replace("COMMAND", shlex.quote(command), 1)

@@ -26,7 +26,8 @@
    its site-packages and tests: Debian 12's own 3.11.2 lacks tarfile's
    extraction filters (PEP 706, 3.11.4+), which the docker runtime uses. Its
    recipe hashes the runtime image id, the Dockerfile, that interpreter, the host's
-   static busybox (the toolbox a worker gives its session containers) and the
+   static toolbox (busybox, bash-static, polar-helper: what a worker gives its session
+   containers) and the
    source files; the image is also tagged `polar/polar:r-{recipe}`, which names
    this source's image even while another checkout rebuilds `latest`.
 
@@ -285,17 +286,29 @@ def service_recipe(client: docker.DockerClient, python: Path) -> str:
     for path in _source_files():
         digest.update(path.relative_to(REPO).as_posix().encode())
         digest.update(path.read_bytes())
-    digest.update(_host_busybox().read_bytes())
+    for path, _ in _host_toolbox():
+        digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
 
-def _host_busybox() -> Path:
-    """The host's static busybox: a worker in the service image copies it into its runtimes
-    dir as the toolbox its session containers run (activities/runtimes/toolbox.py)."""
-    for candidate in ("/bin/busybox", "/usr/bin/busybox"):
-        if Path(candidate).is_file():
-            return Path(candidate).resolve()
-    sys.exit("busybox is missing: run infra/setup.sh (apt-get install busybox-static)")
+TOOLBOX = (  # (where the host has it, the context name, what provides it)
+    (("/bin/busybox", "/usr/bin/busybox"), "busybox", "apt-get install busybox-static"),
+    (("/bin/bash-static", "/usr/bin/bash-static"), "bash-static", "apt-get install bash-static"),
+    (("/usr/local/libexec/polar/polar-helper",), "polar-helper", "infra/toolbox/build.sh"),
+)
+
+
+def _host_toolbox() -> list[tuple[Path, str]]:
+    """The host's static toolbox programs (busybox, bash, Polar's helper): a worker in the
+    service image copies them into its runtimes dir as the toolbox its session containers
+    run (activities/runtimes/toolbox.py), at the paths the Dockerfile copies them to."""
+    found = []
+    for candidates, name, provider in TOOLBOX:
+        path = next((Path(c) for c in candidates if Path(c).is_file()), None)
+        if path is None:
+            sys.exit(f"{name} is missing: run infra/setup.sh ({provider})")
+        found.append((path.resolve(), name))
+    return found
 
 
 def build_service(client: docker.DockerClient, *, force: bool, log=print) -> bool:
@@ -309,7 +322,7 @@ def build_service(client: docker.DockerClient, *, force: bool, log=print) -> boo
         return False
     log(f"{SERVICE_TAG}: building from the project source on {python}")
     entries = [(HERE / "polar" / "Dockerfile", "Dockerfile"), (BUILD_CA, "build-ca.crt")]
-    entries += [(_host_busybox(), "busybox")]
+    entries += _host_toolbox()
     entries += [
         (path, f"python/{path.relative_to(python).as_posix()}") for path in python_files(python)
     ]

@@ -18,6 +18,7 @@ session's run stage:
 
 from __future__ import annotations
 
+import functools
 import re
 import shutil
 import tempfile
@@ -123,8 +124,10 @@ def ensure_image(
     if task.section("environment").get("docker_image"):
         if not _has_image(client, image):
             raise _missing(task, "environment.docker_image", image)
+        _check_shell(task, client, image, "environment.docker_image")
         return BuiltImage(task.name, image, "prebuilt")
     if _has_image(client, image):
+        _check_shell(task, client, image, "environment/Dockerfile")
         return BuiltImage(task.name, image, "cached")
     mapping = resolved_image_map(task, image_map)
     for base in base_images(task):
@@ -151,7 +154,40 @@ def ensure_image(
             )
         except BuildError as exc:
             raise _build_failure(task, exc) from exc
+    _check_shell(task, client, image, "environment/Dockerfile")
     return BuiltImage(task.name, image, "built", round(time.monotonic() - started, 1))
+
+
+SHELL = "/bin/sh"
+
+
+def _check_shell(task: HarborTask, client: Any, image: str, field: str) -> None:
+    """HarborTaskError where `image` has no shell (`/bin/sh`), which a session's sandbox
+    needs of a task's image (activities/runtimes/sandboxes/needs.py; it brings the rest):
+    looked up in a container created from it, never started."""
+    if _shell_of(client, client.images.get(image).id) is None:
+        raise HarborTaskError(
+            task.name,
+            field,
+            f"image {image!r} has no shell ({SHELL} is missing): Polar runs a task's commands "
+            "and scripts with it, as Harbor does; build the environment on an image with one "
+            "(debian, ubuntu, alpine, busybox)",
+        )
+
+
+@functools.lru_cache(maxsize=256)
+def _shell_of(client: Any, image_id: str) -> str | None:
+    """`/bin/sh` where the image (by id) has one, else None (cached per image id)."""
+    from docker.errors import NotFound
+
+    container = client.containers.create(image_id, command=[SHELL], network_disabled=True)
+    try:
+        container.get_archive(SHELL)
+    except NotFound:
+        return None
+    finally:
+        container.remove(force=True)
+    return SHELL
 
 
 def ensure_images(

@@ -29,6 +29,7 @@ import httpx
 import openai
 import pytest
 
+from activities.runtimes import toolbox
 from activities.runtimes.network.channel import (
     FORWARDER_NAME,
     FORWARDER_SCRIPT,
@@ -111,12 +112,23 @@ def wait_for_port(port: int, proc: subprocess.Popen[bytes]) -> None:
     wait_until(listening, 10, f"the forwarder listening on {port}", every_s=0.02)
 
 
-def start_forwarder(channel_dir: Path) -> tuple[subprocess.Popen[bytes], int]:
-    """The forwarder copied into `channel_dir`, run with the system python on a free port."""
+FORWARDERS = ["python", "helper"]
+"""The local sandboxes' forwarder (forwarder.py with python3) and a container's (the
+toolbox's static helper, infra/toolbox/polar-helper.c): both pass the same tests."""
+
+
+def forwarder_argv(kind: str, script_dir: Path) -> list[str]:
+    """The argv of a forwarder of `kind` (options to follow)."""
+    if kind == "helper":
+        return [str(toolbox.host_program("polar-helper")), "forward"]
+    return [SYSTEM_PYTHON, str(script_dir / FORWARDER_NAME)]
+
+
+def start_forwarder(channel_dir: Path, kind: str = "python") -> tuple[subprocess.Popen[bytes], int]:
+    """A forwarder of `kind` for the channel in `channel_dir`, on a free port."""
     port = free_port()
     argv = [
-        SYSTEM_PYTHON,
-        str(channel_dir / FORWARDER_NAME),
+        *forwarder_argv(kind, channel_dir),
         "--socket",
         str(channel_dir / SOCKET_NAME),
         "--port",
@@ -127,11 +139,13 @@ def start_forwarder(channel_dir: Path) -> tuple[subprocess.Popen[bytes], int]:
     return proc, port
 
 
-@pytest.fixture
-async def channel(channel_gateway: ChannelGateway, tmp_path: Path) -> AsyncIterator[Channel]:
+@pytest.fixture(params=FORWARDERS)
+async def channel(
+    channel_gateway: ChannelGateway, tmp_path: Path, request: pytest.FixtureRequest
+) -> AsyncIterator[Channel]:
     identity, key = channel_gateway.session()
     async with GatewayRelay(tmp_path / "channel", channel_gateway.url, key) as relay:
-        proc, port = start_forwarder(relay.channel_dir)
+        proc, port = start_forwarder(relay.channel_dir, request.param)
         try:
             yield Channel(relay, identity, f"http://127.0.0.1:{port}")
         finally:
@@ -291,7 +305,8 @@ async def test_keep_alive_serves_several_calls_on_one_connection(channel: Channe
     writer.close()
 
 
-async def test_forwarder_passes_half_closes_both_ways(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", FORWARDERS)
+async def test_forwarder_passes_half_closes_both_ways(kind: str, tmp_path: Path) -> None:
     """A peer that answers only after the caller's EOF, then closes: the answer arrives whole."""
     sock = tmp_path / "echo.sock"
 
@@ -306,14 +321,7 @@ async def test_forwarder_passes_half_closes_both_ways(tmp_path: Path) -> None:
         (REPO / "activities/runtimes/network/forwarder.py").read_bytes()
     )
     port = free_port()
-    argv = [
-        SYSTEM_PYTHON,
-        str(tmp_path / FORWARDER_NAME),
-        "--socket",
-        str(sock),
-        "--port",
-        str(port),
-    ]
+    argv = [*forwarder_argv(kind, tmp_path), "--socket", str(sock), "--port", str(port)]
     proc = subprocess.Popen(argv, stderr=subprocess.PIPE)
     try:
         await asyncio.to_thread(wait_for_port, port, proc)
@@ -466,7 +474,9 @@ async def test_with_forwarder_never_runs_the_command_when_the_port_is_taken(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("kind", FORWARDERS)
 async def test_forwarder_in_a_container_without_network(
+    kind: str,
     docker_image: str,
     channel_gateway: ChannelGateway,
     base_settings: Settings,
@@ -490,6 +500,11 @@ async def test_forwarder_in_a_container_without_network(
         "    s = socket.socket()\n"
         "    s.settimeout(3)\n"
         "    print('PORT', port, 'open' if s.connect_ex(('127.0.0.1', port)) == 0 else 'closed')\n"
+        "import os\n"  # the forwarder is this process's child (it exec'd in the command's place)
+        "me = os.getpid()\n"
+        "for kid in open(f'/proc/{me}/task/{me}/children').read().split():\n"
+        "    argv = open(f'/proc/{kid}/cmdline').read().split(chr(0))\n"
+        "    print('FORWARDER', ' '.join(argv))\n"
     )
     command = with_forwarder(f"python3 -c {shlex.quote(probe)}", SANDBOX_DIR)
     channel_gateway.backend.push(text("from the box"))
@@ -500,7 +515,8 @@ async def test_forwarder_in_a_container_without_network(
             ["sleep", "infinity"],
             detach=True,
             network_mode="none",
-            volumes={str(relay.channel_dir): {"bind": SANDBOX_DIR, "mode": "ro"}},
+            volumes={str(relay.channel_dir): {"bind": SANDBOX_DIR, "mode": "ro"}}
+            | (toolbox.docker_volumes(tmp_path / "runtimes") if kind == "helper" else {}),
             labels={"polar.test": "channel"},
         )
         try:
@@ -518,6 +534,12 @@ async def test_forwarder_in_a_container_without_network(
     assert writable.exit_code != 0  # the channel dir is read-only inside
     assert not (relay.channel_dir / "planted").exists()
     assert "CHAT 200 from the box" in text_out
+    # with the toolbox mounted its helper serves the port, else the image's python3
+    serving = {
+        "helper": "/run/polar-tools/polar-helper forward",
+        "python": "python3 -I -S /run/polar/forwarder.py",
+    }
+    assert f"FORWARDER {serving[kind]}" in text_out, text_out
     (record,) = storage.list_completions(identity.session_id)
     assert record.session_id == identity.session_id
 

@@ -189,12 +189,12 @@ def _assert_container_record(runtime: Any, attrs: dict[str, Any], handle: Runtim
     assert host["NetworkMode"] == "none"
     assert host["Init"] is True
     # the only mounts, read-only: the session's channel dir and Polar's toolbox
-    from activities.runtimes.toolbox import BUSYBOX
+    from activities.runtimes.toolbox import TOOLBOX_DIR
 
     mounts = {m["Destination"]: m for m in attrs["Mounts"]}
     assert sorted((d, m["RW"]) for d, m in mounts.items()) == [
         (SANDBOX_DIR, False),
-        (BUSYBOX, False),
+        (TOOLBOX_DIR, False),
     ], mounts
     assert mounts[SANDBOX_DIR]["Source"] == str(runtime.channel_dir(handle))
     assert attrs["Config"]["Labels"][LABEL] == "limits-1"

@@ -9,7 +9,8 @@ left out). Only then, and only there:
    is copied to `/tests`, readable by all; `/logs/verifier` is removed and made
    afresh, owned by the verifier user;
 2. `bash /tests/test.sh` runs in the workspace as the task's verifier user
-   (`setpriv`; None: the image's user), with that user's `HOME` in the image and the
+   (in a container the toolbox's `polar-helper runas`, elsewhere `setpriv`; None: the
+   image's user), with that user's `HOME` in the image and the
    task's verifier env, within its timeout; every process it left is then killed;
 3. the reward is read from `/logs/verifier` only, in Harbor's order (harbor 0.25,
    harbor/verifier/verifier.py: `reward.json` if it exists, else `reward.txt`):
@@ -70,6 +71,7 @@ from activities.evaluators.harbor.config import HarborConfig
 from activities.evaluators.harbor.report import HarborReport
 from activities.evaluators.protected import PROTECTED
 from activities.runtimes import Runtime
+from activities.runtimes.network.channel_paths import TOOLBOX_HELPER
 from activities.runtimes.network.egress import EGRESS_LOG, EgressDoor, EgressRefused, open_egress
 from activities.shell_command import ProcessOutcome
 from polar.contracts import RuntimeHandle, invalid_input
@@ -224,8 +226,11 @@ def _test_command(spec: HarborConfig) -> str:
     home = "" if "HOME" in spec.env else f'HOME=$(home_of {who}); export HOME="${{HOME:-/}}"\n'
     if spec.user is None:
         return f"{HOME_OF}{home}exec bash {script}"
+    # in a container the toolbox's helper switches user (alpine's busybox setpriv cannot)
+    helper = shlex.quote(TOOLBOX_HELPER)
     return (
         f"{HOME_OF}gid=$(id -g {who}) || exit {USER_MISSING}\n{home}"
+        f"if [ -x {helper} ]; then exec {helper} runas {who} bash {script}; fi\n"
         f'exec setpriv --reuid={who} --regid="$gid" --init-groups -- bash {script}'
     )
 

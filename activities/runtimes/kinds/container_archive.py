@@ -178,3 +178,23 @@ def put_path(container: Any, src: Path, target: PurePosixPath) -> None:
         tar.add(src, arcname=target.name, filter=_owned_by_root)
 
     _put_tar(container, str(target.parent), fill)
+
+
+def put_entries(
+    container: Any, src: Path, dest_dir: str, paths: Collection[str], owner: tuple[int, int]
+) -> None:
+    """Copy the entries `paths` of host dir `src` (relative; dirs, files, links; each one
+    entry, never recursively) into the container's dir `dest_dir`, owned by `owner`."""
+
+    def fill(tar: tarfile.TarFile) -> None:
+        for rel in paths:
+            info = tar.gettarinfo(str(src / rel), arcname=rel)
+            info.uid, info.gid = owner
+            info.uname = info.gname = ""
+            if info.isreg():
+                with (src / rel).open("rb") as data:
+                    tar.addfile(info, data)
+            else:
+                tar.addfile(info)
+
+    _put_tar(container, dest_dir, fill)

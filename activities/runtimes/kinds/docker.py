@@ -45,12 +45,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import shutil
 import socket
-import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -63,24 +61,14 @@ from activities.runtimes.actions import run_prepare_actions
 from activities.runtimes.base import InvalidRuntime, image_missing
 from activities.runtimes.exit_sweep import with_exit_sweep
 from activities.runtimes.gpu_devices import docker_device_requests
-from activities.runtimes.kinds.container_archive import (
-    SKIPPED_NOTE,
-    archive_into,
-    put_dir_contents,
-    put_path,
-    read_members,
-    retried,
-)
 from activities.runtimes.kinds.container_exec import ContainerDiskWatchdog, ExecPump, LogPump
+from activities.runtimes.kinds.container_files import ContainerFiles
 from activities.runtimes.kinds.container_names import container_name, root_namespace
-from activities.runtimes.kinds.container_user import give_dirs, harness_uid
+from activities.runtimes.kinds.container_user import harness_uid
 from activities.runtimes.kinds.docker_sidecars import remove_sidecars, start_sidecars
 from activities.runtimes.network.channel_paths import SANDBOX_DIR
 from activities.runtimes.resource_limits import DISK_LABEL, ContainerLimits
-from activities.runtimes.sandboxes import needs as sandbox_needs
 from activities.runtimes.workspace import (
-    drop_alternates,
-    materialise_source,
     session_dir,
     session_dirs,
 )
@@ -102,7 +90,7 @@ PROVIDE_IMAGE = (
 )
 
 
-class DockerRuntime:
+class DockerRuntime(ContainerFiles):
     kind = "docker"
     passes_fds = False  # commands start in the engine (`docker exec`), not here
 
@@ -192,12 +180,12 @@ class DockerRuntime:
         self._check_workdir(handle)
         try:
             container = await asyncio.to_thread(self._create, request.session_id, spec)
-            # an image that lacks what the sandbox needs is refused now, naming it
+            # an image without a shell is refused now, naming it
             await asyncio.to_thread(self._check_sandbox_tools, container, spec.image)
             if spec.harness_user is not None:  # a user the image lacks: refused now, named
                 await asyncio.to_thread(harness_uid, container, spec.harness_user, spec.image)
             mkdirs = [handle.workdir, str(self.home(handle)), str(self.scratch(handle))]
-            await asyncio.to_thread(self._exec_checked, container, ["mkdir", "-p", *mkdirs])
+            await asyncio.to_thread(self._mkdirs, container, mkdirs)
             # a dir copy or a git clone (up to GIT_TIMEOUT_S) made on the worker
             await heartbeating(
                 asyncio.to_thread(self._put_source, container, request),
@@ -343,7 +331,9 @@ class DockerRuntime:
         await asyncio.to_thread(self._sync_in, container, handle, user)
         full_env = {"HOME": str(self.home(handle))} | env
         # nothing the command detached outlives it (the reap below comes seconds later)
-        argv = ["setsid", "-w", "bash", "-c", with_exit_sweep(command)]
+        # every program the toolbox's: the image needs no bash nor setsid
+        sweep = with_exit_sweep(command, toolbox.BASH, toolbox.BIN)
+        argv = [toolbox.HELPER, "setsid", toolbox.BASH, "-c", sweep]
         pump = await asyncio.to_thread(
             self._start_exec, container, argv, full_env, handle.workdir, stdout, stderr, user
         )
@@ -407,94 +397,3 @@ class DockerRuntime:
         pump = LogPump(self.client, created["Id"], stdout, stderr)
         pump.start()
         return pump
-
-    # ------------------------------------------------------------------ copying in and out
-    def _exec_checked(self, container: Any, cmd: list[str]) -> str:
-        result = container.exec_run(cmd)
-        output = result.output.decode(errors="replace")
-        if result.exit_code != 0:
-            raise InvalidRuntime(f"{cmd!r} failed in the container: {output.strip()}")
-        return output
-
-    def _check_sandbox_tools(self, container: Any, image: str) -> None:
-        """RuntimeUnfit naming every tool the sandbox needs that `image` lacks."""
-        result = container.exec_run(sandbox_needs.probe_argv())
-        output = result.output.decode(errors="replace")
-        sandbox_needs.check_probe(f"{self.kind} image {image!r}", result.exit_code, output)
-
-    def _put_source(self, container: Any, request: PrepareRequest) -> None:
-        if request.source is None:
-            return
-        with tempfile.TemporaryDirectory(prefix="polar-src-") as tmp:
-            workspace = Path(tmp) / "workspace"
-            # dir copy or git clone at ref
-            materialise_source(request.source, workspace, forbidden=(self.root,))
-            put_dir_contents(container, workspace, request.runtime.workdir)
-
-    async def _upload(self, container: Any, workdir: str, src: Path, dest: str) -> None:
-        target = PurePosixPath(dest) if dest.startswith("/") else PurePosixPath(workdir) / dest
-        await asyncio.to_thread(self._exec_checked, container, ["mkdir", "-p", str(target.parent)])
-        await asyncio.to_thread(put_path, container, src, target)
-
-    def _sync_in(self, container: Any, handle: RuntimeHandle, user: str | None = None) -> None:
-        """Make the container's home and scratch mirror the worker's (`user`'s, if given)."""
-        dirs = [self.home(handle), self.scratch(handle)]
-        self._exec_checked(
-            container, ["bash", "-c", 'rm -rf "$@" && mkdir -p "$@"', "_", *map(str, dirs)]
-        )
-        for path in dirs:
-            put_dir_contents(container, path, str(path))
-        if user is not None:
-            give_dirs(container, harness_uid(container, user), list(map(str, dirs)))
-
-    def _sync_out(self, container: Any, handle: RuntimeHandle) -> None:
-        """Make the worker's home and scratch mirror the container's. What cannot be brought
-        over (a link out of the dir, a name too long, a device or FIFO, a hard link to what
-        was left out) is skipped, each named in `polar-skipped.txt` in the dir; an archive
-        stream cut short by the engine is fetched again (`SYNC_TRIES`, with backoff)."""
-        for path in (self.home(handle), self.scratch(handle)):
-            retried(functools.partial(self._sync_dir_out, container, path), str(path))
-
-    def _sync_dir_out(self, container: Any, path: Path) -> None:
-        fresh = path.with_name(path.name + ".incoming")
-        shutil.rmtree(fresh, ignore_errors=True)
-        fresh.mkdir()
-        skipped = archive_into(container, str(path), fresh)
-        if skipped:
-            note = "".join(f"{name}: {why}\n" for name, why in skipped)
-            (fresh / SKIPPED_NOTE).write_text(note, errors="replace")
-        shutil.rmtree(path)
-        fresh.rename(path)
-
-    async def copy_workspace(
-        self, handle: RuntimeHandle, dest: Path, junk: Collection[str] = ()
-    ) -> list[str]:
-        """The workspace, from the engine's archive of it (nothing runs in the container),
-        unpacked into the worker's empty `dest` under tarfile's `data` filter; what was left
-        out, by relative path. `junk` is not skipped here (the archive holds it all)."""
-
-        def copy() -> list[str]:
-            container = self._container(handle)
-
-            def into_dest() -> list[tuple[str, str]]:
-                shutil.rmtree(dest)  # what a cut stream left
-                dest.mkdir()
-                return archive_into(container, handle.workdir, dest)
-
-            skipped = retried(into_dest, handle.workdir)
-            drop_alternates(dest)
-            return [name for name, _ in skipped]
-
-        return await asyncio.to_thread(copy)
-
-    async def disk_limit(self, handle: RuntimeHandle) -> int:
-        """From the container's label (`DISK_LABEL`, set at its creation)."""
-        attrs = await asyncio.to_thread(lambda: self._container(handle).attrs)
-        return int(attrs["Config"]["Labels"][DISK_LABEL])
-
-    async def read_files(
-        self, handle: RuntimeHandle, folder: str, names: Collection[str], limit: int
-    ) -> tuple[dict[str, bytes], dict[str, str]]:
-        """From the engine's archive of `folder`: nothing runs in the container."""
-        container = self._container(handle)
-        return await asyncio.to_thread(read_members, container, folder, names, limit)

@@ -160,6 +160,10 @@ class PodmanContainer:
         if isinstance(data, io.BytesIO):
             self.podman.run("cp", "-", f"{self.name}:{path}", input=data.getvalue())
         else:
+            # podman reads the file's descriptor, not the buffered object: a seek back within
+            # what `read` buffered moves only the buffer, so the descriptor is put there too
+            # (it was left past the first block: podman saw no tar, for any file over 64 MiB)
+            os.lseek(data.fileno(), start, os.SEEK_SET)
             self.podman.run("cp", "-", f"{self.name}:{path}", stdin=data)
         return True
 
