@@ -23,15 +23,18 @@ def test_the_container_has_no_network_and_the_channel_read_only() -> None:
     image_at = argv.index("polar/runtime:py311")
     shell, flag, line = argv[image_at + 1 :]
     assert (shell, flag) == ("bash", "-c")
-    # the forwarder serves the channel's socket on 127.0.0.1:4000, then the shell runs
+    # the forwarder serves the channel's socket on 127.0.0.1:4000, then the shell runs (no
+    # toolbox is mounted here: the image's python3 serves it, as in a session without one)
     assert "python3 -I -S /run/polar/forwarder.py --socket /run/polar/gateway.sock" in line
-    assert "--port 4000" in line and line.endswith("-- bash -c bash")
+    assert "--port 4000" in line and line.startswith("polar_command=bash; ")
+    assert line.endswith('-- bash -c "$polar_command"')
 
 
 def test_a_command_runs_in_place_of_the_shell_quoted_and_without_a_tty() -> None:
     argv = docker_argv("img", Path("/c"), {}, ["python3", "-c", "print('a b')"], tty=False)
     assert "--tty" not in argv and "--interactive" in argv
-    [inner] = shlex.split(argv[-1].split(" -- bash -c ", 1)[1])
+    [assignment] = shlex.split(argv[-1].split("; ", 1)[0])
+    inner = assignment.removeprefix("polar_command=")
     assert shlex.split(inner) == ["python3", "-c", "print('a b')"]
 
 
