@@ -26,12 +26,14 @@ from polar.contracts import PrepareRequest, SessionResult
 from polar.outcomes import error_outcome
 from polar.records import InfraReason, SessionStatus
 from polar.tasks.spec import RuntimeSpec
+from tests.support.eval_runtimes import prepare_session
+from tests.support.stock_images import stock_images
 
 pytestmark = pytest.mark.slow
 
-SESSIONS = ("unfit-1", "unfit-2", "fit-1", "marker-1")
+SESSIONS = ("unfit-1", "unfit-2", "fit-0", "fit-1", "marker-1")
 BASE_IMAGE = "polar/base:bookworm"
-"""The debootstrap minbase every Polar image is built on: bash and setsid, no git, no python3."""
+"""The debootstrap minbase every Polar image is built on: a shell, no git, no python3."""
 
 
 @pytest.fixture
@@ -52,14 +54,20 @@ def _request(session_id: str, image: str, kind: str = "docker") -> PrepareReques
     )
 
 
-async def test_an_image_without_the_sandbox_tools_is_refused_at_prepare(
+async def test_an_image_without_a_shell_is_refused_at_prepare_and_one_without_git_is_not(
     runtime: DockerRuntime,
 ) -> None:
+    """The sandbox brings its own tools (activities/runtimes/toolbox.py): an image needs only
+    a shell. The debootstrap minbase (no git, no python3) prepares; an image with no shell at
+    all is refused at prepare as an infra error of class `image`, nothing left behind."""
+    spec = RuntimeSpec(kind="docker", image=BASE_IMAGE)
+    handle = await prepare_session(runtime, spec, None, "fit-0")
+    assert handle.baseline  # the worker's git made it, with no git in the image
+    await runtime.teardown(handle)
+    no_shell = stock_images()["noshell"]
     with pytest.raises(RuntimeUnfit) as refused:
-        await runtime.prepare(_request("unfit-1", BASE_IMAGE))
-    message = str(refused.value)
-    assert f"docker image {BASE_IMAGE!r} lacks what the sandbox needs: git, python3 " in message
-    assert "bash" not in message.split(":")[1]  # what it has is not named as missing
+        await runtime.prepare(_request("unfit-1", no_shell))
+    assert f"{no_shell!r} has no shell" in str(refused.value)
     # nothing of the refused runtime is left behind
     assert docker.from_env().containers.list(all=True, filters={"label": f"{LABEL}=unfit-1"}) == []
     outcome = error_outcome(type(refused.value).__name__, "prepare")
