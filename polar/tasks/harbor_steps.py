@@ -26,6 +26,7 @@ from pydantic import ValidationError
 from polar.tasks.harbor_healthcheck import healthcheck_action
 from polar.tasks.harbor_network import phase_networks
 from polar.tasks.harbor_toml import (
+    KNOWN_KEYS,
     HarborTask,
     HarborTaskError,
     first_error,
@@ -41,17 +42,6 @@ SETUP_TIMEOUT_S = 900.0
 """The most a step's `workdir/setup.sh` may take (Harbor sets none)."""
 
 _STEP_KEYS = {"name", "agent", "verifier", "min_reward", "healthcheck", "artifacts"}
-_AGENT_KEYS = {"timeout_sec", "user", "network_mode", "allowed_hosts"}
-_VERIFIER_KEYS = {
-    "timeout_sec",
-    "env",
-    "user",
-    "environment_mode",
-    "environment",
-    "collect",
-    "network_mode",
-    "allowed_hosts",
-}
 _REFUSED = {
     "agent.user": "a step's own agent user: every step's harness runs as the task's "
     "[agent].user, the user the session's runtime was made for",
@@ -160,8 +150,8 @@ def _check_keys(
     """Every key a step may have is one of Harbor's, and none is one Polar refuses."""
     for keys, table, prefix in (
         (_STEP_KEYS, config, ""),
-        (_AGENT_KEYS, agent, "agent."),
-        (_VERIFIER_KEYS, verifier, "verifier."),
+        (KNOWN_KEYS["agent"], agent, "agent."),
+        (KNOWN_KEYS["verifier"], verifier, "verifier."),
     ):
         unknown = sorted(set(table) - keys)
         if unknown:

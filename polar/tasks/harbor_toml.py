@@ -17,6 +17,7 @@ from polar.tasks.spec import MAX_TIMEOUT_S
 __all__ = [
     "HarborTask",
     "HarborTaskError",
+    "KNOWN_KEYS",
     "check_known_and_supported",
     "find_task_dirs",
     "first_error",
@@ -30,7 +31,7 @@ _ENV_TEMPLATE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
 # every key harbor 0.25 reads, by section; anything else is refused, never ignored
-_KNOWN: dict[str, frozenset[str]] = {
+KNOWN_KEYS: dict[str, frozenset[str]] = {
     "": frozenset(
         {
             "schema_version",
@@ -189,7 +190,7 @@ def refused_fields(task: HarborTask) -> list[tuple[str, str]]:
     """Every (field, reason) of task.toml Polar refuses: not a field of Harbor 0.25's
     task.toml, or one Polar does not support."""
     refused = []
-    for section, keys in _KNOWN.items():
+    for section, keys in KNOWN_KEYS.items():
         table = task.config if not section else task.section(section)
         for key in table:
             if key not in keys:
