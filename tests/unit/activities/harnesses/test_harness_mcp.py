@@ -13,32 +13,20 @@ import pytest
 from pydantic import ValidationError
 
 from activities.harnesses import (
-    ADAPTERS,
-    HarnessContext,
     InvalidKindConfig,
     Launch,
     check_harness,
 )
 from activities.harnesses.mcp import MCP_ENV, MCP_FILE
 from polar.tasks.spec import HarnessSpec, McpServerSpec
+from tests.support.harness_launches import prepared_launch
 
 VAULT = McpServerSpec(name="vault", command="python3", args=["/opt/mcp/vault.py", "--x=1"])
 EXPECTED = {"command": "python3", "args": ["/opt/mcp/vault.py", "--x=1"]}
 
 
 def _launch(kind: str, home: Path, servers: list[McpServerSpec]) -> Launch:
-    command = "run" if kind == "command" else None
-    spec = HarnessSpec(kind=kind, mcp_servers=servers, command=command)
-    ctx = HarnessContext(
-        spec=spec,
-        instruction="do it",
-        gateway_url="http://127.0.0.1:9",
-        api_key="k",
-        session_id="s",
-        task_id="t",
-        home_in_runtime="/h",
-    )
-    return ADAPTERS.get(kind).prepare(home, "/workspace", ctx)
+    return prepared_launch(kind, home, mcp_servers=servers)
 
 
 def test_claude_code_gets_its_mcp_config_file(tmp_path: Path) -> None:

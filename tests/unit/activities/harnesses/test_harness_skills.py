@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from activities.harnesses import ADAPTERS, HarnessContext, Launch
+from activities.harnesses import Launch
 from activities.harnesses.skills import SKILLS_ENV, skills_copy
-from polar.tasks.spec import HarnessSpec
+from tests.support.harness_launches import prepared_launch
 
 FOLDERS = {
     "claude_code": "/h/.claude/skills",
@@ -22,18 +22,7 @@ FOLDERS = {
 
 
 def _launch(kind: str, tmp_path: Path, skills_dir: str | None) -> Launch:
-    command = "run" if kind == "command" else None
-    spec = HarnessSpec(kind=kind, skills_dir=skills_dir, command=command)
-    ctx = HarnessContext(
-        spec=spec,
-        instruction="do it",
-        gateway_url="http://127.0.0.1:9",
-        api_key="k",
-        session_id="s",
-        task_id="t",
-        home_in_runtime="/h",
-    )
-    return ADAPTERS.get(kind).prepare(tmp_path / "home", "/workspace", ctx)
+    return prepared_launch(kind, tmp_path / "home", skills_dir=skills_dir)
 
 
 @pytest.mark.parametrize("kind", sorted(FOLDERS))
