@@ -5,8 +5,9 @@ agent and the verifier reach at http://lookup:8000 (`main`'s environment gives t
 URL). Run as real Polar sessions with the `command` harness: the oracle (its
 solution/solve.sh) scores 1 and a no-op 0, each graded against a fresh `lookup` of the
 grading runtime's own. At the runtime level: a session reaches its own sidecar and not
-another session's, nor the host (a server the test runs on all the host's addresses), nor
-anything else; and nothing of a session (container, sidecars, network) is left after
+another session's, nor the host (a server the test runs on all the host's addresses, at the
+network's gateway), nor an address outside (192.0.2.1, a documentation address); and
+nothing of a session (container, sidecars, network) is left after
 teardown.
 """
 
@@ -26,7 +27,7 @@ import docker
 import pytest
 
 from activities.runtimes.kinds.docker import LABEL, DockerRuntime
-from activities.runtimes.kinds.docker_sidecars import network_name
+from activities.runtimes.kinds.docker_sidecars import network_name, sidecar_name
 from app.adversaries import oracle_command
 from polar.client.sdk import PolarClient
 from polar.records import SessionStatus
@@ -120,8 +121,8 @@ for line in open("/proc/net/route").read().splitlines()[1:]:
 print(json.dumps({
     "own": get("http://lookup:8000/word.txt"),
     "other": reach(sys.argv[1], 8000),
-    "host": [reach(h, int(sys.argv[2])) for h in filter(None, [gateway, "172.17.0.1"])],
-    "outside": reach("1.1.1.1", 80),
+    "host": [reach(h, int(sys.argv[2])) for h in filter(None, [gateway])],
+    "outside": reach("192.0.2.1", 80),
 }))
 """
 
@@ -131,8 +132,9 @@ async def test_a_sessions_services_are_its_own_alone(runtime: DockerRuntime) -> 
     a = await prepare_session(runtime, _spec("alpha"), None, f"sc-a-{uuid.uuid4().hex[:6]}")
     b = await prepare_session(runtime, _spec("beta"), None, f"sc-b-{uuid.uuid4().hex[:6]}")
     try:
-        b_lookup: Any = client.containers.get(f"{runtime.container_name(b.session_id)}-lookup")
-        b_net = network_name(runtime.container_name(b.session_id))
+        b_name = runtime.container_name(b.session_id)
+        b_lookup: Any = client.containers.get(sidecar_name(b_name, "lookup"))
+        b_net = network_name(b_name)
         b_ip = b_lookup.attrs["NetworkSettings"]["Networks"][b_net]["IPAddress"]
         with host_server() as port:
             script = f"python3 -c {shlex.quote(PROBE)} {b_ip} {port} > probe.json"
@@ -143,7 +145,8 @@ async def test_a_sessions_services_are_its_own_alone(runtime: DockerRuntime) -> 
         print(f"probe: {probe}")
         assert probe["own"] == "alpha"  # its own sidecar, by name
         assert probe["other"] is False  # not another session's
-        assert probe["host"] and not any(probe["host"])  # not the host
+        assert probe["host"] == [False]  # not the host, at its network's gateway
+
         assert probe["outside"] is False
     finally:
         for handle in (a, b):

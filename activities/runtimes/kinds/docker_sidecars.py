@@ -26,7 +26,7 @@ from docker.errors import APIError, ImageNotFound, NotFound
 from activities.runtimes.base import InvalidRuntime
 from polar.tasks.runtime_spec import Sidecar, parse_size
 
-__all__ = ["SIDECAR_LABEL", "network_name", "remove_sidecars", "start_sidecars"]
+__all__ = ["SIDECAR_LABEL", "network_name", "remove_sidecars", "sidecar_name", "start_sidecars"]
 
 SIDECAR_LABEL = "polar.sidecar"
 SIDECAR_PIDS = 512
@@ -36,6 +36,13 @@ SIDECAR_PIDS = 512
 def network_name(container: str) -> str:
     """The session's own network, named after its container."""
     return f"{container}-net"
+
+
+def sidecar_name(container: str, name: str) -> str:
+    """A sidecar's container, named after the session's: `.sidecar-`, which no session id
+    Polar makes holds, so a sidecar named `eval` is not the session's evaluator runtime
+    (`{session}-eval`)."""
+    return f"{container}.sidecar-{name}"
 
 
 def start_sidecars(
@@ -66,7 +73,7 @@ def start_sidecars(
             sidecar.image,
             sidecar.command,
             entrypoint=sidecar.entrypoint,
-            name=f"{container}-{sidecar.name}",
+            name=sidecar_name(container, sidecar.name),
             labels=labels | {SIDECAR_LABEL: sidecar.name},
             environment=sidecar.env,
             working_dir=sidecar.workdir,
