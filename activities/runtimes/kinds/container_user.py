@@ -33,8 +33,9 @@ def harness_uid(container: Any, user: str, image: str | None = None) -> str:
 
 
 def give_dirs(container: Any, uid: str, dirs: list[str]) -> None:
-    """Make `uid` the owner of `dirs` and all in them (run as root, by the toolbox's busybox)."""
-    result = container.exec_run([toolbox.BUSYBOX, "chown", "-R", uid, "--", *dirs], user="0")
+    """Make `uid` the owner of `dirs` and all in them (run as root, by the toolbox's busybox;
+    `-h`: a link the last run left is given itself, never what it points at)."""
+    result = container.exec_run([toolbox.BUSYBOX, "chown", "-hR", uid, "--", *dirs], user="0")
     if result.exit_code != 0:
         output = result.output.decode(errors="replace").strip()
         raise InvalidRuntime(f"giving the harness's dirs to uid {uid} failed: {output[-300:]}")
