@@ -17,8 +17,8 @@ So a session with sidecars shares one network namespace with no interface but it
   container) keeps the sidecars reachable;
 * each sidecar, then the session's container, joins it (`--network container:{holder}`), so
   every one of them reaches the others at 127.0.0.1, and each sidecar by its name: a hosts
-  file the worker writes (`127.0.0.1 localhost NAME...`), mounted read-only at `/etc/hosts`
-  in every one (podman refuses `--add-host` in a joined namespace).
+  file the worker writes (`127.0.0.1 localhost NAME...`, IPv4 only), mounted read-only at
+  `/etc/hosts` in every one (podman refuses `--add-host` in a joined namespace).
 
 Nothing else is in that namespace: no bridge, no route, no DNS server, no host address, on
 rootful and rootless podman alike, so the session reaches nothing but its own sidecars and
@@ -96,7 +96,9 @@ def start_sidecars(
                 f"store (`python -m activities.runtimes.kinds.podman load {sidecar.image}`)"
             )
     names = " ".join(s.name for s in sidecars)
-    hosts.write_text(f"127.0.0.1\tlocalhost {names}\n::1\tlocalhost {names}\n")
+    # IPv4 only, as compose's names are (a client that tries only the first address would
+    # miss a service on 0.0.0.0 at ::1)
+    hosts.write_text(f"127.0.0.1\tlocalhost {names}\n::1\tlocalhost\n")
     hosts.chmod(0o644)
     _run(
         podman,
