@@ -3,8 +3,9 @@
 Harbor runs a compose environment: its `main` service (the task's image, where the agent
 runs) and the task's other services beside it, which the agent and the verifier reach by
 their names. Polar runs each other service as a sidecar of the session's container
-(`RuntimeSpec.sidecars`; docker: activities/runtimes/kinds/docker_sidecars.py): on the
-session's own private network, which has no way out and no host, torn down with the session,
+(`RuntimeSpec.sidecars`; activities/runtimes/kinds/docker_sidecars.py, podman_sidecars.py):
+on the session's own private network (on podman: a namespace with only a loopback, shared
+with the session's container), which has no way out and no host, torn down with the session,
 and made afresh for the grading runtime. `main`'s `environment` is given to the agent and to
 the verifier, as compose gives it to every exec in `main`.
 

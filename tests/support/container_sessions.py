@@ -76,7 +76,7 @@ def podman_runtime(root: Path, mode: str) -> Iterator[Any]:
     listed = rt.podman.run("ps", "--all", "--format", "{{.Names}}", check=False)
     for name in listed.stdout.decode().split():
         if name.startswith(rt.container_name("")):
-            rt.podman.run("rm", "--force", "--ignore", "--time", "0", name, check=False)
+            rt.podman.run("rm", "--force", "--ignore", "--time", "0", "--depend", name, check=False)
 
 
 def container_attrs(runtime: Any, session_id: str) -> dict[str, Any] | None:

@@ -1,14 +1,16 @@
-"""A Harbor compose environment: the task's services as sidecars of the session, on docker.
+"""A Harbor compose environment: the task's services as sidecars of the session, on docker
+and podman.
 
 examples/harbor-features/compose-lookup has a `lookup` service beside `main`, which the
 agent and the verifier reach at http://lookup:8000 (`main`'s environment gives them the
 URL). Run as real Polar sessions with the `command` harness: the oracle (its
 solution/solve.sh) scores 1 and a no-op 0, each graded against a fresh `lookup` of the
 grading runtime's own. At the runtime level: a session reaches its own sidecar and not
-another session's, nor the host (a server the test runs on all the host's addresses, at the
-network's gateway), nor an address outside (192.0.2.1, a documentation address); and
-nothing of a session (container, sidecars, network) is left after
-teardown.
+another session's, nor the host (a server the test runs on all the host's addresses, tried
+at the network's gateway where it has one and at every address of the host), nor an address
+outside (192.0.2.1, a documentation address); on podman its namespace has no interface but
+its loopback; and nothing of a session (container, sidecars, network, namespace holder) is
+left after teardown, nor after a reap.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import contextlib
 import http.server
 import json
 import shlex
+import shutil
+import subprocess
 import threading
 import uuid
 from collections.abc import Iterator
@@ -26,15 +30,21 @@ from typing import Any
 import docker
 import pytest
 
-from activities.runtimes.kinds.docker import LABEL, DockerRuntime
+from activities.runtimes.kinds.docker import LABEL
 from activities.runtimes.kinds.docker_sidecars import network_name, sidecar_name
 from app.adversaries import oracle_command
 from polar.client.sdk import PolarClient
+from polar.contracts import RuntimeHandle
 from polar.records import SessionStatus
 from polar.tasks.harbor import load_harbor_tasks
 from polar.tasks.harbor_images import ensure_images
 from polar.tasks.spec import HarnessSpec, RuntimeSpec, Sidecar
-from tests.support.container_sessions import docker_runtime
+from tests.support.container_sessions import (
+    docker_runtime,
+    podman_modes,
+    podman_runtime,
+    runtime_root,
+)
 from tests.support.eval_runtimes import prepare_session
 from tests.support.paths import REPO
 
@@ -44,34 +54,71 @@ TASK = REPO / "examples" / "harbor-features" / "compose-lookup"
 AGENTS = {"oracle": (oracle_command(TASK / "solution"), 1.0), "noop": ("true", 0.0)}
 
 
+def _left(runtime: Any, session_id: str) -> list[str]:
+    """The containers of `session_id` still on `runtime`'s engine (sidecars and the podman
+    namespace's holder included); `runtime`: a runtime, or a kind (the worker's)."""
+    if runtime == "docker" or getattr(runtime, "kind", None) == "docker":
+        found = docker.from_env().containers.list(
+            all=True, filters={"label": f"{LABEL}={session_id}"}
+        )
+        return [c.name or "" for c in found]
+    if runtime == "podman":
+        from activities.runtimes.kinds.podman import PodmanRuntime
+
+        runtime = PodmanRuntime(Path("/nonexistent"))  # the worker's mode: auto
+    listed = runtime.podman.run(
+        "ps", "--all", "--format", "{{.Names}}", "--filter", f"label={LABEL}={session_id}"
+    )
+    return [str(name) for name in listed.stdout.decode().split()]
+
+
+@pytest.mark.parametrize("kind", ["docker", "podman"])
 @pytest.mark.parametrize("agent", list(AGENTS))
 async def test_the_tasks_services_run_beside_each_session(
-    polar: PolarClient, docker_image: str, agent: str
+    polar: PolarClient, podman_image: str, kind: str, agent: str
 ) -> None:
-    ensure_images(TASK)
+    (built,) = ensure_images(TASK)
+    if kind == "podman":  # the worker's podman (its auto mode); the sidecar's image is the
+        from activities.runtimes.kinds.podman import load_from_docker  # runtime's own
+
+        load_from_docker(built.image)
     command, reward = AGENTS[agent]
     (spec,) = load_harbor_tasks(TASK, harness=HarnessSpec(kind="command", command=command))
     spec = spec.model_copy(
         update={
-            "task_id": f"compose-{agent}-{uuid.uuid4().hex[:6]}",
+            "task_id": f"compose-{kind}-{agent}-{uuid.uuid4().hex[:6]}",
+            "runtime": spec.runtime.model_copy(update={"kind": kind}),
             "timeouts": spec.timeouts.model_copy(update={"max_attempts": 1}),
         }
     )
     assert [s.name for s in spec.runtime.sidecars] == ["lookup"]
     result = await polar.wait(await polar.submit(spec), timeout_s=400)
     (session,) = result.sessions
-    print(f"compose {agent}: {session.status} {session.reward} {session.evaluation}")
+    print(f"compose {kind} {agent}: {session.status} {session.reward} {session.evaluation}")
     assert session.status == SessionStatus.COMPLETED, session.error
     assert session.reward == reward, session.evaluation
-    left = docker.from_env().containers.list(
-        all=True, filters={"label": f"{LABEL}={session.session_id}"}
-    )
-    assert left == []  # its container and its sidecar, both runtimes', are gone
+    assert _left(kind, session.session_id) == []  # its container and sidecars, both runtimes'
 
 
-@pytest.fixture
-def runtime(docker_image: str, tmp_path: Path) -> Iterator[DockerRuntime]:
-    yield from docker_runtime(tmp_path / "runtimes")
+RUNTIMES = ["docker", *(f"podman-{mode}" for mode in podman_modes())]
+
+
+@pytest.fixture(params=RUNTIMES)
+def runtime(request: pytest.FixtureRequest, podman_image: str) -> Iterator[Any]:
+    kind, _, mode = request.param.partition("-")
+    with runtime_root("polar-sc-") as root:
+        if kind == "docker":
+            yield from docker_runtime(root)
+        else:
+            yield from podman_runtime(root, mode)
+
+
+def host_addresses() -> list[str]:
+    """Every IPv4 address of the host but loopback's (`ip -o -4 addr`)."""
+    proc = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    found = [line.split()[3].split("/")[0] for line in proc.stdout.splitlines()]
+    return [a for a in found if not a.startswith("127.")]
 
 
 @contextlib.contextmanager
@@ -87,13 +134,13 @@ def host_server() -> Iterator[int]:
         server.shutdown()
 
 
-def _spec(word: str) -> RuntimeSpec:
+def _spec(word: str, kind: str = "docker") -> RuntimeSpec:
     serve = f"echo {word} > word.txt && exec python3 -m http.server 8000"
     lookup = Sidecar(
         name="lookup", image="polar/runtime:py311", workdir="/srv", command=["sh", "-c", serve]
     )
     return RuntimeSpec(
-        kind="docker", image="polar/runtime:py311", cpus=1, memory="1g", sidecars=[lookup]
+        kind=kind, image="polar/runtime:py311", cpus=1, memory="1g", sidecars=[lookup]
     )
 
 
@@ -118,55 +165,84 @@ for line in open("/proc/net/route").read().splitlines()[1:]:
     parts = line.split()
     if parts[1] == "00000000" and parts[2] != "00000000":
         gateway = socket.inet_ntoa(bytes.fromhex(parts[2])[::-1])
+port = int(sys.argv[2])
 print(json.dumps({
     "own": get("http://lookup:8000/word.txt"),
-    "other": reach(sys.argv[1], 8000),
-    "host": [reach(h, int(sys.argv[2])) for h in filter(None, [gateway])],
+    "other": sys.argv[1] != "-" and reach(sys.argv[1], 8000),
+    "gateway": gateway,
+    "host": [reach(h, port) for h in filter(None, [gateway, *sys.argv[3:]])],
     "outside": reach("192.0.2.1", 80),
+    "interfaces": sorted(l.split(":")[0].strip() for l in open("/proc/net/dev").readlines()[2:]),
 }))
 """
 
 
-async def test_a_sessions_services_are_its_own_alone(runtime: DockerRuntime) -> None:
-    client = docker.from_env()
-    a = await prepare_session(runtime, _spec("alpha"), None, f"sc-a-{uuid.uuid4().hex[:6]}")
-    b = await prepare_session(runtime, _spec("beta"), None, f"sc-b-{uuid.uuid4().hex[:6]}")
-    try:
-        b_name = runtime.container_name(b.session_id)
-        b_lookup: Any = client.containers.get(sidecar_name(b_name, "lookup"))
-        b_net = network_name(b_name)
-        b_ip = b_lookup.attrs["NetworkSettings"]["Networks"][b_net]["IPAddress"]
-        with host_server() as port:
-            script = f"python3 -c {shlex.quote(PROBE)} {b_ip} {port} > probe.json"
-            outcome = await runtime.run(a, script, env={}, log_name="probe", timeout_s=120)
-            assert outcome.exit_code == 0, runtime.log_paths(a, "probe")[1].read_text()
-        found = await runtime.read_files(a, a.workdir, ["probe.json"], 10_000)
-        probe = json.loads(found[0]["probe.json"])
-        print(f"probe: {probe}")
-        assert probe["own"] == "alpha"  # its own sidecar, by name
-        assert probe["other"] is False  # not another session's
-        assert probe["host"] == [False]  # not the host, at its network's gateway
+def _other_address(runtime: Any, session_id: str) -> str:
+    """Another session's sidecar's address ("-" where it has none outside its namespace)."""
+    if runtime.kind != "docker":
+        return "-"
+    name = runtime.container_name(session_id)
+    lookup: Any = docker.from_env().containers.get(sidecar_name(name, "lookup"))
+    return str(lookup.attrs["NetworkSettings"]["Networks"][network_name(name)]["IPAddress"])
 
-        assert probe["outside"] is False
+
+async def _probe(runtime: Any, handle: Any, other: str, port: int) -> dict[str, Any]:
+    args = " ".join([other, str(port), *host_addresses()])
+    script = f"python3 -c {shlex.quote(PROBE)} {args} > probe.json"
+    outcome = await runtime.run(handle, script, env={}, log_name="probe", timeout_s=120)
+    assert outcome.exit_code == 0, runtime.log_paths(handle, "probe")[1].read_text()
+    found = await runtime.read_files(handle, handle.workdir, ["probe.json"], 10_000)
+    probe: dict[str, Any] = json.loads(found[0]["probe.json"])
+    print(f"{runtime.kind} probe: {probe}")
+    return probe
+
+
+async def test_a_sessions_services_are_its_own_alone(runtime: Any) -> None:
+    kind = runtime.kind
+    a = await prepare_session(runtime, _spec("alpha", kind), None, f"sc-a-{uuid.uuid4().hex[:6]}")
+    b = await prepare_session(runtime, _spec("beta", kind), None, f"sc-b-{uuid.uuid4().hex[:6]}")
+    try:
+        with host_server() as port:
+            probe = await _probe(runtime, a, _other_address(runtime, b.session_id), port)
+            assert probe["own"] == "alpha"  # its own sidecar, by name
+            assert probe["other"] is False  # not another session's
+            assert probe["host"] and not any(probe["host"])  # not the host, at any address
+            assert probe["outside"] is False
+            if kind == "podman":  # a namespace with its loopback only: nothing to route
+                assert probe["interfaces"] == ["lo"] and probe["gateway"] is None
+            await runtime.reap(a)  # the session's container restarted: its sidecar stays
+            again = await _probe(runtime, a, "-", port)
+            assert again["own"] == "alpha" and not any(again["host"])
     finally:
         for handle in (a, b):
             await runtime.teardown(handle)
     for handle in (a, b):
-        name = runtime.container_name(handle.session_id)
-        assert (
-            client.containers.list(all=True, filters={"label": f"{LABEL}={handle.session_id}"})
-            == []
-        )
-        assert client.networks.list(names=[network_name(name)]) == []
+        assert _left(runtime, handle.session_id) == []
+        if kind == "docker":
+            name = runtime.container_name(handle.session_id)
+            assert docker.from_env().networks.list(names=[network_name(name)]) == []
 
 
-async def test_podman_refuses_sidecars_saying_why(podman_image: str, tmp_path: Path) -> None:
-    """Podman's private networks (netavark) leave the host reachable at their gateway: a
-    session with sidecars is refused there, as the task's error, naming the docker runtime."""
-    from activities.runtimes.base import InvalidRuntime
-    from activities.runtimes.kinds.podman import PodmanRuntime
-
-    podman = PodmanRuntime(tmp_path / "runtimes")
-    spec = _spec("x").model_copy(update={"kind": "podman"})
-    with pytest.raises(InvalidRuntime, match="docker runtime only"):
-        await prepare_session(podman, spec, None, f"sc-p-{uuid.uuid4().hex[:6]}")
+async def test_a_crashed_workers_sidecars_are_swept(runtime: Any) -> None:
+    """A worker that died between starting a session's sidecars and its container (and whose
+    session dir is gone) leaves what a host's sweep finds by label and removes: a fresh
+    runtime lists the session and its teardown leaves nothing (sidecars, podman's namespace
+    holder, docker's network)."""
+    handle = await prepare_session(
+        runtime, _spec("gamma", runtime.kind), None, f"sc-c-{uuid.uuid4().hex[:6]}"
+    )
+    name = runtime.container_name(handle.session_id)
+    if runtime.kind == "docker":
+        docker.from_env().containers.get(name).remove(force=True)
+        fresh: Any = type(runtime)(runtime.root)
+    else:
+        runtime.podman.run("rm", "--force", "--time", "0", name)
+        fresh = type(runtime)(runtime.root, mode=runtime.mode)
+    shutil.rmtree(runtime.root / handle.session_id)
+    assert _left(runtime, handle.session_id)  # its sidecars, still there
+    assert handle.session_id in await fresh.list_sessions()
+    bare = RuntimeHandle(kind=runtime.kind, session_id=handle.session_id, workdir="", host="h")
+    assert await fresh.teardown(bare) is True
+    assert _left(runtime, handle.session_id) == []
+    if runtime.kind == "docker":
+        assert docker.from_env().networks.list(names=[network_name(name)]) == []

@@ -5,7 +5,8 @@ there; Debian ships `podman`). Everything a session sees is the Docker
 runtime's (activities/runtimes/kinds/docker.py, which this subclasses): one
 container per session from the task's image, its workspace (the spec's `workdir`,
 default `/workspace`) filled by copying,
-no network (the session's gateway channel dir is the only mount), default
+no network (the session's gateway channel dir is the only mount; a session with sidecars
+shares a namespace with them that has only a loopback: podman_sidecars.py), default
 CPU, memory, pids and disk limits, a sleep until the wall-clock deadline under
 an init as the main process, `reap` by killing and restarting the container,
 `home/` and `scratch/` synced at the same paths, teardown by name. Only the transport differs: the
@@ -70,6 +71,7 @@ from activities.runtimes.kinds.podman_cli import (
     PodmanContainer,
     PodmanExecPump,
 )
+from activities.runtimes.kinds.podman_sidecars import network_args, remove_args, start_sidecars
 from activities.runtimes.network.channel_paths import SANDBOX_DIR
 from activities.runtimes.resource_limits import DISK_LABEL, ContainerLimits
 from activities.runtimes.workspace import session_dirs
@@ -224,11 +226,6 @@ class PodmanRuntime(DockerRuntime):
 
     def _create(self, session_id: str, spec: RuntimeSpec) -> PodmanContainer:
         self._ready()
-        if spec.sidecars:  # a netavark internal network leaves the host reachable at its gateway
-            raise InvalidRuntime(
-                "sidecars (a Harbor task's compose services) run on the docker runtime only: "
-                "podman's private networks leave the host reachable; run it on docker"
-            )
         if self.podman.image_id(spec.image) is None:
             raise image_missing(
                 "podman",
@@ -241,37 +238,43 @@ class PodmanRuntime(DockerRuntime):
         channel = self._session_dir(session_id) / "channel"
         deadline = int(time.time() + max(1.0, spec.wall_clock_s))
         nofile_soft, nofile_hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        labels = [
-            arg
-            for key, value in self.labels(session_id).items()
-            for arg in ("--label", f"{key}={value}")
+        common = [  # the session's container's arguments that its sidecars' share
+            *(
+                arg
+                for key, value in self.labels(session_id).items()
+                for arg in ("--label", f"{key}={value}")
+            ),
+            "--init",
+            "--security-opt",
+            "no-new-privileges",
+            # podman's default rlimits are above what a confined root may set: keep the
+            # worker's open-files limit (and below, cap processes like the pids limit does)
+            "--ulimit",
+            f"nofile={nofile_soft}:{nofile_hard}",
         ]
+        sleep = ["--env", f"{DEADLINE_ENV}={deadline}", *toolbox.volume_args(self.root)]
+        network = ["--network", "none"]
+        if spec.sidecars:  # in a namespace of their own with it, its loopback only
+            hosts = self._session_dir(session_id) / "hosts"
+            holder = [*sleep, spec.image, *MAIN_COMMAND]
+            start_sidecars(self.podman, name, common, holder, spec.sidecars, hosts)
+            network = network_args(name, hosts)
         args = [
             "run",
             "--detach",
             "--name",
             name,
-            *labels,
+            *common,
             "--label",
             f"{DISK_LABEL}={limits.disk_bytes}",
-            "--env",
-            f"{DEADLINE_ENV}={deadline}",
-            "--init",
-            "--network",
-            "none",
+            *sleep,
+            *network,
             "--volume",
             f"{channel}:{SANDBOX_DIR}:ro",
-            *toolbox.volume_args(self.root),
             "--workdir",
             "/",
-            "--security-opt",
-            "no-new-privileges",
             "--pids-limit",
             str(limits.pids),
-            # podman's default rlimits are above what a confined root may set: keep the
-            # worker's open-files limit, and cap processes like the pids limit does
-            "--ulimit",
-            f"nofile={nofile_soft}:{nofile_hard}",
             "--ulimit",
             f"nproc={limits.pids}:{limits.pids}",
             "--ulimit",
@@ -288,17 +291,17 @@ class PodmanRuntime(DockerRuntime):
         ]
         proc = self.podman.run(*args, check=False)
         if proc.returncode != 0:
-            with contextlib.suppress(Exception):
-                self.podman.run("rm", "--force", "--ignore", "--time", "0", name, check=False)
+            with contextlib.suppress(Exception):  # its sidecars too, where it has any
+                self.podman.run(*remove_args(name), check=False)
             err = proc.stderr.decode(errors="replace").strip()
             raise APIError(f"podman run failed ({proc.returncode}): {err}")
         return PodmanContainer(self.podman, name)
 
     async def _remove_container(self, session_id: str) -> bool:
         name = self.container_name(session_id)
-        proc = await asyncio.to_thread(
-            self.podman.run, "rm", "--force", "--ignore", "--volumes", "--time", "0", name
-        )
+        # its sidecars' too, with the holder of their namespace (activities/runtimes/kinds/
+        # podman_sidecars.py): a reaper's teardown finds them by name, whatever the spec
+        proc = await asyncio.to_thread(self.podman.run, *remove_args(name))
         return bool(proc.stdout.strip())  # `rm --ignore` names what it removed
 
     async def list_sessions(self) -> set[str]:
