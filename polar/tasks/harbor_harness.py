@@ -120,6 +120,12 @@ def unreachable(server: McpServerSpec, reach: McpReach) -> str | None:
     host = server.host
     if host is None or host in {name.lower() for name in reach.sidecars}:
         return None
+    if _loopback(host):
+        return (
+            f"{server.url!r}: a loopback host is the session's own container, where nothing "
+            "serves it (Polar runs no process of the task's there before the harness): serve "
+            "it from a service of environment/docker-compose.yaml and name that service"
+        )
     network = reach.network
     if network.mode == "public" or (network.mode == "allowlist" and _allowed(server, network)):
         return None
@@ -146,3 +152,12 @@ def _allowed(server: McpServerSpec, network: NetworkSpec) -> bool:
         ip = None
     entries = (parse_allowed_host(e) for e in network.allowed_hosts)
     return any(e.matches(parts.hostname or "", port, ip) for e in entries)
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback or ipaddress.ip_address(host).is_unspecified
+    except ValueError:
+        return False

@@ -3,7 +3,7 @@
 examples/harbor-features/mcp-http-vault runs an MCP server (stdlib Python) as its compose
 service `vault`, beside the session's container on the session's own private network, and
 names it in `[[environment.mcp_servers]]` at http://vault:8000/mcp (streamable HTTP) with an
-`Authorization` header whose `${VAULT_TOKEN}` comes from the task's env. The oracle (its
+`Authorization` header whose `${VAULT_TOKEN}` comes from `main`'s environment. The oracle (its
 solve.sh, calling the tool itself) scores 1 and a no-op 0. Loaded with Codex, Codex reaches
 the service from the config.toml its adapter wrote (the header's value through its env), the
 scripted backend (through the gateway, the session's only door) has it call `lookup_code`,

@@ -108,7 +108,7 @@ def test_a_url_server_on_a_compose_service_is_taken_with_its_headers() -> None:
         url="http://vault:8000/mcp",
         headers={"Authorization": "Bearer ${VAULT_TOKEN}"},  # as written: resolved at start
     )
-    assert spec.harness.env["VAULT_TOKEN"] == "vault-demo-token"  # the task's env
+    assert spec.harness.env["VAULT_TOKEN"] == "vault-demo-token"  # compose main's env
     assert [s.name for s in spec.runtime.sidecars] == ["vault"]
     assert TaskSpec.model_validate_json(spec.model_dump_json()) == spec
 
@@ -133,7 +133,6 @@ def _with_server(tmp_path: Path, server: str, network: str = "no-network") -> Pa
         ("allowlist:mcp.example.com:8443", "https://mcp.example.com/x", False),
         ("allowlist:mcp.example.com:8443", "https://mcp.example.com:8443/x", True),
         ("no-network", "https://mcp.example.com/sse", False),
-        ("no-network", "http://127.0.0.1:8000/sse", False),
     ],
 )
 def test_a_remote_url_needs_the_agents_egress(
@@ -161,3 +160,13 @@ def test_a_header_variable_comes_from_the_env_or_the_loaders_environment(tmp_pat
     mine = HarnessSpec(kind="claude_code", env={"TOK": "the-harness"})
     (spec,) = load_harbor_tasks(task, harness=mine, environ={"TOK": "from-loader"})
     assert spec.harness.env["TOK"] == "the-harness"
+
+
+@pytest.mark.parametrize(
+    "url", ["http://127.0.0.1:8000/sse", "http://localhost/mcp", "http://[::1]/"]
+)
+def test_a_loopback_url_is_refused_whatever_the_network(tmp_path: Path, url: str) -> None:
+    task = _with_server(tmp_path, f'name = "r"\nurl = "{url}"', "public")
+    with pytest.raises(HarborTaskError, match="loopback") as info:
+        load_harbor_tasks(task, harness=HarnessSpec(kind="claude_code"))
+    assert info.value.field == "environment.mcp_servers[0].url"
