@@ -25,6 +25,7 @@ from typing import Any, ClassVar, Self
 
 from activities import safe_files
 from activities.harnesses.artifacts import unkeyable
+from activities.harnesses.mcp import header_env
 from activities.harnesses.skills import with_skills
 from polar.tasks.spec import HarnessSpec
 from polar.tasks.strict import StrictModel
@@ -46,10 +47,14 @@ class HarnessConfig(StrictModel):
     (`model`, `args`, `env`, `unknown_models`) the core checks (polar/tasks/spec.py).
     `needs_instruction`: the kind cannot run without the task's instruction (a CLI that
     takes it as its prompt); `check_harness` refuses an empty one. `mcp_refused`: why the
-    kind cannot take the spec's `mcp_servers` (None: it can); `check_harness` refuses them."""
+    kind cannot take the spec's `mcp_servers` (None: it can); `check_harness` refuses them.
+    `mcp_transports`: the MCP transports its client speaks, and `mcp_transport_refused` why
+    it speaks no other; a server on another is refused the same way."""
 
     needs_instruction: ClassVar[bool] = False
     mcp_refused: ClassVar[str | None] = None
+    mcp_transports: ClassVar[tuple[str, ...]] = ("stdio", "sse", "streamable-http")
+    mcp_transport_refused: ClassVar[str] = ""
 
     @classmethod
     def written(cls, spec: HarnessSpec) -> dict[str, Any] | None:
@@ -75,11 +80,20 @@ class HarnessConfig(StrictModel):
     @classmethod
     def mcp_refusal(cls, spec: HarnessSpec) -> str | None:
         """Why this kind cannot run `spec`'s MCP servers (None: it can, or there are none)."""
-        if not spec.mcp_servers or cls.mcp_refused is None:
+        if not spec.mcp_servers:
             return None
-        return f"harness.mcp_servers: harness kind {spec.kind!r} takes no MCP servers: " + (
-            cls.mcp_refused
-        )
+        if cls.mcp_refused is not None:
+            return f"harness.mcp_servers: harness kind {spec.kind!r} takes no MCP servers: " + (
+                cls.mcp_refused
+            )
+        for i, server in enumerate(spec.mcp_servers):
+            if server.transport not in cls.mcp_transports:
+                return (
+                    f"harness.mcp_servers[{i}].transport: harness kind {spec.kind!r} cannot "
+                    f"reach MCP server {server.name!r} over {server.transport!r}: "
+                    f"{cls.mcp_transport_refused}"
+                )
+        return None
 
     def written_into(self, spec: HarnessSpec) -> HarnessSpec:
         """`spec` holding this config as the model writes it (defaults filled in): what
@@ -225,10 +239,12 @@ class CliAdapter:
     def mcp_config(
         self, home: Path, home_rt: str, ctx: HarnessContext, files: list[Path]
     ) -> list[str]:
-        """Write the spec's MCP servers (`ctx.spec.mcp_servers`, stdio: the harness spawns
-        them in the sandbox) into this harness's own MCP config under `home`, after
-        `configure`; return the arguments its command line needs for them. A kind that takes
-        none says why in its config model's `mcp_refused` (refused before any run)."""
+        """Write the spec's MCP servers (`ctx.spec.mcp_servers`: stdio ones the harness spawns
+        in the sandbox, URL ones it reaches) into this harness's own MCP config under `home`,
+        after `configure`, their header values named by variable (activities/harnesses/mcp.py
+        `header_refs`, set by `prepare`); return the arguments its command line needs for
+        them. A kind that takes none, or not a transport, says why in its config model
+        (`mcp_refused`, `mcp_transports`: refused before any run)."""
         raise ValueError(f"harness {self.kind!r} takes no MCP servers")
 
     def skills_folder(self, home_rt: str) -> str | None:
@@ -247,6 +263,7 @@ class CliAdapter:
         args, extra = self.configure(home, home_rt, workdir, ctx, files)
         if ctx.spec.mcp_servers:
             args = [*args, *self.mcp_config(home, home_rt, ctx, files)]
+            extra |= header_env(ctx.spec.mcp_servers, ctx.spec.env)
         argv = [self.executable(ctx), *args, *ctx.spec.args]
         env = self.base_env(home_rt, ctx) | extra | ctx.spec.env
         launch = Launch(command=shlex.join(argv), env=env, argv=argv, config_files=files)

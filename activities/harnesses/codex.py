@@ -6,22 +6,44 @@ read from POLAR_API_KEY and `wire_api = "responses"` (this version refuses
 sandbox), update checks, analytics, plugins and apps off, no client retries
 (the gateway records every attempt). Setting only OPENAI_BASE_URL does not
 work: Codex then goes to the public API. Native logs: the rollout transcripts
-under `$CODEX_HOME/sessions/`. MCP servers: `[mcp_servers.*]` in that config.toml.
+under `$CODEX_HOME/sessions/`. MCP servers: `[mcp_servers.*]` in that config.toml
+(stdio and streamable HTTP; `CodexConfig` refuses SSE, which Codex has no client for).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import ClassVar
 
 from activities import safe_files
-from activities.harnesses.base import KEY_ENV, CliAdapter, HarnessContext, toml_str, write_config
+from activities.harnesses.base import (
+    KEY_ENV,
+    AgentCliConfig,
+    CliAdapter,
+    HarnessContext,
+    toml_str,
+    write_config,
+)
 from activities.harnesses.mcp import codex_tables
 
 CONFIG = ".codex/config.toml"
 
 
+class CodexConfig(AgentCliConfig):
+    """Codex's config: the shared fields only; its MCP client has no SSE transport."""
+
+    mcp_transports: ClassVar[tuple[str, ...]] = ("stdio", "streamable-http")
+    mcp_transport_refused: ClassVar[str] = (
+        "Codex's MCP client speaks stdio and streamable HTTP only (a `url` server in its "
+        "config.toml is streamable HTTP; it has no SSE client): serve the server over "
+        'streamable HTTP (transport = "streamable-http"), or run the task with a harness '
+        "that speaks SSE (claude_code, qwen_code)"
+    )
+
+
 class CodexAdapter(CliAdapter):
     kind = "codex"
+    config_model = CodexConfig
     package = "@openai/codex"
     binary = "codex"
     api = "openai_responses"

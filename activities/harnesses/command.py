@@ -27,7 +27,7 @@ from activities.harnesses.base import (
     polar_env,
     write_config,
 )
-from activities.harnesses.mcp import MCP_ENV, MCP_FILE, mcp_json_text
+from activities.harnesses.mcp import MCP_ENV, MCP_FILE, header_env, mcp_json_text
 from activities.harnesses.skills import with_skills
 from polar.tasks.spec import HarnessSpec
 
@@ -128,6 +128,7 @@ class CommandAdapter:
         if ctx.spec.mcp_servers:  # no MCP client: the servers' config, for it to read
             write_config(home, MCP_FILE, mcp_json_text(ctx.spec.mcp_servers), [])
             base_env[MCP_ENV] = f"{home_rt}/{MCP_FILE}"
+            base_env |= header_env(ctx.spec.mcp_servers, ctx.spec.env)
         command, env = command_harness(ctx.spec, instruction=ctx.instruction, base_env=base_env)
         return with_skills(Launch(command=command, env=env), ctx.spec.skills_dir, None)
 

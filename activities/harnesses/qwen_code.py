@@ -38,8 +38,9 @@ class QwenCodeAdapter(CliAdapter):
     def mcp_config(
         self, home: Path, home_rt: str, ctx: HarnessContext, files: list[Path]
     ) -> list[str]:
-        """`mcpServers` in its settings.json (rewritten with them), as Harbor writes it."""
-        settings = SETTINGS | mcp_servers_json(ctx.spec.mcp_servers, typed=False)
+        """`mcpServers` in its settings.json (rewritten with them), as Harbor writes it
+        (Qwen Code resolves `${VAR}` in its settings, the header values among them)."""
+        settings = SETTINGS | mcp_servers_json(ctx.spec.mcp_servers, qwen=True)
         write_config(home, ".qwen/settings.json", json.dumps(settings, indent=2), files)
         return []
 

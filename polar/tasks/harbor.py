@@ -39,7 +39,7 @@ from pydantic import ValidationError
 from polar.ids import TASK_ID_MAX
 from polar.tasks.harbor_compose import compose_services
 from polar.tasks.harbor_environment import check_environment, environment_image, runtime_spec
-from polar.tasks.harbor_harness import task_harness
+from polar.tasks.harbor_harness import McpReach, task_harness
 from polar.tasks.harbor_healthcheck import healthcheck_action
 from polar.tasks.harbor_network import baseline_policy, phase_networks
 from polar.tasks.harbor_steps import harbor_steps, step_reward_rule
@@ -188,6 +188,7 @@ def task_spec(
     agent_timeout = timeout_seconds(task, "agent.timeout_sec", agent.get("timeout_sec"), None)
     user = verifier.get("user")
     base_harness = harness or HarnessSpec(kind="pi")
+    reach = McpReach(frozenset(s.name for s in sidecars), agent_network, environ)
     metadata = _metadata(task, env_cfg)
     if main_env:  # in the agent's and the verifier's env, as compose gives it to `main`
         metadata["compose_env"] = main_env
@@ -202,7 +203,7 @@ def task_spec(
             instruction=task.instruction,
             num_sessions=num_sessions,
             runtime=runtime,
-            harness=task_harness(task, env_cfg, base_harness, task_env),
+            harness=task_harness(task, env_cfg, base_harness, task_env, reach),
             evaluator=harbor_evaluator(  # a step's own, where the task has steps
                 task,
                 verifier_timeout,

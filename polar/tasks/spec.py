@@ -15,7 +15,7 @@ from pydantic import Field, field_validator, model_validator
 
 from polar.ids import TaskId
 from polar.tasks.evaluator_spec import EvaluatorSpec, RubricSpec
-from polar.tasks.mcp_spec import McpServerSpec
+from polar.tasks.mcp_spec import McpServerSpec, unset_header_variables
 from polar.tasks.runtime_spec import (
     DEFAULT_WORKDIR,
     MAX_SIZE,
@@ -102,8 +102,8 @@ class HarnessSpec(KindSpec):
     mcp_servers: list[McpServerSpec] = Field(
         default_factory=list,
         exclude_if=lambda v: not v,  # none: the JSON the core always dumped
-        description="MCP servers the harness spawns in the sandbox and talks to over stdio, "
-        "given through its own MCP config (polar/tasks/mcp_spec.py)",
+        description="MCP servers the harness spawns in the sandbox (stdio) or reaches by URL "
+        "(sse, streamable-http), given through its own MCP config (polar/tasks/mcp_spec.py)",
     )
     unknown_models: Literal["policy", "refuse"] = Field(
         default="policy",
@@ -119,6 +119,14 @@ class HarnessSpec(KindSpec):
         if dup := sorted({n for n in names if names.count(n) > 1}):
             raise ValueError(f"MCP server names must be unique: {', '.join(dup)} repeated")
         return servers
+
+    @model_validator(mode="after")
+    def _headers_resolve(self) -> HarnessSpec:
+        """Every `${VAR}` (without a default) of an MCP server's headers is in `env`: the
+        harness resolves them there, never from the worker's own environment."""
+        if unset := unset_header_variables(self.mcp_servers, self.env):
+            raise ValueError(f"mcp_servers: {unset[0]} is not in the harness's env")
+        return self
 
 
 class BuilderSpec(StrictModel):

@@ -113,9 +113,9 @@ def polar_view(spec: TaskSpec) -> dict[str, Any]:
         "metadata": meta["metadata"],
         "solution_env": meta["solution_env"],
         "skills_dir": spec.harness.skills_dir,
-        # Polar takes stdio servers only (a URL one is refused): their `url` is None
+        # a stdio server's `url` is left out of Polar's JSON; Harbor's dump has it, None
         "mcp_servers": [
-            {**s.model_dump(mode="json"), "url": None} for s in spec.harness.mcp_servers
+            {"url": None, **s.model_dump(mode="json")} for s in spec.harness.mcp_servers
         ],
         "steps": [_step_view(step) for step in spec.steps],
         "step_reward": spec.step_reward if spec.steps else None,
