@@ -22,7 +22,7 @@ from activities.runtimes import (
     UnknownRuntime,
     check_runtime,
 )
-from activities.runtimes.network.egress import egress_refusal
+from activities.runtimes.network.egress import egress_refusal, with_local_hosts
 from polar.contracts import PrepareRequest, RuntimeHandle, TeardownResult, invalid_input
 from polar.gpus import GpuHost, GpuOffer, GpuPlacement, fitting, gpu_offers, gpu_refusal
 from polar.host_paths import local_git_path, outside_roots, source_roots
@@ -119,6 +119,7 @@ class InitActivities(PoolActivities):
                 raise invalid_input(str(exc), type(exc).__name__) from exc
             if not request.runtime.network.sealed:  # admitted: the run serves it
                 handle = handle.model_copy(update={"network": request.runtime.network})
+            handle = with_local_hosts(handle, request.runtime)
             # the commit the session's changes are diffed against (git init for a plain folder)
             hb.update(step="recording the workspace baseline")
             handle = await record_baseline(runtime, handle)

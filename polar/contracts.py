@@ -113,6 +113,9 @@ class RuntimeHandle(BaseModel):
     harness_user: str | None = Field(default=None, exclude_if=lambda v: v is None)
     """The user the harness runs as (the RuntimeSpec's `harness_user`, a container runtime's):
     the run stage passes it to `Runtime.run`. None: the image's user (left out of the JSON)."""
+    local_hosts: list[str] = Field(default_factory=list, exclude_if=lambda v: not v)
+    """The names of the session's own services (its compose sidecars) that its commands reach
+    directly: never through the egress proxy (`NO_PROXY`). Empty: none (left out of the JSON)."""
 
 
 class TeardownResult(BaseModel):

@@ -25,6 +25,7 @@ from activities.evaluators.patches import (
 from activities.evaluators.worker_git import WorkerGitFailed, apply_on_worker, uses_worker_git
 from activities.heartbeat import heartbeating
 from activities.runtimes.base import Runtime
+from activities.runtimes.network.egress import with_local_hosts
 from polar.contracts import EvaluateRequest, PrepareRequest, RuntimeHandle
 from polar.evaluation_reports import ApplyAttempt, EvaluationReport
 from polar.tasks.spec import EvaluatorSpec, RuntimeSpec, Source
@@ -45,6 +46,7 @@ async def fresh_runtime(
             handle = await heartbeating(
                 runtime.prepare(request), step="preparing the evaluator runtime"
             )
+            handle = with_local_hosts(handle, request.runtime)
         if handle.baseline is None:
             handle = await record_baseline(runtime, handle, on_tick=on_tick)
         yield handle

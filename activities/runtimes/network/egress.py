@@ -7,7 +7,8 @@ runtime's own network namespace). A task whose `runtime.network` is `public` or
 (`EgressProxy`) on a second Unix socket in the session's channel dir,
 `egress.sock`, which a second in-sandbox forwarder serves at
 `http://127.0.0.1:3128` (`EgressDoor.wrap`), named in HTTP_PROXY/HTTPS_PROXY
-(and lower-case), with NO_PROXY for loopback (the gateway's channel).
+(and lower-case), with NO_PROXY for loopback (the gateway's channel) and the session's own
+services (its compose sidecars, reached on its private network).
 
 The proxy takes `CONNECT host:port` (HTTPS and any TLS: the bytes are spliced, never
 read) and absolute-form plain HTTP (`GET http://host/path`: sent on as origin-form,
@@ -49,6 +50,7 @@ from activities.runtimes.network.egress_policy import EgressPolicy
 from activities.runtimes.network.egress_proxy import EGRESS_SOCKET, EgressProxy
 from polar.contracts import RuntimeHandle
 from polar.settings import WorkerSettings
+from polar.tasks.runtime_spec import RuntimeSpec
 from polar.tasks.spec import NetworkSpec
 
 EGRESS_PORT = 3128
@@ -74,12 +76,22 @@ def egress_refusal(
     )
 
 
+def with_local_hosts(handle: RuntimeHandle, spec: RuntimeSpec) -> RuntimeHandle:
+    """`handle` naming the session's own services (its sidecars), which its commands reach
+    directly: never through the egress proxy."""
+    if not spec.sidecars:
+        return handle
+    return handle.model_copy(update={"local_hosts": [s.name for s in spec.sidecars]})
+
+
 @dataclass
 class EgressDoor:
     """An open egress for one command: how to wrap it, its env, and the proxy's log."""
 
     proxy: EgressProxy
     channel_in_sandbox: str
+    local_hosts: tuple[str, ...] = ()
+    """the session's own services (`RuntimeHandle.local_hosts`), reached without the proxy"""
 
     @property
     def url(self) -> str:
@@ -87,7 +99,7 @@ class EgressDoor:
 
     @property
     def env(self) -> dict[str, str]:
-        no_proxy = "127.0.0.1,localhost,::1"
+        no_proxy = ",".join(("127.0.0.1", "localhost", "::1", *self.local_hosts))
         return {
             "HTTP_PROXY": self.url,
             "HTTPS_PROXY": self.url,
@@ -132,4 +144,4 @@ async def open_egress(
     async with EgressProxy(
         runtime.channel_dir(handle), policy, settings.egress_max_connections
     ) as proxy:
-        yield EgressDoor(proxy, channel)
+        yield EgressDoor(proxy, channel, tuple(handle.local_hosts))
