@@ -51,7 +51,10 @@ from tests.support.paths import REPO
 pytestmark = pytest.mark.slow
 
 TASK = REPO / "examples" / "harbor-features" / "compose-lookup"
-AGENTS = {"oracle": (oracle_command(TASK / "solution"), 1.0), "noop": ("true", 0.0)}
+MCP_TASK = REPO / "examples" / "harbor-features" / "mcp-http-vault"
+"""its MCP server over HTTP is a sidecar too (docker: test_harbor_mcp_url_session.py)"""
+SERVICES = {TASK: ["lookup"], MCP_TASK: ["vault"]}
+AGENTS = {"oracle": 1.0, "noop": 0.0}
 
 
 def _left(runtime: Any, session_id: str) -> list[str]:
@@ -72,18 +75,23 @@ def _left(runtime: Any, session_id: str) -> list[str]:
     return [str(name) for name in listed.stdout.decode().split()]
 
 
-@pytest.mark.parametrize("kind", ["docker", "podman"])
+@pytest.mark.parametrize(
+    ("task", "kind"),
+    [(TASK, "docker"), (TASK, "podman"), (MCP_TASK, "podman")],
+    ids=["docker", "podman", "mcp-url-podman"],
+)
 @pytest.mark.parametrize("agent", list(AGENTS))
 async def test_the_tasks_services_run_beside_each_session(
-    polar: PolarClient, podman_image: str, kind: str, agent: str
+    polar: PolarClient, podman_image: str, task: Path, kind: str, agent: str
 ) -> None:
-    (built,) = ensure_images(TASK)
+    (built,) = ensure_images(task)
     if kind == "podman":  # the worker's podman (its auto mode); the sidecar's image is the
         from activities.runtimes.kinds.podman import load_from_docker  # runtime's own
 
         load_from_docker(built.image)
-    command, reward = AGENTS[agent]
-    (spec,) = load_harbor_tasks(TASK, harness=HarnessSpec(kind="command", command=command))
+    reward = AGENTS[agent]
+    command = oracle_command(task / "solution") if reward else "true"
+    (spec,) = load_harbor_tasks(task, harness=HarnessSpec(kind="command", command=command))
     spec = spec.model_copy(
         update={
             "task_id": f"compose-{kind}-{agent}-{uuid.uuid4().hex[:6]}",
@@ -91,7 +99,7 @@ async def test_the_tasks_services_run_beside_each_session(
             "timeouts": spec.timeouts.model_copy(update={"max_attempts": 1}),
         }
     )
-    assert [s.name for s in spec.runtime.sidecars] == ["lookup"]
+    assert [s.name for s in spec.runtime.sidecars] == SERVICES[task]
     result = await polar.wait(await polar.submit(spec), timeout_s=400)
     (session,) = result.sessions
     print(f"compose {kind} {agent}: {session.status} {session.reward} {session.evaluation}")
