@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from app.adversaries import oracle_command
+from app.adversaries import oracle_command, steps_oracle_command
 from polar.client.sdk import PolarClient
 from polar.contracts import SessionResult
 from polar.records import SessionStatus
@@ -141,3 +141,34 @@ async def test_collected_artifacts_reach_the_verifier_and_s3(
     assert manifest["commands"][0]["service"] == "lookup"
     word = storage.get_bytes(sidecar.artifacts["artifacts/"] + "srv/word.txt")
     assert word == b"sidecar-says-hello\n"
+
+
+async def test_a_steps_artifacts_are_kept_under_its_folder(
+    polar: PolarClient, storage: Storage, docker_image: str, tmp_path: Path
+) -> None:
+    """two-step-notes with an artifact and a hook of its `extend` step: each step's run
+    collects the task's (here Harbor's convention dir) and its own, kept under
+    `steps/{name}/artifacts/`, as Harbor keeps them."""
+    task = Path(shutil.copytree(FEATURES / "two-step-notes", tmp_path / "steps"))
+    toml = task / "task.toml"
+    toml.write_text(
+        toml.read_text().replace(
+            '[[steps]]\nname = "extend"',
+            '[[steps]]\nname = "extend"\nartifacts = ["/var/tmp/extend"]\n\n'
+            "[[steps.verifier.collect]]\n"
+            'command = "mkdir -p /var/tmp/extend && wc -l < notes.txt > /var/tmp/extend/n"',
+        )
+    )
+    ensure_images(task)
+    oracle = steps_oracle_command(task, ["write", "extend"]) or ""
+    session = await _session(polar, task, oracle, "docker", "steps")
+    assert session.reward == 1.0
+    write = json.loads(storage.get_bytes(session.artifacts["steps/write/artifacts/manifest.json"]))
+    assert [e["source"] for e in write["entries"]] == ["/logs/artifacts"]
+    extend = json.loads(
+        storage.get_bytes(session.artifacts["steps/extend/artifacts/manifest.json"])
+    )
+    entry = _entry(extend, "/var/tmp/extend")
+    assert (entry["status"], entry["files"]) == ("ok", ["n"])
+    prefix = session.artifacts["steps/extend/artifacts/"]
+    assert storage.get_bytes(prefix + "var/tmp/extend/n") == b"2\n"
