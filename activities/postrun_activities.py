@@ -9,6 +9,7 @@ from typing import Any
 
 from temporalio import activity
 
+from activities.artifact_placement import artifacts_putter
 from activities.evaluators import (
     Evaluation,
     EvaluationJob,
@@ -226,6 +227,9 @@ class PostrunActivities(PoolActivities):
                 traces=traces,
                 settings=self.settings,
                 prepare=prepare,
+                put_artifacts=artifacts_putter(
+                    self.storage, request.collected, eval_runtime, eval_handle
+                ),
             )
             return await self._graded(evaluator, job)
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from temporalio import activity
 
+from activities.artifact_collection import collect
 from activities.harness_launch import HarnessLaunch
 from activities.harnesses import check_harness
 from activities.heartbeat import heartbeat
@@ -51,7 +52,12 @@ class RunActivities(PoolActivities):
         log_keys = await launch.upload_logs()
         run.check_reaped()
         artifacts = await launch.upload_artifacts()
-        return launch.result(run, log_keys, artifacts)
+        result = launch.result(run, log_keys, artifacts)
+        if request.collect is not None and not request.collect.empty:  # after the reap
+            result.collected = await collect(
+                launch.runtime, request.runtime, request.collect, self.storage, attempt
+            )
+        return result
 
     def all(self) -> list[Callable[..., Any]]:
         return [self.run_harness]

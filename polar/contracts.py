@@ -19,6 +19,7 @@ from temporalio.exceptions import ApplicationError
 from polar.ids import SessionId
 from polar.outcomes import TASK_ERRORS, SessionOutcome, classify, count_outcomes
 from polar.records import SessionStatus
+from polar.tasks.collect_spec import CollectSpec
 from polar.tasks.spec import (
     BuilderSpec,
     EvaluatorSpec,
@@ -157,6 +158,23 @@ class HarnessRequest(BaseModel):
     before: list[PrepareAction] = Field(default_factory=list, exclude_if=lambda v: not v)
     """Run in the runtime before the harness starts (a step's `prepare`); a failure is the
     task's error, not retried."""
+    collect: CollectSpec | None = Field(default=None, exclude_if=lambda v: v is None)
+    """Run and copied out of the runtime after the harness was reaped (the runtime's
+    `collect` plus the step's); None: nothing."""
+
+
+class CollectedArtifacts(BaseModel):
+    """What a run's collection (`RuntimeSpec.collect`) kept in S3: the folder of its files
+    (`prefix`, ending in `/`) and its manifest there (activities/artifact_collection.py)."""
+
+    prefix: str
+    manifest_key: str
+    files: int = 0
+    bytes: int = 0
+    missing: int = 0
+    """Artifacts not found, or not copied (a link, a failed copy)."""
+    limit_hit: bool = False
+    """The files or bytes bound was reached: some were left out (the manifest names them)."""
 
 
 class HarnessResult(BaseModel):
@@ -198,6 +216,8 @@ class HarnessResult(BaseModel):
         description="of those, the calls the gateway itself failed: unreachable, or a "
         "completion it could not record (infra reason `gateway`)",
     )
+    collected: CollectedArtifacts | None = Field(default=None, exclude_if=lambda v: v is None)
+    """What the run's collection kept (None: the request asked for none)."""
 
 
 class BuildRequest(BaseModel):
@@ -252,6 +272,9 @@ class EvaluateRequest(BaseModel):
     instruction: str | None = Field(default=None, exclude_if=lambda v: v is None)
     """The task's instruction, for a `rubric` judge (which reads the task); None without a
     rubric, or when `spec_ref` is set (the activity reads the stored spec's)."""
+    collected: CollectedArtifacts | None = Field(default=None, exclude_if=lambda v: v is None)
+    """The graded run's collected artifacts: put at their source paths in the fresh runtime
+    before a `harbor` verifier runs (None: none)."""
     step: str | None = Field(default=None, exclude_if=lambda v: v is None)
     """A multi-step task's step being graded: `evaluator` is its, and its report, patch and
     logs are kept under `steps/{step}/`; None: a one-step task."""

@@ -6,6 +6,8 @@ results, no S3 listing. A name says which stage stored the object, whatever the 
 
     harness.stdout, harness.stderr   the last run's output (`harness-attempt{n}.stdout`)
     harness/<path>                   its native logs, `$POLAR_ARTIFACTS_DIR` files, egress log
+    artifacts/, artifacts/manifest.json  what its collection copied out of the runtime
+                                     (`RuntimeSpec.collect`: Harbor's `artifacts/`), a folder
     traces, traces.rewards           the built traces and their rewards sidecar
     evaluation.report                the evaluator's JSON report (`{kind}-report.json`)
     evaluation.patch                 the session's patch it graded (`{kind}-model.patch`)
@@ -26,6 +28,8 @@ HARNESS_FILES = "harness/"
 """The prefix of the run's files' names, and the name of their folder when there are many."""
 TRACES = "traces"
 TRACE_REWARDS = "traces.rewards"
+COLLECTED = "artifacts/"
+COLLECTED_MANIFEST = "artifacts/manifest.json"
 EVALUATION_REPORT = "evaluation.report"
 EVALUATION_PATCH = "evaluation.patch"
 EVALUATION_LOGS = "evaluation/"
@@ -42,6 +46,9 @@ def harness_artifacts(run: HarnessResult) -> dict[str, str]:
     """The run's stdout, stderr and files (or their folder), by name."""
     folder = run.stdout_key.removesuffix(".stdout") + "/"  # harness-attempt{n}/ beside it
     named = {HARNESS_STDOUT: run.stdout_key, HARNESS_STDERR: run.stderr_key}
+    if run.collected is not None:  # a folder and its manifest: listing it is S3's
+        named[COLLECTED] = run.collected.prefix
+        named[COLLECTED_MANIFEST] = run.collected.manifest_key
     if len(run.artifact_keys) > MAX_LISTED_FILES:
         named[HARNESS_FILES] = folder
         return named

@@ -46,6 +46,7 @@ with workflow.unsafe.imports_passed_through():
     from polar.contracts import (
         BuildRequest,
         BuildResult,
+        CollectedArtifacts,
         EvaluateRequest,
         EvaluateResult,
         HarnessRequest,
@@ -106,6 +107,7 @@ class Session:
         self._run_issued = 0  # run stages issued so far: each gets attempts of its own
         self._run_base = 0  # the attempt base of the last run issued (earlier ones' records
         # belong to placements given up, never this session's traces)
+        self._collected: CollectedArtifacts | None = None  # the last run's, for its grading
         self._started = 0.0
         self._pending_upserts: list[Any] = []  # status and reward, sent with the last stage
         self._console: str | None = None  # the console's base URL, from the memo (web_ui.py)
@@ -245,6 +247,10 @@ class Session:
         doing = f"running {task.harness.kind} harness on {runtime.host}"
         self._enter(Stage.RUN, f"{doing}, step {step.name}" if step else doing)
 
+        collect = task.collect_for(step)  # older histories: never asked for one
+        if collect is not None and not workflow.patched("collect-artifacts"):
+            collect = None
+
         def request(issue: int) -> HarnessRequest:
             base = self._run_issued * t.max_attempts
             self._run_issued += 1
@@ -260,9 +266,11 @@ class Session:
                 attempt_base=base,
                 step=step.name if step else None,
                 before=step.prepare if step else [],
+                collect=collect,
             )
 
         harness: HarnessResult | None = None
+        self._collected = None
         try:
             harness = await placement.on_host(stages.RUN_HARNESS, request)
             result.status = HARNESS_STATUS[harness.status]
@@ -271,6 +279,7 @@ class Session:
             result.unserved_calls = harness.unserved_calls
             result.unserved_by_gateway = harness.unserved_by_gateway
             result.artifacts.update(in_step(step, harness_artifacts(harness)))
+            self._collected = harness.collected  # what the next grading puts back
         except ActivityError as exc:
             if is_cancelled_exception(exc):
                 raise
@@ -356,6 +365,7 @@ class Session:
                 # a rubric judge reads the task (from the stored spec when it is slim)
                 instruction=rubric_instruction,
                 step=step.name if step else None,
+                collected=self._collected,
             )
 
         evaluation = await placement.on_host(stages.EVALUATE, request)

@@ -94,6 +94,10 @@ class EvaluationJob:
     prepare: PrepareRequest | None = None
     """How the fresh runtime was prepared: an evaluator that needs another runtime where the
     code under test never ran (a `reward_command`'s) prepares one alike."""
+    put_artifacts: Callable[[], Awaitable[int]] | None = None
+    """Puts the graded run's collected artifacts (`RuntimeSpec.collect`) at their source paths
+    in the fresh runtime, as data (activities/artifact_placement.py): how many; None: none.
+    An evaluator that grades with them (`harbor`) calls it after the session's changes."""
     control: bool = False
     """A control grading of the untouched task (activities/evaluators/control.py): grade in
     full even when there are no changes (an evaluator that stops early on an empty patch

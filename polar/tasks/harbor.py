@@ -37,6 +37,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from polar.ids import TASK_ID_MAX
+from polar.tasks.harbor_artifacts import task_collect
 from polar.tasks.harbor_compose import compose_services
 from polar.tasks.harbor_environment import check_environment, environment_image, runtime_spec
 from polar.tasks.harbor_harness import McpReach, task_harness
@@ -160,11 +161,13 @@ def task_spec(
     check_environment(task, env_cfg, verifier)
     image = environment_image(task, image_map)
     sidecars, main_env = compose_services(task, image_map)
+    services = {s.name for s in sidecars}
     runtime = runtime_spec(task, env_cfg, image).model_copy(
         update={
             "network": agent_network,
             "sidecars": sidecars,
             "harness_user": agent_user(task, agent),
+            "collect": task_collect(task, services),  # copied out after the agent
         }
     )
     if env_cfg.get("healthcheck") is not None:  # ready before the agent starts, as in Harbor
@@ -179,7 +182,7 @@ def task_spec(
         env = task_env | verifier_env | env
         return harbor_evaluator(task, v["timeout_sec"], network, v["tests"], user, env)
 
-    steps = harbor_steps(task, env_cfg, agent_network, step_evaluator)
+    steps = harbor_steps(task, env_cfg, agent_network, step_evaluator, services)
     if not steps and not (task.tests_dir / "test.sh").is_file():
         raise HarborTaskError(task.name, "tests/test.sh", "missing: the verifier Polar runs")
     verifier_timeout = timeout_seconds(

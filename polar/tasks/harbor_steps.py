@@ -10,9 +10,10 @@ step's, else `[verifier]`'s) and env (`[verifier].env`, then the step's), `min_r
 and a `healthcheck` run after the step's setup. `multi_step_reward_strategy` (`mean`,
 Harbor's default, or `final`) becomes the task's `step_reward`.
 
-What a step cannot change in Polar is refused, naming the step's field: its own agent
-network or user (the session's runtime is made for the task's), its own verifier image,
-collect hooks, artifacts.
+A step's `artifacts` and `[[steps.verifier.collect]]` are collected after its harness, after
+the task's own (polar/tasks/harbor_artifacts.py), kept under `steps/{name}/artifacts/`. What
+a step cannot change in Polar is refused, naming the step's field: its own agent network or
+user (the session's runtime is made for the task's), its own verifier image.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from polar.tasks.harbor_artifacts import harbor_collect
 from polar.tasks.harbor_healthcheck import healthcheck_action
 from polar.tasks.harbor_network import phase_networks
 from polar.tasks.harbor_toml import (
@@ -47,8 +49,6 @@ _REFUSED = {
     "[agent].user, the user the session's runtime was made for",
     "verifier.environment": "a separate verifier image: Polar grades in a fresh runtime of "
     "the task's own environment",
-    "verifier.collect": "collect hooks (compose services): Polar runs one container",
-    "artifacts": "artifact collection: Polar keeps each step's changes, logs and grade",
 }
 
 Evaluator = Callable[[dict[str, Any], NetworkSpec], EvaluatorSpec]
@@ -70,13 +70,18 @@ def harbor_steps(
     env_cfg: dict[str, Any],
     agent_network: NetworkSpec,
     evaluator: Evaluator,
+    services: set[str] | None = None,
 ) -> list[TaskStep]:
     """The task's steps (empty without `[[steps]]`); HarborTaskError naming the step's field
-    Polar cannot honour, or a step folder's missing file."""
+    Polar cannot honour, or a step folder's missing file. `services`: the task's compose
+    services (a step's artifacts and collect hooks may name them)."""
     raw = task.config.get("steps") or []
     if not isinstance(raw, list) or not all(isinstance(s, dict) for s in raw):
         raise HarborTaskError(task.name, "steps", "must be an array of tables ([[steps]])")
-    return [_step(task, env_cfg, agent_network, evaluator, s, i) for i, s in enumerate(raw)]
+    return [
+        _step(task, env_cfg, agent_network, evaluator, s, i, services or set())
+        for i, s in enumerate(raw)
+    ]
 
 
 def _step(
@@ -86,6 +91,7 @@ def _step(
     evaluator: Evaluator,
     config: dict[str, Any],
     index: int,
+    services: set[str],
 ) -> TaskStep:
     name = config.get("name")
     if not isinstance(name, str) or not name:
@@ -127,6 +133,7 @@ def _step(
                 verifier_network,
             ),
             prepare=_actions(task, folder, config, where),
+            collect=harbor_collect(task, f"{where}.", config, services, convention=False),
             min_reward=config.get("min_reward"),
         )
     except ValidationError as exc:

@@ -91,10 +91,8 @@ KNOWN_KEYS: dict[str, frozenset[str]] = {
 
 # fields whose presence (set, non-empty) Polar cannot honour, and why
 _UNSUPPORTED: dict[str, str] = {
-    "artifacts": "artifact collection: Polar keeps the session's changes, logs and traces",
     "verifier.environment": "a separate verifier image: Polar grades in a fresh runtime of "
     "the task's own environment",
-    "verifier.collect": "collect hooks (compose services): Polar runs one container",
     "environment.tpu": "TPUs: this deployment's workers run docker and podman containers on "
     "Linux hosts, none of which offers a TPU slice (Harbor places those on GKE TPU node pools)",
 }

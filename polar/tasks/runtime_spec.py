@@ -10,6 +10,7 @@ from pydantic import Field, field_validator, model_validator
 
 from polar.host_paths import FORBIDDEN_HOST_DIRS
 from polar.network_policy import normalize_allowed_host
+from polar.tasks.collect_spec import MAIN, CollectSpec
 from polar.tasks.sources import PrepareAction
 from polar.tasks.strict import MAX_TIMEOUT_S, StrictModel
 
@@ -131,6 +132,20 @@ class Sidecar(StrictModel):
         return v
 
 
+def check_collect_services(collect: CollectSpec, runtime: RuntimeSpec) -> None:
+    """ValueError where `collect` is not for `runtime`: a `local` runtime (no container to
+    copy out of), or a service that is neither `main` nor one of its sidecars."""
+    if collect.empty:
+        return
+    if runtime.kind == "local":
+        raise ValueError("collect (artifacts, collect commands) is for container runtimes")
+    unknown = collect.services() - {s.name for s in runtime.sidecars} - {MAIN}
+    if unknown:
+        raise ValueError(
+            f"collect names services that are not sidecars of the runtime: {sorted(unknown)}"
+        )
+
+
 class RuntimeSpec(StrictModel):
     """Where a session runs: a runtime `kind` by name, checked against the runtime registry
     where the runtimes are (activities/runtimes: the worker before it prepares, `polar
@@ -231,6 +246,14 @@ class RuntimeSpec(StrictModel):
         "`public` and `allowlist` need a worker with POLAR_EGRESS=proxy",
     )
 
+    collect: CollectSpec = Field(
+        default_factory=CollectSpec,
+        exclude_if=lambda v: v.empty,  # left out when none: older workers read the spec
+        description="containers: commands run and paths copied out of the session's "
+        "container or its sidecars after the harness, kept as the session's artifacts and "
+        "put back at their paths in the evaluator's fresh runtime (polar/tasks/collect_spec.py)",
+    )
+
     @field_validator("memory", "disk")
     @classmethod
     def _sane_size(cls, v: str | None) -> str | None:
@@ -258,6 +281,7 @@ class RuntimeSpec(StrictModel):
                 f"workdir {self.workdir!r} is for container runtimes (docker, podman): a "
                 "'local' session's workspace is a fresh dir on the worker host"
             )
+        check_collect_services(self.collect, self)
         if self.kind == "local" and self.harness_user is not None:
             raise ValueError(LOCAL_HARNESS_USER)
         if self.kind == "local" and self.gpus:

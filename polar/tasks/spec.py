@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from polar.ids import TaskId
+from polar.tasks.collect_spec import CollectSpec
 from polar.tasks.evaluator_spec import EvaluatorSpec, RubricSpec
 from polar.tasks.mcp_spec import McpServerSpec, unset_header_variables
 from polar.tasks.runtime_spec import (
@@ -23,6 +24,7 @@ from polar.tasks.runtime_spec import (
     NetworkSpec,
     RuntimeSpec,
     Sidecar,
+    check_collect_services,
     parse_size,
     workdir_problem,
 )
@@ -247,9 +249,19 @@ class TaskSpec(StrictModel):
                         f"steps.{step.name}: its {stage} {mine:g} is past the task's "
                         f"timeouts.{stage} {getattr(self.timeouts, stage):g}"
                     )
+            try:
+                check_collect_services(step.collect, self.runtime)
+            except ValueError as exc:
+                raise ValueError(f"steps.{step.name}: {exc}") from None
         judged = [self.evaluator, *(s.evaluator for s in self.steps if s.evaluator)]
         if any(e.rubric is not None for e in judged):
             raise ValueError("steps: a rubric judge reads the whole session; not with steps")
+
+    def collect_for(self, step: TaskStep | None) -> CollectSpec | None:
+        """What a run collects after its harness: the runtime's `collect`, then the step's
+        (None: nothing)."""
+        spec = self.runtime.collect.plus(step.collect if step else None)
+        return None if spec.empty else spec
 
     def step(self, name: str) -> TaskStep:
         """The step named `name` (KeyError where there is none)."""

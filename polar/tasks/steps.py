@@ -19,6 +19,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
+from polar.tasks.collect_spec import CollectSpec
 from polar.tasks.evaluator_spec import EvaluatorSpec
 from polar.tasks.sources import PrepareAction
 from polar.tasks.strict import MAX_TIMEOUT_S, StrictModel
@@ -60,6 +61,12 @@ class TaskStep(StrictModel):
         description="run in the session's runtime before the step's harness starts (files "
         "uploaded into it, a setup command, a readiness check); a failure ends the session "
         "as the task's error",
+    )
+    collect: CollectSpec = Field(
+        default_factory=CollectSpec,
+        exclude_if=lambda v: v.empty,
+        description="collected after the step's harness besides the runtime's own `collect` "
+        "(kept under the step's `steps/{name}/artifacts/`)",
     )
     min_reward: float | dict[str, float] | None = Field(
         default=None,

@@ -5,7 +5,7 @@ scripts/setup_harbor_venv.sh) reads each task dir of examples/harbor; Polar's
 loader (polar/tasks/harbor.py) reads the same dirs; every field Polar carries is
 compared: name, instruction (canary stripped), agent and verifier timeouts,
 verifier user and env, agent user, cpus, memory, storage, network mode, docker_image,
-metadata, solution env, skills dir, MCP servers, GPUs, steps.
+metadata, solution env, skills dir, MCP servers, GPUs, steps, artifacts and collect hooks.
 """
 
 from __future__ import annotations
@@ -30,12 +30,34 @@ FEATURES = REPO / "examples" / "harbor-features"
 
 HARBOR_VIEW = """
 import json, sys
+from harbor.models.task.artifacts import normalize_artifact_entries, with_convention_entry
 from harbor.models.task.task import Task
+
+def art(a):
+    return {
+        "source": a.source if a.source.startswith("/") else "/" + a.source,
+        "destination": a.destination,
+        "exclude": list(a.exclude),
+        "service": None if a.service in (None, "main") else a.service,
+    }
+
+def hook(h):
+    return {
+        "command": h.command,
+        "service": None if h.service == "main" else h.service,
+        "timeout_s": float(h.timeout_sec),
+        "user": None if h.user is None else str(h.user),
+    }
+
 out = []
 for d in sys.argv[1:]:
     t = Task(d)
     c = t.config
     e = c.environment
+    declared = bool(c.artifacts or c.verifier.collect) or any(
+        s.artifacts or s.verifier.collect for s in c.steps or []
+    )
+    task_artifacts = with_convention_entry(c.artifacts, convention_source="/logs/artifacts")
     out.append({
         "name": t.name,
         "instruction": t.instruction,
@@ -61,12 +83,17 @@ for d in sys.argv[1:]:
                 "verifier_timeout_s": s.verifier.timeout_sec,
                 "verifier_env": {**c.verifier.env, **s.verifier.env},
                 "min_reward": s.min_reward,
+                "artifacts": [art(a) for a in normalize_artifact_entries(s.artifacts)],
+                "collect": [hook(h) for h in s.verifier.collect],
             }
             for s in c.steps or []
         ],
         "step_reward": (c.multi_step_reward_strategy or "mean") if c.steps else None,
         "skills_dir": e.skills_dir or None,
         "mcp_servers": [s.model_dump(mode="json") for s in e.mcp_servers],
+        # Harbor always collects its /logs/artifacts; Polar where the task declares any
+        "artifacts": [art(a) for a in task_artifacts] if declared else [],
+        "collect": [hook(h) for h in c.verifier.collect],
     })
 print(json.dumps(out))
 """
@@ -119,6 +146,8 @@ def polar_view(spec: TaskSpec) -> dict[str, Any]:
         ],
         "steps": [_step_view(step) for step in spec.steps],
         "step_reward": spec.step_reward if spec.steps else None,
+        "artifacts": [a.model_dump(mode="json") for a in rt.collect.artifacts],
+        "collect": [c.model_dump(mode="json") for c in rt.collect.commands],
     }
 
 
@@ -132,6 +161,8 @@ def _step_view(step: TaskStep) -> dict[str, Any]:
         "verifier_timeout_s": verifier.timeout_s,
         "verifier_env": verifier.env,
         "min_reward": step.min_reward,
+        "artifacts": [a.model_dump(mode="json") for a in step.collect.artifacts],
+        "collect": [c.model_dump(mode="json") for c in step.collect.commands],
     }
 
 
@@ -155,6 +186,38 @@ def test_gpus_are_read_as_harbor_reads_them(harbor_python: Path, tmp_path: Path)
         toml = task / "task.toml"
         text = toml.read_text().replace("[environment]\n", f"[environment]\n{lines}\n", 1)
         toml.write_text(text.replace("[agent]\n", "[agent]\nuser = 1234\n", 1))
+    _agree(harbor_python, tmp_path)
+
+
+def test_artifacts_and_collect_hooks_are_read_as_harbor_reads_them(
+    harbor_python: Path, tmp_path: Path
+) -> None:
+    """A step's own artifacts and hooks (with a uid), a compose sidecar's, a relative source
+    and the task's own convention entry, read by both loaders."""
+    steps = Path(shutil.copytree(FEATURES / "two-step-notes", tmp_path / "steps"))
+    toml = steps / "task.toml"
+    toml.write_text(
+        toml.read_text().replace(
+            '[[steps]]\nname = "extend"',
+            '[[steps]]\nname = "extend"\nartifacts = ["/tmp/extend.log"]\n\n'
+            '[[steps.verifier.collect]]\ncommand = "date > /tmp/extend.log"\nuser = 1000',
+        )
+    )
+    lookup = Path(shutil.copytree(FEATURES / "compose-lookup", tmp_path / "lookup"))
+    toml = lookup / "task.toml"
+    toml.write_text(
+        'artifacts = [{ source = "/srv", service = "lookup", destination = "srv" }]\n'
+        + toml.read_text()
+        + '\n[[verifier.collect]]\nservice = "lookup"\ncommand = "ls"\ntimeout_sec = 5\n'
+    )
+    report = Path(shutil.copytree(FEATURES / "artifact-report", tmp_path / "report"))
+    toml = report / "task.toml"
+    toml.write_text(
+        toml.read_text().replace(
+            '"/srv/report/summary.txt",',
+            '"srv/report/summary.txt", { source = "/logs/artifacts", exclude = ["*.bin"] },',
+        )
+    )
     _agree(harbor_python, tmp_path)
 
 

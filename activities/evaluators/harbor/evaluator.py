@@ -274,6 +274,13 @@ class HarborEvaluator:
         if not changes.applied:
             return evaluation
 
+        if job.put_artifacts is not None and not job.control:  # Harbor's upload_artifacts
+            try:
+                report.artifacts_placed = await job.put_artifacts()
+            except (OSError, ValueError) as exc:
+                why = f"cannot put the collected artifacts in place: {exc}"
+                raise EvaluatorError(why) from None
+        # after the artifacts: an artifact at /tests or /logs/verifier is gone before test.sh
         await _put_tests_in_place(runtime, handle, tests, spec, job.on_tick)
         # the session's code is in the runtime test.sh runs in: what goes wrong from here may
         # be its doing (an untouched task, a no-op's or the control's, has only the task's)

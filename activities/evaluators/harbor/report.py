@@ -21,3 +21,8 @@ class HarborReport(EvaluationReport):
     test_timed_out: bool = False
     verifier_user: str | None = None
     duration_s: float | None = None
+    artifacts_placed: int | None = Field(
+        default=None,
+        description="collected artifacts put at their source paths before test.sh (None: the "
+        "task collects none)",
+    )

@@ -64,8 +64,9 @@ from activities.runtimes.gpu_devices import docker_device_requests
 from activities.runtimes.kinds.container_exec import ContainerDiskWatchdog, ExecPump, LogPump
 from activities.runtimes.kinds.container_files import ContainerFiles
 from activities.runtimes.kinds.container_names import container_name, root_namespace
+from activities.runtimes.kinds.container_services import ContainerServices
 from activities.runtimes.kinds.container_user import harness_uid
-from activities.runtimes.kinds.docker_sidecars import remove_sidecars, start_sidecars
+from activities.runtimes.kinds.docker_sidecars import remove_sidecars, sidecar_name, start_sidecars
 from activities.runtimes.network.channel_paths import SANDBOX_DIR
 from activities.runtimes.resource_limits import DISK_LABEL, ContainerLimits
 from activities.runtimes.workspace import (
@@ -90,7 +91,7 @@ PROVIDE_IMAGE = (
 )
 
 
-class DockerRuntime(ContainerFiles):
+class DockerRuntime(ContainerFiles, ContainerServices):
     kind = "docker"
     passes_fds = False  # commands start in the engine (`docker exec`), not here
 
@@ -303,6 +304,13 @@ class DockerRuntime(ContainerFiles):
 
     def _container(self, handle: RuntimeHandle) -> Any:
         return self.client.containers.get(self.container_name(handle.session_id))
+
+    def _sidecar_container(self, handle: RuntimeHandle, name: str) -> Any:
+        if self.kind != "docker":  # a subclass's engine (podman) has its own, or none
+            return super()._sidecar_container(handle, name)
+        return self.client.containers.get(
+            sidecar_name(self.container_name(handle.session_id), name)
+        )
 
     # ------------------------------------------------------------------ commands
     async def run(

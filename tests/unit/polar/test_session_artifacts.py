@@ -87,7 +87,7 @@ def test_the_docs_table_shows_every_name() -> None:
         for constant in dir(session_artifacts)
         if constant.isupper() and isinstance(getattr(session_artifacts, constant), str)
     ]
-    assert len(names) == 8
+    assert len(names) == 10
     for name in names:
         assert f"`{name}" in table, name
 

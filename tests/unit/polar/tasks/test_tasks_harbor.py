@@ -149,13 +149,14 @@ def test_env_templates_resolve_from_the_host(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("edit", "field"),
     [
-        ('[[steps]]\nname = "one"\nartifacts = ["x"]', "steps.one.artifacts"),
         ('[[steps]]\nname = "one"\n[steps.agent]\nuser = "x"', "steps.one.agent.user"),
         ('[[steps]]\nname = "one"\n[steps.verifier]\nsurprise = 1', "steps.one.verifier.surprise"),
         ('[environment]\ntpu = { type = "v6e", topology = "2x2" }', "environment.tpu"),
-        ('artifacts = ["/tmp/out"]', "artifacts"),
+        ('artifacts = ["/tmp/../etc"]', "artifacts[0]"),
+        ('artifacts = [{source = "/x", service = "db"}]', "artifacts[0].service"),
         ('[verifier.environment]\ndocker_image = "x"', "verifier.environment"),
-        ('[[verifier.collect]]\ncommand = "true"', "verifier.collect"),
+        ('[[verifier.collect]]\ncommand = ""', "verifier.collect[0].command"),
+        ('[[verifier.collect]]\ncommand = "true"\nwhen = 1', "verifier.collect[0].when"),
         ('[environment.healthcheck]\ncommand = ""', "environment.healthcheck.command"),
         (
             '[environment.healthcheck]\ncommand = "true"\nretries = -1',
