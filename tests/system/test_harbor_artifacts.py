@@ -8,8 +8,9 @@ source paths. With the `command` harness: the oracle (solution/solve.sh) scores 
 and podman, a no-op 0 (its report missing, recorded, not an error); the files and the
 manifest are in S3. An agent that makes its report a link to a file elsewhere and leaves a
 70 MB file and a link to /etc/shadow in the snapshot gets neither link followed, the big
-file left out with the limit recorded in the manifest, and 0. On docker a compose sidecar's
-files and a hook run in it are collected too (compose-lookup with artifacts added).
+file left out with the limit recorded in the manifest, and 0. A compose sidecar's
+files and a hook run in it are collected too, on docker and podman (compose-lookup with
+artifacts added).
 """
 
 from __future__ import annotations
@@ -89,16 +90,19 @@ async def test_collected_artifacts_reach_the_verifier_and_s3(
         + toml.read_text()
         + '\n[[verifier.collect]]\nservice = "lookup"\ncommand = "ls /srv > /srv/listing.txt"\n'
     )
-    ensure_images(sidecar_task)
-    oracle, noop, podman, hostile, sidecar = await asyncio.gather(
+    (built_sidecar_task,) = ensure_images(sidecar_task)
+    load_from_docker(built_sidecar_task.image)
+    sc_command = oracle_command(sidecar_task / "solution")
+    oracle, noop, podman, hostile, sidecar, sidecar_podman = await asyncio.gather(
         _session(polar, TASK, ORACLE, "docker", "oracle"),
         _session(polar, TASK, "true", "docker", "noop"),
         _session(polar, TASK, ORACLE, "podman", "podman-oracle"),
         _session(polar, TASK, HOSTILE, "docker", "hostile"),
-        _session(polar, sidecar_task, oracle_command(sidecar_task / "solution"), "docker", "sc"),
+        _session(polar, sidecar_task, sc_command, "docker", "sc"),
+        _session(polar, sidecar_task, sc_command, "podman", "sc-podman"),
     )
     assert (oracle.reward, noop.reward, podman.reward, hostile.reward) == (1.0, 0.0, 1.0, 0.0)
-    assert sidecar.reward == 1.0
+    assert sidecar.reward == sidecar_podman.reward == 1.0
 
     for session in (oracle, podman):
         manifest = _manifest(storage, session)
@@ -134,13 +138,14 @@ async def test_collected_artifacts_reach_the_verifier_and_s3(
     assert "huge.bin: 70000000 bytes, past the" in notes and "shadow: a symlink" in notes
     assert manifest["limit_hit"] and manifest["limits"]["max_bytes"] == 64 << 20
 
-    manifest = _manifest(storage, sidecar)
-    srv = _entry(manifest, "/srv")
-    assert (srv["status"], srv["service"]) == ("ok", "lookup")
-    assert sorted(srv["files"]) == ["listing.txt", "word.txt"]
-    assert manifest["commands"][0]["service"] == "lookup"
-    word = storage.get_bytes(sidecar.artifacts["artifacts/"] + "srv/word.txt")
-    assert word == b"sidecar-says-hello\n"
+    for session in (sidecar, sidecar_podman):  # a sidecar's hook and folder, both engines
+        manifest = _manifest(storage, session)
+        srv = _entry(manifest, "/srv")
+        assert (srv["status"], srv["service"]) == ("ok", "lookup"), (session.session_id, srv)
+        assert sorted(srv["files"]) == ["listing.txt", "word.txt"]
+        assert manifest["commands"][0]["service"] == "lookup"
+        word = storage.get_bytes(session.artifacts["artifacts/"] + "srv/word.txt")
+        assert word == b"sidecar-says-hello\n"
 
 
 async def test_a_steps_artifacts_are_kept_under_its_folder(

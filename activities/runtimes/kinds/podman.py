@@ -63,6 +63,7 @@ from activities.runtimes.kinds.docker import (
     MAIN_COMMAND,
     DockerRuntime,
 )
+from activities.runtimes.kinds.docker_sidecars import sidecar_name
 from activities.runtimes.kinds.podman_cli import (
     CLI_TIMEOUT_S,
     RUNNER,
@@ -323,6 +324,11 @@ class PodmanRuntime(DockerRuntime):
 
     def _container(self, handle: Any) -> PodmanContainer:
         return PodmanContainer(self.podman, self.container_name(handle.session_id))
+
+    def _sidecar_container(self, handle: Any, name: str) -> PodmanContainer:
+        return PodmanContainer(
+            self.podman, sidecar_name(self.container_name(handle.session_id), name)
+        )
 
     def _start_exec(
         self,
