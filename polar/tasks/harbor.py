@@ -152,11 +152,7 @@ def task_spec(
     """One read Harbor task → its TaskSpec (HarborTaskError for what Polar cannot honour)."""
     environ = os.environ if environ is None else environ
     check_known_and_supported(task)
-    env_cfg, agent, verifier = (
-        task.section("environment"),
-        task.section("agent"),
-        task.section("verifier"),
-    )
+    env_cfg, agent, verifier = (task.section(s) for s in ("environment", "agent", "verifier"))
     agent_network, verifier_network = phase_networks(task, env_cfg, agent, verifier)
     check_environment(task, env_cfg, verifier)
     image = environment_image(task, image_map)
