@@ -10,7 +10,8 @@ manifest are in S3. An agent that makes its report a link to a file elsewhere an
 70 MB file and a link to /etc/shadow in the snapshot gets neither link followed, the big
 file left out with the limit recorded in the manifest, and 0. A compose sidecar's
 files and a hook run in it are collected too, on docker and podman (compose-lookup with
-artifacts added).
+artifacts added). A verifier kept running by a collected file alone (no change in the
+workspace) is the session's 0 at once, as a timeout with its changes in place is.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ HOSTILE = (
     "head -c 70000000 /dev/zero > /var/snapshot/huge.bin && "
     "ln -s /etc/shadow /var/snapshot/shadow"
 )
+
+SLOW = "mkdir -p /srv/report && printf 'count: 100000\\n' > /srv/report/summary.txt"
 
 
 async def _session(
@@ -90,19 +93,34 @@ async def test_collected_artifacts_reach_the_verifier_and_s3(
         + toml.read_text()
         + '\n[[verifier.collect]]\nservice = "lookup"\ncommand = "ls /srv > /srv/listing.txt"\n'
     )
+    # a verifier that trusts the report's count: a session that left only a collected file
+    # (no change in its workspace) can keep it running, and that is the session's 0
+    slow_task = Path(shutil.copytree(TASK, tmp_path / "slow"))
+    (slow_task / "tests" / "test.sh").write_text(
+        "#!/bin/bash\nn=$(sed -n 's/^count: //p' /srv/report/summary.txt)\n"
+        'for _ in $(seq 1 "$n"); do sleep 1; done\necho 1 > /logs/verifier/reward.txt\n'
+    )
+    slow_toml = slow_task / "task.toml"
+    slow_toml.write_text(slow_toml.read_text().replace("timeout_sec = 60.0", "timeout_sec = 5.0"))
+    ensure_images(slow_task)
     (built_sidecar_task,) = ensure_images(sidecar_task)
     load_from_docker(built_sidecar_task.image)
     sc_command = oracle_command(sidecar_task / "solution")
-    oracle, noop, podman, hostile, sidecar, sidecar_podman = await asyncio.gather(
+    oracle, noop, podman, hostile, sidecar, sidecar_podman, slow = await asyncio.gather(
         _session(polar, TASK, ORACLE, "docker", "oracle"),
         _session(polar, TASK, "true", "docker", "noop"),
         _session(polar, TASK, ORACLE, "podman", "podman-oracle"),
         _session(polar, TASK, HOSTILE, "docker", "hostile"),
         _session(polar, sidecar_task, sc_command, "docker", "sc"),
         _session(polar, sidecar_task, sc_command, "podman", "sc-podman"),
+        _session(polar, slow_task, SLOW, "docker", "slow"),
     )
     assert (oracle.reward, noop.reward, podman.reward, hostile.reward) == (1.0, 0.0, 1.0, 0.0)
     assert sidecar.reward == sidecar_podman.reward == 1.0
+    assert (slow.status, slow.reward) == (SessionStatus.COMPLETED, 0.0), slow.evaluation
+    assert "ran past its 5 s timeout with the session's changes (or the files it left)" in (
+        slow.evaluation or ""
+    )
 
     for session in (oracle, podman):
         manifest = _manifest(storage, session)

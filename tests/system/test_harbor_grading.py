@@ -429,7 +429,7 @@ async def test_what_polar_sees_of_code_under_test_that_writes_the_reward(
     for name, why in (
         ("json-beside-txt", "tampering: /logs/verifier/reward.json says 1 and reward.txt says 0"),
         ("symlink", "tampering: /logs/verifier/reward.txt is a link"),
-        ("sleep", "ran past its 20 s timeout with the session's changes in place"),
+        ("sleep", "ran past its 20 s timeout with the session's changes (or the files it left)"),
     ):
         reward, outcome, detail = seen[name]
         assert (reward, outcome) == (0.0, "policy_failure"), (name, detail)

@@ -282,9 +282,10 @@ class HarborEvaluator:
                 raise EvaluatorError(why) from None
         # after the artifacts: an artifact at /tests or /logs/verifier is gone before test.sh
         await _put_tests_in_place(runtime, handle, tests, spec, job.on_tick)
-        # the session's code is in the runtime test.sh runs in: what goes wrong from here may
-        # be its doing (an untouched task, a no-op's or the control's, has only the task's)
-        session_code = not changes.empty and not job.control
+        # the session's code (or the files it left for collection) is in the runtime test.sh
+        # runs in: what goes wrong from here may be its doing (an untouched task, a no-op's
+        # or the control's, has only the task's)
+        session_code = (not changes.empty or bool(report.artifacts_placed)) and not job.control
 
         started = time.monotonic()
         outcome = await _run_test_script(runtime, handle, spec, job.settings, job.on_tick)
@@ -297,8 +298,8 @@ class HarborEvaluator:
             if not session_code:
                 raise EvaluatorError(why)
             evaluation.detail = (
-                f"{why} with the session's changes in place (the code under test can keep "
-                "it running): reward 0"
+                f"{why} with the session's changes (or the files it left) in place (what "
+                "the session wrote can keep it running): reward 0"
             )
             return evaluation
         scored = await _score(
