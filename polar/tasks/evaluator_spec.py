@@ -156,9 +156,23 @@ class EvaluatorSpec(KindSpec):
     def eval_runtime_spec(self, runtime: RuntimeSpec) -> RuntimeSpec:
         """The spec of the evaluator's fresh runtime: the task's, then (swebench) the checkout
         of `base_commit` and the instance's install as prepare actions, so they run while
-        the harness does. Workflow code calls it (the prewarm), so it reads the two keys it
+        the harness does; (harbor) a separate verifier's own image, alone (none of the
+        task's prepare actions, sidecars, collection or harness user: they are the agent's
+        environment's).
+        Workflow code calls it (the prewarm), so it reads the keys it
         needs from the config as written; the kind's model has checked them at submit and
         checks them again when grading."""
+        image = (self.harbor or {}).get("image") if self.kind == "harbor" else None
+        if isinstance(image, str) and image:  # a separate verifier's own environment
+            return runtime.model_copy(
+                update={
+                    "image": image,
+                    "prepare": [],
+                    "sidecars": [],
+                    "collect": [],
+                    "harness_user": None,
+                }
+            )
         config = self.swebench if self.kind == "swebench" else None
         base_commit = (config or {}).get("base_commit")
         if not isinstance(base_commit, str) or not base_commit:

@@ -39,7 +39,13 @@ from pydantic import ValidationError
 from polar.ids import TASK_ID_MAX
 from polar.tasks.harbor_artifacts import task_collect
 from polar.tasks.harbor_compose import compose_services
-from polar.tasks.harbor_environment import check_environment, environment_image, runtime_spec
+from polar.tasks.harbor_environment import (
+    check_environment,
+    environment_image,
+    runtime_spec,
+    separate_verifier,
+    verifier_image,
+)
 from polar.tasks.harbor_harness import McpReach, task_harness
 from polar.tasks.harbor_healthcheck import healthcheck_action
 from polar.tasks.harbor_network import baseline_policy, phase_networks
@@ -171,12 +177,17 @@ def task_spec(
     # compose's `main` environment is every exec's in it: the agent's and the verifier's
     task_env = main_env | resolved_env(task, "environment.env", env_cfg.get("env"), environ)
     verifier_env = resolved_env(task, "verifier.env", verifier.get("env"), environ)
+    separate = (separate_verifier(task), verifier_image(task, image_map))
 
     def step_evaluator(v: dict[str, Any], network: NetworkSpec) -> EvaluatorSpec:
         env = resolved_env(task, "steps.verifier.env", v.get("env"), environ)
         user = v.get("user", verifier.get("user"))
         env = task_env | verifier_env | env
-        return harbor_evaluator(task, v["timeout_sec"], network, v["tests"], user, env)
+        mode = v.get("environment_mode")  # a step's own, else the task's
+        step_separate = mode == "separate" if mode is not None else separate[0]
+        return harbor_evaluator(
+            task, v["timeout_sec"], network, v["tests"], user, env, (step_separate, separate[1])
+        )
 
     steps = harbor_steps(task, env_cfg, agent_network, step_evaluator, services)
     if not steps and not (task.tests_dir / "test.sh").is_file():
@@ -188,12 +199,7 @@ def task_spec(
     user = verifier.get("user")
     base_harness = harness or HarnessSpec(kind="pi")
     reach = McpReach(frozenset(s.name for s in sidecars), agent_network, environ)
-    metadata = _metadata(task, env_cfg)
-    if main_env:  # in the agent's and the verifier's env, as compose gives it to `main`
-        metadata["compose_env"] = main_env
-    risk = verifier_runs_agent_code(task.tests_dir, runtime.workdir, user)
-    if risk is not None:  # `polar submit` and `polar tasks load` print the warning
-        metadata["verifier_runs_agent_code"] = risk
+    metadata = _metadata(task, env_cfg, main_env, runtime.workdir, user)
     try:
         steps = _step_budgets(steps, agent_timeout)
         timeouts = _timeouts(steps, agent_timeout, verifier_timeout)
@@ -210,6 +216,7 @@ def task_spec(
                 (str(task.tests_dir), None),
                 user,
                 {**task_env, **verifier_env},
+                separate,
             ),
             timeouts=timeouts,
             steps=steps,
@@ -227,13 +234,20 @@ def harbor_evaluator(
     tests: tuple[str, str | None],
     user: Any,
     env: dict[str, str],
+    separate: tuple[bool, str | None] = (False, None),
 ) -> EvaluatorSpec:
     """The `harbor` evaluator of a task (or of one of its steps: `tests` is the task's
-    tests dir and the step's own, laid over it)."""
+    tests dir and the step's own, laid over it); `separate`: whether it is Harbor's
+    separate verifier (it gets the collected artifacts, never the session's workspace
+    changes), and its own image (None: the task's)."""
     config = verifier_config(task, None if user is None else str(user), env)
     config["tests_dir"], step_tests = tests
     if step_tests is not None:
         config["step_tests_dir"] = step_tests
+    if separate[0]:
+        config["workspace_changes"] = False
+        if separate[1] is not None:
+            config["image"] = separate[1]
     return EvaluatorSpec(
         kind="harbor", harbor=config | {"timeout_s": float(timeout_s)} | network_config(network)
     )
@@ -339,11 +353,13 @@ def task_id_of(name: str) -> str:
     return re.sub(r"\.{2,}", ".", tid)[:TASK_ID_MAX] or "harbor-task"
 
 
-def _metadata(task: HarborTask, env_cfg: dict[str, Any]) -> dict[str, Any]:
+def _metadata(
+    task: HarborTask, env_cfg: dict[str, Any], main_env: dict[str, str], workdir: str, user: Any
+) -> dict[str, Any]:
     """What of the task Polar keeps but does not act on (for people and the audit)."""
     package = task.section("task")
     solution = task.section("solution")
-    return {
+    metadata: dict[str, Any] = {
         "name": task.name,
         "dir": str(task.dir),
         "solution_dir": str(task.solution_dir),
@@ -360,3 +376,9 @@ def _metadata(task: HarborTask, env_cfg: dict[str, Any]) -> dict[str, Any]:
         "network_mode": baseline_policy(task, env_cfg)[0],
         "verifier_environment_mode": task.section("verifier").get("environment_mode"),
     }
+    if main_env:  # in the agent's and the verifier's env, as compose gives it to `main`
+        metadata["compose_env"] = main_env
+    risk = verifier_runs_agent_code(task.tests_dir, workdir, user)
+    if risk is not None:  # `polar submit` and `polar tasks load` print the warning
+        metadata["verifier_runs_agent_code"] = risk
+    return metadata

@@ -25,17 +25,22 @@ __all__ = [
     "environment_image",
     "resolved_image_map",
     "runtime_spec",
+    "separate_verifier",
+    "verifier_image",
 ]
 
 IMAGE_REPO = "polar/harbor-env"
 """Images built from a task's environment/ are `{IMAGE_REPO}:{content hash}`."""
 
 
-def environment_hash(task: HarborTask, image_map: Mapping[str, str] | None = None) -> str:
-    """The content hash of the task's environment/ (paths, exec bits, bytes, link targets)
-    and of the image map entries its Dockerfile's FROM lines use: the build cache key."""
+def environment_hash(
+    task: HarborTask, image_map: Mapping[str, str] | None = None, root: Path | None = None
+) -> str:
+    """The content hash of the task's environment/ (or `root`, another build context: a
+    separate verifier's tests/) (paths, exec bits, bytes, link targets) and of the image map
+    entries its Dockerfile's FROM lines use: the build cache key."""
     digest = hashlib.sha256()
-    root = task.environment_dir
+    root = task.environment_dir if root is None else root
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root).as_posix()
         if path.is_symlink():
@@ -43,7 +48,8 @@ def environment_hash(task: HarborTask, image_map: Mapping[str, str] | None = Non
         elif path.is_file():
             digest.update(f"F {rel} {os.access(path, os.X_OK)}\0".encode())
             digest.update(hashlib.sha256(path.read_bytes()).digest())
-    used = {b: m for b, m in resolved_image_map(task, image_map).items() if b in base_images(task)}
+    bases = base_images(task, root)
+    used = {b: m for b, m in resolved_image_map(task, image_map).items() if b in bases}
     digest.update(json.dumps(used, sort_keys=True).encode())
     return digest.hexdigest()
 
@@ -58,10 +64,11 @@ def resolved_image_map(task: HarborTask, image_map: Mapping[str, str] | None) ->
     return {**(image_map or {}), **own}
 
 
-def base_images(task: HarborTask) -> list[str]:
-    """The images the Dockerfile pulls in: its FROM lines' and its `COPY --from=` ones
-    (build stages, stage indexes and `scratch` left out), in order."""
-    dockerfile = task.environment_dir / "Dockerfile"
+def base_images(task: HarborTask, root: Path | None = None) -> list[str]:
+    """The images the Dockerfile (of environment/, or of `root`) pulls in: its FROM lines'
+    and its `COPY --from=` ones (build stages, stage indexes and `scratch` left out), in
+    order."""
+    dockerfile = (task.environment_dir if root is None else root) / "Dockerfile"
     if not dockerfile.is_file():
         return []
     stages: set[str] = set()
@@ -107,6 +114,40 @@ def environment_image(task: HarborTask, image_map: Mapping[str, str] | None = No
     return f"{IMAGE_REPO}:{environment_hash(task, image_map)[:20]}"
 
 
+def separate_verifier(task: HarborTask) -> bool:
+    """Whether the task's verifier runs in Harbor's `separate` mode: set, or implied by a
+    `[verifier.environment]` (harbor's `resolve_task_verifier_mode`)."""
+    verifier = task.section("verifier")
+    mode = verifier.get("environment_mode")
+    return mode == "separate" or (mode is None and verifier.get("environment") is not None)
+
+
+def verifier_image(task: HarborTask, image_map: Mapping[str, str] | None = None) -> str | None:
+    """The image of a separate verifier, where it is not the task's own (None), as Harbor
+    resolves it: `[verifier.environment].docker_image` (through the image map), else a
+    `tests/Dockerfile` (its tests bundled: built like environment/, `tests/` the context),
+    else the task's environment."""
+    if not separate_verifier(task):
+        return None
+    own = task.section("verifier").get("environment") or {}
+    if not isinstance(own, dict):
+        raise HarborTaskError(task.name, "verifier.environment", "must be a table")
+    if own.get("docker_image"):
+        image = str(own["docker_image"])
+        return resolved_image_map(task, image_map).get(image, image)
+    if (task.tests_dir / "docker-compose.yaml").is_file():
+        raise HarborTaskError(
+            task.name,
+            "tests/docker-compose.yaml",
+            "a separate verifier with compose services is not run: Polar's verifier "
+            "environment is one container (its own image: tests/Dockerfile or "
+            "[verifier.environment].docker_image)",
+        )
+    if (task.tests_dir / "Dockerfile").is_file():
+        return f"{IMAGE_REPO}:{environment_hash(task, image_map, task.tests_dir)[:20]}"
+    return None
+
+
 def _dockerfile_lines(path: Path) -> list[str]:
     """The Dockerfile's instructions, continuation lines joined, comments dropped."""
     lines, current = [], ""
@@ -135,6 +176,13 @@ def check_environment(task: HarborTask, env_cfg: dict[str, Any], verifier: dict[
     mode = verifier.get("environment_mode")
     if mode not in (None, "shared", "separate"):
         raise HarborTaskError(task.name, "verifier.environment_mode", f"unknown mode {mode!r}")
+    if mode == "shared" and verifier.get("environment") is not None:
+        raise HarborTaskError(
+            task.name,
+            "verifier.environment",
+            "a verifier environment with environment_mode = 'shared': either leave the "
+            "environment out or make the mode 'separate' (as Harbor refuses it)",
+        )
 
 
 def _workdir(task: HarborTask, env_cfg: dict[str, Any], image: str) -> str | None:

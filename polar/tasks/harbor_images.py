@@ -10,6 +10,8 @@ session's run stage:
   (polar/tasks/harbor_environment.py: `environment_hash`). An image of that tag already
   there is the cache: nothing is built again.
 * a prebuilt `[environment].docker_image` is used as is (through the image map).
+* a separate verifier's own image (`[verifier.environment].docker_image`, or a
+  `tests/Dockerfile`, built the same way with `tests/` as its context) likewise.
 * an image a task needs (its base image or its docker_image) that the engine
   does not have fails here, naming it and how to map it to a local one: the
   task's `[metadata.polar.image_map]` in task.toml, or the deployment's
@@ -29,7 +31,12 @@ from pathlib import Path
 from typing import Any
 
 from polar.tasks.harbor_compose import COMPOSE_FILE, compose_services
-from polar.tasks.harbor_environment import base_images, environment_image, resolved_image_map
+from polar.tasks.harbor_environment import (
+    base_images,
+    environment_image,
+    resolved_image_map,
+    verifier_image,
+)
 from polar.tasks.harbor_toml import HarborTask, HarborTaskError, find_task_dirs, read_harbor_task
 
 __all__ = ["BuiltImage", "ensure_image", "ensure_images"]
@@ -91,7 +98,7 @@ NO_NETWORK = re.compile(
 """What a build step that tried to reach the network prints."""
 
 
-def _build_failure(task: HarborTask, exc: Any) -> HarborTaskError:
+def _build_failure(task: HarborTask, exc: Any, field: str) -> HarborTaskError:
     """A failed build as the task's error: the log's tail, and where a step tried the
     network, that builds have none and which step it was."""
     log = "".join(str(c.get("stream", "")) for c in exc.build_log)
@@ -104,7 +111,7 @@ def _build_failure(task: HarborTask, exc: Any) -> HarborTaskError:
             f"{step!r} needed it; bake what it fetches into a local base image and map it "
             f"({MAP_HINT.format(image='<image>')}); {exc}"
         )
-    return HarborTaskError(task.name, "environment/Dockerfile", f"{why}\n{log[-2000:]}")
+    return HarborTaskError(task.name, field, f"{why}\n{log[-2000:]}")
 
 
 def ensure_image(
@@ -114,31 +121,67 @@ def ensure_image(
     log: Callable[[str], None] = lambda _: None,
 ) -> BuiltImage:
     """The task's image present on `client`'s engine: prebuilt, cached or built now
-    (HarborTaskError naming a missing image, or a failed build with its log's tail)."""
-    from docker.errors import BuildError
-
-    image = environment_image(task, image_map)
+    (HarborTaskError naming a missing image, or a failed build with its log's tail); a
+    separate verifier's own image too (`verifier_image`)."""
     for sidecar in compose_services(task, image_map)[0]:  # run as they are: never built here
         if not _has_image(client, sidecar.image):
             raise _missing(task, f"{COMPOSE_FILE} services.{sidecar.name}.image", sidecar.image)
-    if task.section("environment").get("docker_image"):
+    built = _ensure(task, client, image_map, log, verifier=False)
+    if verifier_image(task, image_map) is not None:
+        _ensure(task, client, image_map, log, verifier=True)
+    return built
+
+
+def _ensure(
+    task: HarborTask,
+    client: Any,
+    image_map: Mapping[str, str] | None,
+    log: Callable[[str], None],
+    *,
+    verifier: bool,
+) -> BuiltImage:
+    """The agent's image (environment/), or the separate verifier's (tests/)."""
+    if verifier:
+        image = verifier_image(task, image_map) or ""
+        root, section = task.tests_dir, task.section("verifier").get("environment") or {}
+        prebuilt_field, dockerfile_field = "verifier.environment.docker_image", "tests/Dockerfile"
+    else:
+        image, root, section = environment_image(task, image_map), None, task.section("environment")
+        prebuilt_field, dockerfile_field = "environment.docker_image", "environment/Dockerfile"
+    if section.get("docker_image"):
         if not _has_image(client, image):
-            raise _missing(task, "environment.docker_image", image)
-        _check_shell(task, client, image, "environment.docker_image")
+            raise _missing(task, prebuilt_field, image)
+        _check_shell(task, client, image, prebuilt_field)
         return BuiltImage(task.name, image, "prebuilt")
     if _has_image(client, image):
-        _check_shell(task, client, image, "environment/Dockerfile")
+        _check_shell(task, client, image, dockerfile_field)
         return BuiltImage(task.name, image, "cached")
     mapping = resolved_image_map(task, image_map)
-    for base in base_images(task):
+    for base in base_images(task, root):
         if not _has_image(client, mapping.get(base, base)):
-            raise _missing(task, "environment/Dockerfile FROM/COPY --from", mapping.get(base, base))
-    timeout = float(task.section("environment").get("build_timeout_sec", 600.0))
+            raise _missing(task, f"{dockerfile_field} FROM/COPY --from", mapping.get(base, base))
     started = time.monotonic()
     log(f"building {image} for {task.name}")
+    _build(task, client, root or task.environment_dir, image, mapping, dockerfile_field)
+    _check_shell(task, client, image, dockerfile_field)
+    return BuiltImage(task.name, image, "built", round(time.monotonic() - started, 1))
+
+
+def _build(
+    task: HarborTask,
+    client: Any,
+    root: Path,
+    image: str,
+    mapping: Mapping[str, str],
+    field: str,
+) -> None:
+    """Build `root`'s Dockerfile (its images mapped) as `image`, offline."""
+    from docker.errors import BuildError
+
+    timeout = float(task.section("environment").get("build_timeout_sec", 600.0))
     with tempfile.TemporaryDirectory(prefix="polar-harbor-env-") as tmp:
         context = Path(tmp) / "context"
-        shutil.copytree(task.environment_dir, context, symlinks=True)
+        shutil.copytree(root, context, symlinks=True)
         dockerfile = context / "Dockerfile"
         dockerfile.write_text(_mapped_dockerfile(dockerfile.read_text(), mapping))
         try:
@@ -153,9 +196,7 @@ def ensure_image(
                 timeout=int(timeout),
             )
         except BuildError as exc:
-            raise _build_failure(task, exc) from exc
-    _check_shell(task, client, image, "environment/Dockerfile")
-    return BuiltImage(task.name, image, "built", round(time.monotonic() - started, 1))
+            raise _build_failure(task, exc, field) from exc
 
 
 SHELL = "/bin/sh"

@@ -47,8 +47,8 @@ _STEP_KEYS = {"name", "agent", "verifier", "min_reward", "healthcheck", "artifac
 _REFUSED = {
     "agent.user": "a step's own agent user: every step's harness runs as the task's "
     "[agent].user, the user the session's runtime was made for",
-    "verifier.environment": "a separate verifier image: Polar grades in a fresh runtime of "
-    "the task's own environment",
+    "verifier.environment": "a step's own separate verifier environment: a step's "
+    "separate verifier runs in the task's (`[verifier.environment]`, else the task's image)",
 }
 
 Evaluator = Callable[[dict[str, Any], NetworkSpec], EvaluatorSpec]

@@ -91,8 +91,6 @@ KNOWN_KEYS: dict[str, frozenset[str]] = {
 
 # fields whose presence (set, non-empty) Polar cannot honour, and why
 _UNSUPPORTED: dict[str, str] = {
-    "verifier.environment": "a separate verifier image: Polar grades in a fresh runtime of "
-    "the task's own environment",
     "environment.tpu": "TPUs: this deployment's workers run docker and podman containers on "
     "Linux hosts, none of which offers a TPU slice (Harbor places those on GKE TPU node pools)",
 }

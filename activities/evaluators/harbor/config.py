@@ -39,6 +39,20 @@ class HarborConfig(EvaluatorConfig):
         description="which named reward of reward.json is the session's reward (None: "
         "`reward`, else the only one, else the mean of all, as Harbor reads them)",
     )
+    workspace_changes: bool = Field(
+        default=True,
+        exclude_if=lambda v: v,  # left out when set: older workers read the spec
+        description="False: Harbor's separate verifier (`[verifier].environment_mode = "
+        "'separate'`, or a `[verifier.environment]`): its fresh runtime gets the session's "
+        "collected artifacts, never its workspace changes",
+    )
+    image: str | None = Field(
+        default=None,
+        min_length=1,
+        exclude_if=lambda v: v is None,
+        description="a separate verifier's own image (`[verifier.environment].docker_image`, "
+        "or built from tests/Dockerfile); None: the task's",
+    )
     network: NetworkSpec = Field(
         default_factory=NetworkSpec,
         exclude_if=lambda v: v.sealed,  # left out while sealed: older workers read the spec

@@ -154,7 +154,10 @@ def test_env_templates_resolve_from_the_host(tmp_path: Path) -> None:
         ('[environment]\ntpu = { type = "v6e", topology = "2x2" }', "environment.tpu"),
         ('artifacts = ["/tmp/../etc"]', "artifacts[0]"),
         ('artifacts = [{source = "/x", service = "db"}]', "artifacts[0].service"),
-        ('[verifier.environment]\ndocker_image = "x"', "verifier.environment"),
+        (
+            '[verifier]\nenvironment_mode = "shared"\n[verifier.environment]\ndocker_image = "x"',
+            "verifier.environment",
+        ),
         ('[[verifier.collect]]\ncommand = ""', "verifier.collect[0].command"),
         ('[[verifier.collect]]\ncommand = "true"\nwhen = 1', "verifier.collect[0].when"),
         ('[environment.healthcheck]\ncommand = ""', "environment.healthcheck.command"),
