@@ -5,7 +5,8 @@ scripts/setup_harbor_venv.sh) reads each task dir of examples/harbor; Polar's
 loader (polar/tasks/harbor.py) reads the same dirs; every field Polar carries is
 compared: name, instruction (canary stripped), agent and verifier timeouts,
 verifier user and env, agent user, cpus, memory, storage, network mode, docker_image,
-metadata, solution env, skills dir, MCP servers, GPUs, steps, artifacts and collect hooks.
+metadata, solution env, skills dir, MCP servers, GPUs, steps, artifacts and collect hooks,
+and the verifier's mode (separate or shared, per step too) and whether it has its own image.
 """
 
 from __future__ import annotations
@@ -32,6 +33,20 @@ HARBOR_VIEW = """
 import json, sys
 from harbor.models.task.artifacts import normalize_artifact_entries, with_convention_entry
 from harbor.models.task.task import Task
+from harbor.models.task.config import VerifierEnvironmentMode
+from harbor.models.task.verifier_mode import (
+    resolve_step_verifier_mode,
+    resolve_task_verifier_mode,
+    resolve_verifier_environment_definition,
+)
+
+SEPARATE = VerifierEnvironmentMode.SEPARATE
+
+def own_image(c, t):
+    # a separate verifier's own image (its docker_image, or tests/ built): bundled tests
+    if resolve_task_verifier_mode(c) != SEPARATE:
+        return False
+    return resolve_verifier_environment_definition(c, t.paths).bundled_tests
 
 def art(a):
     return {
@@ -83,6 +98,7 @@ for d in sys.argv[1:]:
                 "verifier_timeout_s": s.verifier.timeout_sec,
                 "verifier_env": {**c.verifier.env, **s.verifier.env},
                 "min_reward": s.min_reward,
+                "separate_verifier": resolve_step_verifier_mode(c, s) == SEPARATE,
                 "artifacts": [art(a) for a in normalize_artifact_entries(s.artifacts)],
                 "collect": [hook(h) for h in s.verifier.collect],
             }
@@ -94,6 +110,8 @@ for d in sys.argv[1:]:
         # Harbor always collects its /logs/artifacts; Polar where the task declares any
         "artifacts": [art(a) for a in task_artifacts] if declared else [],
         "collect": [hook(h) for h in c.verifier.collect],
+        "separate_verifier": resolve_task_verifier_mode(c) == SEPARATE,
+        "verifier_own_image": own_image(c, t),
     })
 print(json.dumps(out))
 """
@@ -148,6 +166,8 @@ def polar_view(spec: TaskSpec) -> dict[str, Any]:
         "step_reward": spec.step_reward if spec.steps else None,
         "artifacts": [a.model_dump(mode="json") for a in rt.collect.artifacts],
         "collect": [c.model_dump(mode="json") for c in rt.collect.commands],
+        "separate_verifier": not verifier.workspace_changes,
+        "verifier_own_image": verifier.image is not None,
     }
 
 
@@ -161,6 +181,7 @@ def _step_view(step: TaskStep) -> dict[str, Any]:
         "verifier_timeout_s": verifier.timeout_s,
         "verifier_env": verifier.env,
         "min_reward": step.min_reward,
+        "separate_verifier": not verifier.workspace_changes,
         "artifacts": [a.model_dump(mode="json") for a in step.collect.artifacts],
         "collect": [c.model_dump(mode="json") for c in step.collect.commands],
     }
@@ -218,6 +239,29 @@ def test_artifacts_and_collect_hooks_are_read_as_harbor_reads_them(
             '"srv/report/summary.txt", { source = "/logs/artifacts", exclude = ["*.bin"] },',
         )
     )
+    _agree(harbor_python, tmp_path)
+
+
+def test_the_verifiers_mode_and_image_are_read_as_harbor_reads_them(
+    harbor_python: Path, tmp_path: Path
+) -> None:
+    """Separate by `environment_mode` (the task's, a step's own shared over it), by a
+    `[verifier.environment]` with a `docker_image` or with tests/Dockerfile, or neither."""
+    steps = Path(shutil.copytree(FEATURES / "two-step-notes", tmp_path / "steps"))
+    toml = steps / "task.toml"
+    text = toml.read_text().replace("[verifier]\n", '[verifier]\nenvironment_mode = "separate"\n')
+    parts = text.split("[[steps]]")
+    parts[1] = parts[1].rstrip("\n") + '\n[steps.verifier]\nenvironment_mode = "shared"\n\n'
+    toml.write_text("[[steps]]".join(parts))
+    image = Path(shutil.copytree(EXAMPLES / "hello-file", tmp_path / "image"))
+    toml = image / "task.toml"
+    toml.write_text(toml.read_text() + '\n[verifier.environment]\ndocker_image = "grader:1"\n')
+    mode_only = Path(shutil.copytree(EXAMPLES / "hello-file", tmp_path / "mode-only"))
+    toml = mode_only / "task.toml"
+    toml.write_text(
+        toml.read_text().replace("[verifier]\n", '[verifier]\nenvironment_mode = "separate"\n')
+    )
+    shutil.copytree(FEATURES / "separate-verifier", tmp_path / "bundled")
     _agree(harbor_python, tmp_path)
 
 
