@@ -11,14 +11,9 @@ import pytest
 from temporalio.exceptions import ApplicationError
 
 from activities.evaluators.patches import checked_base_commit, extract_command, extract_patch
-from activities.evaluators.swebench import (
-    check_workspace_command,
-    evaluate_swebench,
-    read_config_command,
-    reset_test_files_command,
-    restore_files_command,
-)
+from activities.evaluators.swebench import check_workspace_command, evaluate_swebench
 from activities.evaluators.swebench.config import SweBenchConfig
+from activities.evaluators.workspace_git import restore_command, versions_command
 from activities.runtimes.kinds.local import LocalRuntime
 from polar.contracts import NON_RETRYABLE_ERRORS, RuntimeHandle
 from polar.tasks.spec import CommandAction, EvaluatorSpec, RuntimeSpec
@@ -88,9 +83,10 @@ def _commands(base: str, tmp_path: Path) -> dict[str, str]:
         "extract diff": f"export GIT_INDEX_FILE={tmp_path}/idx gd={tmp_path}\n"
         + "\n".join(script[at[2] - 1 : at[2] + 1]),
         "check workspace": check_workspace_command(base),
-        "read config": read_config_command(base, ["setup.cfg"], tmp_path / "config"),
-        "restore config": restore_files_command(base, [("setup.cfg", True)]),
-        "reset test files": reset_test_files_command(base, ["tests/test_a.py"]),
+        "read config": versions_command(base, ["setup.cfg"], tmp_path / "config"),
+        "restore config": restore_command(base, ["setup.cfg"]),
+        "reset test files": restore_command(base, ["tests/test_a.py"]),
+        "reset on a copy": restore_command(base, ["tests/test_a.py"], tmp_path / "absent"),
         "eval checkout": _eval_checkout(base),
     }
 
