@@ -174,3 +174,34 @@ async def test_extract_and_evaluate_refuse_it_before_any_git_call(
         await evaluate_swebench(runtime, handle, runtime, handle, spec, timeout_s=60)
     assert list(trap.iterdir()) == []
     assert not (tmp_path / "runtimes").exists() or not any((tmp_path / "runtimes").rglob("*"))
+
+
+def test_the_eval_checkout_on_an_image_without_git(repo: Path, trap: Path, tmp_path: Path) -> None:
+    """With no git on PATH (a stock image), the checkout reads HEAD from `.git` with sh alone:
+    HEAD on a branch (a loose or a packed ref) or detached at the base passes, another base
+    (or one git would read as an option) is refused, naming both, and nothing is run."""
+    head = git(repo, "rev-parse", "HEAD")
+    no_git = {"PATH": str(trap), "HOME": str(tmp_path)}
+
+    def checkout(base: str) -> subprocess.CompletedProcess[str]:
+        command = _eval_checkout(base)
+        return subprocess.run(
+            ["/bin/sh", "-c", command], cwd=repo, env=no_git, capture_output=True, text=True
+        )
+
+    for state in ("loose ref", "packed ref", "detached"):
+        if state == "packed ref":
+            git(repo, "pack-refs", "--all")
+        if state == "detached":
+            git(repo, "checkout", "-q", "--detach")
+        done = checkout(head)
+        assert done.returncode == 0, (state, done.stderr)
+        other = checkout("f" * 40)
+        assert other.returncode == 1, (state, other.stderr)
+        assert "no git to check out base_commit " + "f" * 40 in other.stderr
+        assert head in other.stderr
+    for base in _dangerous(trap):
+        done = checkout(base)
+        assert done.returncode == 1 and base in done.stderr
+        assert SECRET not in done.stdout + done.stderr
+    assert list(trap.iterdir()) == []
