@@ -246,6 +246,8 @@ def entries(top: Path, paths: Sequence[str]) -> dict[str, str]:
     found: dict[str, str] = {}
     for rel in paths:
         parts = PurePosixPath(rel).parts
+        if not parts or parts[0] == "/" or ".." in parts:
+            continue  # not a path of the tree (git applies and checks out none)
         for depth in range(1, len(parts) + 1):
             sub = "/".join(parts[:depth])
             if sub not in found:
