@@ -10,19 +10,15 @@ junk and task-owned files left out) are applied.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from activities.evaluators.base import Evaluation, Tick
 from activities.evaluators.baseline import record_baseline
-from activities.evaluators.patches import (
-    ExtractionFailed,
-    apply_patch,
-    drop_protected,
-    extract_patch,
-)
-from activities.evaluators.worker_git import WorkerGitFailed, apply_on_worker, uses_worker_git
+from activities.evaluators.patches import ExtractionFailed, drop_protected, extract_patch
+from activities.evaluators.worker_git import WorkerGitFailed
+from activities.evaluators.workspace_git import WorkspaceGit, workspace_git
 from activities.heartbeat import heartbeating
 from activities.runtimes.base import Runtime
 from activities.runtimes.network.egress import with_local_hosts
@@ -162,11 +158,15 @@ async def carry_changes(
     *,
     protected: Sequence[str] = (),
     exclude: Sequence[str] = (),
+    named: Callable[[list[str]], Awaitable[Sequence[str]]] | None = None,
+    git: WorkspaceGit | None = None,
     timeout_s: float = 300,
     on_tick: Tick = None,
 ) -> Changes:
-    """Extract the session's changes against `base`, drop the protected files, apply the rest
-    in the evaluator's runtime (reset to its baseline if they do not apply)."""
+    """Extract the session's changes against `base`, drop the protected files (`protected`,
+    and what `named` adds given the patch's files), apply the rest in the evaluator's
+    runtime (reset to its baseline if they do not apply) with its `git` (one of its own
+    where None: activities/evaluators/workspace_git.py)."""
     changes = Changes()
     try:
         patch, files, changes.dropped_junk = await extract_patch(
@@ -180,6 +180,38 @@ async def carry_changes(
     except ExtractionFailed as exc:
         changes.extract_error = str(exc)
         return changes
+    async with contextlib.AsyncExitStack() as stack:
+        if git is None:  # a copy of a container's workspace is made only where it is used
+            git = await stack.enter_async_context(workspace_git(eval_runtime, eval_handle))
+        return await _apply(
+            changes,
+            patch,
+            files,
+            eval_runtime,
+            eval_handle,
+            git,
+            protected,
+            named,
+            timeout_s,
+            on_tick,
+        )
+
+
+async def _apply(
+    changes: Changes,
+    patch: bytes,
+    files: list[str],
+    eval_runtime: Runtime,
+    eval_handle: RuntimeHandle,
+    git: WorkspaceGit,
+    protected: Sequence[str],
+    named: Callable[[list[str]], Awaitable[Sequence[str]]] | None,
+    timeout_s: float,
+    on_tick: Tick,
+) -> Changes:
+    """`carry_changes` once the patch is extracted."""
+    if named is not None and files:
+        protected = [*protected, *await named(files)]
     changes.patch, changes.files, changes.protected_dropped = drop_protected(patch, protected)
     if changes.empty:
         return changes
@@ -190,26 +222,14 @@ async def carry_changes(
             f"disk limit ({limit} bytes): it cannot be applied there"
         )
         return changes
-    if uses_worker_git(eval_runtime):  # a container: the worker's git (worker_git.py)
-        try:
-            changes.strategy, changes.attempts = await apply_on_worker(
-                eval_runtime,
-                eval_handle,
-                changes.patch,
-                reset_to=eval_handle.baseline or "HEAD",
-                timeout_s=timeout_s,
-                on_tick=on_tick,
-            )
-        except WorkerGitFailed as exc:
-            changes.attempts = [{"strategy": "git apply", "exit_code": None, "log": str(exc)}]
-        return changes
-    changes.strategy, changes.attempts = await apply_patch(
-        eval_runtime,
-        eval_handle,
-        changes.patch,
-        name="model",
-        timeout_s=timeout_s,
-        reset_to=eval_handle.baseline or "HEAD",
-        on_tick=on_tick,
-    )
+    try:
+        changes.strategy, changes.attempts = await git.apply(
+            changes.patch,
+            name="model",
+            reset_to=eval_handle.baseline or "HEAD",
+            timeout_s=timeout_s,
+            on_tick=on_tick,
+        )
+    except WorkerGitFailed as exc:  # the worker's git cannot use the copy's .git
+        changes.attempts = [{"strategy": "git apply", "exit_code": None, "log": str(exc)}]
     return changes

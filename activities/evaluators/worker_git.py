@@ -10,10 +10,11 @@ that no sandbox reaches (under `{data_dir}/worker-git/`):
   what it wrote into the copy's `.git` (the whole `.git` of a workspace that had none, else
   the new objects and the baseline ref) is put back into the workspace, owned as the
   workspace is: the harness sees the same repository as before;
-* the session's changes (`apply_on_worker`): `git apply` (then `--3way`, then `--reject`),
-  the copy reset to the baseline between tries; the files the patch touches are then put
-  into the workspace, or removed from it. GNU `patch` (the in-sandbox last resort) never
-  runs on the worker over a session's patch.
+* an evaluator's git work in its fresh runtime (`copy_into`; activities/evaluators/
+  workspace_git.py: checking the base commit, listing and restoring files, applying the
+  session's patch and a test patch): on one copy, what changed put back into the
+  workspace. GNU `patch` (the in-sandbox last resort) never runs on the worker over a
+  session's patch.
 
 Git on the copy reads nothing of the task's: the copy's `.git/config` is replaced by one
 of the worker's (keeping only the object format), its `info/` and `hooks/` removed, and git
@@ -28,33 +29,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import shlex
 import shutil
 import subprocess
 import tempfile
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
 
 from activities import safe_files
 from activities.evaluators.base import Tick
-from activities.evaluators.patches import (
-    APPLY_STRATEGIES,
-    CLEAN_GIT,
-    CLEAN_GIT_ENV,
-    _clean_keeps_junk,
-    revision,
-    split_patch,
-    trusted_env,
-)
+from activities.evaluators.patches import CLEAN_GIT_ENV, trusted_env
 from activities.heartbeat import heartbeating
 from activities.runtimes.base import Runtime, WorkspaceWriter
 from activities.shell_command import run_shell
 from polar.contracts import RuntimeHandle
 from polar.settings import WorkerSettings, get_settings
-
-WORKER_STRATEGIES = tuple((n, t) for n, t in APPLY_STRATEGIES if n.startswith("git apply"))
-"""The apply strategies run on the worker: git's only."""
 
 
 class WorkerGitFailed(RuntimeError):
@@ -76,11 +64,18 @@ async def workspace_copy(runtime: Runtime, handle: RuntimeHandle) -> AsyncIterat
     try:
         copy = folder / "workspace"
         copy.mkdir()
-        await heartbeating(runtime.copy_workspace(handle, copy), step="copying the workspace")
-        await asyncio.to_thread(_tame_git, copy / ".git")
+        await copy_into(runtime, handle, copy)
         yield copy
     finally:
         await asyncio.to_thread(shutil.rmtree, folder, True)
+
+
+async def copy_into(runtime: Runtime, handle: RuntimeHandle, copy: Path) -> None:
+    """The workspace copied into the worker's empty folder `copy` (its parent the worker's
+    own, 0700), its `.git` made safe for the worker's git (WorkerGitFailed where it cannot
+    be)."""
+    await heartbeating(runtime.copy_workspace(handle, copy), step="copying the workspace")
+    await asyncio.to_thread(_tame_git, copy / ".git")
 
 
 def _tame_git(git: Path) -> None:
@@ -173,63 +168,3 @@ async def baseline_on_worker(
             new.append(ref)
         await runtime.put_workspace(handle, copy, new, [])
         return code, output
-
-
-async def apply_on_worker(
-    runtime: Runtime,
-    handle: RuntimeHandle,
-    patch: bytes,
-    *,
-    reset_to: str,
-    timeout_s: float,
-    on_tick: Tick = None,
-) -> tuple[str | None, list[dict[str, Any]]]:
-    """Apply `patch` on a copy of the workspace with the worker's git (WORKER_STRATEGIES, the
-    copy reset to `reset_to` between tries), and put the files it touched into the workspace
-    (or take them out of it): (strategy that worked or None, attempts). Where none works,
-    the workspace is as it was."""
-    assert isinstance(runtime, WorkspaceWriter)
-    attempts: list[dict[str, Any]] = []
-    async with workspace_copy(runtime, handle) as copy:
-        path = copy.parent / "model.patch"
-        path.write_bytes(patch)
-        before = await asyncio.to_thread(_entries, copy)
-        reset = (
-            f"{CLEAN_GIT} read-tree --reset -u {revision(reset_to)} && "
-            f"{CLEAN_GIT} clean -fdq {_clean_keeps_junk()}"
-        )
-        for i, (strategy, template) in enumerate(WORKER_STRATEGIES):
-            if i:
-                await _run_git(copy, reset, {}, timeout_s, on_tick)
-            command = template.replace("git apply", f"{CLEAN_GIT} apply").format(
-                patch=shlex.quote(str(path))
-            )
-            code, log = await _run_git(copy, command, {}, timeout_s, on_tick)
-            attempts.append({"strategy": strategy, "exit_code": code, "log": log[-2000:]})
-            if code == 0:
-                touched = [p for p, _ in split_patch(patch)]
-                put, removed = _changed(copy, touched, before)
-                await runtime.put_workspace(handle, copy, put, removed)
-                return strategy, attempts
-    return None, attempts
-
-
-def _changed(copy: Path, touched: Sequence[str], before: set[str]) -> tuple[list[str], list[str]]:
-    """(entries to put, parents first: each touched path that exists and its new parent dirs;
-    paths to remove: each touched path that is gone, or that changed from file to dir)."""
-    put: set[str] = set()
-    removed: list[str] = []
-    for rel in touched:
-        target = copy / rel
-        if not (target.exists() or target.is_symlink()):
-            removed.append(rel)
-            continue
-        parts = rel.split("/")
-        for depth in range(1, len(parts)):
-            parent = "/".join(parts[:depth])
-            if parent not in before:
-                put.add(parent)
-        put.add(rel)
-        if rel in before and target.is_dir() and not target.is_symlink():
-            removed.append(rel)  # was a file in the workspace, a folder now
-    return sorted(put), removed

@@ -79,6 +79,24 @@ class RubricSpec(StrictModel):
         return v
 
 
+_HEAD_IS = """# no git in the image: the workspace's HEAD must already be base_commit (its full id)
+[ -f .git/HEAD ] || {{ echo "polar: the workspace is no git checkout (no .git/HEAD)" >&2; exit 1; }}
+head=; read -r head < .git/HEAD || [ -n "$head" ] || exit 1
+case $head in "ref: "*)
+  ref=${{head#ref: }}; head=
+  if [ -f ".git/$ref" ]; then read -r head < ".git/$ref" || true
+  elif [ -f .git/packed-refs ]; then
+    while read -r id name; do [ "$name" = "$ref" ] && head=$id; done < .git/packed-refs
+  fi;;
+esac
+if [ "$head" != {base} ]; then
+  echo "polar: the image has no git to check out base_commit" {base} "and the workspace's" \\
+    "HEAD is ${{head:-unknown}}: give base_commit as HEAD's full id, or an image with git" >&2
+  exit 1
+fi"""
+"""The swebench checkout where the image has no git (sh alone): HEAD read from `.git`."""
+
+
 class EvaluatorSpec(KindSpec):
     """How a session is scored: an evaluator `kind` by name, and its config, validated by
     the kind's own model where the evaluators are (activities/evaluators/<kind>/: the
@@ -182,8 +200,10 @@ class EvaluatorSpec(KindSpec):
         # rev-list reads the commit after --end-of-options as a revision, never as an option;
         # rev-parse and checkout (no --end-of-options before git 2.44) get its hash
         checkout = (
+            "if command -v git >/dev/null 2>&1; then "
             f"commit=$({git} rev-list -n 1 --end-of-options {base}^{{commit}} --) && "
             f'{{ [ "$({git} rev-parse HEAD)" = "$commit" ] || {git} checkout --quiet "$commit"; }}'
+            f"\nelse {_HEAD_IS.format(base=base)}\nfi"
         )
         actions: list[PrepareAction] = [CommandAction(command=checkout, timeout_s=300)]
         install = (config or {}).get("install")

@@ -132,3 +132,32 @@ def task_with_image(task: Path, dest: Path, image: str) -> Path:
     lines[index] = f'"ubuntu:24.04" = "{image}"'
     toml.write_text("\n".join(lines) + "\n")
     return copy
+
+
+PYTHON_NO_GIT = "polar/stock:python-nogit"
+NO_GIT_DOCKERFILE = """FROM {base}
+RUN rm -rf /usr/bin/git /usr/bin/git-* /usr/bin/scalar /usr/lib/git-core /usr/share/git-core \\
+ && ! command -v git
+"""
+
+
+def python_without_git(base: str) -> str:
+    """`PYTHON_NO_GIT`: the suite's runtime image `base` (python3 and pytest, what a
+    SWE-bench-style repository's tests need) with git removed, built offline on top of it
+    (no pull) and made again only when `base` changes; checked to lack git."""
+    import docker
+
+    client = docker.from_env(timeout=300)
+    recipe = f"v{RECIPE_VERSION} nogit from={client.images.get(base).id}"
+    try:
+        if client.images.get(PYTHON_NO_GIT).labels.get(RECIPE_LABEL) == recipe:
+            return PYTHON_NO_GIT
+    except ImageNotFound:
+        pass
+    dockerfile = io.BytesIO(NO_GIT_DOCKERFILE.format(base=base).encode())
+    client.images.build(
+        fileobj=dockerfile, tag=PYTHON_NO_GIT, labels={RECIPE_LABEL: recipe}, pull=False, rm=True
+    )
+    probe = "command -v git && exit 1; python3 -c 'import pytest'"
+    client.containers.run(PYTHON_NO_GIT, ["sh", "-c", probe], remove=True)
+    return PYTHON_NO_GIT

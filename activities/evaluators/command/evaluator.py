@@ -48,13 +48,13 @@ from activities.evaluators.base import (
     EvaluatorError,
     Tick,
     reap,
-    run_in,
 )
 from activities.evaluators.command.config import CommandConfig
 from activities.evaluators.command.report import CommandReport
 from activities.evaluators.fresh import carry_changes, fresh_runtime
-from activities.evaluators.patches import JUNK_DIRS, revision
+from activities.evaluators.patches import JUNK_DIRS, glob_match, revision
 from activities.evaluators.protected import PROTECTED, command_path_candidates
+from activities.evaluators.workspace_git import WorkspaceGit, workspace_git
 from activities.runtimes.base import Runtime
 from polar.contracts import PrepareRequest, RuntimeHandle
 from polar.evaluation_reports import Baselines, EvaluationReport
@@ -74,21 +74,26 @@ class InvalidRewardFile(EvaluatorError, ValueError):
 
 
 async def command_files(
-    runtime: Runtime, handle: RuntimeHandle, command: str, base: str
+    git: WorkspaceGit, command: str, workdir: str, base: str, touched: Sequence[str]
 ) -> list[str]:
-    """The files at commit `base` of the evaluator's workspace that `command` names."""
-    candidates = command_path_candidates(command, handle.workdir)
+    """The files at commit `base` of the evaluator's workspace that `command` names and that
+    a path of `touched` (the patch's) matches (the others protect nothing)."""
+    candidates = [
+        c
+        for c in command_path_candidates(command, workdir)
+        if any(glob_match(path, c) for path in touched)
+    ]
     if not candidates:
         return []
-    out = runtime.scratch(handle) / f"command-files-{secrets.token_hex(8)}"
+    out = git.out / f"command-files-{secrets.token_hex(8)}"
     listing = (
         f"{GIT} ls-tree -z {revision(base)} -- "
         + " ".join(shlex.quote(c) for c in candidates)
         + f" > {shlex.quote(str(out))}"
     )
-    code, _, log = await run_in(runtime, handle, listing, "command-files", 60)
-    data = safe_files.read_bytes(runtime.scratch(handle), out.name, limit=16 << 20)
-    safe_files.remove(runtime.scratch(handle), out.name)
+    code, log = await git.read_only(listing, "command-files", 60)
+    data = safe_files.read_bytes(git.out, out.name, limit=16 << 20)
+    safe_files.remove(git.out, out.name)
     if code != 0 or data is None:
         raise EvaluatorError(f"cannot list the files the command names: {log.strip()[-500:]}")
     files = []
@@ -125,19 +130,25 @@ async def evaluate_command(
             "the session's runtime has no git baseline to diff against (prepared by an older "
             "worker, or git is missing in its runtime)"
         )
-    named = await command_files(
-        eval_runtime, eval_handle, spec.command, eval_handle.baseline or "HEAD"
-    )
-    changes = await carry_changes(
-        session_runtime,
-        session_handle,
-        session_handle.baseline,
-        eval_runtime,
-        eval_handle,
-        protected=protected_paths(spec, named),
-        timeout_s=timeout_s,
-        on_tick=on_tick,
-    )
+    command = spec.command
+    async with workspace_git(eval_runtime, eval_handle) as git:
+
+        async def named(touched: list[str]) -> list[str]:
+            base = eval_handle.baseline or "HEAD"
+            return await command_files(git, command, eval_handle.workdir, base, touched)
+
+        changes = await carry_changes(
+            session_runtime,
+            session_handle,
+            session_handle.baseline,
+            eval_runtime,
+            eval_handle,
+            protected=protected_paths(spec, ()),
+            named=named,
+            git=git,
+            timeout_s=timeout_s,
+            on_tick=on_tick,
+        )
     report = CommandReport(
         # equal when both runtimes were prepared alike (fixed author and dates)
         baselines=Baselines(session=session_handle.baseline, eval=eval_handle.baseline)

@@ -51,7 +51,11 @@ plugin's fingerprints and cross-checks catch rewrites of pytest's reporting,
 but code in that process can still alter that process (docs/threat-model.md).
 
 Every step runs through `Runtime.run` with files exchanged through
-`Runtime.scratch`, so it works the same on the local and container runtimes.
+`Runtime.scratch`, and its git work through the workspace's `WorkspaceGit`
+(activities/evaluators/workspace_git.py: the runtime's own git, or for a
+container the worker's git on one copy of its workspace, what changed put
+back as data), so it works the same on the local and container runtimes, and
+a task's image needs no git (only the tests' own needs: python3 and pytest).
 """
 
 from __future__ import annotations
@@ -61,7 +65,6 @@ from activities.evaluators.swebench.commands import (
     check_workspace_command,
     default_test_files,
     plain_pytest_argv,
-    reset_test_files_command,
     runner_command,
 )
 from activities.evaluators.swebench.evaluator import SweBenchEvaluator, evaluate_swebench
@@ -74,8 +77,6 @@ from activities.evaluators.swebench.grading import (
 from activities.evaluators.swebench.hardening import (
     GRADING_DIR,
     protected_paths,
-    read_config_command,
-    restore_files_command,
     shadowing_files,
 )
 from activities.evaluators.swebench.logs import parse_test_log
@@ -94,9 +95,6 @@ __all__ = [
     "parse_test_log",
     "plain_pytest_argv",
     "protected_paths",
-    "read_config_command",
-    "reset_test_files_command",
-    "restore_files_command",
     "runner_command",
     "shadowing_files",
 ]

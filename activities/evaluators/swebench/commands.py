@@ -1,5 +1,5 @@
 """The swebench evaluator's command lines: the test command of an instance, the plain pytest
-check, the runner's wrapping, and the git commands of its workspace steps."""
+check, the runner's wrapping, and the check of its workspace."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 
 from activities.evaluators.base import GIT
-from activities.evaluators.patches import patch_files, resolve_commit, revision
+from activities.evaluators.patches import patch_files, revision
 from activities.evaluators.swebench.config import SweBenchConfig
 
 __all__ = [
@@ -19,7 +19,6 @@ __all__ = [
     "default_test_files",
     "interpreter_argv",
     "plain_pytest_argv",
-    "reset_test_files_command",
     "runner_command",
 ]
 
@@ -99,16 +98,3 @@ def check_workspace_command(base: str) -> str:
         f"{GIT} rev-parse --is-inside-work-tree >/dev/null && "
         f"{GIT} cat-file -e {revision(base, '^{commit}')}"
     )
-
-
-def reset_test_files_command(base: str, files: Sequence[str]) -> str:
-    """The command that puts each of `files` back to commit `base`, or removes it where
-    `base` has no such file."""
-    lines = [resolve_commit(base)]
-    for f in files:
-        q = shlex.quote(f)
-        lines.append(
-            f'if {GIT} cat-file -e --end-of-options "$commit":{q} 2>/dev/null; '
-            f'then {GIT} checkout "$commit" -- {q}; else rm -rf -- {q}; fi'
-        )
-    return "\n".join(lines)

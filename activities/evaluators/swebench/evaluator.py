@@ -19,17 +19,11 @@ from activities.evaluators.base import (
     run_in,
 )
 from activities.evaluators.fresh import Changes, carry_changes
-from activities.evaluators.patches import (
-    APPLY_STRATEGIES,
-    apply_patch,
-    checked_base_commit,
-    patch_files,
-)
+from activities.evaluators.patches import APPLY_STRATEGIES, checked_base_commit, patch_files
 from activities.evaluators.swebench.commands import (
     build_test_command,
     check_workspace_command,
     plain_pytest_argv,
-    reset_test_files_command,
     runner_command,
 )
 from activities.evaluators.swebench.config import SweBenchConfig
@@ -45,6 +39,7 @@ from activities.evaluators.swebench.hardening import (
 )
 from activities.evaluators.swebench.logs import SuiteOutcome, read_test_status
 from activities.evaluators.swebench.report import SweBenchReport
+from activities.evaluators.workspace_git import WorkspaceGit, workspace_git
 from activities.runtimes.base import Runtime
 from polar.contracts import RuntimeHandle
 from polar.evaluation_reports import EvaluationReport
@@ -61,11 +56,11 @@ class _Clock:
         return max(floor, self.deadline - time.monotonic())
 
 
-async def _check_workspace(runtime: Runtime, handle: RuntimeHandle, spec: SweBenchConfig) -> None:
+async def _check_workspace(git: WorkspaceGit, spec: SweBenchConfig) -> None:
     """The evaluator's workspace is a git checkout holding `base_commit` (prepare checked it
     out, before the install); EvaluatorError where it is not."""
     check = check_workspace_command(spec.base_commit)
-    code, _, log = await run_in(runtime, handle, check, "swebench-base", 60)
+    code, log = await git.read_only(check, "swebench-base", 60)
     if code != 0:
         raise EvaluatorError(
             f"the evaluator's workspace is not a git checkout with {spec.base_commit}: "
@@ -73,25 +68,24 @@ async def _check_workspace(runtime: Runtime, handle: RuntimeHandle, spec: SweBen
         )
 
 
-async def _reset_test_files(runtime: Runtime, handle: RuntimeHandle, spec: SweBenchConfig) -> None:
+async def _reset_test_files(git: WorkspaceGit, spec: SweBenchConfig) -> None:
     """Put the files the test patch touches back to `base_commit`; files it creates are
     removed first."""
     files = patch_files(spec.test_patch)
     if not files:
         return
-    command = reset_test_files_command(spec.base_commit, files)
-    code, _, log = await run_in(runtime, handle, command, "swebench-reset-tests", 120)
+    code, log = await git.restore(spec.base_commit, files, "swebench-reset-tests", 120)
     if code != 0:
         raise EvaluatorError(f"cannot reset the test files: {log.strip()}")
 
 
 async def _prepare(
-    runtime: Runtime, handle: RuntimeHandle, spec: SweBenchConfig
+    runtime: Runtime, handle: RuntimeHandle, git: WorkspaceGit, spec: SweBenchConfig
 ) -> ModuleMap | None:
     """Before the patch: check the workspace, and (unless in trusting mode) that the test
     command is plain pytest, put the runner and plugin in scratch and probe the runtime's
     importable modules (None in trusting mode)."""
-    await _check_workspace(runtime, handle, spec)
+    await _check_workspace(git, spec)
     if spec.log_parser:
         return None
     argv = plain_pytest_argv(build_test_command(spec))
@@ -103,7 +97,7 @@ async def _prepare(
             "log_parser to grade its log (the trusting mode)"
         )
     folder = install_grading_files(runtime, handle)
-    return await probe_modules(runtime, handle, folder, argv)
+    return await probe_modules(runtime, handle, git, folder, argv)
 
 
 def _unusable_changes(changes: Changes, report: SweBenchReport, control: bool) -> str | None:
@@ -126,7 +120,7 @@ def _unusable_changes(changes: Changes, report: SweBenchReport, control: bool) -
 
 
 async def _harden(
-    runtime: Runtime,
+    git: WorkspaceGit,
     handle: RuntimeHandle,
     files: Sequence[str],
     modules: ModuleMap | None,
@@ -134,20 +128,19 @@ async def _harden(
 ) -> None:
     """After the patch: put back the pytest sections it changed and drop its files that
     shadow an importable module, each listed in the report's `protected_files_dropped`."""
-    report.protected_files_dropped += await restore_pytest_sections(runtime, handle, files)
+    base = handle.baseline or "HEAD"
+    report.protected_files_dropped += await restore_pytest_sections(git, base, files)
     if modules is not None:
-        report.protected_files_dropped += await drop_shadowing(runtime, handle, files, modules)
+        report.protected_files_dropped += await drop_shadowing(git, files, modules)
 
 
 async def _apply_test_patch(
-    runtime: Runtime, handle: RuntimeHandle, spec: SweBenchConfig, clock: _Clock
+    git: WorkspaceGit, handle: RuntimeHandle, spec: SweBenchConfig, clock: _Clock
 ) -> None:
     """Reset the test patch's files to `base_commit` and apply the test patch; EvaluatorError
     where it does not apply."""
-    await _reset_test_files(runtime, handle, spec)
-    test_strategy, test_attempts = await apply_patch(
-        runtime,
-        handle,
+    await _reset_test_files(git, spec)
+    test_strategy, test_attempts = await git.apply(
         spec.test_patch.encode(),
         name="test",
         timeout_s=clock.left(),
@@ -188,26 +181,29 @@ async def evaluate_swebench(
         return result
 
     try:
-        modules = await _prepare(eval_runtime, eval_handle, spec)
-        changes = await carry_changes(
-            session_runtime,
-            session_handle,
-            spec.base_commit,
-            eval_runtime,
-            eval_handle,
-            protected=protected_paths(spec, protected),
-            exclude=spec.exclude,
-            timeout_s=clock.left(),
-            on_tick=on_tick,
-        )
-        result.patch = changes.patch
-        changes.fill(report)
-        unusable = _unusable_changes(changes, report, control)
-        if unusable is not None:
-            return done(unusable)
-        await _harden(eval_runtime, eval_handle, changes.files, modules, report)
-        if spec.test_patch.strip():
-            await _apply_test_patch(eval_runtime, eval_handle, spec, clock)
+        # the workspace's git: the runtime's, or the worker's on one copy of a container's
+        async with workspace_git(eval_runtime, eval_handle) as git:
+            modules = await _prepare(eval_runtime, eval_handle, git, spec)
+            changes = await carry_changes(
+                session_runtime,
+                session_handle,
+                spec.base_commit,
+                eval_runtime,
+                eval_handle,
+                protected=protected_paths(spec, protected),
+                exclude=spec.exclude,
+                git=git,
+                timeout_s=clock.left(),
+                on_tick=on_tick,
+            )
+            result.patch = changes.patch
+            changes.fill(report)
+            unusable = _unusable_changes(changes, report, control)
+            if unusable is not None:
+                return done(unusable)
+            await _harden(git, eval_handle, changes.files, modules, report)
+            if spec.test_patch.strip():
+                await _apply_test_patch(git, eval_handle, spec, clock)
         return await _run_tests(eval_runtime, eval_handle, spec, clock, result, done, on_tick)
     except EvaluatorError as exc:
         report.evaluator_error = str(exc)

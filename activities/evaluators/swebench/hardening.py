@@ -15,10 +15,11 @@ from typing import Any
 
 from activities import safe_files
 from activities.evaluators.base import GIT, EvaluatorError, run_in
-from activities.evaluators.patches import patch_files, resolve_commit, revision
+from activities.evaluators.patches import patch_files, revision
 from activities.evaluators.protected import PLUGIN_MODULE, PROTECTED
 from activities.evaluators.swebench.commands import default_test_files, interpreter_argv
 from activities.evaluators.swebench.config import SweBenchConfig
+from activities.evaluators.workspace_git import Content, WorkspaceGit
 from activities.runtimes.base import Runtime
 from polar.contracts import RuntimeHandle
 
@@ -29,8 +30,6 @@ __all__ = [
     "install_grading_files",
     "probe_modules",
     "protected_paths",
-    "read_config_command",
-    "restore_files_command",
     "restore_pytest_sections",
     "shadowing_files",
 ]
@@ -99,10 +98,13 @@ def _module_name(component: str, is_file: bool) -> str:
     return stem if stem.isidentifier() else ""
 
 
-def _pytest_config(name: str, text: str | None) -> Any:
+def _pytest_config(name: str, content: Content) -> Any:
     """The pytest section of a setup.cfg or pyproject.toml (None: the file is absent)."""
-    if text is None:
+    if content is None:
         return None
+    if isinstance(content, str):  # a link, not a regular file: why it was not read
+        return ("not read", content)
+    text = content.decode(errors="replace")
     try:
         if name == "pyproject.toml":
             return tomllib.loads(text).get("tool", {}).get("pytest")
@@ -113,57 +115,24 @@ def _pytest_config(name: str, text: str | None) -> Any:
         return ("unreadable", str(exc))
 
 
-def read_config_command(base: str, files: Sequence[str], out: Path) -> str:
-    """The command that copies each of `files` into `out` as `<i>.base` (its content at
-    commit `base`, absent where it had none) and `<i>.new` (the workspace's, if any)."""
-    lines = [f"rm -rf {shlex.quote(str(out))}", f"mkdir -p {shlex.quote(str(out))}"]
-    for i, f in enumerate(files):
-        q, dest = shlex.quote(f), shlex.quote(str(out / str(i)))
-        lines.append(
-            f"{GIT} show {revision(base, ':' + q)} > {dest}.base 2>/dev/null || rm -f {dest}.base"
-        )
-        lines.append(f"if [ -f {q} ]; then cat -- {q} > {dest}.new; fi")
-    return "\n".join(lines)
-
-
-def restore_files_command(base: str, files: Sequence[tuple[str, bool]]) -> str:
-    """The command that puts each (path, existed at `base`) back as it was at commit `base`:
-    checked out from it, or removed."""
-    restore = " && ".join(
-        f'{GIT} checkout "$commit" -- {shlex.quote(f)}' if existed else f"rm -f -- {shlex.quote(f)}"
-        for f, existed in files
-    )
-    return f"{resolve_commit(base)}\n{restore}"
-
-
-async def restore_pytest_sections(
-    runtime: Runtime, handle: RuntimeHandle, files: Sequence[str]
-) -> list[str]:
-    """Restore (from the baseline) each setup.cfg / pyproject.toml whose pytest section the
-    patch changed; the files restored."""
+async def restore_pytest_sections(git: WorkspaceGit, base: str, files: Sequence[str]) -> list[str]:
+    """Restore (from commit `base`, the baseline) each setup.cfg / pyproject.toml whose pytest
+    section the patch changed; the files restored. A file that is now a link or not a
+    regular file counts as changed."""
     candidates = [f for f in files if PurePosixPath(f).name in PYTEST_SECTION_FILES]
     if not candidates:
         return []
-    base = handle.baseline or "HEAD"
-    out = runtime.scratch(handle) / "pytest-config"
-    await run_in(runtime, handle, read_config_command(base, candidates, out), "swebench-config", 60)
-
-    def text(path: Path) -> str | None:
-        return path.read_text(errors="replace") if path.exists() else None
-
     changed = []
-    for i, f in enumerate(candidates):
+    versions = await git.versions(base, candidates)
+    for f, (before, after) in zip(candidates, versions, strict=True):
         name = PurePosixPath(f).name
-        before = _pytest_config(name, text(out / f"{i}.base"))
-        after = _pytest_config(name, text(out / f"{i}.new"))
-        if before != after:
-            changed.append((f, (out / f"{i}.base").exists()))
+        if _pytest_config(name, before) != _pytest_config(name, after):
+            changed.append(f)
     if changed:
-        restore = restore_files_command(base, changed)
-        code, _, log = await run_in(runtime, handle, restore, "swebench-restore", 60)
+        code, log = await git.restore(base, changed, "swebench-restore", 60)
         if code != 0:
             raise EvaluatorError(f"cannot restore the pytest configuration: {log.strip()}")
-    return [f"{f} (pytest section)" for f, _ in changed]
+    return [f"{f} (pytest section)" for f in changed]
 
 
 def install_grading_files(runtime: Runtime, handle: RuntimeHandle) -> Path:
@@ -177,7 +146,7 @@ def install_grading_files(runtime: Runtime, handle: RuntimeHandle) -> Path:
         safe_files.write_bytes(
             scratch, f"{GRADING_DIR}/{name}", (EVALUATORS_DIR / source).read_bytes()
         )
-    for stale in ("key", "results.json", "importable.json", "base-files"):
+    for stale in ("key", "results.json", "importable.json"):
         safe_files.remove(scratch, f"{GRADING_DIR}/{stale}")
     return scratch / GRADING_DIR
 
@@ -192,25 +161,32 @@ class ModuleMap:
 
 
 async def probe_modules(
-    runtime: Runtime, handle: RuntimeHandle, folder: Path, argv: Sequence[str]
+    runtime: Runtime, handle: RuntimeHandle, git: WorkspaceGit, folder: Path, argv: Sequence[str]
 ) -> ModuleMap:
-    """List the importable modules (the test command's interpreter, run by the runner) and
-    the base's files, in the evaluator's runtime before the patch is applied."""
+    """List the base's files (with the workspace's `git`) and the importable modules (the test
+    command's interpreter, run by the runner, in the evaluator's runtime) before the patch
+    is applied."""
+    base_files = git.out / "base-files"
+    listing_command = (
+        f"{GIT} ls-tree -r --name-only -z {revision(handle.baseline or 'HEAD')} "
+        f"> {shlex.quote(str(base_files))}"
+    )
+    listed, log = await git.read_only(listing_command, "swebench-files", 120)
+    listing = safe_files.read_bytes(git.out, base_files.name, limit=256 << 20)
+    safe_files.remove(git.out, base_files.name)  # a runtime's scratch is copied in each time
+    if listed != 0 or listing is None:
+        raise EvaluatorError(f"cannot list the files at base (exit {listed}): {log.strip()[-500:]}")
     interp = " ".join(shlex.quote(a) for a in interpreter_argv(argv))
     runner = shlex.quote(str(folder / "pytest_runner.py"))
-    files = shlex.quote(str(folder / "base-files"))
     command = (
-        f"{GIT} ls-tree -r --name-only -z {revision(handle.baseline or 'HEAD')} > {files}\n"
         "py=$(command -v python3 || command -v python) || exit 127\n"
         f'"$py" -I {runner} probe {shlex.quote(str(folder))} -- {interp}'
     )
     code, _, log = await run_in(runtime, handle, command, "swebench-probe", 120)
     scratch = runtime.scratch(handle)
     names = safe_files.read_bytes(scratch, f"{GRADING_DIR}/importable.json", limit=32 << 20)
-    listing = safe_files.read_bytes(scratch, f"{GRADING_DIR}/base-files", limit=256 << 20)
-    for done in ("importable.json", "base-files"):  # scratch is copied in before each command
-        safe_files.remove(scratch, f"{GRADING_DIR}/{done}")
-    if code != 0 or names is None or listing is None:
+    safe_files.remove(scratch, f"{GRADING_DIR}/importable.json")
+    if code != 0 or names is None:
         raise EvaluatorError(
             f"cannot list the runtime's importable modules (exit {code}): {log.strip()[-500:]}"
         )
@@ -222,16 +198,13 @@ async def probe_modules(
     return ModuleMap(importable, base)
 
 
-async def drop_shadowing(
-    runtime: Runtime, handle: RuntimeHandle, files: Sequence[str], modules: ModuleMap
-) -> list[str]:
+async def drop_shadowing(git: WorkspaceGit, files: Sequence[str], modules: ModuleMap) -> list[str]:
     """Remove the applied patch's files that would shadow an importable module; the report's
     lines for them."""
     shadows = shadowing_files(files, modules.base_files, modules.importable)
     if not shadows:
         return []
-    remove = " && ".join(f"rm -f -- {shlex.quote(f)}" for f in shadows)
-    code, _, log = await run_in(runtime, handle, remove, "swebench-shadows", 60)
+    code, log = await git.remove(list(shadows), "swebench-shadows")
     if code != 0:
         raise EvaluatorError(f"cannot remove the shadowing files: {log.strip()[-500:]}")
     return [f"{f} (shadows the importable module {m!r})" for f, m in shadows.items()]

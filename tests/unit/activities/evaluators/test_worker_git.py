@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from activities.evaluators.baseline import IDENTITY, baseline_script
-from activities.evaluators.worker_git import WorkerGitFailed, _changed, _run_git, _tame_git
+from activities.evaluators.worker_git import WorkerGitFailed, _run_git, _tame_git
 
 
 def _git(cwd: Path, *args: str) -> None:
@@ -55,13 +55,3 @@ def test_a_git_file_is_refused(tmp_path: Path) -> None:
     (tmp_path / ".git").write_text("gitdir: /elsewhere\n")
     with pytest.raises(WorkerGitFailed, match="not a directory"):
         _tame_git(tmp_path / ".git")
-
-
-def test_the_changed_entries_new_parents_first_and_the_removed(tmp_path: Path) -> None:
-    (tmp_path / "new" / "sub").mkdir(parents=True)
-    (tmp_path / "new" / "sub" / "f.py").write_text("x\n")
-    (tmp_path / "kept.txt").write_text("y\n")
-    before = {"kept.txt", "gone.txt", "old"}
-    put, removed = _changed(tmp_path, ["new/sub/f.py", "kept.txt", "gone.txt"], before)
-    assert put == ["kept.txt", "new", "new/sub", "new/sub/f.py"]
-    assert removed == ["gone.txt"]

@@ -11,14 +11,9 @@ import pytest
 from temporalio.exceptions import ApplicationError
 
 from activities.evaluators.patches import checked_base_commit, extract_command, extract_patch
-from activities.evaluators.swebench import (
-    check_workspace_command,
-    evaluate_swebench,
-    read_config_command,
-    reset_test_files_command,
-    restore_files_command,
-)
+from activities.evaluators.swebench import check_workspace_command, evaluate_swebench
 from activities.evaluators.swebench.config import SweBenchConfig
+from activities.evaluators.workspace_git import restore_command, versions_command
 from activities.runtimes.kinds.local import LocalRuntime
 from polar.contracts import NON_RETRYABLE_ERRORS, RuntimeHandle
 from polar.tasks.spec import CommandAction, EvaluatorSpec, RuntimeSpec
@@ -88,9 +83,10 @@ def _commands(base: str, tmp_path: Path) -> dict[str, str]:
         "extract diff": f"export GIT_INDEX_FILE={tmp_path}/idx gd={tmp_path}\n"
         + "\n".join(script[at[2] - 1 : at[2] + 1]),
         "check workspace": check_workspace_command(base),
-        "read config": read_config_command(base, ["setup.cfg"], tmp_path / "config"),
-        "restore config": restore_files_command(base, [("setup.cfg", True)]),
-        "reset test files": reset_test_files_command(base, ["tests/test_a.py"]),
+        "read config": versions_command(base, ["setup.cfg"], tmp_path / "config"),
+        "restore config": restore_command(base, ["setup.cfg"]),
+        "reset test files": restore_command(base, ["tests/test_a.py"]),
+        "reset on a copy": restore_command(base, ["tests/test_a.py"], tmp_path / "absent"),
         "eval checkout": _eval_checkout(base),
     }
 
@@ -178,3 +174,34 @@ async def test_extract_and_evaluate_refuse_it_before_any_git_call(
         await evaluate_swebench(runtime, handle, runtime, handle, spec, timeout_s=60)
     assert list(trap.iterdir()) == []
     assert not (tmp_path / "runtimes").exists() or not any((tmp_path / "runtimes").rglob("*"))
+
+
+def test_the_eval_checkout_on_an_image_without_git(repo: Path, trap: Path, tmp_path: Path) -> None:
+    """With no git on PATH (a stock image), the checkout reads HEAD from `.git` with sh alone:
+    HEAD on a branch (a loose or a packed ref) or detached at the base passes, another base
+    (or one git would read as an option) is refused, naming both, and nothing is run."""
+    head = git(repo, "rev-parse", "HEAD")
+    no_git = {"PATH": str(trap), "HOME": str(tmp_path)}
+
+    def checkout(base: str) -> subprocess.CompletedProcess[str]:
+        command = _eval_checkout(base)
+        return subprocess.run(
+            ["/bin/sh", "-c", command], cwd=repo, env=no_git, capture_output=True, text=True
+        )
+
+    for state in ("loose ref", "packed ref", "detached"):
+        if state == "packed ref":
+            git(repo, "pack-refs", "--all")
+        if state == "detached":
+            git(repo, "checkout", "-q", "--detach")
+        done = checkout(head)
+        assert done.returncode == 0, (state, done.stderr)
+        other = checkout("f" * 40)
+        assert other.returncode == 1, (state, other.stderr)
+        assert "no git to check out base_commit " + "f" * 40 in other.stderr
+        assert head in other.stderr
+    for base in _dangerous(trap):
+        done = checkout(base)
+        assert done.returncode == 1 and base in done.stderr
+        assert SECRET not in done.stdout + done.stderr
+    assert list(trap.iterdir()) == []
