@@ -226,3 +226,24 @@ async def test_a_link_the_session_planted_is_never_followed_on_the_worker(
         # the link setup.cfg is taken out before the file goes in
         assert put == ["setup.cfg"] and removed == ["setup.cfg", "tests2/test_new.py"]
     assert (outside / "secret").read_text() == "SECRET\n"
+
+
+async def test_the_command_evaluators_named_files_are_listed_only_where_the_patch_has_them(
+    repo: tuple[Path, str], settings_dir: Path
+) -> None:
+    """`command_files` lists, at base, only the named files a patch path matches: a patch
+    that touches none of them needs no listing (and no copy of the workspace)."""
+    from activities.evaluators.command.evaluator import command_files
+
+    ws, base = repo
+    runtime = DirRuntime(ws)
+    command = "python -m pytest tests/test_a.py tests/test_new.py && sh run.sh"
+    async with workspace_git(runtime, HANDLE) as git_:  # type: ignore[arg-type]
+        assert await command_files(git_, command, "/workspace", base, ["pkg.py"]) == []
+        assert runtime.copies == 0
+        touched = ["tests/test_a.py", "tests/test_new.py", "run.sh", "pkg.py"]
+        # named and at base: protected; named but new (the session's to write): not
+        assert await command_files(git_, command, "/workspace", base, touched) == [
+            "tests/test_a.py"
+        ]
+        assert runtime.copies == 1
