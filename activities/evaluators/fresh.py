@@ -96,6 +96,8 @@ class Changes:
     """Why the changes were not even tried in the fresh runtime (larger than its disk)."""
     strategy: str | None = None
     attempts: list[dict[str, Any]] = field(default_factory=list)
+    kept_out: bool = False
+    """Recorded and never applied, by design (Harbor's separate verifier)."""
 
     @property
     def empty(self) -> bool:
@@ -103,7 +105,9 @@ class Changes:
 
     @property
     def applied(self) -> bool:
-        return self.extract_error is None and (self.empty or self.strategy is not None)
+        """Whether grading can go on: read, and applied (or empty, or kept out by design)."""
+        done = self.empty or self.strategy is not None or self.kept_out
+        return self.extract_error is None and done
 
     def extract_problem(self) -> str | None:
         """Why the session's changes could not be read, or None."""
@@ -142,7 +146,7 @@ class Changes:
         report.empty_patch = self.extract_error is None and self.empty
         report.extract_error = self.extract_error
         report.patch_applied = self.strategy is not None
-        report.patch_apply_failed = not self.empty and self.strategy is None
+        report.patch_apply_failed = not self.empty and self.strategy is None and not self.kept_out
         report.apply_strategy = self.strategy
         report.apply_attempts = [
             ApplyAttempt(strategy=a["strategy"], exit_code=a["exit_code"]) for a in self.attempts
@@ -162,11 +166,13 @@ async def carry_changes(
     git: WorkspaceGit | None = None,
     timeout_s: float = 300,
     on_tick: Tick = None,
+    apply: bool = True,
 ) -> Changes:
     """Extract the session's changes against `base`, drop the protected files (`protected`,
     and what `named` adds given the patch's files), apply the rest in the evaluator's
     runtime (reset to its baseline if they do not apply) with its `git` (one of its own
-    where None: activities/evaluators/workspace_git.py)."""
+    where None: activities/evaluators/workspace_git.py). With `apply` False they are only
+    recorded (`Changes.kept_out`: Harbor's separate verifier never sees them)."""
     changes = Changes()
     try:
         patch, files, changes.dropped_junk = await extract_patch(
@@ -179,6 +185,10 @@ async def carry_changes(
         )
     except ExtractionFailed as exc:
         changes.extract_error = str(exc)
+        return changes
+    if not apply:
+        changes.patch, changes.files, changes.protected_dropped = drop_protected(patch, protected)
+        changes.kept_out = True
         return changes
     async with contextlib.AsyncExitStack() as stack:
         if git is None:  # a copy of a container's workspace is made only where it is used

@@ -10,6 +10,7 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from polar.rubric import FormulaError, parse_formula
+from polar.tasks.collect_spec import CollectSpec
 from polar.tasks.runtime_spec import RuntimeSpec
 from polar.tasks.sources import CommandAction, PrepareAction
 from polar.tasks.strict import KindSpec, StrictModel
@@ -187,7 +188,7 @@ class EvaluatorSpec(KindSpec):
                     "image": image,
                     "prepare": [],
                     "sidecars": [],
-                    "collect": [],
+                    "collect": CollectSpec(),
                     "harness_user": None,
                 }
             )

@@ -3,7 +3,9 @@
 Grading happens in the evaluator's fresh runtime (activities/evaluators/fresh.py):
 the task's environment image started afresh, plus the session's changes (a
 binary diff of its workspace against its baseline, junk and `PROTECTED` paths
-left out). Only then, and only there:
+left out) and its collected artifacts. Harbor's separate verifier
+(`workspace_changes` false) gets the artifacts alone, in its own image where the task
+has one (`image`). Only then, and only there:
 
 1. the task's `tests/` (a folder of the worker host, `evaluator.harbor.tests_dir`)
    is copied to `/tests`, readable by all; `/logs/verifier` is removed and made
@@ -264,11 +266,13 @@ class HarborEvaluator:
             protected=list(dict.fromkeys([*PROTECTED, *job.spec.protected])),
             timeout_s=job.timeout_s,
             on_tick=job.on_tick,
+            apply=spec.workspace_changes,  # Harbor's separate verifier: artifacts only
         )
         report = HarborReport(
             task=spec.task,
             verifier_user=spec.user,
             baselines=Baselines(session=session_handle.baseline, eval=handle.baseline),
+            separate=not spec.workspace_changes,
         )
         evaluation = changes.evaluation(report)
         if not changes.applied:
@@ -285,7 +289,8 @@ class HarborEvaluator:
         # the session's code (or the files it left for collection) is in the runtime test.sh
         # runs in: what goes wrong from here may be its doing (an untouched task, a no-op's
         # or the control's, has only the task's)
-        session_code = (not changes.empty or bool(report.artifacts_placed)) and not job.control
+        applied = not changes.empty and not changes.kept_out
+        session_code = (applied or bool(report.artifacts_placed)) and not job.control
 
         started = time.monotonic()
         outcome = await _run_test_script(runtime, handle, spec, job.settings, job.on_tick)

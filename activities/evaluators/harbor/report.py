@@ -26,3 +26,8 @@ class HarborReport(EvaluationReport):
         description="collected artifacts put at their source paths before test.sh (None: the "
         "task collects none)",
     )
+    separate: bool = Field(
+        default=False,
+        description="Harbor's separate verifier: the session's changes recorded (the patch), "
+        "never applied in the verifier's runtime; its collected artifacts are what it gets",
+    )

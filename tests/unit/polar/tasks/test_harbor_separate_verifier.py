@@ -70,7 +70,8 @@ def test_a_verifier_environments_image_is_mapped_and_runs_alone(tmp_path: Path) 
     assert spec.runtime.sidecars  # the agent's environment keeps its services
     runtime = spec.evaluator.eval_runtime_spec(spec.runtime)
     assert runtime.image == "polar/runtime:py311"
-    assert (runtime.sidecars, runtime.prepare, runtime.collect) == ([], [], [])
+    assert (runtime.sidecars, runtime.prepare, runtime.collect.empty) == ([], [], True)
+    assert type(runtime).model_validate(runtime.model_dump()) == runtime  # a valid spec
     assert runtime.workdir == spec.runtime.workdir and runtime.kind == spec.runtime.kind
 
 

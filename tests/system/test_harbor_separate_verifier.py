@@ -1,0 +1,83 @@
+"""Harbor's separate verifier as real Polar sessions.
+
+examples/harbor-features/separate-verifier: `[verifier.environment]` makes the verifier
+Harbor's `separate` one, its image built from tests/Dockerfile (the expected answer baked in
+there only). The agent's answer, `/workspace/answer.txt`, is a declared artifact: collected
+after the agent and put back at its path in the verifier's own container, which gets nothing
+else of the session's workspace. The oracle scores 1 and a no-op 0, on docker and podman. An
+agent that writes a wrong answer and plants `/workspace/grader.env` (which the naive test.sh
+sources if it is there) scores 0: the planted file never reaches the verifier. The same task
+with the verifier in the task's own environment (Harbor's default, `shared`) gets the
+session's changes, so there the plant scores 1: the difference the mode makes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import uuid
+from pathlib import Path
+
+import pytest
+
+from app.adversaries import oracle_command
+from polar.client.sdk import PolarClient
+from polar.contracts import SessionResult
+from polar.records import SessionStatus
+from polar.tasks.harbor import load_harbor_tasks
+from polar.tasks.harbor_images import ensure_images
+from polar.tasks.spec import HarnessSpec
+from tests.support.paths import REPO
+
+pytestmark = pytest.mark.slow
+
+TASK = REPO / "examples" / "harbor-features" / "separate-verifier"
+PLANT = "echo 41 > answer.txt && echo PASS_ANYWAY=1 > grader.env"
+
+
+async def _session(
+    polar: PolarClient, task: Path, command: str, kind: str, name: str
+) -> SessionResult:
+    (spec,) = load_harbor_tasks(task, harness=HarnessSpec(kind="command", command=command))
+    spec = spec.model_copy(
+        update={
+            "task_id": f"separate-{name}-{uuid.uuid4().hex[:6]}",
+            "runtime": spec.runtime.model_copy(update={"kind": kind}),
+            "timeouts": spec.timeouts.model_copy(update={"max_attempts": 1}),
+        }
+    )
+    (session,) = (await polar.wait(await polar.submit(spec), timeout_s=400)).sessions
+    print(f"separate {name}: {session.status} {session.reward} {session.evaluation}")
+    assert session.status == SessionStatus.COMPLETED, session.error
+    return session
+
+
+async def test_the_separate_verifier_grades_the_artifact_and_never_the_workspace(
+    polar: PolarClient, podman_image: str, tmp_path: Path
+) -> None:
+    from activities.runtimes.kinds.podman import load_from_docker
+
+    built = ensure_images(TASK)
+    (spec,) = load_harbor_tasks(TASK)
+    verifier_image = (spec.evaluator.harbor or {})["image"]
+    assert verifier_image != spec.runtime.image
+    for image in (built[0].image, verifier_image):  # the worker's podman gets both
+        load_from_docker(image)
+    shared = Path(shutil.copytree(TASK, tmp_path / "shared"))
+    toml = shared / "task.toml"  # the verifier in the task's own environment: Harbor's default
+    text = toml.read_text()
+    toml.write_text(
+        text[: text.index("[verifier.environment]")] + text[text.index("[environment]") :]
+    )
+    (shared / "tests" / "Dockerfile").unlink()
+    ensure_images(shared)
+    oracle = oracle_command(TASK / "solution")
+    got = await asyncio.gather(
+        _session(polar, TASK, oracle, "docker", "oracle"),
+        _session(polar, TASK, "true", "docker", "noop"),
+        _session(polar, TASK, PLANT, "docker", "plant"),
+        _session(polar, TASK, oracle, "podman", "podman-oracle"),
+        _session(polar, TASK, "true", "podman", "podman-noop"),
+        _session(polar, shared, PLANT, "docker", "shared-plant"),
+    )
+    assert [s.reward for s in got] == [1.0, 0.0, 0.0, 1.0, 0.0, 1.0], [s.evaluation for s in got]
