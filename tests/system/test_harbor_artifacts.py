@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +29,8 @@ from polar.client.sdk import PolarClient
 from polar.contracts import SessionResult
 from polar.records import SessionStatus
 from polar.storage import Storage
-from polar.tasks.harbor import load_harbor_tasks
 from polar.tasks.harbor_images import ensure_images
-from polar.tasks.spec import HarnessSpec
+from tests.support.harbor_sessions import harbor_session
 from tests.support.paths import REPO
 
 pytestmark = pytest.mark.slow
@@ -54,18 +52,7 @@ SLOW = "mkdir -p /srv/report && printf 'count: 100000\\n' > /srv/report/summary.
 async def _session(
     polar: PolarClient, task: Path, command: str, kind: str, name: str
 ) -> SessionResult:
-    (spec,) = load_harbor_tasks(task, harness=HarnessSpec(kind="command", command=command))
-    spec = spec.model_copy(
-        update={
-            "task_id": f"artifacts-{name}-{uuid.uuid4().hex[:6]}",
-            "runtime": spec.runtime.model_copy(update={"kind": kind}),
-            "timeouts": spec.timeouts.model_copy(update={"max_attempts": 1}),
-        }
-    )
-    (session,) = (await polar.wait(await polar.submit(spec), timeout_s=400)).sessions
-    print(f"artifacts {name}: {session.status} {session.reward} {session.evaluation}")
-    assert session.status == SessionStatus.COMPLETED, session.error
-    return session
+    return await harbor_session(polar, task, command, kind, f"artifacts-{name}")
 
 
 def _manifest(storage: Storage, session: SessionResult) -> dict[str, Any]:

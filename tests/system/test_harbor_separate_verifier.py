@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import uuid
 from pathlib import Path
 
 import pytest
@@ -23,10 +22,9 @@ import pytest
 from app.adversaries import oracle_command
 from polar.client.sdk import PolarClient
 from polar.contracts import SessionResult
-from polar.records import SessionStatus
 from polar.tasks.harbor import load_harbor_tasks
 from polar.tasks.harbor_images import ensure_images
-from polar.tasks.spec import HarnessSpec
+from tests.support.harbor_sessions import harbor_session
 from tests.support.paths import REPO
 
 pytestmark = pytest.mark.slow
@@ -38,18 +36,7 @@ PLANT = "echo 41 > answer.txt && echo PASS_ANYWAY=1 > grader.env"
 async def _session(
     polar: PolarClient, task: Path, command: str, kind: str, name: str
 ) -> SessionResult:
-    (spec,) = load_harbor_tasks(task, harness=HarnessSpec(kind="command", command=command))
-    spec = spec.model_copy(
-        update={
-            "task_id": f"separate-{name}-{uuid.uuid4().hex[:6]}",
-            "runtime": spec.runtime.model_copy(update={"kind": kind}),
-            "timeouts": spec.timeouts.model_copy(update={"max_attempts": 1}),
-        }
-    )
-    (session,) = (await polar.wait(await polar.submit(spec), timeout_s=400)).sessions
-    print(f"separate {name}: {session.status} {session.reward} {session.evaluation}")
-    assert session.status == SessionStatus.COMPLETED, session.error
-    return session
+    return await harbor_session(polar, task, command, kind, f"separate-{name}")
 
 
 async def test_the_separate_verifier_grades_the_artifact_and_never_the_workspace(
