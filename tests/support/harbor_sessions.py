@@ -13,7 +13,7 @@ from polar.tasks.spec import HarnessSpec
 
 
 async def harbor_session(
-    polar: PolarClient, task: Path, command: str, kind: str, name: str
+    polar: PolarClient, task: Path, command: str, kind: str, name: str, timeout_s: float = 400
 ) -> SessionResult:
     """`task` loaded with `command` as its agent, on runtime `kind` (one attempt): its
     session, completed (printed for the log: `{name}: status reward evaluation`)."""
@@ -25,7 +25,7 @@ async def harbor_session(
             "timeouts": spec.timeouts.model_copy(update={"max_attempts": 1}),
         }
     )
-    (session,) = (await polar.wait(await polar.submit(spec), timeout_s=400)).sessions
+    (session,) = (await polar.wait(await polar.submit(spec), timeout_s=timeout_s)).sessions
     print(f"{name}: {session.status} {session.reward} {session.evaluation}")
     assert session.status == SessionStatus.COMPLETED, session.error
     return session

@@ -35,10 +35,9 @@ from activities.runtimes.kinds.docker_sidecars import network_name, sidecar_name
 from app.adversaries import oracle_command
 from polar.client.sdk import PolarClient
 from polar.contracts import RuntimeHandle
-from polar.records import SessionStatus
 from polar.tasks.harbor import load_harbor_tasks
 from polar.tasks.harbor_images import ensure_images
-from polar.tasks.spec import HarnessSpec, RuntimeSpec, Sidecar
+from polar.tasks.spec import RuntimeSpec, Sidecar
 from tests.support.container_sessions import (
     docker_runtime,
     podman_modes,
@@ -46,6 +45,7 @@ from tests.support.container_sessions import (
     runtime_root,
 )
 from tests.support.eval_runtimes import prepare_session
+from tests.support.harbor_sessions import harbor_session
 from tests.support.paths import REPO
 
 pytestmark = pytest.mark.slow
@@ -91,19 +91,9 @@ async def test_the_tasks_services_run_beside_each_session(
         load_from_docker(built.image)
     reward = AGENTS[agent]
     command = oracle_command(task / "solution") if reward else "true"
-    (spec,) = load_harbor_tasks(task, harness=HarnessSpec(kind="command", command=command))
-    spec = spec.model_copy(
-        update={
-            "task_id": f"compose-{kind}-{agent}-{uuid.uuid4().hex[:6]}",
-            "runtime": spec.runtime.model_copy(update={"kind": kind}),
-            "timeouts": spec.timeouts.model_copy(update={"max_attempts": 1}),
-        }
-    )
+    (spec,) = load_harbor_tasks(task)
     assert [s.name for s in spec.runtime.sidecars] == SERVICES[task]
-    result = await polar.wait(await polar.submit(spec), timeout_s=400)
-    (session,) = result.sessions
-    print(f"compose {kind} {agent}: {session.status} {session.reward} {session.evaluation}")
-    assert session.status == SessionStatus.COMPLETED, session.error
+    session = await harbor_session(polar, task, command, kind, f"compose-{kind}-{agent}")
     assert session.reward == reward, session.evaluation
     assert _left(kind, session.session_id) == []  # its container and sidecars, both runtimes'
 

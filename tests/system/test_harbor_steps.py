@@ -15,17 +15,14 @@ step's reward is kept, and the session's is Harbor's `mean` over the steps run:
 from __future__ import annotations
 
 import json
-import uuid
 
 import pytest
 
 from app.adversaries import steps_oracle_command
 from polar.client.sdk import PolarClient
-from polar.records import SessionStatus
 from polar.storage import Storage, artifact_key
-from polar.tasks.harbor import load_harbor_tasks
 from polar.tasks.harbor_images import ensure_images
-from polar.tasks.spec import HarnessSpec, Timeouts
+from tests.support.harbor_sessions import harbor_session
 from tests.support.paths import REPO
 
 pytestmark = pytest.mark.slow
@@ -51,22 +48,8 @@ async def test_each_step_is_run_graded_and_kept(
 
         load_from_docker(built.image)
     command, step_rewards, reward = AGENTS[agent]
-    (spec,) = load_harbor_tasks(TASK, harness=HarnessSpec(kind="command", command=command))
-    spec = spec.model_copy(
-        update={
-            "task_id": f"steps-{kind}-{agent}-{uuid.uuid4().hex[:6]}",
-            "runtime": spec.runtime.model_copy(update={"kind": kind}),
-            "timeouts": spec.timeouts.model_copy(update={"max_attempts": 1}),
-        }
-    )
-    assert isinstance(spec.timeouts, Timeouts) and [s.name for s in spec.steps] == [
-        "write",
-        "extend",
-    ]
-    result = await polar.wait(await polar.submit(spec), timeout_s=600)
-    (session,) = result.sessions
-    print(f"steps {kind} {agent}: {session.status} {session.reward} {session.evaluation}")
-    assert session.status == SessionStatus.COMPLETED, session.error
+    session = await harbor_session(polar, TASK, command, kind, f"steps-{kind}-{agent}", 600)
+    assert [s.name for s in session.steps] == ["write", "extend"][: len(step_rewards)]
     assert [s.reward for s in session.steps] == step_rewards, session.steps
     assert session.reward == pytest.approx(reward)
     if agent == "noop":
