@@ -84,7 +84,11 @@ def materialise_source(
         local = local_git_path(source.url)
         if local is not None:
             _check_host_path(local, "git url", forbidden)
-        _git(["clone", "--quiet", "--", source.url, str(workspace)], Path.cwd())
+        # --no-hardlinks: a local clone would otherwise share the source's object files (one
+        # inode): the workspace's chown to the sandbox user would hand the source's objects,
+        # and every other session's cloned from it, to that user, and race their clones
+        # (git: "hardlink different from source")
+        _git(["clone", "--quiet", "--no-hardlinks", "--", source.url, str(workspace)], Path.cwd())
         if source.ref:
             if source.ref.startswith("-"):
                 raise InvalidSource(f"git ref {source.ref!r} starts with '-'")

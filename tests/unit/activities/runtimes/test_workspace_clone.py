@@ -1,0 +1,29 @@
+"""A git source cloned from a path on the worker host shares nothing with it: the local
+runtime hands its workspace to the sandbox user, which must never reach the source's files
+(nor, through them, every other session cloned from the same source)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from activities.runtimes.workspace import materialise_source
+from polar.tasks.spec import GitSource
+
+
+def test_a_local_clone_shares_no_file_with_its_source(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "f.txt").write_text("a\n")
+    git = ["git", "-c", "user.email=a@b", "-c", "user.name=n"]
+    for args in (["init", "-q"], ["add", "f.txt"], ["commit", "-qm", "x"]):
+        subprocess.run([*git, *args], cwd=src, check=True)
+    workspace = tmp_path / "workspace"
+    materialise_source(GitSource(url=str(src)), workspace)
+    objects = [p for p in (src / ".git" / "objects").rglob("*") if p.is_file()]
+    assert objects
+    for source_file in objects:
+        copy = workspace / source_file.relative_to(src)
+        if copy.exists():
+            assert copy.stat().st_ino != source_file.stat().st_ino, copy
+    assert (workspace / "f.txt").read_text() == "a\n"
