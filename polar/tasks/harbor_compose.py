@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from polar.tasks.harbor_environment import resolved_image_map
@@ -46,16 +47,18 @@ _REASONS = {
 
 
 def compose_services(
-    task: HarborTask, image_map: Mapping[str, str] | None = None
+    task: HarborTask, image_map: Mapping[str, str] | None = None, folder: Path | None = None
 ) -> tuple[list[Sidecar], dict[str, str]]:
-    """The task's sidecars and `main`'s environment (none without a compose file);
-    HarborTaskError naming the service and key Polar cannot honour."""
-    path = task.environment_dir / COMPOSE_FILE
+    """The task's sidecars and `main`'s environment (none without a compose file), from
+    environment/ (or `folder`: a separate verifier's tests/); HarborTaskError naming the
+    service and key Polar cannot honour."""
+    folder = task.environment_dir if folder is None else folder
+    path = folder / COMPOSE_FILE
     if not path.is_file():
         return [], {}
     import yaml  # type: ignore[import-untyped]  # the server install's (pyproject)
 
-    where = f"environment/{COMPOSE_FILE}"
+    where = f"{folder.relative_to(task.dir).as_posix()}/{COMPOSE_FILE}"
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except (OSError, yaml.YAMLError) as exc:

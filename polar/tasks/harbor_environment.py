@@ -25,8 +25,6 @@ __all__ = [
     "environment_image",
     "resolved_image_map",
     "runtime_spec",
-    "separate_verifier",
-    "verifier_image",
 ]
 
 IMAGE_REPO = "polar/harbor-env"
@@ -112,40 +110,6 @@ def environment_image(task: HarborTask, image_map: Mapping[str, str] | None = No
             "needs environment/Dockerfile or [environment].docker_image",
         )
     return f"{IMAGE_REPO}:{environment_hash(task, image_map)[:20]}"
-
-
-def separate_verifier(task: HarborTask) -> bool:
-    """Whether the task's verifier runs in Harbor's `separate` mode: set, or implied by a
-    `[verifier.environment]` (harbor's `resolve_task_verifier_mode`)."""
-    verifier = task.section("verifier")
-    mode = verifier.get("environment_mode")
-    return mode == "separate" or (mode is None and verifier.get("environment") is not None)
-
-
-def verifier_image(task: HarborTask, image_map: Mapping[str, str] | None = None) -> str | None:
-    """The image of a separate verifier, where it is not the task's own (None), as Harbor
-    resolves it: `[verifier.environment].docker_image` (through the image map), else a
-    `tests/Dockerfile` (its tests bundled: built like environment/, `tests/` the context),
-    else the task's environment."""
-    if not separate_verifier(task):
-        return None
-    own = task.section("verifier").get("environment") or {}
-    if not isinstance(own, dict):
-        raise HarborTaskError(task.name, "verifier.environment", "must be a table")
-    if own.get("docker_image"):
-        image = str(own["docker_image"])
-        return resolved_image_map(task, image_map).get(image, image)
-    if (task.tests_dir / "docker-compose.yaml").is_file():
-        raise HarborTaskError(
-            task.name,
-            "tests/docker-compose.yaml",
-            "a separate verifier with compose services is not run: Polar's verifier "
-            "environment is one container (its own image: tests/Dockerfile or "
-            "[verifier.environment].docker_image)",
-        )
-    if (task.tests_dir / "Dockerfile").is_file():
-        return f"{IMAGE_REPO}:{environment_hash(task, image_map, task.tests_dir)[:20]}"
-    return None
 
 
 def _dockerfile_lines(path: Path) -> list[str]:

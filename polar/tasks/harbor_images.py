@@ -31,12 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from polar.tasks.harbor_compose import COMPOSE_FILE, compose_services
-from polar.tasks.harbor_environment import (
-    base_images,
-    environment_image,
-    resolved_image_map,
-    verifier_image,
-)
+from polar.tasks.harbor_environment import base_images, environment_image, resolved_image_map
+from polar.tasks.harbor_separate import SeparateVerifier, separate_verifiers
 from polar.tasks.harbor_toml import HarborTask, HarborTaskError, find_task_dirs, read_harbor_task
 
 __all__ = ["BuiltImage", "ensure_image", "ensure_images"]
@@ -122,13 +118,17 @@ def ensure_image(
 ) -> BuiltImage:
     """The task's image present on `client`'s engine: prebuilt, cached or built now
     (HarborTaskError naming a missing image, or a failed build with its log's tail); a
-    separate verifier's own image too (`verifier_image`)."""
+    separate verifier's own images too (polar/tasks/harbor_separate.py)."""
     for sidecar in compose_services(task, image_map)[0]:  # run as they are: never built here
         if not _has_image(client, sidecar.image):
             raise _missing(task, f"{COMPOSE_FILE} services.{sidecar.name}.image", sidecar.image)
-    built = _ensure(task, client, image_map, log, verifier=False)
-    if verifier_image(task, image_map) is not None:
-        _ensure(task, client, image_map, log, verifier=True)
+    built = _ensure(task, client, image_map, log, None)
+    for verifier in separate_verifiers(task, image_map):  # the separate verifiers' own
+        for sidecar in verifier.sidecars:
+            if not _has_image(client, sidecar.image):
+                field = f"{verifier.source}: services.{sidecar.name}.image"
+                raise _missing(task, field, sidecar.image)
+        _ensure(task, client, image_map, log, verifier)
     return built
 
 
@@ -137,18 +137,18 @@ def _ensure(
     client: Any,
     image_map: Mapping[str, str] | None,
     log: Callable[[str], None],
-    *,
-    verifier: bool,
+    verifier: SeparateVerifier | None,
 ) -> BuiltImage:
-    """The agent's image (environment/), or the separate verifier's (tests/)."""
-    if verifier:
-        image = verifier_image(task, image_map) or ""
-        root, section = task.tests_dir, task.section("verifier").get("environment") or {}
-        prebuilt_field, dockerfile_field = "verifier.environment.docker_image", "tests/Dockerfile"
+    """The agent's image (environment/), or a separate verifier's (prebuilt, or its tests/)."""
+    if verifier is not None:
+        image, root = verifier.image or "", verifier.build_dir
+        prebuilt = verifier.build_dir is None
+        prebuilt_field = dockerfile_field = verifier.source
     else:
-        image, root, section = environment_image(task, image_map), None, task.section("environment")
+        image, root = environment_image(task, image_map), None
+        prebuilt = bool(task.section("environment").get("docker_image"))
         prebuilt_field, dockerfile_field = "environment.docker_image", "environment/Dockerfile"
-    if section.get("docker_image"):
+    if prebuilt:
         if not _has_image(client, image):
             raise _missing(task, prebuilt_field, image)
         _check_shell(task, client, image, prebuilt_field)
