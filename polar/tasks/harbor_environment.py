@@ -32,7 +32,10 @@ IMAGE_REPO = "polar/harbor-env"
 
 
 def environment_hash(
-    task: HarborTask, image_map: Mapping[str, str] | None = None, root: Path | None = None
+    task: HarborTask,
+    image_map: Mapping[str, str] | None = None,
+    root: Path | None = None,
+    dockerfile: str = "Dockerfile",
 ) -> str:
     """The content hash of the task's environment/ (or `root`, another build context: a
     separate verifier's tests/) (paths, exec bits, bytes, link targets) and of the image map
@@ -46,7 +49,9 @@ def environment_hash(
         elif path.is_file():
             digest.update(f"F {rel} {os.access(path, os.X_OK)}\0".encode())
             digest.update(hashlib.sha256(path.read_bytes()).digest())
-    bases = base_images(task, root)
+    if dockerfile != "Dockerfile":  # another file of the same folder: another image
+        digest.update(f"D {dockerfile}\0".encode())
+    bases = base_images(task, root, dockerfile)
     used = {b: m for b, m in resolved_image_map(task, image_map).items() if b in bases}
     digest.update(json.dumps(used, sort_keys=True).encode())
     return digest.hexdigest()
@@ -62,12 +67,14 @@ def resolved_image_map(task: HarborTask, image_map: Mapping[str, str] | None) ->
     return {**(image_map or {}), **own}
 
 
-def base_images(task: HarborTask, root: Path | None = None) -> list[str]:
+def base_images(
+    task: HarborTask, root: Path | None = None, dockerfile: str = "Dockerfile"
+) -> list[str]:
     """The images the Dockerfile (of environment/, or of `root`) pulls in: its FROM lines'
     and its `COPY --from=` ones (build stages, stage indexes and `scratch` left out), in
     order."""
-    dockerfile = (task.environment_dir if root is None else root) / "Dockerfile"
-    if not dockerfile.is_file():
+    path = (task.environment_dir if root is None else root) / dockerfile
+    if not path.is_file():
         return []
     stages: set[str] = set()
     images: list[str] = []
@@ -76,7 +83,7 @@ def base_images(task: HarborTask, root: Path | None = None) -> list[str]:
         if name not in stages and name != "scratch" and not name.isdigit() and name not in images:
             images.append(name)
 
-    for line in _dockerfile_lines(dockerfile):
+    for line in _dockerfile_lines(path):
         words = line.split()
         if not words:
             continue
