@@ -181,9 +181,15 @@ class EvaluatorSpec(KindSpec):
         Workflow code calls it (the prewarm), so it reads the keys it
         needs from the config as written; the kind's model has checked them at submit and
         checks them again when grading."""
-        image = (self.harbor or {}).get("image") if self.kind == "harbor" else None
+        harbor = (self.harbor or {}) if self.kind == "harbor" else {}
+        own = harbor.get("resources")  # a separate verifier's cpus, memory, disk
+        if isinstance(own, dict) and own:
+            runtime = runtime.model_copy(
+                update={k: own[k] for k in ("cpus", "memory", "disk") if k in own}
+            )
+        image = harbor.get("image")
         if isinstance(image, str) and image:  # a separate verifier's own environment
-            sidecars = [Sidecar.model_validate(s) for s in (self.harbor or {}).get("sidecars", [])]
+            sidecars = [Sidecar.model_validate(s) for s in harbor.get("sidecars", [])]
             return runtime.model_copy(
                 update={
                     "image": image,

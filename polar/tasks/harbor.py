@@ -242,6 +242,8 @@ def harbor_evaluator(
         if separate.image is not None:  # its own environment: image and services
             config["image"] = separate.image
             config["sidecars"] = [s.model_dump(mode="json") for s in separate.sidecars]
+        if separate.resources:  # its [verifier.environment]'s cpus, memory, disk
+            config["resources"] = separate.resources
     return EvaluatorSpec(
         kind="harbor", harbor=config | {"timeout_s": float(timeout_s)} | network_config(network)
     )

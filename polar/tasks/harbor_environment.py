@@ -24,6 +24,7 @@ __all__ = [
     "environment_hash",
     "environment_image",
     "resolved_image_map",
+    "resources",
     "runtime_spec",
 ]
 
@@ -238,24 +239,34 @@ def runtime_spec(task: HarborTask, env_cfg: dict[str, Any], image: str) -> Runti
                 else "environment/Dockerfile WORKDIR"
             )
             raise HarborTaskError(task.name, where, first_error(exc)) from exc
+    values.update(resources(task, env_cfg))
+    values.update(_gpus(task, env_cfg))
+    try:
+        return RuntimeSpec(**values)
+    except ValidationError as exc:
+        raise HarborTaskError(task.name, "environment", first_error(exc)) from exc
+
+
+def resources(
+    task: HarborTask, env_cfg: dict[str, Any], where: str = "environment"
+) -> dict[str, Any]:
+    """An environment table's `cpus`, `memory_mb` and `storage_mb` (and the old `memory`,
+    `storage`) as RuntimeSpec's `cpus`, `memory` and `disk` (those it sets)."""
+    values: dict[str, Any] = {}
     if env_cfg.get("cpus") is not None:
         values["cpus"] = env_cfg["cpus"]
-    values.update(_gpus(task, env_cfg))
     for field, legacy, key in (
         ("memory_mb", "memory", "memory"),
         ("storage_mb", "storage", "disk"),
     ):
         mb = env_cfg.get(field)
         if mb is None and env_cfg.get(legacy) is not None:
-            mb = _legacy_size_mb(task, f"environment.{legacy}", env_cfg[legacy])
+            mb = _legacy_size_mb(task, f"{where}.{legacy}", env_cfg[legacy])
         if mb is not None:
             if not isinstance(mb, int) or isinstance(mb, bool) or mb < 16:
-                raise HarborTaskError(task.name, f"environment.{field}", f"{mb!r}: at least 16")
+                raise HarborTaskError(task.name, f"{where}.{field}", f"{mb!r}: at least 16")
             values[key] = f"{mb}m"
-    try:
-        return RuntimeSpec(**values)
-    except ValidationError as exc:
-        raise HarborTaskError(task.name, "environment", first_error(exc)) from exc
+    return values
 
 
 def _gpus(task: HarborTask, env_cfg: dict[str, Any]) -> dict[str, Any]:

@@ -19,7 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from polar.tasks.harbor_compose import COMPOSE_FILE, compose_services
-from polar.tasks.harbor_environment import IMAGE_REPO, environment_hash, resolved_image_map
+from polar.tasks.harbor_environment import (
+    IMAGE_REPO,
+    environment_hash,
+    resolved_image_map,
+    resources,
+)
 from polar.tasks.harbor_toml import HarborTask, HarborTaskError
 from polar.tasks.runtime_spec import Sidecar
 
@@ -37,6 +42,8 @@ class SeparateVerifier:
     """the task.toml field (or file) its image comes from, for messages"""
     sidecars: list[Sidecar] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
+    resources: dict[str, Any] = field(default_factory=dict)
+    """its environment table's `cpus`, `memory`, `disk` (RuntimeSpec's), those it sets"""
 
 
 def _mode(verifier: dict[str, Any]) -> str | None:
@@ -72,18 +79,22 @@ def separate_verifier(
     candidates.append(
         (task.section("verifier").get("environment"), task.tests_dir, "verifier.environment")
     )
-    for env, folder, where in candidates:
+    for env, _, where in candidates:
         if env is not None and not isinstance(env, dict):
             raise HarborTaskError(task.name, where, "must be a table")
+    # its resources: the effective table's (the step's, else the task's), as Harbor's
+    table, where = next(((e, w) for e, _, w in candidates if e is not None), ({}, ""))
+    own = resources(task, table, where) if table else {}
+    for env, folder, where in candidates:
         if env and env.get("docker_image"):
             image = str(env["docker_image"])
             mapped = resolved_image_map(task, image_map).get(image, image)
-            return SeparateVerifier(mapped, None, f"{where}.docker_image")
+            return SeparateVerifier(mapped, None, f"{where}.docker_image", resources=own)
         rel = folder.relative_to(task.dir).as_posix()
         if (folder / "Dockerfile").is_file():
             sidecars, main_env = compose_services(task, image_map, folder)
             image = f"{IMAGE_REPO}:{environment_hash(task, image_map, folder)[:20]}"
-            return SeparateVerifier(image, folder, f"{rel}/Dockerfile", sidecars, main_env)
+            return SeparateVerifier(image, folder, f"{rel}/Dockerfile", sidecars, main_env, own)
         if (folder / COMPOSE_FILE).is_file():
             raise HarborTaskError(
                 task.name,
@@ -91,7 +102,7 @@ def separate_verifier(
                 f"a separate verifier's compose file without {rel}/Dockerfile: its `main` "
                 "service is built from that Dockerfile (as in Harbor), and there is none",
             )
-    return SeparateVerifier()
+    return SeparateVerifier(resources=own)
 
 
 def separate_verifiers(

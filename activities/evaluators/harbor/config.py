@@ -60,6 +60,12 @@ class HarborConfig(EvaluatorConfig):
         description="a separate verifier's own compose services (its tests/docker-compose.yaml), "
         "beside `image`",
     )
+    resources: dict[str, float | str] = Field(
+        default_factory=dict,
+        exclude_if=lambda v: not v,
+        description="a separate verifier's own `cpus`, `memory`, `disk` (its "
+        "[verifier.environment]'s), over the task's runtime's",
+    )
     network: NetworkSpec = Field(
         default_factory=NetworkSpec,
         exclude_if=lambda v: v.sealed,  # left out while sealed: older workers read the spec

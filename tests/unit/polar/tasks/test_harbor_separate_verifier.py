@@ -158,3 +158,17 @@ def test_a_steps_own_verifier_environment_wins_over_the_tasks(tmp_path: Path) ->
     )
     (spec,) = load_harbor_tasks(task)
     assert _verifier(spec.steps[1].evaluator).image == "g:1"  # a docker_image first
+
+
+def test_the_verifier_environments_resources_are_its_runtimes(tmp_path: Path) -> None:
+    task = _copy(tmp_path)
+    (task / "tests" / "Dockerfile").write_text("FROM polar/runtime:py311\n")
+    _append(task, "[verifier.environment]\ncpus = 0.5\nmemory_mb = 512")
+    (spec,) = load_harbor_tasks(task)
+    runtime = spec.evaluator.eval_runtime_spec(spec.runtime)
+    assert (runtime.cpus, runtime.memory, runtime.disk) == (0.5, "512m", spec.runtime.disk)
+    assert (spec.runtime.cpus, spec.runtime.memory) == (1, "1024m")  # the agent's stay
+    _append(task, "storage_mb = 3")
+    with pytest.raises(HarborTaskError) as err:
+        load_harbor_tasks(task)
+    assert err.value.field == "verifier.environment.storage_mb"
