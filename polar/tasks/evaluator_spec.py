@@ -11,7 +11,7 @@ from pydantic import Field, field_validator, model_validator
 
 from polar.rubric import FormulaError, parse_formula
 from polar.tasks.collect_spec import CollectSpec
-from polar.tasks.runtime_spec import RuntimeSpec
+from polar.tasks.runtime_spec import RuntimeSpec, Sidecar
 from polar.tasks.sources import CommandAction, PrepareAction
 from polar.tasks.strict import KindSpec, StrictModel
 
@@ -175,19 +175,26 @@ class EvaluatorSpec(KindSpec):
     def eval_runtime_spec(self, runtime: RuntimeSpec) -> RuntimeSpec:
         """The spec of the evaluator's fresh runtime: the task's, then (swebench) the checkout
         of `base_commit` and the instance's install as prepare actions, so they run while
-        the harness does; (harbor) a separate verifier's own image, alone (none of the
-        task's prepare actions, sidecars, collection or harness user: they are the agent's
-        environment's).
+        the harness does; (harbor) a separate verifier's own image with its own services
+        (none of the task's prepare actions, sidecars, collection or harness user: they
+        are the agent's environment's).
         Workflow code calls it (the prewarm), so it reads the keys it
         needs from the config as written; the kind's model has checked them at submit and
         checks them again when grading."""
-        image = (self.harbor or {}).get("image") if self.kind == "harbor" else None
+        harbor = (self.harbor or {}) if self.kind == "harbor" else {}
+        own = harbor.get("resources")  # a separate verifier's cpus, memory, disk
+        if isinstance(own, dict) and own:
+            runtime = runtime.model_copy(
+                update={k: own[k] for k in ("cpus", "memory", "disk") if k in own}
+            )
+        image = harbor.get("image")
         if isinstance(image, str) and image:  # a separate verifier's own environment
+            sidecars = [Sidecar.model_validate(s) for s in harbor.get("sidecars", [])]
             return runtime.model_copy(
                 update={
                     "image": image,
                     "prepare": [],
-                    "sidecars": [],
+                    "sidecars": sidecars,
                     "collect": CollectSpec(),
                     "harness_user": None,
                 }

@@ -39,16 +39,11 @@ from pydantic import ValidationError
 from polar.ids import TASK_ID_MAX
 from polar.tasks.harbor_artifacts import task_collect
 from polar.tasks.harbor_compose import compose_services
-from polar.tasks.harbor_environment import (
-    check_environment,
-    environment_image,
-    runtime_spec,
-    separate_verifier,
-    verifier_image,
-)
+from polar.tasks.harbor_environment import check_environment, environment_image, runtime_spec
 from polar.tasks.harbor_harness import McpReach, task_harness
 from polar.tasks.harbor_healthcheck import healthcheck_action
 from polar.tasks.harbor_network import baseline_policy, phase_networks
+from polar.tasks.harbor_separate import SeparateVerifier, separate_verifier
 from polar.tasks.harbor_steps import harbor_steps, step_reward_rule
 from polar.tasks.harbor_toml import (
     HarborTask,
@@ -177,17 +172,13 @@ def task_spec(
     # compose's `main` environment is every exec's in it: the agent's and the verifier's
     task_env = main_env | resolved_env(task, "environment.env", env_cfg.get("env"), environ)
     verifier_env = resolved_env(task, "verifier.env", verifier.get("env"), environ)
-    separate = (separate_verifier(task), verifier_image(task, image_map))
 
     def step_evaluator(v: dict[str, Any], network: NetworkSpec) -> EvaluatorSpec:
         env = resolved_env(task, "steps.verifier.env", v.get("env"), environ)
         user = v.get("user", verifier.get("user"))
         env = task_env | verifier_env | env
-        mode = v.get("environment_mode")  # a step's own, else the task's
-        step_separate = mode == "separate" if mode is not None else separate[0]
-        return harbor_evaluator(
-            task, v["timeout_sec"], network, v["tests"], user, env, (step_separate, separate[1])
-        )
+        separate = separate_verifier(task, image_map, v["step"], v)  # its own, else the task's
+        return harbor_evaluator(task, v["timeout_sec"], network, v["tests"], user, env, separate)
 
     steps = harbor_steps(task, env_cfg, agent_network, step_evaluator, services)
     if not steps and not (task.tests_dir / "test.sh").is_file():
@@ -216,7 +207,7 @@ def task_spec(
                 (str(task.tests_dir), None),
                 user,
                 {**task_env, **verifier_env},
-                separate,
+                separate_verifier(task, image_map),
             ),
             timeouts=timeouts,
             steps=steps,
@@ -234,20 +225,25 @@ def harbor_evaluator(
     tests: tuple[str, str | None],
     user: Any,
     env: dict[str, str],
-    separate: tuple[bool, str | None] = (False, None),
+    separate: SeparateVerifier | None = None,
 ) -> EvaluatorSpec:
     """The `harbor` evaluator of a task (or of one of its steps: `tests` is the task's
-    tests dir and the step's own, laid over it); `separate`: whether it is Harbor's
-    separate verifier (it gets the collected artifacts, never the session's workspace
-    changes), and its own image (None: the task's)."""
+    tests dir and the step's own, laid over it); `separate`: Harbor's separate verifier's
+    environment (it gets the collected artifacts, never the session's workspace changes),
+    None for the shared one."""
+    if separate is not None:  # its compose `main` environment, under the verifier's own
+        env = separate.env | env
     config = verifier_config(task, None if user is None else str(user), env)
     config["tests_dir"], step_tests = tests
     if step_tests is not None:
         config["step_tests_dir"] = step_tests
-    if separate[0]:
+    if separate is not None:
         config["workspace_changes"] = False
-        if separate[1] is not None:
-            config["image"] = separate[1]
+        if separate.image is not None:  # its own environment: image and services
+            config["image"] = separate.image
+            config["sidecars"] = [s.model_dump(mode="json") for s in separate.sidecars]
+        if separate.resources:  # its [verifier.environment]'s cpus, memory, disk
+            config["resources"] = separate.resources
     return EvaluatorSpec(
         kind="harbor", harbor=config | {"timeout_s": float(timeout_s)} | network_config(network)
     )

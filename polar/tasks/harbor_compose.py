@@ -12,32 +12,43 @@ the verifier, as compose gives it to every exec in `main`.
 Read per service: `image` (through the image map), `command` and `entrypoint` (a string is
 split as a shell would), `environment` (a table or `NAME=value` lines), `working_dir`;
 `depends_on` and `expose` are accepted (sidecars start before the session's container and
-every port is open on the session's network). Refused, naming the service and key: `build`
-(a sidecar's image is one this host has: build it and map its name), published `ports`,
-`volumes`, `networks` and `network_mode`, and any other key.
+every port is open on the session's network). A sidecar's `build` (a context folder of the
+task, or a table of `context` and `dockerfile`) is built offline like environment/
+(polar/tasks/harbor_images.py) and tagged by its content's hash; its `image`, if also
+given, is then only a name. Refused, naming the service and key: published `ports`,
+`volumes`, `networks` and `network_mode`, a build context outside the task, build keys
+other than `context` and `dockerfile`, and any other key.
 """
 
 from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from polar.tasks.harbor_environment import resolved_image_map
+from polar.tasks.harbor_environment import IMAGE_REPO, environment_hash, resolved_image_map
 from polar.tasks.harbor_toml import HarborTask, HarborTaskError
 from polar.tasks.runtime_spec import Sidecar
 
-__all__ = ["COMPOSE_FILE", "compose_services"]
+__all__ = ["COMPOSE_FILE", "SidecarBuild", "compose_builds", "compose_services"]
 
 COMPOSE_FILE = "docker-compose.yaml"
 """The one compose file Harbor reads from `environment/`."""
 
-_SIDECAR_KEYS = {"image", "command", "entrypoint", "environment", "working_dir", "depends_on"}
+_SIDECAR_KEYS = {
+    "image",
+    "build",
+    "command",
+    "entrypoint",
+    "environment",
+    "working_dir",
+    "depends_on",
+}
 _MAIN_KEYS = {"build", "image", "environment", "depends_on", "command"}
 _ACCEPTED = {"expose", "healthcheck", "restart", "container_name"}
 _REASONS = {
-    "build": "a sidecar built from a Dockerfile: build its image on this host and name it "
-    "with `image` (through the image map)",
     "ports": "publishing a port on the host: a session's services are reachable from it alone",
     "volumes": "host volumes: a session's services share nothing with the host",
     "networks": "networks of the task's own: a session's services have the session's network",
@@ -45,17 +56,43 @@ _REASONS = {
 }
 
 
+@dataclass(frozen=True)
+class SidecarBuild:
+    """A sidecar built from the task's own files: its context folder and Dockerfile."""
+
+    service: str
+    image: str
+    context: Path
+    dockerfile: str = "Dockerfile"
+
+
 def compose_services(
-    task: HarborTask, image_map: Mapping[str, str] | None = None
+    task: HarborTask, image_map: Mapping[str, str] | None = None, folder: Path | None = None
 ) -> tuple[list[Sidecar], dict[str, str]]:
-    """The task's sidecars and `main`'s environment (none without a compose file);
-    HarborTaskError naming the service and key Polar cannot honour."""
-    path = task.environment_dir / COMPOSE_FILE
+    """The task's sidecars and `main`'s environment (none without a compose file), from
+    environment/ (or `folder`: a separate verifier's tests/); HarborTaskError naming the
+    service and key Polar cannot honour."""
+    sidecars, main_env, _ = _read(task, image_map, folder)
+    return sidecars, main_env
+
+
+def compose_builds(
+    task: HarborTask, image_map: Mapping[str, str] | None = None, folder: Path | None = None
+) -> list[SidecarBuild]:
+    """The sidecars of that compose file that are built from the task's files."""
+    return _read(task, image_map, folder)[2]
+
+
+def _read(
+    task: HarborTask, image_map: Mapping[str, str] | None, folder: Path | None
+) -> tuple[list[Sidecar], dict[str, str], list[SidecarBuild]]:
+    folder = task.environment_dir if folder is None else folder
+    path = folder / COMPOSE_FILE
     if not path.is_file():
-        return [], {}
+        return [], {}, []
     import yaml  # type: ignore[import-untyped]  # the server install's (pyproject)
 
-    where = f"environment/{COMPOSE_FILE}"
+    where = f"{folder.relative_to(task.dir).as_posix()}/{COMPOSE_FILE}"
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except (OSError, yaml.YAMLError) as exc:
@@ -64,29 +101,82 @@ def compose_services(
     if not isinstance(services, dict):
         raise HarborTaskError(task.name, where, "has no `services` table")
     mapping = resolved_image_map(task, image_map)
-    sidecars, main_env = [], {}
+    sidecars, main_env, builds = [], {}, []
     for name, service in services.items():
+        here = f"{where}: services.{name}"
         if not isinstance(service, dict):
-            raise HarborTaskError(task.name, f"{where}: services.{name}", "must be a table")
+            raise HarborTaskError(task.name, here, "must be a table")
         if name == "main":
-            _check_keys(task, f"{where}: services.main", service, _MAIN_KEYS)
-            main_env = _env(task, f"{where}: services.main", service.get("environment"))
+            _check_keys(task, here, service, _MAIN_KEYS)
+            main_env = _env(task, here, service.get("environment"))
             continue
-        sidecars.append(_sidecar(task, f"{where}: services.{name}", str(name), service, mapping))
-    return sidecars, main_env
+        build = None
+        if service.get("build") is not None:
+            build = _build_of(task, here, str(name), folder, service["build"], image_map)
+            builds.append(build)
+        sidecars.append(_sidecar(task, here, str(name), service, mapping, build))
+    return sidecars, main_env, builds
+
+
+def _build_of(
+    task: HarborTask,
+    where: str,
+    name: str,
+    folder: Path,
+    value: Any,
+    image_map: Mapping[str, str] | None,
+) -> SidecarBuild:
+    """A sidecar's `build`: its context within the task, its Dockerfile, its image's tag."""
+    if isinstance(value, str):
+        context, dockerfile = value, "Dockerfile"
+    elif isinstance(value, dict):
+        unknown = sorted(set(value) - {"context", "dockerfile"})
+        if unknown:
+            raise HarborTaskError(
+                task.name,
+                f"{where}.build.{unknown[0]}",
+                "not supported: a sidecar is built from its context and Dockerfile alone",
+            )
+        context, dockerfile = (
+            str(value.get("context", ".")),
+            str(value.get("dockerfile", "Dockerfile")),
+        )
+    else:
+        raise HarborTaskError(task.name, f"{where}.build", "must be a path or a table")
+    root = task.dir.resolve()
+    path = (folder / context).resolve()
+    file = (path / dockerfile).resolve()
+    if not path.is_relative_to(root) or not file.is_relative_to(path) or not file.is_file():
+        raise HarborTaskError(
+            task.name,
+            f"{where}.build",
+            f"{context!r} (Dockerfile {dockerfile!r}): must be a folder of the task holding "
+            "that Dockerfile",
+        )
+    digest = environment_hash(task, image_map, path, dockerfile)[:20]
+    return SidecarBuild(name, f"{IMAGE_REPO}:{digest}", path, dockerfile)
 
 
 def _sidecar(
-    task: HarborTask, where: str, name: str, service: dict[str, Any], mapping: Mapping[str, str]
+    task: HarborTask,
+    where: str,
+    name: str,
+    service: dict[str, Any],
+    mapping: Mapping[str, str],
+    build: SidecarBuild | None,
 ) -> Sidecar:
     _check_keys(task, where, service, _SIDECAR_KEYS)
     image = service.get("image")
-    if not isinstance(image, str) or not image:
+    if build is not None:
+        image = build.image
+    elif not isinstance(image, str) or not image:
         raise HarborTaskError(task.name, f"{where}.image", "missing: a sidecar runs an image")
+    else:
+        image = mapping.get(image, image)
     workdir = service.get("working_dir")
     return Sidecar(
         name=name,
-        image=mapping.get(image, image),
+        image=image,
         command=_argv(task, f"{where}.command", service.get("command")),
         entrypoint=_argv(task, f"{where}.entrypoint", service.get("entrypoint")),
         env=_env(task, where, service.get("environment")),

@@ -24,9 +24,8 @@ __all__ = [
     "environment_hash",
     "environment_image",
     "resolved_image_map",
+    "resources",
     "runtime_spec",
-    "separate_verifier",
-    "verifier_image",
 ]
 
 IMAGE_REPO = "polar/harbor-env"
@@ -34,7 +33,10 @@ IMAGE_REPO = "polar/harbor-env"
 
 
 def environment_hash(
-    task: HarborTask, image_map: Mapping[str, str] | None = None, root: Path | None = None
+    task: HarborTask,
+    image_map: Mapping[str, str] | None = None,
+    root: Path | None = None,
+    dockerfile: str = "Dockerfile",
 ) -> str:
     """The content hash of the task's environment/ (or `root`, another build context: a
     separate verifier's tests/) (paths, exec bits, bytes, link targets) and of the image map
@@ -48,7 +50,9 @@ def environment_hash(
         elif path.is_file():
             digest.update(f"F {rel} {os.access(path, os.X_OK)}\0".encode())
             digest.update(hashlib.sha256(path.read_bytes()).digest())
-    bases = base_images(task, root)
+    if dockerfile != "Dockerfile":  # another file of the same folder: another image
+        digest.update(f"D {dockerfile}\0".encode())
+    bases = base_images(task, root, dockerfile)
     used = {b: m for b, m in resolved_image_map(task, image_map).items() if b in bases}
     digest.update(json.dumps(used, sort_keys=True).encode())
     return digest.hexdigest()
@@ -64,12 +68,14 @@ def resolved_image_map(task: HarborTask, image_map: Mapping[str, str] | None) ->
     return {**(image_map or {}), **own}
 
 
-def base_images(task: HarborTask, root: Path | None = None) -> list[str]:
+def base_images(
+    task: HarborTask, root: Path | None = None, dockerfile: str = "Dockerfile"
+) -> list[str]:
     """The images the Dockerfile (of environment/, or of `root`) pulls in: its FROM lines'
     and its `COPY --from=` ones (build stages, stage indexes and `scratch` left out), in
     order."""
-    dockerfile = (task.environment_dir if root is None else root) / "Dockerfile"
-    if not dockerfile.is_file():
+    path = (task.environment_dir if root is None else root) / dockerfile
+    if not path.is_file():
         return []
     stages: set[str] = set()
     images: list[str] = []
@@ -78,7 +84,7 @@ def base_images(task: HarborTask, root: Path | None = None) -> list[str]:
         if name not in stages and name != "scratch" and not name.isdigit() and name not in images:
             images.append(name)
 
-    for line in _dockerfile_lines(dockerfile):
+    for line in _dockerfile_lines(path):
         words = line.split()
         if not words:
             continue
@@ -112,40 +118,6 @@ def environment_image(task: HarborTask, image_map: Mapping[str, str] | None = No
             "needs environment/Dockerfile or [environment].docker_image",
         )
     return f"{IMAGE_REPO}:{environment_hash(task, image_map)[:20]}"
-
-
-def separate_verifier(task: HarborTask) -> bool:
-    """Whether the task's verifier runs in Harbor's `separate` mode: set, or implied by a
-    `[verifier.environment]` (harbor's `resolve_task_verifier_mode`)."""
-    verifier = task.section("verifier")
-    mode = verifier.get("environment_mode")
-    return mode == "separate" or (mode is None and verifier.get("environment") is not None)
-
-
-def verifier_image(task: HarborTask, image_map: Mapping[str, str] | None = None) -> str | None:
-    """The image of a separate verifier, where it is not the task's own (None), as Harbor
-    resolves it: `[verifier.environment].docker_image` (through the image map), else a
-    `tests/Dockerfile` (its tests bundled: built like environment/, `tests/` the context),
-    else the task's environment."""
-    if not separate_verifier(task):
-        return None
-    own = task.section("verifier").get("environment") or {}
-    if not isinstance(own, dict):
-        raise HarborTaskError(task.name, "verifier.environment", "must be a table")
-    if own.get("docker_image"):
-        image = str(own["docker_image"])
-        return resolved_image_map(task, image_map).get(image, image)
-    if (task.tests_dir / "docker-compose.yaml").is_file():
-        raise HarborTaskError(
-            task.name,
-            "tests/docker-compose.yaml",
-            "a separate verifier with compose services is not run: Polar's verifier "
-            "environment is one container (its own image: tests/Dockerfile or "
-            "[verifier.environment].docker_image)",
-        )
-    if (task.tests_dir / "Dockerfile").is_file():
-        return f"{IMAGE_REPO}:{environment_hash(task, image_map, task.tests_dir)[:20]}"
-    return None
 
 
 def _dockerfile_lines(path: Path) -> list[str]:
@@ -267,24 +239,34 @@ def runtime_spec(task: HarborTask, env_cfg: dict[str, Any], image: str) -> Runti
                 else "environment/Dockerfile WORKDIR"
             )
             raise HarborTaskError(task.name, where, first_error(exc)) from exc
+    values.update(resources(task, env_cfg))
+    values.update(_gpus(task, env_cfg))
+    try:
+        return RuntimeSpec(**values)
+    except ValidationError as exc:
+        raise HarborTaskError(task.name, "environment", first_error(exc)) from exc
+
+
+def resources(
+    task: HarborTask, env_cfg: dict[str, Any], where: str = "environment"
+) -> dict[str, Any]:
+    """An environment table's `cpus`, `memory_mb` and `storage_mb` (and the old `memory`,
+    `storage`) as RuntimeSpec's `cpus`, `memory` and `disk` (those it sets)."""
+    values: dict[str, Any] = {}
     if env_cfg.get("cpus") is not None:
         values["cpus"] = env_cfg["cpus"]
-    values.update(_gpus(task, env_cfg))
     for field, legacy, key in (
         ("memory_mb", "memory", "memory"),
         ("storage_mb", "storage", "disk"),
     ):
         mb = env_cfg.get(field)
         if mb is None and env_cfg.get(legacy) is not None:
-            mb = _legacy_size_mb(task, f"environment.{legacy}", env_cfg[legacy])
+            mb = _legacy_size_mb(task, f"{where}.{legacy}", env_cfg[legacy])
         if mb is not None:
             if not isinstance(mb, int) or isinstance(mb, bool) or mb < 16:
-                raise HarborTaskError(task.name, f"environment.{field}", f"{mb!r}: at least 16")
+                raise HarborTaskError(task.name, f"{where}.{field}", f"{mb!r}: at least 16")
             values[key] = f"{mb}m"
-    try:
-        return RuntimeSpec(**values)
-    except ValidationError as exc:
-        raise HarborTaskError(task.name, "environment", first_error(exc)) from exc
+    return values
 
 
 def _gpus(task: HarborTask, env_cfg: dict[str, Any]) -> dict[str, Any]:

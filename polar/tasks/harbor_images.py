@@ -30,13 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from polar.tasks.harbor_compose import COMPOSE_FILE, compose_services
-from polar.tasks.harbor_environment import (
-    base_images,
-    environment_image,
-    resolved_image_map,
-    verifier_image,
-)
+from polar.tasks.harbor_compose import COMPOSE_FILE, compose_builds, compose_services
+from polar.tasks.harbor_environment import base_images, environment_image, resolved_image_map
+from polar.tasks.harbor_separate import SeparateVerifier, separate_verifiers
 from polar.tasks.harbor_toml import HarborTask, HarborTaskError, find_task_dirs, read_harbor_task
 
 __all__ = ["BuiltImage", "ensure_image", "ensure_images"]
@@ -122,14 +118,44 @@ def ensure_image(
 ) -> BuiltImage:
     """The task's image present on `client`'s engine: prebuilt, cached or built now
     (HarborTaskError naming a missing image, or a failed build with its log's tail); a
-    separate verifier's own image too (`verifier_image`)."""
-    for sidecar in compose_services(task, image_map)[0]:  # run as they are: never built here
-        if not _has_image(client, sidecar.image):
-            raise _missing(task, f"{COMPOSE_FILE} services.{sidecar.name}.image", sidecar.image)
-    built = _ensure(task, client, image_map, log, verifier=False)
-    if verifier_image(task, image_map) is not None:
-        _ensure(task, client, image_map, log, verifier=True)
+    separate verifier's own images too (polar/tasks/harbor_separate.py)."""
+    _ensure_services(task, client, image_map, log, None)
+    built = _ensure(task, client, image_map, log, None)
+    for verifier in separate_verifiers(task, image_map):  # the separate verifiers' own
+        _ensure_services(task, client, image_map, log, verifier)
+        _ensure(task, client, image_map, log, verifier)
     return built
+
+
+def _ensure_services(
+    task: HarborTask,
+    client: Any,
+    image_map: Mapping[str, str] | None,
+    log: Callable[[str], None],
+    verifier: SeparateVerifier | None,
+) -> None:
+    """A compose file's sidecar images (the task's, or a separate verifier's): one built
+    from the task's files is built now if not cached; any other must be on the engine."""
+    folder = None if verifier is None else verifier.build_dir
+    if verifier is not None and folder is None:
+        return  # a prebuilt verifier image, or the task's own environment: no services
+    where = f"{(folder or task.environment_dir).relative_to(task.dir).as_posix()}/{COMPOSE_FILE}"
+    builds = {b.service: b for b in compose_builds(task, image_map, folder)}
+    mapping = resolved_image_map(task, image_map)
+    for sidecar in compose_services(task, image_map, folder)[0]:
+        build = builds.get(sidecar.name)
+        if _has_image(client, sidecar.image):
+            continue
+        field = f"{where}: services.{sidecar.name}"
+        if build is None:
+            raise _missing(task, f"{field}.image", sidecar.image)
+        for base in base_images(task, build.context, build.dockerfile):
+            if not _has_image(client, mapping.get(base, base)):
+                raise _missing(task, f"{field}.build FROM/COPY --from", mapping.get(base, base))
+        log(f"building {sidecar.image} (service {sidecar.name}) for {task.name}")
+        _build(
+            task, client, build.context, sidecar.image, mapping, f"{field}.build", build.dockerfile
+        )
 
 
 def _ensure(
@@ -137,18 +163,18 @@ def _ensure(
     client: Any,
     image_map: Mapping[str, str] | None,
     log: Callable[[str], None],
-    *,
-    verifier: bool,
+    verifier: SeparateVerifier | None,
 ) -> BuiltImage:
-    """The agent's image (environment/), or the separate verifier's (tests/)."""
-    if verifier:
-        image = verifier_image(task, image_map) or ""
-        root, section = task.tests_dir, task.section("verifier").get("environment") or {}
-        prebuilt_field, dockerfile_field = "verifier.environment.docker_image", "tests/Dockerfile"
+    """The agent's image (environment/), or a separate verifier's (prebuilt, or its tests/)."""
+    if verifier is not None:
+        image, root = verifier.image or "", verifier.build_dir
+        prebuilt = verifier.build_dir is None
+        prebuilt_field = dockerfile_field = verifier.source
     else:
-        image, root, section = environment_image(task, image_map), None, task.section("environment")
+        image, root = environment_image(task, image_map), None
+        prebuilt = bool(task.section("environment").get("docker_image"))
         prebuilt_field, dockerfile_field = "environment.docker_image", "environment/Dockerfile"
-    if section.get("docker_image"):
+    if prebuilt:
         if not _has_image(client, image):
             raise _missing(task, prebuilt_field, image)
         _check_shell(task, client, image, prebuilt_field)
@@ -174,19 +200,21 @@ def _build(
     image: str,
     mapping: Mapping[str, str],
     field: str,
+    dockerfile: str = "Dockerfile",
 ) -> None:
-    """Build `root`'s Dockerfile (its images mapped) as `image`, offline."""
+    """Build `root`'s `dockerfile` (its images mapped) as `image`, offline."""
     from docker.errors import BuildError
 
     timeout = float(task.section("environment").get("build_timeout_sec", 600.0))
     with tempfile.TemporaryDirectory(prefix="polar-harbor-env-") as tmp:
         context = Path(tmp) / "context"
         shutil.copytree(root, context, symlinks=True)
-        dockerfile = context / "Dockerfile"
-        dockerfile.write_text(_mapped_dockerfile(dockerfile.read_text(), mapping))
+        file = context / dockerfile
+        file.write_text(_mapped_dockerfile(file.read_text(), mapping))
         try:
             client.images.build(
                 path=str(context),
+                dockerfile=dockerfile,
                 tag=image,
                 labels={LABEL_TASK: task.name},
                 network_mode="none",

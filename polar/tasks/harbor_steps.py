@@ -47,8 +47,6 @@ _STEP_KEYS = {"name", "agent", "verifier", "min_reward", "healthcheck", "artifac
 _REFUSED = {
     "agent.user": "a step's own agent user: every step's harness runs as the task's "
     "[agent].user, the user the session's runtime was made for",
-    "verifier.environment": "a step's own separate verifier environment: a step's "
-    "separate verifier runs in the task's (`[verifier.environment]`, else the task's image)",
 }
 
 Evaluator = Callable[[dict[str, Any], NetworkSpec], EvaluatorSpec]
@@ -129,7 +127,12 @@ def _step(
             instruction=instruction,
             harness_s=harness_s,
             evaluator=evaluator(
-                {**verifier, "timeout_sec": verifier_s, "tests": _tests(task, folder, where)},
+                {
+                    **verifier,
+                    "timeout_sec": verifier_s,
+                    "tests": _tests(task, folder, where),
+                    "step": name,
+                },
                 verifier_network,
             ),
             prepare=_actions(task, folder, config, where),

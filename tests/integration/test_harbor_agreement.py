@@ -42,11 +42,12 @@ from harbor.models.task.verifier_mode import (
 
 SEPARATE = VerifierEnvironmentMode.SEPARATE
 
-def own_image(c, t):
+def own_image(c, t, s=None):
     # a separate verifier's own image (its docker_image, or tests/ built): bundled tests
-    if resolve_task_verifier_mode(c) != SEPARATE:
+    mode = resolve_task_verifier_mode(c) if s is None else resolve_step_verifier_mode(c, s)
+    if mode != SEPARATE:
         return False
-    return resolve_verifier_environment_definition(c, t.paths).bundled_tests
+    return resolve_verifier_environment_definition(c, t.paths, s).bundled_tests
 
 def art(a):
     return {
@@ -99,6 +100,7 @@ for d in sys.argv[1:]:
                 "verifier_env": {**c.verifier.env, **s.verifier.env},
                 "min_reward": s.min_reward,
                 "separate_verifier": resolve_step_verifier_mode(c, s) == SEPARATE,
+                "verifier_own_image": own_image(c, t, s),
                 "artifacts": [art(a) for a in normalize_artifact_entries(s.artifacts)],
                 "collect": [hook(h) for h in s.verifier.collect],
             }
@@ -182,6 +184,7 @@ def _step_view(step: TaskStep) -> dict[str, Any]:
         "verifier_env": verifier.env,
         "min_reward": step.min_reward,
         "separate_verifier": not verifier.workspace_changes,
+        "verifier_own_image": verifier.image is not None,
         "artifacts": [a.model_dump(mode="json") for a in step.collect.artifacts],
         "collect": [c.model_dump(mode="json") for c in step.collect.commands],
     }
@@ -262,6 +265,10 @@ def test_the_verifiers_mode_and_image_are_read_as_harbor_reads_them(
         toml.read_text().replace("[verifier]\n", '[verifier]\nenvironment_mode = "separate"\n')
     )
     shutil.copytree(FEATURES / "separate-verifier", tmp_path / "bundled")
+    own = Path(shutil.copytree(FEATURES / "two-step-notes", tmp_path / "step-own"))
+    (own / "steps" / "extend" / "tests" / "Dockerfile").write_text("FROM polar/runtime:py311\n")
+    toml = own / "task.toml"  # the second step's own separate verifier, its own image
+    toml.write_text(toml.read_text() + "\n[steps.verifier.environment]\ncpus = 1\n")
     _agree(harbor_python, tmp_path)
 
 

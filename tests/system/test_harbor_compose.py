@@ -244,3 +244,35 @@ async def test_a_crashed_workers_sidecars_are_swept(runtime: Any) -> None:
     assert _left(runtime, handle.session_id) == []
     if runtime.kind == "docker":
         assert docker.from_env().networks.list(names=[network_name(name)]) == []
+
+
+@pytest.mark.parametrize("kind", ["docker", "podman"])
+async def test_a_sidecar_built_from_the_tasks_files_runs(
+    polar: PolarClient, podman_image: str, kind: str, tmp_path: Path
+) -> None:
+    """compose-lookup with its service built from a folder of the task (offline, its FROM
+    mapped like main's): the oracle reads the word that image baked in."""
+    task = Path(shutil.copytree(TASK, tmp_path / "built"))
+    folder = task / "environment" / "lookup-image"
+    folder.mkdir()
+    (folder / "Dockerfile").write_text(
+        "FROM polar/runtime:py311\nRUN mkdir -p /srv && echo baked-word > /srv/word.txt\n"
+    )
+    compose = task / "environment" / "docker-compose.yaml"
+    compose.write_text(
+        compose.read_text()
+        .replace("image: polar/runtime:py311", "build: ./lookup-image")
+        .replace("echo sidecar-says-hello > word.txt && ", "")
+    )
+    (built,) = ensure_images(task)
+    (spec,) = load_harbor_tasks(task)
+    (sidecar,) = spec.runtime.sidecars
+    assert sidecar.image.startswith("polar/harbor-env:") and sidecar.image != built.image
+    if kind == "podman":
+        from activities.runtimes.kinds.podman import load_from_docker
+
+        for image in (built.image, sidecar.image):
+            load_from_docker(image)
+    oracle = oracle_command(task / "solution")
+    session = await harbor_session(polar, task, oracle, kind, f"compose-built-{kind}")
+    assert session.reward == 1.0, session.evaluation

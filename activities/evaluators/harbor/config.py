@@ -6,6 +6,7 @@ from pydantic import Field, field_validator
 
 from activities.evaluators.base import EvaluatorConfig
 from polar.host_paths import checked_host_path
+from polar.tasks.runtime_spec import Sidecar
 from polar.tasks.spec import NetworkSpec
 from polar.tasks.strict import MAX_TIMEOUT_S
 
@@ -52,6 +53,18 @@ class HarborConfig(EvaluatorConfig):
         exclude_if=lambda v: v is None,
         description="a separate verifier's own image (`[verifier.environment].docker_image`, "
         "or built from tests/Dockerfile); None: the task's",
+    )
+    sidecars: list[Sidecar] = Field(
+        default_factory=list,
+        exclude_if=lambda v: not v,
+        description="a separate verifier's own compose services (its tests/docker-compose.yaml), "
+        "beside `image`",
+    )
+    resources: dict[str, float | str] = Field(
+        default_factory=dict,
+        exclude_if=lambda v: not v,
+        description="a separate verifier's own `cpus`, `memory`, `disk` (its "
+        "[verifier.environment]'s), over the task's runtime's",
     )
     network: NetworkSpec = Field(
         default_factory=NetworkSpec,

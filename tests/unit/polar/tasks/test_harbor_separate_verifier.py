@@ -114,3 +114,61 @@ def test_what_harbor_or_polar_refuses_is_named(tmp_path: Path, mode: str, field:
     with pytest.raises(HarborTaskError) as err:
         load_harbor_tasks(task)
     assert err.value.field == field, err.value
+
+
+def test_a_verifier_compose_file_gives_the_verifier_its_own_services(tmp_path: Path) -> None:
+    task = _copy(tmp_path)
+    (task / "tests" / "Dockerfile").write_text("FROM polar/runtime:py311\nCOPY . /tests\n")
+    (task / "tests" / "docker-compose.yaml").write_text(
+        "services:\n  main:\n    environment:\n      GRADER: 'on'\n"
+        "  oracle-db:\n    image: grader-db:1\n    command: ['sleep', 'infinity']\n"
+    )
+    _mode(task, "separate")
+    _append(task, '[metadata.polar.image_map]\n"grader-db:1" = "polar/runtime:py311"')
+    (spec,) = load_harbor_tasks(task)
+    config = _verifier(spec.evaluator)
+    assert [(s.name, s.image) for s in config.sidecars] == [("oracle-db", "polar/runtime:py311")]
+    assert config.env["GRADER"] == "on"  # its compose `main` environment
+    runtime = spec.evaluator.eval_runtime_spec(spec.runtime)
+    assert [s.name for s in runtime.sidecars] == ["oracle-db"] and not spec.runtime.sidecars
+
+
+def test_a_steps_own_verifier_environment_wins_over_the_tasks(tmp_path: Path) -> None:
+    task = _copy(tmp_path, "harbor-features/two-step-notes")
+    step_tests = task / "steps" / "extend" / "tests"
+    (step_tests / "Dockerfile").write_text("FROM polar/runtime:py311\nCOPY . /tests\n")
+    toml = task / "task.toml"
+    toml.write_text(
+        toml.read_text().replace(
+            "[steps.verifier]\n", '[steps.verifier]\nenvironment_mode = "separate"\n', 1
+        )
+        + "\n[steps.verifier.environment]\ncpus = 1\n"
+    )
+    (spec,) = load_harbor_tasks(task)
+    write, extend = (_verifier(s.evaluator) for s in spec.steps)
+    assert write.workspace_changes and write.image is None  # the task's pass: shared
+    harbor = read_harbor_task(task)
+    own = f"{IMAGE_REPO}:{environment_hash(harbor, None, step_tests)[:20]}"
+    assert not extend.workspace_changes and extend.image == own
+    toml.write_text(
+        toml.read_text().replace(
+            "[steps.verifier.environment]\ncpus = 1",
+            '[steps.verifier.environment]\ndocker_image = "g:1"',
+        )
+    )
+    (spec,) = load_harbor_tasks(task)
+    assert _verifier(spec.steps[1].evaluator).image == "g:1"  # a docker_image first
+
+
+def test_the_verifier_environments_resources_are_its_runtimes(tmp_path: Path) -> None:
+    task = _copy(tmp_path)
+    (task / "tests" / "Dockerfile").write_text("FROM polar/runtime:py311\n")
+    _append(task, "[verifier.environment]\ncpus = 0.5\nmemory_mb = 512")
+    (spec,) = load_harbor_tasks(task)
+    runtime = spec.evaluator.eval_runtime_spec(spec.runtime)
+    assert (runtime.cpus, runtime.memory, runtime.disk) == (0.5, "512m", spec.runtime.disk)
+    assert (spec.runtime.cpus, spec.runtime.memory) == (1, "1024m")  # the agent's stay
+    _append(task, "storage_mb = 3")
+    with pytest.raises(HarborTaskError) as err:
+        load_harbor_tasks(task)
+    assert err.value.field == "verifier.environment.storage_mb"
