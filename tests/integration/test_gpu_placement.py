@@ -193,7 +193,7 @@ async def test_a_declaring_host_that_never_prepares_is_passed_over(
     polar = await PolarClient.connect(cpu)
     task = _task(tmp_path, f"gpu-ghost-{suffix}", 1, [])
     # the ghost's host wait outlasts the real GPU worker's start, even on a loaded machine
-    # (in the full suite it took over 12 s): the second pick finds it offered
+    # (the full suite's): the second pick finds it offered
     task.timeouts.host_wait_s, task.timeouts.heartbeat_s = 25.0, 2.0
     task.timeouts.max_attempts = 2
     PREPARED.clear()
@@ -202,7 +202,6 @@ async def test_a_declaring_host_that_never_prepares_is_passed_over(
         run = await polar.submit(task)
         await asyncio.sleep(2)  # the first pick is made: the ghost, the only one declared
         async with running_workers(gpu, ("init", "run", "postrun")):
-            await _offered(cpu, gpu.host_id, timeout_s=22.0)
             result = await polar.wait(run, timeout_s=300)
     (session,) = result.sessions
     assert session.status == SessionStatus.COMPLETED and session.reward == 1.0, session
