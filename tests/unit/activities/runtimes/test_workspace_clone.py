@@ -4,20 +4,19 @@ runtime hands its workspace to the sandbox user, which must never reach the sour
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 from activities.runtimes.workspace import materialise_source
 from polar.tasks.spec import GitSource
+from tests.support.git import git
 
 
 def test_a_local_clone_shares_no_file_with_its_source(tmp_path: Path) -> None:
     src = tmp_path / "src"
     src.mkdir()
     (src / "f.txt").write_text("a\n")
-    git = ["git", "-c", "user.email=a@b", "-c", "user.name=n"]
     for args in (["init", "-q"], ["add", "f.txt"], ["commit", "-qm", "x"]):
-        subprocess.run([*git, *args], cwd=src, check=True)
+        git(src, *args)
     workspace = tmp_path / "workspace"
     materialise_source(GitSource(url=str(src)), workspace)
     objects = [p for p in (src / ".git" / "objects").rglob("*") if p.is_file()]
