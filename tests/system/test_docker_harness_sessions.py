@@ -139,7 +139,10 @@ async def test_docker_harness_session_graded_by_swebench(
     client = docker.from_env()
     left = [
         c.name
-        for c in client.containers.list(all=True, filters={"label": "polar.session"})
+        # another test's container may go between the listing and its inspection
+        for c in client.containers.list(
+            all=True, filters={"label": "polar.session"}, ignore_removed=True
+        )
         if c.labels.get("polar.session") in (sid, f"{sid}-eval")
     ]
     assert not left, left
