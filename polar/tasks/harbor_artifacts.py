@@ -104,11 +104,7 @@ def _artifact(task: HarborTask, field: str, entry: Any, services: set[str]) -> A
         entry = {"source": entry}
     if not isinstance(entry, dict):
         raise HarborTaskError(task.name, field, "a path, or a table {source, destination, ...}")
-    unknown = sorted(set(entry) - _ARTIFACT_KEYS)
-    if unknown:
-        raise HarborTaskError(
-            task.name, f"{field}.{unknown[0]}", "not a field of Harbor's artifacts"
-        )
+    _known(task, field, entry, _ARTIFACT_KEYS, "artifacts")
     source = entry.get("source")
     service = _service(task, f"{field}.service", entry.get("service"), services)
     if not isinstance(source, str) or not source:
@@ -131,14 +127,17 @@ def _artifact(task: HarborTask, field: str, entry: Any, services: set[str]) -> A
         raise HarborTaskError(task.name, field, first_error(exc)) from None
 
 
+def _known(task: HarborTask, field: str, entry: dict[str, Any], keys: Any, what: str) -> None:
+    """Every key of `entry` is one of Harbor's `what`; else refused, naming the first."""
+    unknown = sorted(set(entry) - set(keys))
+    if unknown:
+        raise HarborTaskError(task.name, f"{field}.{unknown[0]}", f"not a field of Harbor's {what}")
+
+
 def _hook(task: HarborTask, field: str, entry: Any, services: set[str]) -> CollectCommand:
     if not isinstance(entry, dict):
         raise HarborTaskError(task.name, field, "a table {command, service, timeout_sec, user}")
-    unknown = sorted(set(entry) - _COLLECT_KEYS)
-    if unknown:
-        raise HarborTaskError(
-            task.name, f"{field}.{unknown[0]}", "not a field of Harbor's [[verifier.collect]]"
-        )
+    _known(task, field, entry, _COLLECT_KEYS, "[[verifier.collect]]")
     command = entry.get("command")
     if not isinstance(command, str) or not command.strip():
         raise HarborTaskError(task.name, f"{field}.command", "missing: a shell command")

@@ -32,7 +32,7 @@ from polar.tasks.harbor_environment import IMAGE_REPO, environment_hash, resolve
 from polar.tasks.harbor_toml import HarborTask, HarborTaskError
 from polar.tasks.runtime_spec import Sidecar
 
-__all__ = ["COMPOSE_FILE", "SidecarBuild", "compose_builds", "compose_services"]
+__all__ = ["COMPOSE_FILE", "SidecarBuild", "compose_services", "read_compose"]
 
 COMPOSE_FILE = "docker-compose.yaml"
 """The one compose file Harbor reads from `environment/`."""
@@ -72,20 +72,14 @@ def compose_services(
     """The task's sidecars and `main`'s environment (none without a compose file), from
     environment/ (or `folder`: a separate verifier's tests/); HarborTaskError naming the
     service and key Polar cannot honour."""
-    sidecars, main_env, _ = _read(task, image_map, folder)
+    sidecars, main_env, _ = read_compose(task, image_map, folder)
     return sidecars, main_env
 
 
-def compose_builds(
+def read_compose(
     task: HarborTask, image_map: Mapping[str, str] | None = None, folder: Path | None = None
-) -> list[SidecarBuild]:
-    """The sidecars of that compose file that are built from the task's files."""
-    return _read(task, image_map, folder)[2]
-
-
-def _read(
-    task: HarborTask, image_map: Mapping[str, str] | None, folder: Path | None
 ) -> tuple[list[Sidecar], dict[str, str], list[SidecarBuild]]:
+    """`compose_services`, and the sidecars among them built from the task's own files."""
     folder = task.environment_dir if folder is None else folder
     path = folder / COMPOSE_FILE
     if not path.is_file():

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from polar.tasks.harbor_compose import COMPOSE_FILE, compose_builds, compose_services
+from polar.tasks.harbor_compose import COMPOSE_FILE, read_compose
 from polar.tasks.harbor_environment import base_images, environment_image, resolved_image_map
 from polar.tasks.harbor_separate import SeparateVerifier, separate_verifiers
 from polar.tasks.harbor_toml import HarborTask, HarborTaskError, find_task_dirs, read_harbor_task
@@ -140,9 +140,10 @@ def _ensure_services(
     if verifier is not None and folder is None:
         return  # a prebuilt verifier image, or the task's own environment: no services
     where = f"{(folder or task.environment_dir).relative_to(task.dir).as_posix()}/{COMPOSE_FILE}"
-    builds = {b.service: b for b in compose_builds(task, image_map, folder)}
+    sidecars, _, built = read_compose(task, image_map, folder)  # one read of the file
+    builds = {b.service: b for b in built}
     mapping = resolved_image_map(task, image_map)
-    for sidecar in compose_services(task, image_map, folder)[0]:
+    for sidecar in sidecars:
         build = builds.get(sidecar.name)
         if _has_image(client, sidecar.image):
             continue

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from polar.tasks.harbor import load_harbor_tasks
-from polar.tasks.harbor_compose import compose_builds
+from polar.tasks.harbor_compose import read_compose
 from polar.tasks.harbor_environment import IMAGE_REPO, environment_hash
 from polar.tasks.harbor_toml import HarborTaskError, read_harbor_task
 from tests.support.paths import REPO
@@ -40,7 +40,7 @@ def test_a_sidecar_built_from_a_folder_of_the_task_is_tagged_by_its_content(
     (sidecar,) = spec.runtime.sidecars
     assert sidecar.image == f"{IMAGE_REPO}:{environment_hash(harbor, None, folder)[:20]}"
     assert sidecar.image != spec.runtime.image
-    (build,) = compose_builds(harbor)
+    (build,) = read_compose(harbor)[2]
     assert (build.service, build.image, build.context) == ("lookup", sidecar.image, folder)
     (folder / "Dockerfile").write_text("FROM polar/runtime:py311\nRUN echo other > /w\n")
     (again,) = load_harbor_tasks(task)
@@ -53,7 +53,7 @@ def test_another_dockerfile_of_the_environment_is_another_image(tmp_path: Path) 
     (spec,) = load_harbor_tasks(task)
     (sidecar,) = spec.runtime.sidecars
     assert sidecar.image.startswith(IMAGE_REPO) and sidecar.image != spec.runtime.image
-    (build,) = compose_builds(read_harbor_task(task))
+    (build,) = read_compose(read_harbor_task(task))[2]
     assert build.dockerfile == "Dockerfile.lookup"
 
 
