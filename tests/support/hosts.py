@@ -302,24 +302,29 @@ def placements(runs: list[tuple[str, str]]) -> list[tuple[str, set[str]]]:
     return out
 
 
-async def runs_harness(polar: PolarClient, run: object, on_host: Callable[[str], bool]) -> bool:
-    """Whether a worker whose identity `on_host` accepts runs a run_harness of the task now.
-    History holds an activity's started event only once it closed (so a run read from it has
-    often ended already), so a running one is read from the sessions' pending activities
-    (the worker that picked it up)."""
+async def harness_workers(polar: PolarClient, run: object) -> list[str]:
+    """The identities of the workers that run a run_harness of the task now. History holds
+    an activity's started event only once it closed (so a run read from it has often ended
+    already), so a running one is read from the sessions' pending activities (the worker
+    that picked it up)."""
+    identities: list[str] = []
     for progress in (await polar.status(run)).sessions:  # type: ignore[arg-type]
         try:
             described = await polar.client.get_workflow_handle(progress.session_id).describe()
         except Exception:  # noqa: BLE001 - its workflow not started yet
             continue
-        for pending in described.raw_description.pending_activities:
-            if (
-                pending.activity_type.name == "run_harness"
-                and pending.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
-                and on_host(pending.last_worker_identity)
-            ):
-                return True
-    return False
+        identities += [
+            pending.last_worker_identity
+            for pending in described.raw_description.pending_activities
+            if pending.activity_type.name == "run_harness"
+            and pending.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+        ]
+    return identities
+
+
+async def runs_harness(polar: PolarClient, run: object, on_host: Callable[[str], bool]) -> bool:
+    """Whether a worker whose identity `on_host` accepts runs a run_harness of the task now."""
+    return any(on_host(identity) for identity in await harness_workers(polar, run))
 
 
 def runtime_dirs(node: Node) -> list[Path]:

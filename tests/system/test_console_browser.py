@@ -209,11 +209,16 @@ def shown(driver: Any, css: str) -> str:
 
 
 def click(driver: Any, css: str, page: str) -> None:
-    """Click the link `css` selects and wait for the console's `page` (its main's id)."""
+    """Click the link `css` selects and wait for the console's `page` (its main's id) to be
+    the new document's: the old one gone first, since a page can link to its own kind (a
+    filter form on the training page), whose old main would otherwise be read."""
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.ui import WebDriverWait
 
+    before = driver.find_element(By.TAG_NAME, "html")
     driver.find_element(By.CSS_SELECTOR, css).click()
+    WebDriverWait(driver, 30).until(expected_conditions.staleness_of(before))
     WebDriverWait(driver, 30).until(lambda d: d.find_elements(By.CSS_SELECTOR, f"main#{page}"))
 
 
