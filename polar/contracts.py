@@ -118,6 +118,10 @@ class RuntimeHandle(BaseModel):
     """The names of the session's own services (its compose sidecars) that its commands reach
     directly: never through the egress proxy (`NO_PROXY`). Empty: none (left out of the JSON)."""
 
+    def as_user(self, user: str | None) -> RuntimeHandle:
+        """This handle with the harness run as `user` (a step's own; None: as prepared)."""
+        return self if user is None else self.model_copy(update={"harness_user": user})
+
 
 class TeardownResult(BaseModel):
     """What teardown found: `found` False means there was no runtime to remove."""
@@ -138,6 +142,10 @@ class PrepareRequest(BaseModel):
     retried on the shared queue, where another host's worker can take it) and takes a later
     one, so a deployment of one host still serves the session."""
     avoid_tries: int = Field(default=0, ge=0, exclude_if=lambda v: v == 0)
+    step_users: list[str] = Field(default_factory=list, exclude_if=lambda v: not v)
+    """The users a multi-step task's steps run their harness as besides the runtime's
+    `harness_user` (`TaskStep.harness_user`): each is checked in the image at prepare, as
+    that one is. Empty: none (left out of the JSON)."""
 
 
 class HarnessRequest(BaseModel):

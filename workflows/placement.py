@@ -104,6 +104,7 @@ class Placement:
             avoid_hosts=list(self.avoid),
             # declined there at most twice, and never on the last try
             avoid_tries=min(AVOID_TRIES, task.timeouts.max_attempts - 1) if self.avoid else 0,
+            step_users=sorted({s.harness_user for s in task.steps if s.harness_user}),
         )
         if task.runtime.gpus and workflow.patched(GPU_PLACEMENT):
             runtime = await self._prepare_on_gpu_host(request)

@@ -40,7 +40,7 @@ from polar.ids import TASK_ID_MAX
 from polar.tasks.harbor_artifacts import task_collect
 from polar.tasks.harbor_compose import compose_services
 from polar.tasks.harbor_environment import check_environment, environment_image, runtime_spec
-from polar.tasks.harbor_harness import McpReach, task_harness
+from polar.tasks.harbor_harness import McpReach, agent_user, task_harness
 from polar.tasks.harbor_healthcheck import healthcheck_action
 from polar.tasks.harbor_network import baseline_policy, phase_networks
 from polar.tasks.harbor_separate import SeparateVerifier, separate_verifier
@@ -61,7 +61,6 @@ from polar.tasks.spec import (
     EvaluatorSpec,
     HarnessSpec,
     NetworkSpec,
-    RuntimeSpec,
     TaskSpec,
     TaskStep,
     Timeouts,
@@ -277,22 +276,6 @@ def _timeouts(
     if harness or agent_timeout is not None:
         timeouts["harness_s"] = max([*harness, agent_timeout or 0.0])
     return Timeouts(**timeouts)
-
-
-def agent_user(task: HarborTask, agent: dict[str, Any]) -> str | None:
-    """`[agent].user` (a name or a uid, as Harbor takes it) as the runtime's `harness_user`:
-    the harness runs as that user (`docker exec -u`, as Harbor's agent phase does)."""
-    user = agent.get("user")
-    if user is None:
-        return None
-    if isinstance(user, bool) or not isinstance(user, str | int):
-        raise HarborTaskError(task.name, "agent.user", f"{user!r}: a user name or a uid")
-    try:
-        return RuntimeSpec(kind="docker", harness_user=str(user)).harness_user
-    except ValidationError:
-        raise HarborTaskError(
-            task.name, "agent.user", f"{user!r}: not a user name or uid an engine can run as"
-        ) from None
 
 
 def verifier_config(task: HarborTask, user: str | None, env: dict[str, str]) -> dict[str, Any]:

@@ -1,5 +1,6 @@
-"""What a Harbor task gives its harness: the task's env, its `[environment].skills_dir`
-and its `[[environment.mcp_servers]]`.
+"""What a Harbor task gives its harness: the user it runs as (`[agent].user`, a step's
+`[steps.agent].user`), the task's env, its `[environment].skills_dir` and its
+`[[environment.mcp_servers]]`.
 
 `skills_dir` is a path inside the task's environment (its image), as in Harbor: the
 harness adapter copies its contents into the harness's own skills folder before it
@@ -32,9 +33,9 @@ from pydantic import ValidationError
 from polar.network_policy import parse_allowed_host
 from polar.tasks.harbor_toml import HarborTask, HarborTaskError, first_error
 from polar.tasks.mcp_spec import header_variables
-from polar.tasks.spec import HarnessSpec, McpServerSpec, NetworkSpec
+from polar.tasks.spec import HarnessSpec, McpServerSpec, NetworkSpec, RuntimeSpec
 
-__all__ = ["McpReach", "task_harness"]
+__all__ = ["McpReach", "agent_user", "task_harness"]
 
 
 def task_harness(
@@ -161,3 +162,20 @@ def _loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback or ipaddress.ip_address(host).is_unspecified
     except ValueError:
         return False
+
+
+def agent_user(task: HarborTask, agent: dict[str, Any], where: str = "agent") -> str | None:
+    """`[agent].user` (or a step's, `where` naming its table) as a name or a uid, as Harbor
+    takes it: the runtime's or the step's `harness_user`; the harness runs as that user
+    (`docker exec -u`, as Harbor's agent phase does)."""
+    user = agent.get("user")
+    if user is None:
+        return None
+    if isinstance(user, bool) or not isinstance(user, str | int):
+        raise HarborTaskError(task.name, f"{where}.user", f"{user!r}: a user name or a uid")
+    try:
+        return RuntimeSpec(kind="docker", harness_user=str(user)).harness_user
+    except ValidationError:
+        raise HarborTaskError(
+            task.name, f"{where}.user", f"{user!r}: not a user name or uid an engine can run as"
+        ) from None

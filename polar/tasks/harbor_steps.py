@@ -12,8 +12,10 @@ Harbor's default, or `final`) becomes the task's `step_reward`.
 
 A step's `artifacts` and `[[steps.verifier.collect]]` are collected after its harness, after
 the task's own (polar/tasks/harbor_artifacts.py), kept under `steps/{name}/artifacts/`. What
-a step cannot change in Polar is refused, naming the step's field: its own agent network or
-user (the session's runtime is made for the task's), its own verifier image.
+step's `[steps.agent].user` is the user its harness runs as (the task's `[agent].user`
+otherwise), as Harbor's multi-step trial runs each step's agent. What a step cannot change in
+Polar is refused, naming the step's field: its own agent network (the sandbox's network is
+set when the session's runtime starts).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from polar.tasks.harbor_artifacts import harbor_collect
+from polar.tasks.harbor_harness import agent_user
 from polar.tasks.harbor_healthcheck import healthcheck_action
 from polar.tasks.harbor_network import phase_networks
 from polar.tasks.harbor_toml import (
@@ -44,10 +47,6 @@ SETUP_TIMEOUT_S = 900.0
 """The most a step's `workdir/setup.sh` may take (Harbor sets none)."""
 
 _STEP_KEYS = {"name", "agent", "verifier", "min_reward", "healthcheck", "artifacts"}
-_REFUSED = {
-    "agent.user": "a step's own agent user: every step's harness runs as the task's "
-    "[agent].user, the user the session's runtime was made for",
-}
 
 Evaluator = Callable[[dict[str, Any], NetworkSpec], EvaluatorSpec]
 """Makes a step's evaluator from its verifier settings and network (harbor.py's)."""
@@ -100,6 +99,7 @@ def _step(
         _section(task, config, where, "verifier"),
     )
     _check_keys(task, where, config, agent, verifier)
+    user = agent_user(task, agent, f"{where}.agent")
     folder = task.dir / "steps" / name
     try:
         instruction = strip_canary((folder / "instruction.md").read_text())
@@ -138,6 +138,7 @@ def _step(
             prepare=_actions(task, folder, config, where),
             collect=harbor_collect(task, f"{where}.", config, services, convention=False),
             min_reward=config.get("min_reward"),
+            harness_user=user,
         )
     except ValidationError as exc:
         raise HarborTaskError(task.name, where, first_error(exc)) from None
@@ -157,7 +158,7 @@ def _check_keys(
     agent: dict[str, Any],
     verifier: dict[str, Any],
 ) -> None:
-    """Every key a step may have is one of Harbor's, and none is one Polar refuses."""
+    """Every key a step has is one of Harbor's."""
     for keys, table, prefix in (
         (_STEP_KEYS, config, ""),
         (KNOWN_KEYS["agent"], agent, "agent."),
@@ -168,14 +169,6 @@ def _check_keys(
             raise HarborTaskError(
                 task.name, f"{where}.{prefix}{unknown[0]}", "not a field of Harbor 0.25's steps"
             )
-    tables = {"agent": agent, "verifier": verifier, "": config}
-    same_user = str(agent.get("user")) == str(task.section("agent").get("user"))
-    for field, reason in _REFUSED.items():
-        section, _, key = field.rpartition(".")
-        if field == "agent.user" and same_user:
-            continue  # the task's own, said again
-        if tables[section].get(key) not in (None, [], {}, ""):
-            raise HarborTaskError(task.name, f"{where}.{field}", f"not supported: {reason}")
 
 
 def _tests(task: HarborTask, folder: Path, where: str) -> tuple[str, str | None]:

@@ -19,6 +19,7 @@ from polar.tasks.evaluator_spec import EvaluatorSpec, RubricSpec
 from polar.tasks.mcp_spec import McpServerSpec, unset_header_variables
 from polar.tasks.runtime_spec import (
     DEFAULT_WORKDIR,
+    LOCAL_HARNESS_USER,
     MAX_SIZE,
     MIN_SIZE,
     NetworkSpec,
@@ -249,6 +250,8 @@ class TaskSpec(StrictModel):
                         f"steps.{step.name}: its {stage} {mine:g} is past the task's "
                         f"timeouts.{stage} {getattr(self.timeouts, stage):g}"
                     )
+            if step.harness_user is not None and self.runtime.kind == "local":
+                raise ValueError(f"steps.{step.name}: {LOCAL_HARNESS_USER}")
             try:
                 check_collect_services(step.collect, self.runtime)
             except ValueError as exc:

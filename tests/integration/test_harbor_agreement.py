@@ -96,6 +96,8 @@ for d in sys.argv[1:]:
                 "name": s.name,
                 "instruction": t.step_instruction(s.name),
                 "agent_timeout_s": s.agent.timeout_sec or c.agent.timeout_sec,
+                # harbor/trial/multi_step.py `_step_agent_user`: the step's, else [agent]'s
+                "agent_user": None if (u := s.agent.user or c.agent.user) is None else str(u),
                 "verifier_timeout_s": s.verifier.timeout_sec,
                 "verifier_env": {**c.verifier.env, **s.verifier.env},
                 "min_reward": s.min_reward,
@@ -164,7 +166,7 @@ def polar_view(spec: TaskSpec) -> dict[str, Any]:
         "mcp_servers": [
             {"url": None, **s.model_dump(mode="json")} for s in spec.harness.mcp_servers
         ],
-        "steps": [_step_view(step) for step in spec.steps],
+        "steps": [_step_view(step, rt.harness_user) for step in spec.steps],
         "step_reward": spec.step_reward if spec.steps else None,
         "artifacts": [a.model_dump(mode="json") for a in rt.collect.artifacts],
         "collect": [c.model_dump(mode="json") for c in rt.collect.commands],
@@ -173,13 +175,14 @@ def polar_view(spec: TaskSpec) -> dict[str, Any]:
     }
 
 
-def _step_view(step: TaskStep) -> dict[str, Any]:
+def _step_view(step: TaskStep, task_user: str | None) -> dict[str, Any]:
     assert step.evaluator is not None
     verifier = HarborConfig.of(step.evaluator)
     return {
         "name": step.name,
         "instruction": step.instruction,
         "agent_timeout_s": step.harness_s,
+        "agent_user": step.harness_user or task_user,
         "verifier_timeout_s": verifier.timeout_s,
         "verifier_env": verifier.env,
         "min_reward": step.min_reward,

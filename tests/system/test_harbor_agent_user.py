@@ -108,6 +108,12 @@ async def test_the_harness_runs_as_the_tasks_user(runtime: Any, task: TaskSpec) 
 async def test_a_user_the_image_lacks_is_refused_at_prepare(runtime: Any, task: TaskSpec) -> None:
     with pytest.raises(InvalidRuntime, match="harness user 'nobody-here'.*not a user of"):
         await runtime.prepare(_request(runtime, task, "au-missing", harness_user="nobody-here"))
+    # so is a step's own user (a multi-step task's `[steps.agent].user`)
+    request = _request(runtime, task, "au-step-missing").model_copy(
+        update={"step_users": ["agent", "step-nobody"]}
+    )
+    with pytest.raises(InvalidRuntime, match="harness user 'step-nobody'.*not a user of"):
+        await runtime.prepare(request)
     # a uid needs no entry in the image (as `docker exec -u 4321` takes it)
     handle = await runtime.prepare(_request(runtime, task, "au-uid", harness_user="4321"))
     try:
@@ -125,6 +131,11 @@ async def test_the_local_runtime_refuses_it(tmp_path: Path) -> None:
         RuntimeSpec(kind="local", harness_user="agent")
     request = PrepareRequest(
         session_id="au-local", task_id="t", runtime=RuntimeSpec(kind="auto", harness_user="agent")
+    )
+    with pytest.raises(InvalidRuntime, match="harness_user is for container runtimes"):
+        await LocalRuntime(tmp_path / "runtimes").prepare(request)
+    request = PrepareRequest(
+        session_id="au-local", task_id="t", runtime=RuntimeSpec(kind="auto"), step_users=["x"]
     )
     with pytest.raises(InvalidRuntime, match="harness_user is for container runtimes"):
         await LocalRuntime(tmp_path / "runtimes").prepare(request)

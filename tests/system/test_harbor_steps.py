@@ -10,11 +10,18 @@ step's reward is kept, and the session's is Harbor's `mean` over the steps run:
   steps: 1 and 1, reward 1;
 * a no-op scores 0 at `write`, below its min_reward: `extend` is never run, reward 0;
 * an agent that solves only `write` is run on and scores 0 at `extend`: reward 0.5.
+
+examples/harbor-features/step-users runs its first step's agent as the task's `[agent].user`
+(alice) and its second's as the step's own `[steps.agent].user` (bob); each step's test.sh
+checks what `id -un` said where its agent ran: the oracle scores 1 and 1, a no-op 0 and 0.
+(The changes reach the verifier as a diff applied as the task's user: a file's owner is not
+carried, so a test.sh cannot tell which step's user wrote a file by its owner.)
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -28,6 +35,7 @@ from tests.support.paths import REPO
 pytestmark = pytest.mark.slow
 
 TASK = REPO / "examples" / "harbor-features" / "two-step-notes"
+USERS_TASK = REPO / "examples" / "harbor-features" / "step-users"
 ORACLE = steps_oracle_command(TASK, ["write", "extend"])
 """Each step's own solution/solve.sh at its step, as the audit's oracle runs them."""
 AGENTS = {  # command, step rewards, session reward
@@ -42,11 +50,7 @@ AGENTS = {  # command, step rewards, session reward
 async def test_each_step_is_run_graded_and_kept(
     polar: PolarClient, storage: Storage, docker_image: str, kind: str, agent: str
 ) -> None:
-    (built,) = ensure_images(TASK)
-    if kind == "podman":
-        from activities.runtimes.kinds.podman import load_from_docker
-
-        load_from_docker(built.image)
+    _build(TASK, kind)
     command, step_rewards, reward = AGENTS[agent]
     session = await harbor_session(polar, TASK, command, kind, f"steps-{kind}-{agent}", 600)
     assert [s.name for s in session.steps] == ["write", "extend"][: len(step_rewards)]
@@ -68,3 +72,26 @@ async def test_each_step_is_run_graded_and_kept(
         # agent (as Harbor does): its files are changes like the agent's
         files = ["README.step.md", "notes.txt", "seed.txt", "setup.sh"]
         assert sorted(report["patch_files"]) == files
+
+
+@pytest.mark.parametrize("kind", ["docker", "podman"])
+@pytest.mark.parametrize("agent", ["oracle", "noop"])
+async def test_each_steps_agent_runs_as_its_own_user(
+    polar: PolarClient, docker_image: str, kind: str, agent: str
+) -> None:
+    _build(USERS_TASK, kind)
+    oracle = steps_oracle_command(USERS_TASK, ["first", "second"]) or ""
+    command = oracle if agent == "oracle" else "true"
+    session = await harbor_session(polar, USERS_TASK, command, kind, f"users-{kind}-{agent}", 600)
+    rewards = [1.0, 1.0] if agent == "oracle" else [0.0, 0.0]
+    assert [s.reward for s in session.steps] == rewards, session.steps
+    assert session.reward == rewards[0]
+
+
+def _build(task: Path, kind: str) -> None:
+    """The task's image, built offline (and in podman's store)."""
+    (built,) = ensure_images(task)
+    if kind == "podman":
+        from activities.runtimes.kinds.podman import load_from_docker
+
+        load_from_docker(built.image)

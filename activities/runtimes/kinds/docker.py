@@ -183,8 +183,9 @@ class DockerRuntime(ContainerFiles, ContainerServices):
             container = await asyncio.to_thread(self._create, request.session_id, spec)
             # an image without a shell is refused now, naming it
             await asyncio.to_thread(self._check_sandbox_tools, container, spec.image)
-            if spec.harness_user is not None:  # a user the image lacks: refused now, named
-                await asyncio.to_thread(harness_uid, container, spec.harness_user, spec.image)
+            for user in sorted({u for u in (spec.harness_user, *request.step_users) if u}):
+                # a user the image lacks: refused now, named
+                await asyncio.to_thread(harness_uid, container, user, spec.image)
             mkdirs = [handle.workdir, str(self.home(handle)), str(self.scratch(handle))]
             await asyncio.to_thread(self._mkdirs, container, mkdirs)
             # a dir copy or a git clone (up to GIT_TIMEOUT_S) made on the worker

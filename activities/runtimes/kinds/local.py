@@ -246,7 +246,7 @@ class LocalRuntime:
                 f"workdir {request.runtime.workdir!r} is for container runtimes (docker, "
                 f"podman): the {self.kind} runtime's workspace is a fresh dir on the worker host"
             )
-        if request.runtime.harness_user is not None:
+        if request.runtime.harness_user is not None or request.step_users:
             raise InvalidRuntime(LOCAL_HARNESS_USER)
         if request.runtime.gpus:
             raise InvalidRuntime(LOCAL_GPUS)

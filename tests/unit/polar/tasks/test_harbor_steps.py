@@ -96,6 +96,21 @@ def test_a_step_needs_a_test_sh_of_its_own_or_the_tasks(tmp_path: Path) -> None:
     assert HarborConfig.of(spec.steps[0].evaluator).tests_dir == str(task / "tests")  # type: ignore[arg-type]
 
 
+def test_a_steps_agent_user_is_its_harness_user() -> None:
+    """`[steps.agent].user` is the user that step's harness runs as; a step without one runs
+    as the task's `[agent].user` (the runtime's); each is checked at prepare; a local
+    runtime has no user of the task's choosing."""
+    (spec,) = load_harbor_tasks(REPO / "examples" / "harbor-features" / "step-users")
+    first, second = spec.steps
+    assert spec.runtime.harness_user == "alice"
+    assert (first.harness_user, second.harness_user) == (None, "bob")
+    assert "harness_user" not in first.model_dump_json()  # older workers read the spec
+    raw = spec.model_dump(mode="json")
+    raw["runtime"] = {"kind": "local"}
+    with pytest.raises(ValidationError, match=r"steps\.second: harness_user is for container"):
+        TaskSpec.model_validate(raw)
+
+
 def test_a_task_spec_keeps_step_names_unique_and_budgets_within_its_stages() -> None:
     (spec,) = load_harbor_tasks(TASK)
     raw = spec.model_dump(mode="json")

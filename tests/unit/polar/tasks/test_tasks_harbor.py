@@ -149,7 +149,7 @@ def test_env_templates_resolve_from_the_host(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("edit", "field"),
     [
-        ('[[steps]]\nname = "one"\n[steps.agent]\nuser = "x"', "steps.one.agent.user"),
+        ('[[steps]]\nname = "one"\n[steps.agent]\nuser = "a b"', "steps.one.agent.user"),
         ('[[steps]]\nname = "one"\n[steps.verifier]\nsurprise = 1', "steps.one.verifier.surprise"),
         ('[environment]\ntpu = { type = "v6e", topology = "2x2" }', "environment.tpu"),
         ('artifacts = ["/tmp/../etc"]', "artifacts[0]"),
