@@ -1,0 +1,226 @@
+"""Egress and compose sidecars in one session: a sidecar by name goes direct, the rest through
+the egress proxy.
+
+On the real stack (Temporal, SeaweedFS, docker and podman, an in-process worker with
+POLAR_EGRESS=proxy): examples/harbor-features/compose-lookup with its network an allowlist
+(`[environment] network_mode = "allowlist"`: the agent's and the verifier's) naming one
+"internet" host, `localhost` (a loopback server of the test's, reachable only because the
+worker's deployment exempts its one port). The `command` harness, with the environment it is
+given (HTTP_PROXY and NO_PROXY untouched, lower-case too), reads the word from its `lookup`
+sidecar by name, is refused a host off the allowlist (403 from the proxy) and gets the
+allowed host from HTTP_PROXY. The proxy's record of the run (`egress.jsonl`) has the allowed
+and the refused attempt, never `lookup`. The verifier (its own egress, its own fresh
+`lookup`) reads the sidecar too, with the same NO_PROXY, its proxy's record
+(`harbor-egress.jsonl`) without `lookup` either: the oracle scores 1. A variant that drops
+NO_PROXY (so its request to `lookup` goes to the proxy, which refuses it, off the allowlist,
+before resolving it) cannot read the word and scores 0, its record showing `lookup` refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.server
+import json
+import shutil
+import threading
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.adversaries import oracle_command
+from app.devstack import DevStack
+from polar.client.sdk import PolarClient
+from polar.contracts import SessionResult
+from polar.storage import Storage, artifact_key
+from polar.tasks.harbor_images import ensure_images
+from tests.support.harbor_sessions import harbor_session
+from tests.support.paths import REPO
+
+pytestmark = pytest.mark.slow
+
+TASK = REPO / "examples" / "harbor-features" / "compose-lookup"
+INTERNET = "localhost"
+"""the allowed host, a name (an allowlist of names: any other is refused before it is
+resolved, so neither `lookup` nor not-allowed.example is ever looked up on the worker)"""
+
+# the agent: the sidecar and a host off the allowlist asked as any program would, with the
+# environment it was given; the stand-in internet is a loopback name (which NO_PROXY keeps off
+# the proxy, for the gateway's channel), so that one is asked of HTTP_PROXY explicitly
+FETCH = """
+import http.client, json, os, time, urllib.error, urllib.parse, urllib.request
+def get(url, retries=1):
+    for attempt in range(retries):
+        try:
+            with urllib.request.urlopen(url, timeout=20) as r:
+                return r.status, r.read().decode().strip()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode().strip()
+        except OSError as e:
+            last = repr(e)
+            time.sleep(0.2)
+    return None, last
+def via_proxy(url):
+    proxy = urllib.parse.urlsplit(os.environ["HTTP_PROXY"])
+    conn = http.client.HTTPConnection(proxy.hostname, proxy.port, timeout=20)
+    conn.request("GET", url)
+    answer = conn.getresponse()
+    return answer.status, answer.read().decode().strip()
+names = ("HTTP_PROXY", "https_proxy", "NO_PROXY", "no_proxy")
+found = {
+    "env": {name: os.environ.get(name) for name in names},
+    "sidecar": get(os.environ["LOOKUP_URL"], retries=50),
+    "allowed": via_proxy("ALLOWED_URL"),
+    "refused": get("http://not-allowed.example/x"),
+}
+print("AGENT", json.dumps(found), flush=True)
+if found["sidecar"][0] == 200:
+    open("/workspace/answer.txt", "w").write(found["sidecar"][1])
+"""
+
+# the verifier: the task's test.sh (reward 1 when answer.txt holds what its own fresh lookup
+# says, read with the environment it is given), which also prints that environment and asks
+# its proxy for the allowed host
+VERIFIER = """#!/bin/bash
+echo "VERIFIER proxy=$HTTP_PROXY no_proxy=$no_proxy NO_PROXY=$NO_PROXY"
+python3 - <<'PY'
+import http.client, os, urllib.parse
+proxy = urllib.parse.urlsplit(os.environ["HTTP_PROXY"])
+conn = http.client.HTTPConnection(proxy.hostname, proxy.port, timeout=20)
+conn.request("GET", "ALLOWED_URL")
+print("VERIFIER allowed", conn.getresponse().read().decode().strip())
+PY
+"""
+
+
+class _Internet(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        body = f"internet says hi to {self.path}\n".encode()
+        self.send_response(200)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def internet() -> Iterator[int]:
+    """A loopback HTTP server in a thread: the 'internet' of this module."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Internet)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield int(server.server_address[1])
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="module")
+async def egress_polar(
+    devstack: DevStack, docker_image: str, internet: int
+) -> AsyncIterator[PolarClient]:
+    """A worker on its own queue with egress on, exempting the internet's one loopback port
+    from the blocked networks (the default blocks loopback)."""
+    from activities.worker import running_workers
+
+    settings = devstack.settings.model_copy(
+        update={
+            "task_queue": f"polar-egress-sc-{uuid.uuid4().hex[:8]}",
+            "egress": "proxy",
+            "egress_exempt": [f"127.0.0.1:{internet}"],
+        }
+    )
+    async with running_workers(settings):
+        yield await PolarClient.connect(settings)
+
+
+def _task(tmp_path: Path, internet: int) -> Path:
+    """compose-lookup with an allowlist network, the agent's fetch as its solution and a
+    variant's (NO_PROXY dropped) beside it, test.sh also fetching the allowed host."""
+    task = Path(shutil.copytree(TASK, tmp_path / "compose-egress"))
+    allowed = f"http://{INTERNET}:{internet}"
+    toml = task / "task.toml"
+    network = f'network_mode = "allowlist"\nallowed_hosts = ["{INTERNET}"]\n'
+    toml.write_text(toml.read_text().replace('network_mode = "no-network"\n', network))
+    test = task / "tests" / "test.sh"
+    verifier = VERIFIER.replace("ALLOWED_URL", f"{allowed}/verifier")
+    test.write_text(verifier + test.read_text().removeprefix("#!/bin/bash\n"))
+    for name, prelude in (("solution", ""), ("variant", "unset NO_PROXY no_proxy\n")):
+        folder = task / name
+        folder.mkdir(exist_ok=True)
+        (folder / "fetch.py").write_text(FETCH.replace("ALLOWED_URL", f"{allowed}/agent"))
+        (folder / "solve.sh").write_text(
+            f'#!/bin/bash\n{prelude}python3 "$(dirname "$0")/fetch.py"\n'
+        )
+    return task
+
+
+def _record(storage: Storage, session: SessionResult, name: str) -> list[tuple[str, bool]]:
+    log = storage.get_bytes(artifact_key(session.session_id, name)).decode()
+    return [(e["host"], e["allowed"]) for e in map(json.loads, log.splitlines())]
+
+
+def _text(storage: Storage, session: SessionResult, name: str) -> str:
+    return storage.get_bytes(artifact_key(session.session_id, name)).decode(errors="replace")
+
+
+@pytest.mark.parametrize("kind", ["docker", "podman"])
+async def test_a_sidecar_is_reached_by_name_and_the_rest_through_the_proxy(
+    kind: str,
+    egress_polar: PolarClient,
+    storage: Storage,
+    podman_image: str,
+    internet: int,
+    tmp_path: Path,
+) -> None:
+    task = _task(tmp_path, internet)
+    (built,) = ensure_images(task)
+    if kind == "podman":  # the worker's podman store; the sidecar's image is podman_image
+        from activities.runtimes.kinds.podman import load_from_docker
+
+        load_from_docker(built.image)
+    oracle, variant = await asyncio.gather(
+        *(
+            harbor_session(egress_polar, task, oracle_command(task / name), kind, f"eg-sc-{name}")
+            for name in ("solution", "variant")
+        )
+    )
+    tag = "harness-attempt1"
+    agent = json.loads(
+        next(
+            line.removeprefix("AGENT ")
+            for line in _text(storage, oracle, f"{tag}.stdout").splitlines()
+            if line.startswith("AGENT ")
+        )
+    )
+    print(f"{kind} agent: {agent}")
+    proxy = "http://127.0.0.1:3128"
+    no_proxy = "127.0.0.1,localhost,::1,lookup"
+    assert agent["env"] == {
+        "HTTP_PROXY": proxy,
+        "https_proxy": proxy,
+        "NO_PROXY": no_proxy,
+        "no_proxy": no_proxy,
+    }, agent
+    assert agent["sidecar"] == [200, "sidecar-says-hello"], agent  # by name, direct
+    assert agent["allowed"] == [200, "internet says hi to /agent"], agent  # through the proxy
+    assert agent["refused"][0] == 403 and "allowed_hosts" in agent["refused"][1], agent
+    # the proxy was never asked for the sidecar: only the allowed and the refused host
+    assert _record(storage, oracle, f"{tag}/egress.jsonl") == [
+        (INTERNET, True),
+        ("not-allowed.example", False),
+    ]
+    verifier = _text(storage, oracle, "harbor-test.stdout")
+    assert f"VERIFIER proxy={proxy} no_proxy={no_proxy} NO_PROXY={no_proxy}" in verifier
+    assert "VERIFIER allowed internet says hi to /verifier" in verifier, verifier
+    assert _record(storage, oracle, "harbor-egress.jsonl") == [(INTERNET, True)]
+    assert oracle.reward == 1.0, (oracle.evaluation, verifier)
+    # without NO_PROXY the sidecar's name goes to the proxy, which refuses it: reward 0
+    assert variant.reward == 0.0, variant.evaluation
+    assert _record(storage, variant, f"{tag}/egress.jsonl") == [
+        ("lookup", False),
+        (INTERNET, True),
+        ("not-allowed.example", False),
+    ]
