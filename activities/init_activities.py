@@ -104,9 +104,10 @@ class InitActivities(PoolActivities):
                     source_roots(self.settings.source_roots),
                     Path(self.settings.data_dir),
                 )
-                refusal = egress_refusal(request.runtime.network, self.settings)
-                if refusal is not None:  # a task asking for network, on a worker without egress
-                    raise invalid_input(refusal, "InvalidTaskSpec")
+                for network in (request.runtime.network, *request.step_networks):
+                    refusal = egress_refusal(network, self.settings)
+                    if refusal is not None:  # asking for network, on a worker without egress
+                        raise invalid_input(refusal, "InvalidTaskSpec")
                 # first: an earlier placement's late release leaves what follows alone
                 claim = await self.claims.claim(request.session_id)
                 try:

@@ -30,6 +30,7 @@ from polar.tasks.spec import (
     Source,
     TaskSpec,
 )
+from polar.tasks.steps import TaskStep
 
 
 class SpecRef(BaseModel):
@@ -118,9 +119,15 @@ class RuntimeHandle(BaseModel):
     """The names of the session's own services (its compose sidecars) that its commands reach
     directly: never through the egress proxy (`NO_PROXY`). Empty: none (left out of the JSON)."""
 
-    def as_user(self, user: str | None) -> RuntimeHandle:
-        """This handle with the harness run as `user` (a step's own; None: as prepared)."""
-        return self if user is None else self.model_copy(update={"harness_user": user})
+    def for_step(self, step: TaskStep | None) -> RuntimeHandle:
+        """This handle for `step`'s harness run: as its own user, with its own network (a
+        sealed one: none), where it names them; as prepared otherwise."""
+        update: dict[str, object] = {}
+        if step is not None and step.harness_user is not None:
+            update["harness_user"] = step.harness_user
+        if step is not None and step.network is not None:
+            update["network"] = None if step.network.sealed else step.network
+        return self.model_copy(update=update) if update else self
 
 
 class TeardownResult(BaseModel):
@@ -146,6 +153,10 @@ class PrepareRequest(BaseModel):
     """The users a multi-step task's steps run their harness as besides the runtime's
     `harness_user` (`TaskStep.harness_user`): each is checked in the image at prepare, as
     that one is. Empty: none (left out of the JSON)."""
+    step_networks: list[NetworkSpec] = Field(default_factory=list, exclude_if=lambda v: not v)
+    """The networks a multi-step task's steps give their harness besides the runtime's
+    (`TaskStep.network`): a worker that could not serve one refuses the session at prepare,
+    as it refuses the runtime's. Empty: none (left out of the JSON)."""
 
 
 class HarnessRequest(BaseModel):

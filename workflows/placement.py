@@ -105,6 +105,7 @@ class Placement:
             # declined there at most twice, and never on the last try
             avoid_tries=min(AVOID_TRIES, task.timeouts.max_attempts - 1) if self.avoid else 0,
             step_users=sorted({s.harness_user for s in task.steps if s.harness_user}),
+            step_networks=[s.network for s in task.steps if s.network and not s.network.sealed],
         )
         if task.runtime.gpus and workflow.patched(GPU_PLACEMENT):
             runtime = await self._prepare_on_gpu_host(request)

@@ -258,7 +258,7 @@ class Session:
             return HarnessRequest(
                 session_id=spec.session_id,
                 task_id=task.task_id,
-                runtime=runtime.as_user(step.harness_user if step else None),
+                runtime=runtime.for_step(step),
                 harness=task.harness,
                 instruction=step.instruction if step else task.instruction,
                 budget_s=(step and step.harness_s) or t.harness_s,

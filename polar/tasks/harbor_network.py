@@ -52,12 +52,17 @@ def _network(task: HarborTask, field: str, mode: str, hosts: Any, *, explicit: b
 
 
 def phase_networks(
-    task: HarborTask, env_cfg: dict[str, Any], agent: dict[str, Any], verifier: dict[str, Any]
+    task: HarborTask,
+    env_cfg: dict[str, Any],
+    agent: dict[str, Any],
+    verifier: dict[str, Any],
+    where: str = "",
 ) -> tuple[NetworkSpec, NetworkSpec]:
     """The agent's and the verifier's network, as Harbor resolves them: a phase's own
     `network_mode` (with its `allowed_hosts`) when set, else `[environment]`'s. `public` and
     `allowlist` are served by the worker's egress proxy where the deployment turns it on
-    (POLAR_EGRESS=proxy); a worker without it refuses the session at its start."""
+    (POLAR_EGRESS=proxy); a worker without it refuses the session at its start. `where`: the
+    tables' prefix in errors (a step's `steps.NAME.`)."""
     base_mode, base_hosts = baseline_policy(task, env_cfg)
     baseline = _network(task, "environment", base_mode, base_hosts, explicit=False)
     phases = []
@@ -66,7 +71,7 @@ def phase_networks(
             if section.get("allowed_hosts") is not None:
                 raise HarborTaskError(
                     task.name,
-                    f"{name}.allowed_hosts",
+                    f"{where}{name}.allowed_hosts",
                     f"is only valid with {name}.network_mode = 'allowlist'",
                 )
             phases.append(baseline)
@@ -74,7 +79,7 @@ def phase_networks(
         phases.append(
             _network(
                 task,
-                name,
+                f"{where}{name}",
                 str(section["network_mode"]),
                 section.get("allowed_hosts"),
                 explicit=True,

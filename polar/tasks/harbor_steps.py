@@ -12,10 +12,10 @@ Harbor's default, or `final`) becomes the task's `step_reward`.
 
 A step's `artifacts` and `[[steps.verifier.collect]]` are collected after its harness, after
 the task's own (polar/tasks/harbor_artifacts.py), kept under `steps/{name}/artifacts/`. What
-step's `[steps.agent].user` is the user its harness runs as (the task's `[agent].user`
-otherwise), as Harbor's multi-step trial runs each step's agent. What a step cannot change in
-Polar is refused, naming the step's field: its own agent network (the sandbox's network is
-set when the session's runtime starts).
+step's `[steps.agent]` `user` and `network_mode` (with `allowed_hosts`) are the user its
+harness runs as and the network it gets (the task's otherwise), as Harbor's multi-step trial
+runs each step's agent phase: the egress proxy is opened per harness run, so a step's network
+is its own whatever the task's.
 """
 
 from __future__ import annotations
@@ -107,14 +107,8 @@ def _step(
         raise HarborTaskError(
             task.name, f"{where}: instruction.md", f"cannot read it: {exc}"
         ) from None
-    step_network, verifier_network = phase_networks(task, env_cfg, agent, verifier)
-    if agent.get("network_mode") is not None and step_network != agent_network:
-        raise HarborTaskError(
-            task.name,
-            f"{where}.agent.network_mode",
-            "not supported: a step's own agent network (the sandbox's network is set when "
-            "the session's runtime starts)",
-        )
+    step_network, verifier_network = phase_networks(task, env_cfg, agent, verifier, f"{where}.")
+    own_network = agent.get("network_mode") is not None and step_network != agent_network
     if verifier.get("network_mode") is None:  # the task's verifier's, as Harbor inherits it
         verifier_network = _task_verifier_network(task, env_cfg)
     harness_s = timeout_seconds(task, f"{where}.agent.timeout_sec", agent.get("timeout_sec"), None)
@@ -139,6 +133,7 @@ def _step(
             collect=harbor_collect(task, f"{where}.", config, services, convention=False),
             min_reward=config.get("min_reward"),
             harness_user=user,
+            network=step_network if own_network else None,
         )
     except ValidationError as exc:
         raise HarborTaskError(task.name, where, first_error(exc)) from None

@@ -1,10 +1,10 @@
 """Multi-step tasks: one session, its harness told one instruction after another.
 
 A task with `steps` runs them in order in the session's one runtime (each step's work stays
-in place for the next): before a step its `prepare` actions run there (files put in place,
-a setup command, a readiness check), then the harness is started with the step's
-instruction and budget (as the step's own `harness_user` where it names one, Harbor's
-`[steps.agent].user`), then the workspace as it stands is graded by the step's evaluator
+in place for the next): before a step its `prepare` actions run there (files put in place, a
+setup command, a readiness check), then the harness is started with the step's instruction
+and budget (as the step's own `harness_user`, with its own `network`, where it names them:
+Harbor's `[steps.agent]`), then the workspace as it stands is graded by the step's evaluator
 in a fresh runtime, as a one-step session is. A step below its `min_reward` ends the
 session: the steps after it are not run (Harbor's `min_reward`). The session's reward
 follows the task's `step_reward` rule over the steps graded: `mean` (Harbor's default) or
@@ -22,7 +22,7 @@ from pydantic import Field, field_validator
 
 from polar.tasks.collect_spec import CollectSpec
 from polar.tasks.evaluator_spec import EvaluatorSpec
-from polar.tasks.runtime_spec import HARNESS_USER_PATTERN
+from polar.tasks.runtime_spec import HARNESS_USER_PATTERN, NetworkSpec
 from polar.tasks.sources import PrepareAction
 from polar.tasks.strict import MAX_TIMEOUT_S, StrictModel
 
@@ -54,6 +54,13 @@ class TaskStep(StrictModel):
         exclude_if=lambda v: v is None,
         description="containers: the user this step's harness runs as (Harbor's "
         "`[steps.agent].user`); None: the runtime's `harness_user`",
+    )
+    network: NetworkSpec | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,
+        description="the network this step's harness gets (Harbor's `[steps.agent]` "
+        "`network_mode`, `allowed_hosts`), served by the worker's egress proxy as the "
+        "runtime's is; None: the runtime's `network`",
     )
     evaluate_s: float | None = Field(
         default=None,

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from activities.evaluators.harbor import HarborConfig
 from polar.tasks.harbor import load_harbor_tasks
 from polar.tasks.harbor_toml import HarborTaskError
-from polar.tasks.spec import CommandAction, TaskSpec, UploadAction
+from polar.tasks.spec import CommandAction, NetworkSpec, TaskSpec, UploadAction
 from polar.tasks.steps import below_min_reward, session_reward
 from tests.support.paths import REPO
 
@@ -70,7 +70,7 @@ def test_final_rule_a_healthcheck_and_component_gates(tmp_path: Path) -> None:
         (('"mean"', '"median"'), "multi_step_reward_strategy"),
         (('name = "extend"', 'name = "gone"'), "steps.gone: instruction.md"),
         (
-            ("[steps.agent]", '[steps.agent]\nnetwork_mode = "public"'),
+            ("[steps.agent]", '[steps.agent]\nnetwork_mode = "dial-up"'),
             "steps.extend.agent.network_mode",
         ),
     ],
@@ -109,6 +109,33 @@ def test_a_steps_agent_user_is_its_harness_user() -> None:
     raw["runtime"] = {"kind": "local"}
     with pytest.raises(ValidationError, match=r"steps\.second: harness_user is for container"):
         TaskSpec.model_validate(raw)
+
+
+@pytest.mark.parametrize(
+    ("task_network", "step_network", "expected"),
+    [
+        ("", 'network_mode = "public"', NetworkSpec(mode="public")),
+        ("", 'network_mode = "no-network"', None),  # the task's own, said again
+        (
+            'network_mode = "allowlist"\nallowed_hosts = ["pypi.org"]',
+            'network_mode = "no-network"',
+            NetworkSpec(),
+        ),
+        ('network_mode = "public"', "", None),  # no network_mode: the task's agent's
+    ],
+)
+def test_a_steps_own_agent_network_is_its_harness_network(
+    tmp_path: Path, task_network: str, step_network: str, expected: NetworkSpec | None
+) -> None:
+    """`[steps.agent].network_mode` (with `allowed_hosts`) is that step's network where it
+    differs from the task's agent's; prepare checks every such network with the runtime's."""
+    task = _copy(tmp_path)
+    toml = task / "task.toml"
+    text = toml.read_text().replace("[agent]\n", f"[agent]\n{task_network}\n", 1)
+    toml.write_text(text.replace("[steps.agent]\n", f"[steps.agent]\n{step_network}\n", 1))
+    (spec,) = load_harbor_tasks(task)
+    write, extend = spec.steps
+    assert write.network is None and extend.network == expected
 
 
 def test_a_task_spec_keeps_step_names_unique_and_budgets_within_its_stages() -> None:

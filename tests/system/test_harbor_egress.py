@@ -1,5 +1,5 @@
-"""Egress and compose sidecars in one session: a sidecar by name goes direct, the rest through
-the egress proxy.
+"""Egress in Harbor sessions: with compose sidecars (a sidecar by name goes direct, the rest
+through the egress proxy), and per step (a step's own `[steps.agent]` network).
 
 On the real stack (Temporal, SeaweedFS, docker and podman, an in-process worker with
 POLAR_EGRESS=proxy): examples/harbor-features/compose-lookup with its network an allowlist
@@ -14,6 +14,12 @@ and the refused attempt, never `lookup`. The verifier (its own egress, its own f
 (`harbor-egress.jsonl`) without `lookup` either: the oracle scores 1. A variant that drops
 NO_PROXY (so its request to `lookup` goes to the proxy, which refuses it, off the allowlist,
 before resolving it) cannot read the word and scores 0, its record showing `lookup` refused.
+
+examples/harbor-features/two-step-notes with its second step's agent on an allowlist naming
+the "internet" (the task's own network: none): the first step's harness has no proxy and no
+egress record, the second's gets the allowed host through its proxy, and both steps score 1
+(the oracle). On the suite's worker, which has no egress, the same task is refused at
+prepare, naming the setting, before any step runs.
 """
 
 from __future__ import annotations
@@ -30,12 +36,15 @@ from typing import Any
 
 import pytest
 
-from app.adversaries import oracle_command
+from app.adversaries import oracle_command, steps_oracle_command
 from app.devstack import DevStack
 from polar.client.sdk import PolarClient
 from polar.contracts import SessionResult
+from polar.records import SessionStatus
 from polar.storage import Storage, artifact_key
+from polar.tasks.harbor import load_harbor_tasks
 from polar.tasks.harbor_images import ensure_images
+from polar.tasks.spec import HarnessSpec
 from tests.support.harbor_sessions import harbor_session
 from tests.support.paths import REPO
 
@@ -224,3 +233,73 @@ async def test_a_sidecar_is_reached_by_name_and_the_rest_through_the_proxy(
         (INTERNET, True),
         ("not-allowed.example", False),
     ]
+
+
+STEPS_TASK = REPO / "examples" / "harbor-features" / "two-step-notes"
+
+# each step's harness says whether it has a proxy and, where it has, asks it for the allowed
+# host; then does the step's work (its oracle)
+PROBE = """python3 - <<'PY'
+import http.client, json, os, urllib.parse
+found = {"step": os.environ["POLAR_STEP"], "proxy": os.environ.get("HTTP_PROXY")}
+if found["proxy"]:
+    proxy = urllib.parse.urlsplit(found["proxy"])
+    conn = http.client.HTTPConnection(proxy.hostname, proxy.port, timeout=20)
+    conn.request("GET", "ALLOWED_URL")
+    answer = conn.getresponse()
+    found["allowed"] = [answer.status, answer.read().decode().strip()]
+print("PROBE", json.dumps(found), flush=True)
+PY
+"""
+
+
+def _steps_task(tmp_path: Path, internet: int) -> Path:
+    """two-step-notes, its `extend` step's agent on an allowlist naming the internet."""
+    task = Path(shutil.copytree(STEPS_TASK, tmp_path / "step-network"))
+    toml = task / "task.toml"
+    own = f'[steps.agent]\nnetwork_mode = "allowlist"\nallowed_hosts = ["{INTERNET}"]\n'
+    toml.write_text(toml.read_text().replace("[steps.agent]\n", own, 1))
+    return task
+
+
+def _probes(storage: Storage, session: SessionResult) -> list[dict[str, Any]]:
+    return [
+        json.loads(line.removeprefix("PROBE "))
+        for step in (1, 2)
+        for line in _text(storage, session, f"harness-attempt{step}.stdout").splitlines()
+        if line.startswith("PROBE ")
+    ]
+
+
+async def test_a_steps_own_network_is_its_harness_alone(
+    egress_polar: PolarClient, polar: PolarClient, storage: Storage, internet: int, tmp_path: Path
+) -> None:
+    task = _steps_task(tmp_path, internet)
+    (spec,) = load_harbor_tasks(task)
+    assert spec.runtime.network.sealed and spec.steps[1].network is not None
+    ensure_images(task)
+    probe = PROBE.replace("ALLOWED_URL", f"http://{INTERNET}:{internet}/step")
+    command = probe + (steps_oracle_command(task, ["write", "extend"]) or "")
+    session = await harbor_session(egress_polar, task, command, "docker", "eg-step")
+    assert _probes(storage, session) == [
+        {"step": "write", "proxy": None},
+        {
+            "step": "extend",
+            "proxy": "http://127.0.0.1:3128",
+            "allowed": [200, "internet says hi to /step"],
+        },
+    ]
+    assert "harness-attempt1/egress.jsonl" not in str(session.artifacts)  # sealed: no proxy
+    assert _record(storage, session, "harness-attempt2/egress.jsonl") == [(INTERNET, True)]
+    assert [s.reward for s in session.steps] == [1.0, 1.0] and session.reward == 1.0
+    # a worker without egress refuses it at prepare, naming the setting: no step runs
+    (spec,) = load_harbor_tasks(task, harness=HarnessSpec(kind="command", command=command))
+    spec = spec.model_copy(
+        update={
+            "task_id": f"eg-step-refused-{uuid.uuid4().hex[:6]}",
+            "timeouts": spec.timeouts.model_copy(update={"max_attempts": 1}),
+        }
+    )
+    (refused,) = (await polar.wait(await polar.submit(spec), timeout_s=300)).sessions
+    assert refused.status == SessionStatus.ERROR and not refused.steps, refused
+    assert "POLAR_EGRESS=proxy" in (refused.error or ""), refused.error
