@@ -140,7 +140,7 @@ async def open_egress(
             "sealed (POLAR_ALLOW_UNSEALED): its commands reach the host's network around any "
             "egress policy, so none is granted"
         )
-    policy = EgressPolicy.of(network, settings)
+    policy = EgressPolicy.of(network, settings, tuple(handle.local_hosts))
     async with EgressProxy(
         runtime.channel_dir(handle), policy, settings.egress_max_connections
     ) as proxy:

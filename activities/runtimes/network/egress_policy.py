@@ -61,19 +61,30 @@ class EgressPolicy:
     allowed: tuple[AllowedHost, ...]
     blocked: tuple[IPNetwork, ...]
     exempt: tuple[Exempt, ...] = ()
+    local_names: frozenset[str] = frozenset()
+    """The session's own services (its sidecars): reached directly, never through the proxy,
+    so their names are never looked up on the worker's network."""
 
     @classmethod
-    def of(cls, network: NetworkSpec, settings: WorkerSettings) -> EgressPolicy:
+    def of(
+        cls, network: NetworkSpec, settings: WorkerSettings, local_names: tuple[str, ...] = ()
+    ) -> EgressPolicy:
         return cls(
             network.mode,
             tuple(parse_allowed_host(h) for h in network.allowed_hosts),
             blocked_networks(settings.egress_blocked_networks),
             tuple(Exempt.parse(e) for e in settings.egress_exempt),
+            frozenset(name.lower() for name in local_names),
         )
 
     def name_refusal(self, host: str, port: int) -> str | None:
-        """Why `host:port` is refused before any lookup (allowlist: no entry names it and no
-        network entry could hold it), or None."""
+        """Why `host:port` is refused before any lookup (one of the session's own services;
+        allowlist: no entry names it and no network entry could hold it), or None."""
+        if host.lower().rstrip(".") in self.local_names:
+            return (
+                f"{host} is one of the session's own services: reached directly (it is in "
+                "NO_PROXY), never through the egress proxy"
+            )
         if self.mode == "public":
             return None
         if self.mode != "allowlist":

@@ -87,3 +87,19 @@ def test_host_networks_reads_the_kernels_interfaces_and_local_routes() -> None:
     primary = _primary_address()
     if primary is not None:
         assert any(ip(primary) in n for n in own), (primary, own)
+
+
+def test_the_sessions_own_services_are_never_asked_of_the_proxy() -> None:
+    """A sidecar's name sent to the proxy (a harness ignoring NO_PROXY) is refused by name,
+    before any lookup on the worker's network, under `public` and an allowlist naming it;
+    another session's service name is only a name like any other."""
+    settings = Settings(egress="proxy")
+    public = EgressPolicy.of(NetworkSpec(mode="public"), settings, ("lookup",))
+    listed = NetworkSpec(mode="allowlist", allowed_hosts=["lookup", "pypi.org"])
+    allowlist = EgressPolicy.of(listed, settings, ("lookup",))
+    for policy_ in (public, allowlist):
+        for name in ("lookup", "LOOKUP", "lookup."):
+            why = policy_.name_refusal(name, 8000)
+            assert why is not None and "the session's own services" in why, why
+    assert public.name_refusal("vault", 8000) is None  # not this session's
+    assert allowlist.name_refusal("pypi.org", 443) is None
