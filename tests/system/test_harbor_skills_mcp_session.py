@@ -1,5 +1,5 @@
 """Real sealed Codex sessions on Harbor tasks with skills and a stdio MCP server, graded
-by their test.sh.
+by their test.sh, on docker and on podman.
 
 The bundled `skill-stamp` task ships an Agent Skill in its image at its `skills_dir`;
 loaded with Codex, the launch's first line copies it into `~/.agents/skills` inside the
@@ -45,14 +45,20 @@ TASK = REPO / "examples" / "harbor" / "mcp-vault"
 SKILL_TASK = REPO / "examples" / "harbor" / "skill-stamp"
 
 
-def codex_spec(task: Path, harness_image: str, name: str) -> TaskSpec:
-    """The task loaded with Codex on the harness image (its environment built offline)."""
+def codex_spec(task: Path, harness_image: str, name: str, kind: str = "docker") -> TaskSpec:
+    """The task loaded with Codex on the harness image (its environment built offline, and
+    put in podman's store for a podman session), on runtime `kind`."""
     image_map = {"polar/runtime:py311": harness_image}
-    ensure_images(task, image_map=image_map)
+    (built,) = ensure_images(task, image_map=image_map)
+    if kind == "podman":
+        from activities.runtimes.kinds.podman import load_from_docker
+
+        load_from_docker(built.image)
     (spec,) = load_harbor_tasks(task, harness=HarnessSpec(kind="codex"), image_map=image_map)
     return spec.model_copy(
         update={
-            "task_id": f"hb-{name}-{uuid.uuid4().hex[:6]}",
+            "runtime": spec.runtime.model_copy(update={"kind": kind}),
+            "task_id": f"hb-{name}-{kind}-{uuid.uuid4().hex[:6]}",
             "timeouts": Timeouts(
                 harness_s=CLI_BUDGET_S, evaluate_s=300, heartbeat_s=20, max_attempts=1
             ),
@@ -75,7 +81,9 @@ class StampPlan:
         return "answer", None, None
 
 
+@pytest.mark.parametrize("kind", ["docker", "podman"])
 async def test_codex_sees_the_images_skill_in_its_sealed_container(
+    kind: str,
     harness_stack: HarnessStack,
     harness_image: str,
     monkeypatch: pytest.MonkeyPatch,
@@ -83,7 +91,7 @@ async def test_codex_sees_the_images_skill_in_its_sealed_container(
     polar, backend = harness_stack.polar, harness_stack.backend
     if CLI_ADAPTERS["codex"].installed_version(polar.settings.harness_bin_dir) is None:
         pytest.skip("@openai/codex is not installed: run infra/harnesses/install.sh")
-    spec = codex_spec(SKILL_TASK, harness_image, "skill")
+    spec = codex_spec(SKILL_TASK, harness_image, "skill", kind)
     assert spec.harness.skills_dir == "/opt/task-skills"
     plan = StampPlan()
     monkeypatch.setattr(backend, "plan", plan)
@@ -97,7 +105,9 @@ async def test_codex_sees_the_images_skill_in_its_sealed_container(
     assert session.reward == 1.0, session.evaluation
 
 
+@pytest.mark.parametrize("kind", ["docker", "podman"])
 async def test_codex_calls_the_tasks_mcp_server_in_its_sealed_container(
+    kind: str,
     harness_stack: HarnessStack,
     harness_image: str,
     storage: Storage,
@@ -106,7 +116,7 @@ async def test_codex_calls_the_tasks_mcp_server_in_its_sealed_container(
     polar, backend = harness_stack.polar, harness_stack.backend
     if CLI_ADAPTERS["codex"].installed_version(polar.settings.harness_bin_dir) is None:
         pytest.skip("@openai/codex is not installed: run infra/harnesses/install.sh")
-    spec = codex_spec(TASK, harness_image, "mcp")
+    spec = codex_spec(TASK, harness_image, "mcp", kind)
     (server,) = spec.harness.mcp_servers
     assert (server.name, server.command, server.args) == (
         "vault",
