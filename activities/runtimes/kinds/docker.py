@@ -225,7 +225,9 @@ class DockerRuntime(ContainerFiles, ContainerServices):
         limits = ContainerLimits.of(spec)
         channel = self._session_dir(session_id) / "channel"
         name, labels = self.container_name(session_id), self.labels(session_id)
-        net = start_sidecars(self.client, name, labels, spec.sidecars) if spec.sidecars else None
+        net = None
+        if spec.sidecars:  # started in order and ready before the session's container
+            net = start_sidecars(self.client, name, labels, spec.sidecars, spec.depends_on)
         return self.client.containers.run(
             spec.image,
             MAIN_COMMAND,
