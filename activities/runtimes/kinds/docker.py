@@ -180,7 +180,11 @@ class DockerRuntime(ContainerFiles, ContainerServices):
         )
         self._check_workdir(handle)
         try:
-            container = await asyncio.to_thread(self._create, request.session_id, spec)
+            # with sidecars: started in order and waited for (up to their healthchecks' bounds)
+            container = await heartbeating(
+                asyncio.to_thread(self._create, request.session_id, spec),
+                step="starting the container" + (" and its sidecars" if spec.sidecars else ""),
+            )
             # an image without a shell is refused now, naming it
             await asyncio.to_thread(self._check_sandbox_tools, container, spec.image)
             if spec.harness_user is not None:  # a user the image lacks: refused now, named
