@@ -16,6 +16,7 @@ marker, the gateway's unserved calls, the failing stage's error type) into one
   session gets no reward, is retried on fresh ground and is never trained on;
 * `task_error`: the task itself cannot run or be graded (an invalid spec, an unknown
   evaluator, an image the worker does not hold (`ImageMissing`: build or load it there), a
+  compose service of the task's that dies or never gets healthy (`SidecarNotReady`), a
   prepare action of the task's that fails, an `EvaluatorError`: its test patch does not
   apply, its test ids match no test, its verifier writes no reward): no verdict and no
   retry. The evaluator failing on the worker's side (an engine or S3
@@ -52,6 +53,7 @@ TASK_ERRORS: tuple[str, ...] = (
     "InvalidSource",
     "InvalidRuntime",
     "ImageMissing",
+    "SidecarNotReady",
     "InvalidHarness",
     "InvalidBuilder",
     "UnknownEvaluator",

@@ -195,6 +195,7 @@ class EvaluatorSpec(KindSpec):
                     "image": image,
                     "prepare": [],
                     "sidecars": sidecars,
+                    "depends_on": dict(harbor.get("depends_on") or {}),
                     "collect": CollectSpec(),
                     "harness_user": None,
                 }

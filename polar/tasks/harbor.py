@@ -156,12 +156,14 @@ def task_spec(
     agent_network, verifier_network = phase_networks(task, env_cfg, agent, verifier)
     check_environment(task, env_cfg, verifier)
     image = environment_image(task, image_map)
-    sidecars, main_env = compose_services(task, image_map)
+    compose = compose_services(task, image_map)
+    sidecars, main_env = compose.sidecars, compose.main_env
     services = {s.name for s in sidecars}
     runtime = runtime_spec(task, env_cfg, image).model_copy(
         update={
             "network": agent_network,
             "sidecars": sidecars,
+            "depends_on": compose.main_depends_on,
             "harness_user": agent_user(task, agent),
             "collect": task_collect(task, services),  # copied out after the agent
         }
@@ -241,6 +243,8 @@ def harbor_evaluator(
         if separate.image is not None:  # its own environment: image and services
             config["image"] = separate.image
             config["sidecars"] = [s.model_dump(mode="json") for s in separate.sidecars]
+            if separate.depends_on:  # what its `main` waits for among them
+                config["depends_on"] = separate.depends_on
         if separate.resources:  # its [verifier.environment]'s cpus, memory, disk
             config["resources"] = separate.resources
     return EvaluatorSpec(

@@ -10,10 +10,13 @@ and made afresh for the grading runtime. `main`'s `environment` is given to the 
 the verifier, as compose gives it to every exec in `main`.
 
 Read per service: `image` (through the image map), `command` and `entrypoint` (a string is
-split as a shell would), `environment` (a table or `NAME=value` lines), `working_dir`;
-`depends_on` and `expose` are accepted (sidecars start before the session's container and
-every port is open on the session's network). A sidecar's `build` (a context folder of the
-task, or a table of `context` and `dockerfile`) is built offline like environment/
+split as a shell would), `environment` (a table or `NAME=value` lines), `working_dir`,
+`healthcheck` and `depends_on` (polar/tasks/harbor_compose_ready.py: the services start in
+`depends_on` order, each waiting for its dependencies' conditions, and the session's container
+once every service is ready, as `docker compose up --wait` has it; `main`'s own `depends_on`
+is the runtime's); `expose` is accepted (every port is open on the session's network). A
+sidecar's `build` (a context folder of the task, or a table of `context` and `dockerfile`)
+is built offline like environment/
 (polar/tasks/harbor_images.py) and tagged by its content's hash; its `image`, if also
 given, is then only a name. Refused, naming the service and key: published `ports`,
 `volumes`, `networks` and `network_mode`, a build context outside the task, build keys
@@ -28,11 +31,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from polar.tasks.harbor_compose_ready import compose_depends_on, compose_healthcheck
 from polar.tasks.harbor_environment import IMAGE_REPO, environment_hash, resolved_image_map
 from polar.tasks.harbor_toml import HarborTask, HarborTaskError
 from polar.tasks.runtime_spec import Sidecar
+from polar.tasks.sidecar_spec import Condition, check_dependencies
 
-__all__ = ["COMPOSE_FILE", "SidecarBuild", "compose_services", "read_compose"]
+__all__ = ["COMPOSE_FILE", "Compose", "SidecarBuild", "compose_services", "read_compose"]
 
 COMPOSE_FILE = "docker-compose.yaml"
 """The one compose file Harbor reads from `environment/`."""
@@ -45,9 +50,10 @@ _SIDECAR_KEYS = {
     "environment",
     "working_dir",
     "depends_on",
+    "healthcheck",
 }
-_MAIN_KEYS = {"build", "image", "environment", "depends_on", "command"}
-_ACCEPTED = {"expose", "healthcheck", "restart", "container_name"}
+_MAIN_KEYS = {"build", "image", "environment", "depends_on", "command", "healthcheck"}
+_ACCEPTED = {"expose", "restart", "container_name"}
 _REASONS = {
     "ports": "publishing a port on the host: a session's services are reachable from it alone",
     "volumes": "host volumes: a session's services share nothing with the host",
@@ -66,24 +72,34 @@ class SidecarBuild:
     dockerfile: str = "Dockerfile"
 
 
+@dataclass(frozen=True)
+class Compose:
+    """A compose file as Polar runs it: the sidecars, `main`'s environment and what `main`
+    depends on, and the sidecars built from the task's own files."""
+
+    sidecars: list[Sidecar]
+    main_env: dict[str, str]
+    main_depends_on: dict[str, Condition]
+    builds: list[SidecarBuild]
+
+
 def compose_services(
     task: HarborTask, image_map: Mapping[str, str] | None = None, folder: Path | None = None
-) -> tuple[list[Sidecar], dict[str, str]]:
-    """The task's sidecars and `main`'s environment (none without a compose file), from
-    environment/ (or `folder`: a separate verifier's tests/); HarborTaskError naming the
-    service and key Polar cannot honour."""
-    sidecars, main_env, _ = read_compose(task, image_map, folder)
-    return sidecars, main_env
+) -> Compose:
+    """The task's sidecars, `main`'s environment and dependencies (none without a compose
+    file), from environment/ (or `folder`: a separate verifier's tests/); HarborTaskError
+    naming the service and key Polar cannot honour."""
+    return read_compose(task, image_map, folder)
 
 
 def read_compose(
     task: HarborTask, image_map: Mapping[str, str] | None = None, folder: Path | None = None
-) -> tuple[list[Sidecar], dict[str, str], list[SidecarBuild]]:
-    """`compose_services`, and the sidecars among them built from the task's own files."""
+) -> Compose:
+    """`compose_services`, with the sidecars among them built from the task's own files."""
     folder = task.environment_dir if folder is None else folder
     path = folder / COMPOSE_FILE
     if not path.is_file():
-        return [], {}, []
+        return Compose([], {}, {}, [])
     import yaml  # type: ignore[import-untyped]  # the server install's (pyproject)
 
     where = f"{folder.relative_to(task.dir).as_posix()}/{COMPOSE_FILE}"
@@ -95,7 +111,7 @@ def read_compose(
     if not isinstance(services, dict):
         raise HarborTaskError(task.name, where, "has no `services` table")
     mapping = resolved_image_map(task, image_map)
-    sidecars, main_env, builds = [], {}, []
+    sidecars, main_env, main_deps, builds = [], {}, {}, []
     for name, service in services.items():
         here = f"{where}: services.{name}"
         if not isinstance(service, dict):
@@ -103,13 +119,24 @@ def read_compose(
         if name == "main":
             _check_keys(task, here, service, _MAIN_KEYS)
             main_env = _env(task, here, service.get("environment"))
+            main_deps = compose_depends_on(task, here, service.get("depends_on"))
+            if compose_healthcheck(task, here, service.get("healthcheck")) is not None:
+                raise HarborTaskError(
+                    task.name,
+                    f"{here}.healthcheck",
+                    "not supported on main: use [environment.healthcheck] in task.toml",
+                )
             continue
         build = None
         if service.get("build") is not None:
             build = _build_of(task, here, str(name), folder, service["build"], image_map)
             builds.append(build)
         sidecars.append(_sidecar(task, here, str(name), service, mapping, build))
-    return sidecars, main_env, builds
+    try:
+        check_dependencies(sidecars, main_deps)
+    except ValueError as exc:
+        raise HarborTaskError(task.name, f"{where}: depends_on", str(exc)) from None
+    return Compose(sidecars, main_env, main_deps, builds)
 
 
 def _build_of(
@@ -175,6 +202,8 @@ def _sidecar(
         entrypoint=_argv(task, f"{where}.entrypoint", service.get("entrypoint")),
         env=_env(task, where, service.get("environment")),
         workdir=None if workdir is None else str(workdir),
+        healthcheck=compose_healthcheck(task, where, service.get("healthcheck")),
+        depends_on=compose_depends_on(task, where, service.get("depends_on")),
     )
 
 

@@ -140,8 +140,8 @@ def _ensure_services(
     if verifier is not None and folder is None:
         return  # a prebuilt verifier image, or the task's own environment: no services
     where = f"{(folder or task.environment_dir).relative_to(task.dir).as_posix()}/{COMPOSE_FILE}"
-    sidecars, _, built = read_compose(task, image_map, folder)  # one read of the file
-    builds = {b.service: b for b in built}
+    compose = read_compose(task, image_map, folder)  # one read of the file
+    sidecars, builds = compose.sidecars, {b.service: b for b in compose.builds}
     mapping = resolved_image_map(task, image_map)
     for sidecar in sidecars:
         build = builds.get(sidecar.name)

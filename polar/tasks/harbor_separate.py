@@ -27,6 +27,7 @@ from polar.tasks.harbor_environment import (
 )
 from polar.tasks.harbor_toml import HarborTask, HarborTaskError
 from polar.tasks.runtime_spec import Sidecar
+from polar.tasks.sidecar_spec import Condition
 
 __all__ = ["SeparateVerifier", "separate_mode", "separate_verifier", "separate_verifiers"]
 
@@ -44,6 +45,8 @@ class SeparateVerifier:
     env: dict[str, str] = field(default_factory=dict)
     resources: dict[str, Any] = field(default_factory=dict)
     """its environment table's `cpus`, `memory`, `disk` (RuntimeSpec's), those it sets"""
+    depends_on: dict[str, Condition] = field(default_factory=dict)
+    """what its `main` waits for among its services (RuntimeSpec.depends_on)"""
 
 
 def _mode(verifier: dict[str, Any]) -> str | None:
@@ -92,9 +95,17 @@ def separate_verifier(
             return SeparateVerifier(mapped, None, f"{where}.docker_image", resources=own)
         rel = folder.relative_to(task.dir).as_posix()
         if (folder / "Dockerfile").is_file():
-            sidecars, main_env = compose_services(task, image_map, folder)
+            compose = compose_services(task, image_map, folder)
             image = f"{IMAGE_REPO}:{environment_hash(task, image_map, folder)[:20]}"
-            return SeparateVerifier(image, folder, f"{rel}/Dockerfile", sidecars, main_env, own)
+            return SeparateVerifier(
+                image,
+                folder,
+                f"{rel}/Dockerfile",
+                compose.sidecars,
+                compose.main_env,
+                own,
+                compose.main_depends_on,
+            )
         if (folder / COMPOSE_FILE).is_file():
             raise HarborTaskError(
                 task.name,

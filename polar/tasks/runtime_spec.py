@@ -11,6 +11,7 @@ from pydantic import Field, field_validator, model_validator
 from polar.host_paths import FORBIDDEN_HOST_DIRS
 from polar.network_policy import normalize_allowed_host
 from polar.tasks.collect_spec import MAIN, CollectSpec
+from polar.tasks.sidecar_spec import Condition, Healthcheck, check_dependencies
 from polar.tasks.sources import PrepareAction
 from polar.tasks.strict import MAX_TIMEOUT_S, StrictModel
 
@@ -113,7 +114,10 @@ class Sidecar(StrictModel):
     service): it runs on the session's own private network, which has no way out and no
     host, and which its container joins; the session reaches it by `name`. Limited, labelled
     and removed with the session; never the harness's, which runs only in the session's own
-    container."""
+    container. Started once the sidecars it `depends_on` meet their conditions; the
+    session's container starts once it is ready: running, healthy where it has a
+    `healthcheck`, exited 0 where a service waits for it to complete (polar/tasks/
+    sidecar_spec.py)."""
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,62}$")
     image: str = Field(min_length=1)
@@ -123,6 +127,16 @@ class Sidecar(StrictModel):
     workdir: str | None = None
     cpus: float = Field(default=1.0, ge=0.1, le=64)
     memory: str = Field(default="1g", pattern=r"^[0-9]+[bkmgBKMG]?$")
+    healthcheck: Healthcheck | None = Field(
+        default=None,
+        exclude_if=lambda v: v is None,  # left out when none: older workers read the spec
+        description="its readiness probe; None: none (an image's own HEALTHCHECK is off)",
+    )
+    depends_on: dict[str, Condition] = Field(
+        default_factory=dict,
+        exclude_if=lambda v: not v,  # left out when none: older workers read the spec
+        description="sidecars of the same runtime started, and meeting their condition, first",
+    )
 
     @field_validator("memory")
     @classmethod
@@ -211,6 +225,13 @@ class RuntimeSpec(StrictModel):
         description="containers: services beside the session's container, on its own private "
         "network (a Harbor task's compose services)",
     )
+    depends_on: dict[str, Condition] = Field(
+        default_factory=dict,
+        exclude_if=lambda v: not v,  # left out when none: older workers read the spec
+        description="containers: the sidecars the session's container waits for (compose's "
+        "`main.depends_on`); it starts once every sidecar is ready whatever this says, and a "
+        "`service_completed_successfully` one must have exited 0",
+    )
     harness_user: str | None = Field(
         default=None,
         pattern=HARNESS_USER_PATTERN,
@@ -276,6 +297,7 @@ class RuntimeSpec(StrictModel):
         names = [s.name for s in self.sidecars]
         if len(set(names)) != len(names):
             raise ValueError(f"sidecars: names must be unique, got {names}")
+        check_dependencies(self.sidecars, self.depends_on)
         if self.kind == "local" and self.workdir != DEFAULT_WORKDIR:
             raise ValueError(
                 f"workdir {self.workdir!r} is for container runtimes (docker, podman): a "

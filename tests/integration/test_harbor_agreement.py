@@ -7,6 +7,9 @@ compared: name, instruction (canary stripped), agent and verifier timeouts,
 verifier user and env, agent user, cpus, memory, storage, network mode, docker_image,
 metadata, solution env, skills dir, MCP servers, GPUs, steps, artifacts and collect hooks,
 and the verifier's mode (separate or shared, per step too) and whether it has its own image.
+Harbor reads no compose file itself (it hands it to `docker compose up --wait`): compose's own
+loader (docker-compose 1.29's `config`) is the referee of the services' healthchecks and
+`depends_on`, which Polar reads into its own (polar/tasks/harbor_compose_ready.py).
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ import pytest
 
 from activities.evaluators.harbor import HarborConfig
 from polar.tasks.harbor import load_harbor_tasks
-from polar.tasks.harbor_toml import find_task_dirs
+from polar.tasks.harbor_compose_ready import parse_duration
+from polar.tasks.harbor_toml import HarborTaskError, find_task_dirs
 from polar.tasks.spec import TaskSpec, TaskStep, parse_size
 from tests.support.paths import REPO
 
@@ -295,3 +299,94 @@ def _agree(harbor_python: Path, path: Path) -> None:
                 assert ours[field] == POLAR_DEFAULTS[field], (d.name, field)
                 continue
             assert ours[field] == value, (d.name, field, ours[field], value)
+
+
+COMPOSE = """services:
+  main:
+    image: polar/runtime:py311
+    depends_on:
+      db: {condition: service_healthy}
+      init: {condition: service_completed_successfully}
+  db:
+    image: polar/runtime:py311
+    depends_on: [init]
+    healthcheck:
+      test: ["CMD", "pg_isready", "-q"]
+      interval: 1m30s
+      timeout: 500ms
+      retries: 5
+      start_period: 1.5s
+  init:
+    image: polar/runtime:py311
+    healthcheck: {disable: true}
+  web:
+    image: polar/runtime:py311
+    depends_on: {db: {condition: service_healthy}}
+    healthcheck: {test: curl -f localhost, interval: 2s}
+"""
+DOCKER_DEFAULTS = {"interval": 30.0, "timeout": 30.0, "retries": 3, "start_period": 0.0}
+
+
+def _compose_config(path: Path) -> subprocess.CompletedProcess[str]:
+    compose = shutil.which("docker-compose")
+    if compose is None:
+        pytest.skip("docker-compose (compose's own loader) is not installed")
+    return subprocess.run(
+        [compose, "-f", str(path), "config"], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_compose_readiness_is_read_as_compose_reads_it(tmp_path: Path) -> None:
+    """slow-service's compose file and a richer one: each service's healthcheck (its command,
+    durations in seconds, retries, docker's defaults where unset) and `depends_on` (the
+    short form as `service_started`), and `main`'s, as `docker-compose config` has them; a
+    cycle and an unknown condition refused by both."""
+    import yaml  # type: ignore[import-untyped]
+
+    rich = Path(shutil.copytree(FEATURES / "compose-lookup", tmp_path / "rich"))
+    (rich / "environment" / "docker-compose.yaml").write_text(COMPOSE)
+    for task in (FEATURES / "slow-service", rich):
+        compose = task / "environment" / "docker-compose.yaml"
+        data = yaml.safe_load(compose.read_text())
+        data["services"]["main"]["image"] = "polar/runtime:py311"  # Harbor's base file gives it
+        own = tmp_path / f"{task.name}.yaml"
+        own.write_text(yaml.safe_dump(data))
+        proc = _compose_config(own)
+        assert proc.returncode == 0, proc.stderr
+        theirs = yaml.safe_load(proc.stdout)["services"]
+        (spec,) = load_harbor_tasks(task)
+        deps = {k: v["condition"] for k, v in theirs["main"].get("depends_on", {}).items()}
+        assert spec.runtime.depends_on == deps
+        for sidecar in spec.runtime.sidecars:
+            service = theirs[sidecar.name]
+            deps = {k: v["condition"] for k, v in service.get("depends_on", {}).items()}
+            assert sidecar.depends_on == deps, sidecar.name
+            check = service.get("healthcheck", {"test": ["NONE"]})
+            if check["test"] == ["NONE"]:
+                assert sidecar.healthcheck is None, sidecar.name
+                continue
+            assert sidecar.healthcheck is not None, sidecar.name
+            test = check["test"]
+            assert sidecar.healthcheck.test() == (
+                ["CMD-SHELL", test] if isinstance(test, str) else test
+            )
+            for key, default in DOCKER_DEFAULTS.items():
+                value = check.get(key)
+                want = (
+                    default
+                    if value is None
+                    else value
+                    if key == "retries"
+                    else parse_duration(value)
+                )
+                ours = getattr(sidecar.healthcheck, key if key == "retries" else f"{key}_s")
+                assert ours == pytest.approx(want), (sidecar.name, key)
+    for bad in ("service_done", "cycle"):
+        text = COMPOSE.replace("service_completed_successfully", bad)
+        if bad == "cycle":
+            text = COMPOSE.replace("    healthcheck: {disable: true}", "    depends_on: [web]")
+        (rich / "environment" / "docker-compose.yaml").write_text(text)
+        (tmp_path / "bad.yaml").write_text(text)
+        assert _compose_config(tmp_path / "bad.yaml").returncode != 0, bad
+        with pytest.raises(HarborTaskError):
+            load_harbor_tasks(rich)

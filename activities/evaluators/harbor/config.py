@@ -7,6 +7,7 @@ from pydantic import Field, field_validator
 from activities.evaluators.base import EvaluatorConfig
 from polar.host_paths import checked_host_path
 from polar.tasks.runtime_spec import Sidecar
+from polar.tasks.sidecar_spec import Condition
 from polar.tasks.spec import NetworkSpec
 from polar.tasks.strict import MAX_TIMEOUT_S
 
@@ -59,6 +60,12 @@ class HarborConfig(EvaluatorConfig):
         exclude_if=lambda v: not v,
         description="a separate verifier's own compose services (its tests/docker-compose.yaml), "
         "beside `image`",
+    )
+    depends_on: dict[str, Condition] = Field(
+        default_factory=dict,
+        exclude_if=lambda v: not v,
+        description="what a separate verifier's `main` waits for among `sidecars` "
+        "(RuntimeSpec.depends_on)",
     )
     resources: dict[str, float | str] = Field(
         default_factory=dict,

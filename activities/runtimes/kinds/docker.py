@@ -180,7 +180,11 @@ class DockerRuntime(ContainerFiles, ContainerServices):
         )
         self._check_workdir(handle)
         try:
-            container = await asyncio.to_thread(self._create, request.session_id, spec)
+            # with sidecars: started in order and waited for (up to their healthchecks' bounds)
+            container = await heartbeating(
+                asyncio.to_thread(self._create, request.session_id, spec),
+                step="starting the container" + (" and its sidecars" if spec.sidecars else ""),
+            )
             # an image without a shell is refused now, naming it
             await asyncio.to_thread(self._check_sandbox_tools, container, spec.image)
             for user in sorted({u for u in (spec.harness_user, *request.step_users) if u}):
@@ -226,7 +230,9 @@ class DockerRuntime(ContainerFiles, ContainerServices):
         limits = ContainerLimits.of(spec)
         channel = self._session_dir(session_id) / "channel"
         name, labels = self.container_name(session_id), self.labels(session_id)
-        net = start_sidecars(self.client, name, labels, spec.sidecars) if spec.sidecars else None
+        net = None
+        if spec.sidecars:  # started in order and ready before the session's container
+            net = start_sidecars(self.client, name, labels, spec.sidecars, spec.depends_on)
         return self.client.containers.run(
             spec.image,
             MAIN_COMMAND,

@@ -14,17 +14,25 @@ memory), carry the session's labels (so a host's sweep finds them) plus `polar.s
 are removed with the session's container, then the network. Only the session's container
 runs the harness; a sidecar is never reaped between stages: the grading runtime has its
 own, fresh from the image.
+
+They start in `depends_on` order and the session's container only once they are ready
+(activities/runtimes/kinds/sidecar_readiness.py): a sidecar's healthcheck is given to the
+engine at create (nanoseconds), which runs it and reports it in `State.Health`; a sidecar
+without one has its image's own HEALTHCHECK turned off (`NONE`).
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from typing import Any
 
 from docker.errors import APIError, ImageNotFound, NotFound
 
 from activities.runtimes.base import InvalidRuntime
+from activities.runtimes.kinds.sidecar_readiness import ServiceState, start_when_ready, state_of
 from polar.tasks.runtime_spec import Sidecar, parse_size
+from polar.tasks.sidecar_spec import Condition
 
 __all__ = ["SIDECAR_LABEL", "network_name", "remove_sidecars", "sidecar_name", "start_sidecars"]
 
@@ -46,10 +54,15 @@ def sidecar_name(container: str, name: str) -> str:
 
 
 def start_sidecars(
-    client: Any, container: str, labels: dict[str, str], sidecars: list[Sidecar]
+    client: Any,
+    container: str,
+    labels: dict[str, str],
+    sidecars: list[Sidecar],
+    main_depends_on: Mapping[str, Condition],
 ) -> str:
-    """The session's network made and its sidecars started on it; the network's name.
-    InvalidRuntime (the task's error) where a sidecar's image is not on this engine."""
+    """The session's network made and its sidecars started on it, in order, and ready for
+    the session's container; the network's name. InvalidRuntime (the task's error) where a
+    sidecar's image is not on this engine; SidecarNotReady where one is not ready."""
     for sidecar in sidecars:
         try:
             client.images.get(sidecar.image)
@@ -67,14 +80,54 @@ def start_sidecars(
         options={"com.docker.network.bridge.inhibit_ipv4": "true"},
         check_duplicate=True,
     )
-    for sidecar in sidecars:
+    start_when_ready(_Engine(client, container, name, labels), sidecars, main_depends_on)
+    return name
+
+
+def healthcheck_of(sidecar: Sidecar) -> dict[str, Any]:
+    """The docker API's healthcheck of `sidecar` (durations in nanoseconds)."""
+    check = sidecar.healthcheck
+    if check is None:
+        return {"test": ["NONE"]}
+    return {
+        "test": check.test(),
+        "interval": int(check.interval_s * 1e9),
+        "timeout": int(check.timeout_s * 1e9),
+        "retries": check.retries,
+        "start_period": int(check.start_period_s * 1e9),
+    }
+
+
+class _Engine:
+    """Docker's side of the readiness wait: create and start, `State`, logs."""
+
+    drives_health = False
+
+    def __init__(self, client: Any, container: str, network: str, labels: dict[str, str]):
+        self.client, self.container, self.network, self.labels = client, container, network, labels
+
+    def state(self, sidecar: Sidecar) -> ServiceState:
+        found = self.client.containers.get(sidecar_name(self.container, sidecar.name))
+        return state_of(found.attrs)
+
+    def probe(self, sidecar: Sidecar) -> None:
+        """The engine runs the healthcheck itself."""
+
+    def logs(self, sidecar: Sidecar) -> str:
+        with contextlib.suppress(NotFound, APIError):
+            found = self.client.containers.get(sidecar_name(self.container, sidecar.name))
+            return bytes(found.logs(tail=20)).decode(errors="replace")
+        return ""
+
+    def start(self, sidecar: Sidecar) -> None:
+        client, name = self.client, self.network
         memory = parse_size(sidecar.memory)
         client.containers.run(
             sidecar.image,
             sidecar.command,
             entrypoint=sidecar.entrypoint,
-            name=sidecar_name(container, sidecar.name),
-            labels=labels | {SIDECAR_LABEL: sidecar.name},
+            name=sidecar_name(self.container, sidecar.name),
+            labels=self.labels | {SIDECAR_LABEL: sidecar.name},
             environment=sidecar.env,
             working_dir=sidecar.workdir,
             detach=True,
@@ -86,8 +139,8 @@ def start_sidecars(
             nano_cpus=int(sidecar.cpus * 1e9),
             mem_limit=memory,
             memswap_limit=memory,
+            healthcheck=healthcheck_of(sidecar),
         )
-    return name
 
 
 def remove_sidecars(client: Any, container: str, labels: list[str]) -> bool:

@@ -258,7 +258,7 @@ class PodmanRuntime(DockerRuntime):
         if spec.sidecars:  # in a namespace of their own with it, its loopback only
             hosts = self._session_dir(session_id) / "hosts"
             holder = [*sleep, spec.image, *MAIN_COMMAND]
-            start_sidecars(self.podman, name, common, holder, spec.sidecars, hosts)
+            start_sidecars(self.podman, name, common, holder, spec.sidecars, hosts, spec.depends_on)
             network = network_args(name, hosts)
         args = [
             "run",

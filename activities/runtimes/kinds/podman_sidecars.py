@@ -31,20 +31,34 @@ Sidecars carry the session's labels plus `polar.sidecar` (so the host's sweep li
 session and its teardown removes them), no new privileges, an init, a pids limit, CPU and
 memory limits of their own. The session's teardown removes the holder with `--depend`: the
 sidecars and the session's container, which depend on it, go with it.
+
+They start in `depends_on` order and the session's container only once they are ready
+(activities/runtimes/kinds/sidecar_readiness.py). A healthcheck is given to `podman run`
+(`--health-cmd`, as podman 4.3 parses it, and its timings; none: `--no-healthcheck`, the
+image's own off), but podman
+4.3 runs it on a systemd timer, and a worker without systemd has none (measured, rootful
+4.3.1: `run` logs "unable to get systemd connection to start healthchecks", exits 0, and
+the status stays `starting`), so the wait runs `podman healthcheck run NAME` once per
+interval itself; that keeps podman's state (start period, failing streak, `unhealthy` after
+`retries`, the probes' log) as the timer would.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
+from collections.abc import Mapping
 from pathlib import Path
 
 from docker.errors import APIError
 
 from activities.runtimes.base import InvalidRuntime
 from activities.runtimes.kinds.docker_sidecars import SIDECAR_LABEL, SIDECAR_PIDS, sidecar_name
-from activities.runtimes.kinds.podman_cli import Podman
+from activities.runtimes.kinds.podman_cli import Podman, PodmanContainer
+from activities.runtimes.kinds.sidecar_readiness import ServiceState, start_when_ready, state_of
 from polar.tasks.runtime_spec import Sidecar, parse_size
+from polar.tasks.sidecar_spec import Condition
 
 __all__ = ["holder_name", "network_args", "remove_args", "start_sidecars"]
 
@@ -82,13 +96,15 @@ def start_sidecars(
     holder: list[str],
     sidecars: list[Sidecar],
     hosts: Path,
+    main_depends_on: Mapping[str, Condition] | None = None,
 ) -> None:
     """The session's namespace holder made and its sidecars started in it. `common`: the
     arguments every container of the session has (labels, init, hardening, open-files
     limit); `holder`: the holder's own last arguments (its deadline, the toolbox, the
-    session's image and its sleep). InvalidRuntime (the task's error) where a sidecar's image
-    is not in this podman's store; APIError where podman fails (the session's teardown
-    removes what was made)."""
+    session's image and its sleep). In order, each ready for the session's container when
+    this returns. InvalidRuntime (the task's error) where a sidecar's image is not in this
+    podman's store; SidecarNotReady where one is not ready; APIError where podman fails (the
+    session's teardown removes what was made)."""
     for sidecar in sidecars:
         if podman.image_id(sidecar.image) is None:
             raise InvalidRuntime(
@@ -119,24 +135,89 @@ def start_sidecars(
             *holder,
         ],
     )
-    for sidecar in sidecars:
+    engine = _Engine(podman, container, common, hosts)
+    start_when_ready(engine, sidecars, main_depends_on or {})
+
+
+def health_args(sidecar: Sidecar) -> list[str]:
+    """`podman run`'s healthcheck arguments for `sidecar` (none: the image's own off)."""
+    check = sidecar.healthcheck
+    if check is None:
+        return ["--no-healthcheck"]
+    return [
+        "--health-cmd",
+        _health_cmd(check.command),
+        "--health-interval",
+        _duration(check.interval_s),
+        "--health-timeout",
+        _duration(check.timeout_s),
+        "--health-retries",
+        str(check.retries),
+        "--health-start-period",
+        _duration(check.start_period_s),
+    ]
+
+
+def _health_cmd(command: list[str] | str) -> str:
+    """`--health-cmd` as podman 4.3 reads it: a JSON array starting with `CMD` is split on
+    blanks as raw text (measured: `["CMD", "python3", "-c", "import os"]` gives the argv
+    `["CMD",`, `"python3",`...), but one of two or more words without it is an argv, and
+    `["CMD-SHELL", line]` a shell line. A one-word argv goes as a shell line of that word
+    quoted (the image's /bin/sh runs it)."""
+    if isinstance(command, str):
+        return json.dumps(["CMD-SHELL", command])
+    if len(command) == 1:
+        return json.dumps(["CMD-SHELL", shlex.quote(command[0])])
+    return json.dumps(command)
+
+
+def _duration(seconds: float) -> str:
+    return f"{round(seconds * 1000)}ms"
+
+
+class _Engine:
+    """Podman's side of the readiness wait: `run`, `inspect`, `healthcheck run`, logs."""
+
+    drives_health = True
+
+    def __init__(self, podman: Podman, container: str, common: list[str], hosts: Path):
+        self.podman, self.container, self.common, self.hosts = podman, container, common, hosts
+
+    def _name(self, sidecar: Sidecar) -> str:
+        return sidecar_name(self.container, sidecar.name)
+
+    def state(self, sidecar: Sidecar) -> ServiceState:
+        return state_of(PodmanContainer(self.podman, self._name(sidecar)).attrs)
+
+    def probe(self, sidecar: Sidecar) -> None:
+        """One run of its healthcheck (podman records it: status, streak, log)."""
+        assert sidecar.healthcheck is not None
+        timeout = sidecar.healthcheck.timeout_s + 30
+        self.podman.run("healthcheck", "run", self._name(sidecar), check=False, timeout=timeout)
+
+    def logs(self, sidecar: Sidecar) -> str:
+        proc = self.podman.run("logs", "--tail", "20", self._name(sidecar), check=False)
+        return (proc.stdout + proc.stderr).decode(errors="replace")
+
+    def start(self, sidecar: Sidecar) -> None:
         memory = parse_size(sidecar.memory)
         env = [arg for key in sidecar.env for arg in ("--env", key)]  # values: podman's env
         entrypoint = ["--entrypoint", json.dumps(sidecar.entrypoint)] if sidecar.entrypoint else []
         workdir = ["--workdir", sidecar.workdir] if sidecar.workdir else []
         _run(
-            podman,
+            self.podman,
             f"sidecar {sidecar.name}",
             [
                 "run",
                 "--detach",
                 "--name",
-                sidecar_name(container, sidecar.name),
-                *common,
+                self._name(sidecar),
+                *self.common,
                 "--label",
                 f"{SIDECAR_LABEL}={sidecar.name}",
-                *network_args(container, hosts),
+                *network_args(self.container, self.hosts),
                 *_limits(SIDECAR_PIDS, sidecar.cpus, memory),
+                *health_args(sidecar),
                 *env,
                 *entrypoint,
                 *workdir,

@@ -40,7 +40,7 @@ def test_a_sidecar_built_from_a_folder_of_the_task_is_tagged_by_its_content(
     (sidecar,) = spec.runtime.sidecars
     assert sidecar.image == f"{IMAGE_REPO}:{environment_hash(harbor, None, folder)[:20]}"
     assert sidecar.image != spec.runtime.image
-    (build,) = read_compose(harbor)[2]
+    (build,) = read_compose(harbor).builds
     assert (build.service, build.image, build.context) == ("lookup", sidecar.image, folder)
     (folder / "Dockerfile").write_text("FROM polar/runtime:py311\nRUN echo other > /w\n")
     (again,) = load_harbor_tasks(task)
@@ -53,7 +53,7 @@ def test_another_dockerfile_of_the_environment_is_another_image(tmp_path: Path) 
     (spec,) = load_harbor_tasks(task)
     (sidecar,) = spec.runtime.sidecars
     assert sidecar.image.startswith(IMAGE_REPO) and sidecar.image != spec.runtime.image
-    (build,) = read_compose(read_harbor_task(task))[2]
+    (build,) = read_compose(read_harbor_task(task)).builds
     assert build.dockerfile == "Dockerfile.lookup"
 
 

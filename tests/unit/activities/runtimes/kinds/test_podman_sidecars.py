@@ -15,12 +15,14 @@ from docker.errors import APIError
 
 from activities.runtimes.base import InvalidRuntime
 from activities.runtimes.kinds.podman_sidecars import (
+    health_args,
     holder_name,
     network_args,
     remove_args,
     start_sidecars,
 )
 from polar.tasks.runtime_spec import Sidecar
+from polar.tasks.sidecar_spec import Healthcheck
 
 
 class FakePodman:
@@ -32,6 +34,10 @@ class FakePodman:
         return "id" if image in self.images else None
 
     def run(self, *args: str, env: Any = None, check: bool = True) -> Any:
+        if args[:2] == ("container", "inspect"):  # the readiness wait's: each one running
+            return subprocess.CompletedProcess(
+                list(args), 0, b'[{"State": {"Status": "running"}}]', b""
+            )
         self.calls.append((list(args), env))
         code = 125 if self.fail and self.fail in args else 0
         return subprocess.CompletedProcess(list(args), code, b"", b"boom")
@@ -91,3 +97,20 @@ def test_teardown_takes_the_holder_and_all_that_depend_on_it() -> None:
     argv = remove_args("c1")
     assert argv[0] == "rm" and "--depend" in argv and "--ignore" in argv
     assert argv[-2:] == ["c1.sidecar--net", "c1"]
+
+
+def test_a_healthcheck_goes_as_podman_43_parses_it() -> None:
+    """Its `--health-cmd` splits a JSON array that starts with CMD on blanks: an argv goes
+    without it (two words or more), a line or one word as CMD-SHELL; none: the image's off."""
+
+    def cmd(command: list[str] | str) -> str:
+        check = Healthcheck(command=command, interval_s=1.5, start_period_s=2)
+        args = health_args(Sidecar(name="s", image="i", healthcheck=check))
+        assert args[args.index("--health-interval") + 1] == "1500ms"
+        assert args[args.index("--health-start-period") + 1] == "2000ms"
+        return args[args.index("--health-cmd") + 1]
+
+    assert cmd(["python3", "-c", "import os"]) == '["python3", "-c", "import os"]'
+    assert cmd("curl -f localhost") == '["CMD-SHELL", "curl -f localhost"]'
+    assert cmd(["my probe"]) == '["CMD-SHELL", "\'my probe\'"]'
+    assert health_args(Sidecar(name="s", image="i")) == ["--no-healthcheck"]
