@@ -206,3 +206,25 @@ async def graded_in_a_moved_workspace(runtime: Any, kind: str, tmp_path: Path) -
                 assert evaluation.report.patch_files == ["hello.txt"], evaluation.report
         finally:
             await runtime.teardown(handle)
+
+
+def session_containers(runtime: Any, session_id: str) -> list[str]:
+    """The containers of `session_id` still on `runtime`'s engine (sidecars and the podman
+    namespace's holder included); `runtime`: a runtime, or a kind (the worker's)."""
+    import docker
+
+    from activities.runtimes.kinds.docker import LABEL
+
+    if runtime == "docker" or getattr(runtime, "kind", None) == "docker":
+        found = docker.from_env().containers.list(
+            all=True, filters={"label": f"{LABEL}={session_id}"}
+        )
+        return [c.name or "" for c in found]
+    if runtime == "podman":
+        from activities.runtimes.kinds.podman import PodmanRuntime
+
+        runtime = PodmanRuntime(Path("/nonexistent"))  # the worker's mode: auto
+    listed = runtime.podman.run(
+        "ps", "--all", "--format", "{{.Names}}", "--filter", f"label={LABEL}={session_id}"
+    )
+    return [str(name) for name in listed.stdout.decode().split()]

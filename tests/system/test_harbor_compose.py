@@ -30,7 +30,6 @@ from typing import Any
 import docker
 import pytest
 
-from activities.runtimes.kinds.docker import LABEL
 from activities.runtimes.kinds.docker_sidecars import network_name, sidecar_name
 from app.adversaries import oracle_command
 from polar.client.sdk import PolarClient
@@ -43,6 +42,7 @@ from tests.support.container_sessions import (
     podman_modes,
     podman_runtime,
     runtime_root,
+    session_containers,
 )
 from tests.support.eval_runtimes import prepare_session
 from tests.support.harbor_sessions import harbor_session
@@ -55,24 +55,6 @@ MCP_TASK = REPO / "examples" / "harbor-features" / "mcp-http-vault"
 """its MCP server over HTTP is a sidecar too (docker: test_harbor_mcp_url_session.py)"""
 SERVICES = {TASK: ["lookup"], MCP_TASK: ["vault"]}
 AGENTS = {"oracle": 1.0, "noop": 0.0}
-
-
-def _left(runtime: Any, session_id: str) -> list[str]:
-    """The containers of `session_id` still on `runtime`'s engine (sidecars and the podman
-    namespace's holder included); `runtime`: a runtime, or a kind (the worker's)."""
-    if runtime == "docker" or getattr(runtime, "kind", None) == "docker":
-        found = docker.from_env().containers.list(
-            all=True, filters={"label": f"{LABEL}={session_id}"}
-        )
-        return [c.name or "" for c in found]
-    if runtime == "podman":
-        from activities.runtimes.kinds.podman import PodmanRuntime
-
-        runtime = PodmanRuntime(Path("/nonexistent"))  # the worker's mode: auto
-    listed = runtime.podman.run(
-        "ps", "--all", "--format", "{{.Names}}", "--filter", f"label={LABEL}={session_id}"
-    )
-    return [str(name) for name in listed.stdout.decode().split()]
 
 
 @pytest.mark.parametrize(
@@ -95,7 +77,9 @@ async def test_the_tasks_services_run_beside_each_session(
     assert [s.name for s in spec.runtime.sidecars] == SERVICES[task]
     session = await harbor_session(polar, task, command, kind, f"compose-{kind}-{agent}")
     assert session.reward == reward, session.evaluation
-    assert _left(kind, session.session_id) == []  # its container and sidecars, both runtimes'
+    assert (
+        session_containers(kind, session.session_id) == []
+    )  # its container and sidecars, both runtimes'
 
 
 RUNTIMES = ["docker", *(f"podman-{mode}" for mode in podman_modes())]
@@ -215,7 +199,7 @@ async def test_a_sessions_services_are_its_own_alone(runtime: Any) -> None:
         for handle in (a, b):
             await runtime.teardown(handle)
     for handle in (a, b):
-        assert _left(runtime, handle.session_id) == []
+        assert session_containers(runtime, handle.session_id) == []
         if kind == "docker":
             name = runtime.container_name(handle.session_id)
             assert docker.from_env().networks.list(names=[network_name(name)]) == []
@@ -237,11 +221,11 @@ async def test_a_crashed_workers_sidecars_are_swept(runtime: Any) -> None:
         runtime.podman.run("rm", "--force", "--time", "0", name)
         fresh = type(runtime)(runtime.root, mode=runtime.mode)
     shutil.rmtree(runtime.root / handle.session_id)
-    assert _left(runtime, handle.session_id)  # its sidecars, still there
+    assert session_containers(runtime, handle.session_id)  # its sidecars, still there
     assert handle.session_id in await fresh.list_sessions()
     bare = RuntimeHandle(kind=runtime.kind, session_id=handle.session_id, workdir="", host="h")
     assert await fresh.teardown(bare) is True
-    assert _left(runtime, handle.session_id) == []
+    assert session_containers(runtime, handle.session_id) == []
     if runtime.kind == "docker":
         assert docker.from_env().networks.list(names=[network_name(name)]) == []
 

@@ -27,10 +27,14 @@ from polar.records import SessionStatus
 from polar.tasks.harbor import load_harbor_tasks
 from polar.tasks.harbor_images import ensure_images
 from polar.tasks.spec import HarnessSpec
-from tests.support.container_sessions import docker_runtime, podman_runtime, runtime_root
+from tests.support.container_sessions import (
+    docker_runtime,
+    podman_runtime,
+    runtime_root,
+    session_containers,
+)
 from tests.support.harbor_sessions import harbor_session
 from tests.support.paths import REPO
-from tests.system.test_harbor_compose import _left
 
 pytestmark = pytest.mark.slow
 
@@ -55,7 +59,7 @@ async def test_the_agent_starts_once_the_slow_service_is_healthy(
     command = oracle_command(TASK / "solution") if AGENTS[agent] else "true"
     session = await harbor_session(polar, TASK, command, kind, f"ready-{kind}-{agent}")
     assert session.reward == AGENTS[agent], session.evaluation
-    assert _left(kind, session.session_id) == []
+    assert session_containers(kind, session.session_id) == []
 
 
 def _never_healthy(tmp_path: Path) -> Path:
@@ -100,7 +104,7 @@ async def test_a_service_never_healthy_fails_prepare_naming_it(
     if runtime.kind == "docker":  # traceback; podman keeps its first 500 bytes only
         assert "Connection refused" in message
     assert error_outcome("SidecarNotReady", "prepare").outcome == "task_error"
-    assert _left(runtime, session_id) == []
+    assert session_containers(runtime, session_id) == []
 
 
 async def test_the_session_ends_as_a_task_error(
@@ -119,4 +123,4 @@ async def test_the_session_ends_as_a_task_error(
     assert session.error_type == "SidecarNotReady" and session.outcome is not None
     assert session.outcome.outcome == "task_error"
     assert session.error is not None and "sidecar ledger is unhealthy" in session.error
-    assert _left("docker", session.session_id) == []
+    assert session_containers("docker", session.session_id) == []
