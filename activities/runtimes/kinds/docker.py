@@ -67,6 +67,7 @@ from activities.runtimes.kinds.container_names import container_name, root_names
 from activities.runtimes.kinds.container_services import ContainerServices
 from activities.runtimes.kinds.container_user import harness_uid
 from activities.runtimes.kinds.docker_sidecars import remove_sidecars, sidecar_name, start_sidecars
+from activities.runtimes.kinds.sidecar_readiness import in_stoppable_thread
 from activities.runtimes.network.channel_paths import SANDBOX_DIR
 from activities.runtimes.resource_limits import DISK_LABEL, ContainerLimits
 from activities.runtimes.workspace import (
@@ -182,7 +183,7 @@ class DockerRuntime(ContainerFiles, ContainerServices):
         try:
             # with sidecars: started in order and waited for (up to their healthchecks' bounds)
             container = await heartbeating(
-                asyncio.to_thread(self._create, request.session_id, spec),
+                in_stoppable_thread(self._create, request.session_id, spec),
                 step="starting the container" + (" and its sidecars" if spec.sidecars else ""),
             )
             # an image without a shell is refused now, naming it

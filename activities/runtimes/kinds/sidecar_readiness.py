@@ -6,8 +6,10 @@ container is started by the caller once every sidecar is ready: running (or exit
 where it has a healthcheck, exited 0 where a service waits for it to complete. A sidecar that
 exits otherwise, gets unhealthy, or is not healthy within its healthcheck's bound fails with
 `SidecarNotReady` (an InvalidRuntime: the task's environment is broken, not retried), naming the
-service, what it did and its last health output (or its last log lines). The wait runs in the
-prepare stage's thread; the stage's heartbeater beats meanwhile.
+service, what it did and its last health output (or its last log lines). The wait runs in a
+thread of the prepare stage (`in_stoppable_thread`); the stage's heartbeater beats meanwhile. A
+cancelled prepare stops it at its next poll or sidecar start and waits for it, so the stage's
+cleanup removes everything it started: no sidecar is started after the session's teardown.
 
 Docker runs the healthcheck itself (given at create, `State.Health`). Podman 4.3 takes the same
 healthcheck at `run` but runs it on a systemd timer, which a worker without systemd lacks (it
@@ -19,10 +21,14 @@ one probe per interval from here, the first `interval` after the start, as docke
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import threading
 import time
 from collections.abc import Callable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from activities.runtimes.base import InvalidRuntime
 from polar.tasks.runtime_spec import Sidecar
@@ -33,13 +39,56 @@ from polar.tasks.sidecar_spec import (
     start_order,
 )
 
-__all__ = ["ServiceState", "SidecarEngine", "SidecarNotReady", "start_when_ready", "state_of"]
+__all__ = [
+    "ServiceState",
+    "SidecarEngine",
+    "SidecarNotReady",
+    "StartStopped",
+    "in_stoppable_thread",
+    "start_when_ready",
+    "state_of",
+]
 
 POLL_S = 0.25
+
+T = TypeVar("T")
+
+_STOP: ContextVar[threading.Event | None] = ContextVar("polar_sidecar_stop", default=None)
+"""Set by `in_stoppable_thread` for the thread it runs (threads of asyncio.to_thread run in a
+copy of their caller's context)."""
 
 
 class SidecarNotReady(InvalidRuntime):
     """A sidecar died, got unhealthy, or was not healthy in time: the task's error."""
+
+
+class StartStopped(Exception):
+    """The stage that was starting the sidecars was cancelled: none more is started."""
+
+
+async def in_stoppable_thread(fn: Callable[..., T], *args: Any) -> T:
+    """`fn(*args)` in a thread; where the caller is cancelled, the sidecar starts and
+    readiness polls in that thread stop (`StartStopped`) and the thread is waited for before
+    the cancellation goes on, so the caller's cleanup sees all it started."""
+    stop = threading.Event()
+    token = _STOP.set(stop)
+    try:
+        work = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+    finally:
+        _STOP.reset(token)
+    try:
+        return await asyncio.shield(work)
+    except asyncio.CancelledError:
+        stop.set()
+        with contextlib.suppress(BaseException):
+            await work
+        raise
+
+
+def _stop_point() -> None:
+    stop = _STOP.get()
+    if stop is not None and stop.is_set():
+        raise StartStopped("the prepare stage was cancelled: no further sidecar is started")
 
 
 @dataclass(frozen=True)
@@ -101,6 +150,7 @@ def start_when_ready(
     for sidecar in start_order(sidecars):
         for name, needed in sidecar.depends_on.items():
             waiter.wait(by_name[name], needed, f"sidecar {sidecar.name}")
+        _stop_point()
         engine.start(sidecar)
         waiter.started[sidecar.name] = clock()
     completions = awaited_completions(sidecars, main_depends_on)
@@ -129,6 +179,7 @@ class _Waiter:
         started = self.started[sidecar.name]
         bound = check.bound_s() if condition == "service_healthy" and check else READY_CAP_S
         while True:
+            _stop_point()
             state = self.engine.state(sidecar)
             if self._met(sidecar, condition, state, waiter):
                 return

@@ -6,6 +6,9 @@ tests/system/test_harbor_compose_ready.py."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
+import time
 from dataclasses import dataclass, field
 
 import pytest
@@ -13,6 +16,7 @@ import pytest
 from activities.runtimes.kinds.sidecar_readiness import (
     ServiceState,
     SidecarNotReady,
+    in_stoppable_thread,
     start_when_ready,
     state_of,
 )
@@ -145,3 +149,29 @@ def test_docker_and_podman_inspect_data_are_read_alike() -> None:
     assert state_of({"State": {"Status": "exited", "ExitCode": 4}}) == ServiceState(
         "exited", 4, None, ""
     )
+
+
+async def test_a_cancelled_prepare_starts_no_further_sidecar_and_waits_for_its_thread() -> None:
+    """Cancelled while waiting for `db` to be healthy (it never is): the thread stops at its
+    next poll, `web` is never started, and the cancellation goes on only once the thread has
+    ended (so the stage's cleanup sees every container it made)."""
+    db = Sidecar(name="db", image="i", healthcheck=CHECK.model_copy(update={"retries": 99}))
+    web = Sidecar(name="web", image="i", depends_on={"db": "service_healthy"})
+    engine = Engine({"db": [(0.0, _state(health="starting"))], "web": RUNNING})
+    ended = threading.Event()
+
+    def start() -> None:
+        try:  # real time: the stop is seen at the next poll
+            start_when_ready(engine, [web, db], {}, clock=time.monotonic, sleep=time.sleep)
+        finally:
+            ended.set()
+
+    task = asyncio.ensure_future(in_stoppable_thread(start))
+    await asyncio.sleep(0.6)
+    assert engine.events == [engine.events[0]] and engine.events[0].startswith("start db")
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert ended.is_set()  # the thread had ended when the cancellation went on
+    await asyncio.sleep(0.6)
+    assert [e for e in engine.events if e.startswith("start")] == [engine.events[0]]
