@@ -29,6 +29,7 @@ from polar.records import SessionStatus
 from polar.storage import Storage, artifact_key
 from polar.tasks.spec import TaskSpec
 from tests.support.container_sessions import small_repo
+from tests.support.egress_stack import LoopbackInternet, egress_worker, loopback_internet
 from tests.support.runtime_kinds import every_runtime_kind
 
 pytestmark = pytest.mark.slow
@@ -53,46 +54,20 @@ sys.exit(0 if ok[0] == 200 and no[0] == 403 else 1)
 """
 
 
-class _Internet(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        body = f"internet says hi to {self.path}\n".encode()
-        self.send_response(200)
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
 @pytest.fixture(scope="module")
 def internet() -> Iterator[int]:
-    """A loopback HTTP server in a thread: the 'internet' of this module."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Internet)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield int(server.server_address[1])
-    server.shutdown()
-    server.server_close()
+    """The 'internet' of this module (a loopback server)."""
+    with loopback_internet() as port:
+        yield port
 
 
 @pytest.fixture(scope="module")
 async def egress_polar(
     devstack: DevStack, docker_image: str, internet: int
 ) -> AsyncIterator[PolarClient]:
-    """A worker on its own queue whose deployment turns egress on, exempting the internet's
-    one loopback port from the blocked networks (the default blocks loopback)."""
-    from activities.worker import running_workers
-
-    settings = devstack.settings.model_copy(
-        update={
-            "task_queue": f"polar-egress-{uuid.uuid4().hex[:8]}",
-            "egress": "proxy",
-            "egress_exempt": [f"127.0.0.1:{internet}"],
-        }
-    )
-    async with running_workers(settings):
-        yield await PolarClient.connect(settings)
+    """A worker on its own queue with egress on, the internet's port exempt."""
+    async with egress_worker(devstack.settings, internet, "egress") as polar:
+        yield polar
 
 
 def fetching_task(
@@ -347,7 +322,7 @@ async def test_egress_slowloris_ends_the_attacker_and_public_never_reaches_the_h
     import os
 
     host = _host_address()
-    server = http.server.ThreadingHTTPServer(("0.0.0.0", 0), _Internet)
+    server = http.server.ThreadingHTTPServer(("0.0.0.0", 0), LoopbackInternet)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     host_port = int(server.server_address[1])
     repo = small_repo(tmp_path)

@@ -25,10 +25,8 @@ prepare, naming the setting, before any step runs.
 from __future__ import annotations
 
 import asyncio
-import http.server
 import json
 import shutil
-import threading
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -45,6 +43,7 @@ from polar.storage import Storage, artifact_key
 from polar.tasks.harbor import load_harbor_tasks
 from polar.tasks.harbor_images import ensure_images
 from polar.tasks.spec import HarnessSpec
+from tests.support.egress_stack import egress_worker, loopback_internet
 from tests.support.harbor_sessions import harbor_session
 from tests.support.paths import REPO
 
@@ -104,45 +103,20 @@ PY
 """
 
 
-class _Internet(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        body = f"internet says hi to {self.path}\n".encode()
-        self.send_response(200)
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
 @pytest.fixture(scope="module")
 def internet() -> Iterator[int]:
-    """A loopback HTTP server in a thread: the 'internet' of this module."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Internet)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield int(server.server_address[1])
-    server.shutdown()
-    server.server_close()
+    """The 'internet' of this module (a loopback server)."""
+    with loopback_internet() as port:
+        yield port
 
 
 @pytest.fixture(scope="module")
 async def egress_polar(
     devstack: DevStack, docker_image: str, internet: int
 ) -> AsyncIterator[PolarClient]:
-    """A worker on its own queue with egress on, exempting the internet's one loopback port
-    from the blocked networks (the default blocks loopback)."""
-    from activities.worker import running_workers
-
-    settings = devstack.settings.model_copy(
-        update={
-            "task_queue": f"polar-egress-sc-{uuid.uuid4().hex[:8]}",
-            "egress": "proxy",
-            "egress_exempt": [f"127.0.0.1:{internet}"],
-        }
-    )
-    async with running_workers(settings):
-        yield await PolarClient.connect(settings)
+    """A worker on its own queue with egress on, the internet's port exempt."""
+    async with egress_worker(devstack.settings, internet, "egress-sc") as polar:
+        yield polar
 
 
 def _task(tmp_path: Path, internet: int) -> Path:
