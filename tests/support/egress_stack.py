@@ -1,5 +1,7 @@
 """An "internet" on loopback and a worker whose deployment turns egress on, for the tests of
-the egress proxy (tests/system/test_egress.py, test_harbor_egress.py)."""
+the egress proxy (tests/system/test_egress.py, test_harbor_egress.py): the fixtures
+`internet` (its port) and `egress_polar` (a client of that worker), module-scoped, given to
+the system lane by tests/system/conftest.py."""
 
 from __future__ import annotations
 
@@ -10,10 +12,13 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import pytest
+
+from app.devstack import DevStack
 from polar.client.sdk import PolarClient
 from polar.settings import Settings
 
-__all__ = ["LoopbackInternet", "egress_worker", "loopback_internet"]
+__all__ = ["LoopbackInternet", "egress_polar", "egress_worker", "internet", "loopback_internet"]
 
 
 class LoopbackInternet(http.server.BaseHTTPRequestHandler):
@@ -58,3 +63,19 @@ async def egress_worker(settings: Settings, internet: int, name: str) -> AsyncIt
     )
     async with running_workers(own):
         yield await PolarClient.connect(own)
+
+
+@pytest.fixture(scope="module")
+def internet() -> Iterator[int]:
+    """The 'internet' of a test module (a loopback server): its port."""
+    with loopback_internet() as port:
+        yield port
+
+
+@pytest.fixture(scope="module")
+async def egress_polar(
+    devstack: DevStack, docker_image: str, internet: int
+) -> AsyncIterator[PolarClient]:
+    """A worker on its own queue with egress on, the internet's port exempt: its client."""
+    async with egress_worker(devstack.settings, internet, "egress") as polar:
+        yield polar

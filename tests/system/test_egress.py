@@ -17,19 +17,18 @@ import json
 import shutil
 import threading
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from app.devstack import DevStack
 from polar.client.sdk import PolarClient
 from polar.records import SessionStatus
 from polar.storage import Storage, artifact_key
 from polar.tasks.spec import TaskSpec
 from tests.support.container_sessions import small_repo
-from tests.support.egress_stack import LoopbackInternet, egress_worker, loopback_internet
+from tests.support.egress_stack import LoopbackInternet
 from tests.support.runtime_kinds import every_runtime_kind
 
 pytestmark = pytest.mark.slow
@@ -52,22 +51,6 @@ print("allowed", ok[0], ok[1].strip())
 print("refused", no[0], no[1].strip())
 sys.exit(0 if ok[0] == 200 and no[0] == 403 else 1)
 """
-
-
-@pytest.fixture(scope="module")
-def internet() -> Iterator[int]:
-    """The 'internet' of this module (a loopback server)."""
-    with loopback_internet() as port:
-        yield port
-
-
-@pytest.fixture(scope="module")
-async def egress_polar(
-    devstack: DevStack, docker_image: str, internet: int
-) -> AsyncIterator[PolarClient]:
-    """A worker on its own queue with egress on, the internet's port exempt."""
-    async with egress_worker(devstack.settings, internet, "egress") as polar:
-        yield polar
 
 
 def fetching_task(

@@ -28,14 +28,12 @@ import asyncio
 import json
 import shutil
 import uuid
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from app.adversaries import oracle_command, steps_oracle_command
-from app.devstack import DevStack
 from polar.client.sdk import PolarClient
 from polar.contracts import SessionResult
 from polar.records import SessionStatus
@@ -43,7 +41,6 @@ from polar.storage import Storage, artifact_key
 from polar.tasks.harbor import load_harbor_tasks
 from polar.tasks.harbor_images import ensure_images
 from polar.tasks.spec import HarnessSpec
-from tests.support.egress_stack import egress_worker, loopback_internet
 from tests.support.harbor_sessions import harbor_session
 from tests.support.paths import REPO
 
@@ -101,22 +98,6 @@ conn.request("GET", "ALLOWED_URL")
 print("VERIFIER allowed", conn.getresponse().read().decode().strip())
 PY
 """
-
-
-@pytest.fixture(scope="module")
-def internet() -> Iterator[int]:
-    """The 'internet' of this module (a loopback server)."""
-    with loopback_internet() as port:
-        yield port
-
-
-@pytest.fixture(scope="module")
-async def egress_polar(
-    devstack: DevStack, docker_image: str, internet: int
-) -> AsyncIterator[PolarClient]:
-    """A worker on its own queue with egress on, the internet's port exempt."""
-    async with egress_worker(devstack.settings, internet, "egress-sc") as polar:
-        yield polar
 
 
 def _task(tmp_path: Path, internet: int) -> Path:
