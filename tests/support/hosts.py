@@ -243,17 +243,29 @@ async def wait_for_hosts_polling(polar: PolarClient, nodes: Iterable[Node]) -> N
     """Until every node's worker polls the shared init queue: a worker writes its ready file
     once it has started polling, but under load the server may not list a slow host's pollers
     yet, and a task submitted then is prepared wholly on the host that was first."""
+    pids = {f"{node.pid('worker')}@" for node in nodes}
+    await wait_for_pollers(polar, pids, lambda identity: identity.split("@")[0] + "@")
+
+
+async def wait_for_pollers(
+    polar: PolarClient, expected: set[str], key: Callable[[str], str], timeout_s: float = 60
+) -> None:
+    """Until the server lists a poller of the shared init queue for each of `expected`
+    (`key` of a poller's identity: its pid, its host)."""
     settings = polar.settings
     init = Queues.for_workflow_queue(settings.task_queue).init
-    pids = {f"{node.pid('worker')}@" for node in nodes}
 
     async def all_polling() -> bool:
         queue = Queue(init, "init", None, "activity")
         await describe_queue(polar.client, settings.temporal_namespace, queue)
-        seen = {p.identity.split("@")[0] + "@" for p in queue.pollers}
-        return pids <= seen
+        return expected <= {key(p.identity) for p in queue.pollers}
 
-    await wait_for(all_polling, 60, f"every host's worker polling {init}", every_s=0.5)
+    await wait_for(
+        all_polling,
+        timeout_s,
+        f"a worker of each of {sorted(expected)} polling {init}",
+        every_s=0.5,
+    )
 
 
 def docker_task(task_id: str, source: Path, sessions: int, pause_s: float) -> TaskSpec:

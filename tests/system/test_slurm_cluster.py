@@ -43,6 +43,7 @@ from tests.support.hosts import (
     placements,
     runs_harness,
     stage_hosts,
+    wait_for_pollers,
 )
 from tests.support.polling import wait_for
 from tests.support.relay import tcp_relays
@@ -246,6 +247,8 @@ def _task(task_id: str, source: Path, sessions: int, pause_s: float) -> TaskSpec
 async def test_worker_jobs_run_sessions_on_their_nodes(polar_on_slurm: Polar) -> None:
     p = polar_on_slurm
     polar = PolarClient(await connect(p.settings), p.settings)
+    # the server lists every node's worker (else the first may take all twelve)
+    await wait_for_pollers(polar, set(NODES), host_of)
     started = time.monotonic()
     result = await polar.wait(
         await polar.submit(_task("slurm", p.source, sessions=12, pause_s=1.0)), timeout_s=900
