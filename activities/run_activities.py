@@ -48,7 +48,15 @@ class RunActivities(PoolActivities):
                 )
             except (PrepareFailed, InvalidRuntime) as exc:
                 raise invalid_input(f"step {request.step}: {exc}", "PrepareFailed") from None
-        run = await launch.run(command)
+        try:
+            run = await launch.run(command)
+        except InvalidRuntime as exc:
+            if request.step is None:
+                raise
+            # the step's harness user, checked at prepare, gone from the runtime an earlier
+            # step's harness had (its /etc/passwd rewritten): that step's doing, as a failed
+            # step action is (workflows/session_steps.py: the step scores 0)
+            raise invalid_input(f"step {request.step}: {exc}", "PrepareFailed") from None
         log_keys = await launch.upload_logs()
         run.check_reaped()
         artifacts = await launch.upload_artifacts()

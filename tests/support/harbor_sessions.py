@@ -13,10 +13,16 @@ from polar.tasks.spec import HarnessSpec
 
 
 async def harbor_session(
-    polar: PolarClient, task: Path, command: str, kind: str, name: str, timeout_s: float = 400
+    polar: PolarClient,
+    task: Path,
+    command: str,
+    kind: str,
+    name: str,
+    timeout_s: float = 400,
+    status: SessionStatus = SessionStatus.COMPLETED,
 ) -> SessionResult:
     """`task` loaded with `command` as its agent, on runtime `kind` (one attempt): its
-    session, completed (printed for the log: `{name}: status reward evaluation`)."""
+    session, ended with `status` (printed for the log: `{name}: status reward evaluation`)."""
     (spec,) = load_harbor_tasks(task, harness=HarnessSpec(kind="command", command=command))
     spec = spec.model_copy(
         update={
@@ -27,5 +33,5 @@ async def harbor_session(
     )
     (session,) = (await polar.wait(await polar.submit(spec), timeout_s=timeout_s)).sessions
     print(f"{name}: {session.status} {session.reward} {session.evaluation}")
-    assert session.status == SessionStatus.COMPLETED, session.error
+    assert session.status == status, (session.status, session.error, session.steps)
     return session

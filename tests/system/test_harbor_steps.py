@@ -14,6 +14,8 @@ step's reward is kept, and the session's is Harbor's `mean` over the steps run:
 examples/harbor-features/step-users runs its first step's agent as the task's `[agent].user`
 (alice) and its second's as the step's own `[steps.agent].user` (bob); each step's test.sh
 checks what `id -un` said where its agent ran: the oracle scores 1 and 1, a no-op 0 and 0.
+A first step run as root that deletes bob from the image's users leaves the second step
+nobody to run as: the session's doing, so that step scores 0 (not a task error).
 (The changes reach the verifier as a diff applied as the task's user: a file's owner is not
 carried, so a test.sh cannot tell which step's user wrote a file by its owner.)
 """
@@ -21,12 +23,14 @@ carried, so a test.sh cannot tell which step's user wrote a file by its owner.)
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 
 from app.adversaries import steps_oracle_command
 from polar.client.sdk import PolarClient
+from polar.records import OutcomeClass, SessionStatus
 from polar.storage import Storage, artifact_key
 from polar.tasks.harbor_images import ensure_images
 from tests.support.harbor_sessions import harbor_session
@@ -95,3 +99,21 @@ def _build(task: Path, kind: str) -> None:
         from activities.runtimes.kinds.podman import load_from_docker
 
         load_from_docker(built.image)
+
+
+async def test_a_step_user_an_earlier_step_deleted_is_that_sessions_zero(
+    polar: PolarClient, docker_image: str, tmp_path: Path
+) -> None:
+    task = Path(shutil.copytree(USERS_TASK, tmp_path / "users"))
+    toml = task / "task.toml"
+    toml.write_text(toml.read_text().replace('user = "alice"\n', "", 1))  # first: root
+    _build(task, "docker")
+    command = '[ "$POLAR_STEP" = first ] && sed -i "/^bob:/d" /etc/passwd; true'
+    session = await harbor_session(
+        polar, task, command, "docker", "users-deleted", 600, SessionStatus.HARNESS_FAILED
+    )
+    first, second = session.steps
+    assert first.reward == 0.0 and second.reward == 0.0, session.steps
+    assert second.stopped == "its actions failed" and "'bob'" in (second.detail or ""), second
+    assert session.reward == 0.0 and session.outcome is not None
+    assert session.outcome.outcome == OutcomeClass.POLICY_FAILURE, session.outcome
