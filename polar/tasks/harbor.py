@@ -38,7 +38,7 @@ from pydantic import ValidationError
 
 from polar.ids import TASK_ID_MAX
 from polar.tasks.harbor_artifacts import task_collect
-from polar.tasks.harbor_compose import compose_services
+from polar.tasks.harbor_compose import read_compose
 from polar.tasks.harbor_environment import check_environment, environment_image, runtime_spec
 from polar.tasks.harbor_harness import McpReach, agent_user, task_harness
 from polar.tasks.harbor_healthcheck import healthcheck_action
@@ -156,7 +156,7 @@ def task_spec(
     agent_network, verifier_network = phase_networks(task, env_cfg, agent, verifier)
     check_environment(task, env_cfg, verifier)
     image = environment_image(task, image_map)
-    compose = compose_services(task, image_map)
+    compose = read_compose(task, image_map)
     sidecars, main_env = compose.sidecars, compose.main_env
     services = {s.name for s in sidecars}
     runtime = runtime_spec(task, env_cfg, image).model_copy(

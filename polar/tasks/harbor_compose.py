@@ -37,7 +37,7 @@ from polar.tasks.harbor_toml import HarborTask, HarborTaskError
 from polar.tasks.runtime_spec import Sidecar
 from polar.tasks.sidecar_spec import Condition, check_dependencies
 
-__all__ = ["COMPOSE_FILE", "Compose", "SidecarBuild", "compose_services", "read_compose"]
+__all__ = ["COMPOSE_FILE", "Compose", "SidecarBuild", "read_compose"]
 
 COMPOSE_FILE = "docker-compose.yaml"
 """The one compose file Harbor reads from `environment/`."""
@@ -83,19 +83,13 @@ class Compose:
     builds: list[SidecarBuild]
 
 
-def compose_services(
-    task: HarborTask, image_map: Mapping[str, str] | None = None, folder: Path | None = None
-) -> Compose:
-    """The task's sidecars, `main`'s environment and dependencies (none without a compose
-    file), from environment/ (or `folder`: a separate verifier's tests/); HarborTaskError
-    naming the service and key Polar cannot honour."""
-    return read_compose(task, image_map, folder)
-
-
 def read_compose(
     task: HarborTask, image_map: Mapping[str, str] | None = None, folder: Path | None = None
 ) -> Compose:
-    """`compose_services`, with the sidecars among them built from the task's own files."""
+    """The task's compose file (none: an empty Compose), from environment/ (or `folder`: a
+    separate verifier's tests/): its sidecars, `main`'s environment and dependencies, and the
+    sidecars built from the task's own files; HarborTaskError naming the service and key
+    Polar cannot honour."""
     folder = task.environment_dir if folder is None else folder
     path = folder / COMPOSE_FILE
     if not path.is_file():

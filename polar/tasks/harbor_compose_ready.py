@@ -31,12 +31,10 @@ _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, 
 _PART = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(ns|us|µs|ms|s|m|h)")
 _HEALTH_KEYS = {"test", "interval", "timeout", "retries", "start_period", "start_interval"}
 _CONDITIONS: tuple[str, ...] = get_args(Condition)
-_KEYS = {
-    "interval_s": "interval",
-    "timeout_s": "timeout",
-    "retries": "retries",
-    "start_period_s": "start_period",
-}
+_DURATIONS = {"interval": "interval_s", "timeout": "timeout_s", "start_period": "start_period_s"}
+"""compose's duration keys → Healthcheck's fields (`start_interval` is read, not kept)"""
+_KEYS = {field: key for key, field in _DURATIONS.items()} | {"retries": "retries"}
+"""Healthcheck's fields → compose's keys (to name the key of a refused value)"""
 
 
 def parse_duration(text: Any) -> float:
@@ -75,18 +73,14 @@ def compose_healthcheck(task: HarborTask, where: str, value: Any) -> Healthcheck
     if command is None:
         return None
     fields: dict[str, Any] = {"command": command}
-    for key, field in (
-        ("interval", "interval_s"),
-        ("timeout", "timeout_s"),
-        ("start_period", "start_period_s"),
-        ("start_interval", None),
-    ):
+    for key in (*_DURATIONS, "start_interval"):
         if value.get(key) is None:
             continue
         try:
             seconds = parse_duration(value[key])
         except ValueError as exc:
             raise HarborTaskError(task.name, f"{here}.{key}", str(exc)) from None
+        field = _DURATIONS.get(key)
         if field is not None and (seconds > 0 or key == "start_period"):
             fields[field] = seconds
     retries = value.get("retries")

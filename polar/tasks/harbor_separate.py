@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from polar.tasks.harbor_compose import COMPOSE_FILE, compose_services
+from polar.tasks.harbor_compose import COMPOSE_FILE, read_compose
 from polar.tasks.harbor_environment import (
     IMAGE_REPO,
     environment_hash,
@@ -95,7 +95,7 @@ def separate_verifier(
             return SeparateVerifier(mapped, None, f"{where}.docker_image", resources=own)
         rel = folder.relative_to(task.dir).as_posix()
         if (folder / "Dockerfile").is_file():
-            compose = compose_services(task, image_map, folder)
+            compose = read_compose(task, image_map, folder)
             image = f"{IMAGE_REPO}:{environment_hash(task, image_map, folder)[:20]}"
             return SeparateVerifier(
                 image,

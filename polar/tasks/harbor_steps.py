@@ -11,7 +11,7 @@ and a `healthcheck` run after the step's setup. `multi_step_reward_strategy` (`m
 Harbor's default, or `final`) becomes the task's `step_reward`.
 
 A step's `artifacts` and `[[steps.verifier.collect]]` are collected after its harness, after
-the task's own (polar/tasks/harbor_artifacts.py), kept under `steps/{name}/artifacts/`. What
+the task's own (polar/tasks/harbor_artifacts.py), kept under `steps/{name}/artifacts/`. A
 step's `[steps.agent]` `user` and `network_mode` (with `allowed_hosts`) are the user its
 harness runs as and the network it gets (the task's otherwise), as Harbor's multi-step trial
 runs each step's agent phase: the egress proxy is opened per harness run, so a step's network

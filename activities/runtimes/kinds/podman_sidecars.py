@@ -96,7 +96,7 @@ def start_sidecars(
     holder: list[str],
     sidecars: list[Sidecar],
     hosts: Path,
-    main_depends_on: Mapping[str, Condition] | None = None,
+    main_depends_on: Mapping[str, Condition],
 ) -> None:
     """The session's namespace holder made and its sidecars started in it. `common`: the
     arguments every container of the session has (labels, init, hardening, open-files
@@ -136,7 +136,7 @@ def start_sidecars(
         ],
     )
     engine = _Engine(podman, container, common, hosts)
-    start_when_ready(engine, sidecars, main_depends_on or {})
+    start_when_ready(engine, sidecars, main_depends_on)
 
 
 def health_args(sidecar: Sidecar) -> list[str]:

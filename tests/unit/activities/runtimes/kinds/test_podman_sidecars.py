@@ -52,7 +52,7 @@ SIDECARS = [
 def _start(podman: FakePodman, tmp_path: Path) -> Path:
     hosts = tmp_path / "hosts"
     common = ["--label", "k=v"]
-    start_sidecars(podman, "c1", common, ["img/main", "sleep"], SIDECARS, hosts)  # type: ignore[arg-type]
+    start_sidecars(podman, "c1", common, ["img/main", "sleep"], SIDECARS, hosts, {})  # type: ignore[arg-type]
     return hosts
 
 
