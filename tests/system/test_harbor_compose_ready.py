@@ -110,14 +110,12 @@ async def test_a_service_never_healthy_fails_prepare_naming_it(
 async def test_the_session_ends_as_a_task_error(
     polar: PolarClient, podman_image: str, tmp_path: Path
 ) -> None:
-    """Through the worker: prepared once (not retried), `task_error`, the service named."""
+    """Through the worker: `task_error` (never retried as infra), the service named."""
     task = _never_healthy(tmp_path)
     _images("docker", task)
     command = HarnessSpec(kind="command", command="true")
     (spec,) = load_harbor_tasks(task, harness=command)
-    spec = spec.model_copy(
-        update={"task_id": f"never-{uuid.uuid4().hex[:6]}", "runtime": spec.runtime}
-    )
+    spec = spec.model_copy(update={"task_id": f"never-{uuid.uuid4().hex[:6]}"})
     (session,) = (await polar.wait(await polar.submit(spec), timeout_s=300)).sessions
     assert session.status == SessionStatus.ERROR, session
     assert session.error_type == "SidecarNotReady" and session.outcome is not None
